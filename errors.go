@@ -1,0 +1,18 @@
+package ratelimit
+
+import "errors"
+
+// Errors are for the caller's mistakes and for backend failures; a denial is never an
+// error. Match them with errors.Is: the errors returned wrap these with details.
+var (
+	// ErrInvalidRule: a Rule that no algorithm can enforce, or that this algorithm cannot
+	// compute exactly (see MaxExact).
+	ErrInvalidRule = errors.New("ratelimit: invalid rule")
+
+	// ErrInvalidN: n is less than 1.
+	ErrInvalidN = errors.New("ratelimit: n must be at least 1")
+
+	// ErrNExceedsLimit: n is more than the rule can ever allow at once (Decision.Limit),
+	// so waiting would never help.
+	ErrNExceedsLimit = errors.New("ratelimit: n exceeds what the rule can ever allow")
+)

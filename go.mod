@@ -1,0 +1,3 @@
+module github.com/ratelimit-go/ratelimit
+
+go 1.25

@@ -1,0 +1,103 @@
+// Package ratelimit limits how often something may happen, per key, in one process or
+// across many that share Redis.
+//
+// Pick an algorithm package (tokenbucket, fixedwindow, slidingwindow, slidinglog,
+// leakybucket) and a Store (localstore in memory, redisstore on Redis, fallback for both),
+// and ask the resulting Limiter for a Decision before each event:
+//
+//	store := localstore.New()
+//	limiter, err := tokenbucket.New(store, ratelimit.PerSecond(10))
+//	...
+//	d, err := limiter.Allow(ctx, "tenant-42")
+//	if err == nil && !d.Allowed {
+//		// reject, and tell the client to come back after d.RetryAfter
+//	}
+//
+// A denial is a Decision with Allowed false, never an error: an error means the caller's
+// mistake (an invalid rule or n, matched with errors.Is against ErrInvalidRule,
+// ErrInvalidN or ErrNExceedsLimit) or a failure of the store's backend.
+//
+// Time inside the library has microsecond resolution and comes from the store: a
+// clock.Clock for localstore, Redis's own clock for redisstore. No algorithm reads the
+// system clock.
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Limiter decides whether events for a key may happen now. Implementations are safe for
+// concurrent use.
+type Limiter interface {
+	// Allow is AllowN with n = 1.
+	Allow(ctx context.Context, key string) (Decision, error)
+	// AllowN admits n events for key, all or none.
+	AllowN(ctx context.Context, key string, n int64) (Decision, error)
+}
+
+// Decision is the answer to one AllowN.
+type Decision struct {
+	// Allowed says whether the n events were admitted (and counted).
+	Allowed bool
+	// Limit is the most this key can ever be allowed at once: the bucket's capacity, the
+	// queue's size, or the window's limit.
+	Limit int64
+	// Remaining is how many more events would be allowed right now; never negative.
+	Remaining int64
+	// RetryAfter, when denied, is the earliest time from now at which the same request
+	// could be allowed, rounded up; 0 when allowed.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the key is back to its full allowance; 0 if it is.
+	ResetAfter time.Duration
+	// Delay, when allowed by a shaping algorithm (leaky bucket), is how long to wait
+	// before proceeding so that admitted events leave at an even pace; 0 otherwise.
+	Delay time.Duration
+}
+
+// Wait is WaitN with n = 1.
+func Wait(ctx context.Context, l Limiter, key string) error {
+	return WaitN(ctx, l, key, 1)
+}
+
+// WaitN blocks until n events for key are allowed and their Delay has passed, or until
+// ctx ends. While denied it sleeps for RetryAfter and asks again; when ctx has a deadline
+// that comes before the next retry it returns at once with an error that matches
+// context.DeadlineExceeded. An error from the limiter is returned as it is. Sleeping uses
+// real time (time.NewTimer), whatever clock the limiter's store uses.
+//
+// If ctx ends during an admitted request's Delay, the events stay counted.
+func WaitN(ctx context.Context, l Limiter, key string, n int64) error {
+	for {
+		d, err := l.AllowN(ctx, key, n)
+		if err != nil {
+			return err
+		}
+		if d.Allowed {
+			return sleep(ctx, d.Delay)
+		}
+		wait := max(d.RetryAfter, time.Millisecond) // a denial always waits, even from a store that says 0
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+			return fmt.Errorf("ratelimit: waiting %v for %q would pass the context deadline: %w",
+				wait, key, context.DeadlineExceeded)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
