@@ -1,0 +1,90 @@
+// Package clock is the time source of the in-memory store: the real clock, a fake one
+// for tests, and a coarse one that trades precision for speed.
+package clock
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Clock tells the time.
+type Clock interface {
+	Now() time.Time
+}
+
+// Real is the system clock, time.Now. Its zero value is ready to use.
+type Real struct{}
+
+// Now returns time.Now().
+func (Real) Now() time.Time { return time.Now() }
+
+// Fake is a clock that moves only when told to. It is safe for concurrent use; the zero
+// value stands at the zero time.Time.
+type Fake struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewFake returns a Fake clock standing at start.
+func NewFake(start time.Time) *Fake { return &Fake{now: start} }
+
+// Now returns the fake time.
+func (f *Fake) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+// Advance moves the clock by d, which may be negative.
+func (f *Fake) Advance(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = f.now.Add(d)
+}
+
+// Set moves the clock to t, which may be earlier than now.
+func (f *Fake) Set(t time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = t
+}
+
+// Coarse reads the system clock once per resolution in one goroutine, so that Now costs
+// an atomic load instead of a system clock read (about 40 ns on a typical amd64 server).
+// Now lags real time by up to resolution. Stop ends the goroutine; after Stop, Now keeps
+// returning the last time read.
+type Coarse struct {
+	nanos atomic.Int64
+	stop  chan struct{}
+	once  sync.Once
+}
+
+// NewCoarse starts a Coarse clock that ticks every resolution (at least 100µs; a
+// millisecond is a good choice) and returns it.
+func NewCoarse(resolution time.Duration) *Coarse {
+	resolution = max(resolution, 100*time.Microsecond)
+	c := &Coarse{stop: make(chan struct{})}
+	c.nanos.Store(time.Now().UnixNano())
+	go c.run(resolution)
+	return c
+}
+
+func (c *Coarse) run(resolution time.Duration) {
+	t := time.NewTicker(resolution)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case now := <-t.C:
+			c.nanos.Store(now.UnixNano())
+		}
+	}
+}
+
+// Now returns the time read at the last tick.
+func (c *Coarse) Now() time.Time { return time.Unix(0, c.nanos.Load()) }
+
+// Stop stops the ticking goroutine. It is safe to call more than once.
+func (c *Coarse) Stop() { c.once.Do(func() { close(c.stop) }) }
