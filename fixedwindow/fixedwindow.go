@@ -1,0 +1,67 @@
+// Package fixedwindow is the fixed window counter: time is cut into windows of Period,
+// aligned to multiples of Period since the Unix epoch, and each window admits at most
+// Limit events. It is the cheapest algorithm (one counter per key) and the easiest to
+// explain to clients ("1000 per hour, reset on the hour"). Burst is ignored.
+//
+// A client may get up to 2x Limit across a window boundary (Limit at the end of one window
+// and Limit at the start of the next): that is inherent to the algorithm. Choose the
+// sliding window or sliding log where that matters.
+//
+// Decision: Limit is the window's limit; Remaining is what is left of it; RetryAfter and
+// ResetAfter are the time until the window ends.
+//
+// State: Level is the events counted in the window that contains Time.
+package fixedwindow
+
+import (
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
+)
+
+const name = "fixedwindow"
+
+var algorithm = ratelimit.Algorithm{
+	Name:    name,
+	Prepare: prepare,
+	Step:    step,
+}
+
+// Algorithm is the fixed window as stores see it.
+func Algorithm() *ratelimit.Algorithm { return &algorithm }
+
+func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	period, err := core.Micros(name, rule)
+	if err != nil {
+		return ratelimit.Args{}, err
+	}
+	if err := core.CheckN(name, n, rule.Limit); err != nil {
+		return ratelimit.Args{}, err
+	}
+	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period}, nil
+}
+
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+	t := now
+	if st.Level > 0 {
+		t = max(st.Time, now)
+		if mathx.FloorDiv(st.Time, a.Period) != mathx.FloorDiv(t, a.Period) {
+			st.Level = 0
+		}
+	}
+	st.Time = t
+	end := (mathx.FloorDiv(t, a.Period) + 1) * a.Period
+
+	d := ratelimit.Decision{Limit: a.Limit}
+	if st.Level+a.N <= a.Limit {
+		st.Level += a.N
+		d.Allowed = true
+	} else {
+		d.RetryAfter = mathx.Micros(end - now)
+	}
+	d.Remaining = max(0, a.Limit-st.Level)
+	if st.Level > 0 {
+		d.ResetAfter = mathx.Micros(end - now)
+	}
+	return d
+}

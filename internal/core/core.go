@@ -1,0 +1,85 @@
+// Package core is what the five algorithm packages share: the limiter that turns a Rule
+// and a Store into AllowN, and the validation of rules and n.
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
+)
+
+// Limiter asks a Store for decisions of one Algorithm under one Rule.
+type Limiter struct {
+	store ratelimit.Store
+	alg   *ratelimit.Algorithm
+	rule  ratelimit.Rule
+	limit int64 // the largest n the rule can ever allow
+}
+
+// New validates rule for alg and returns a Limiter.
+func New(store ratelimit.Store, alg *ratelimit.Algorithm, rule ratelimit.Rule) (Limiter, error) {
+	if store == nil {
+		return Limiter{}, errors.New(alg.Name + ": store is nil")
+	}
+	a, err := alg.Prepare(rule, 1)
+	if err != nil {
+		return Limiter{}, err
+	}
+	return Limiter{store: store, alg: alg, rule: rule, limit: a.Limit}, nil
+}
+
+// AllowN checks n, then asks the store.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (ratelimit.Decision, error) {
+	if n < 1 || n > l.limit {
+		_, err := l.alg.Prepare(l.rule, n) // the one place that words the error
+		return ratelimit.Decision{}, err
+	}
+	return l.store.Apply(ctx, ratelimit.Request{Algorithm: l.alg, Key: key, Rule: l.rule, N: n})
+}
+
+// Rule is the limiter's rule.
+func (l *Limiter) Rule() ratelimit.Rule { return l.rule }
+
+// CheckN returns an error unless 1 <= n <= limit.
+func CheckN(name string, n, limit int64) error {
+	if n < 1 {
+		return fmt.Errorf("%s: n = %d: %w", name, n, ratelimit.ErrInvalidN)
+	}
+	if n > limit {
+		return fmt.Errorf("%s: n = %d, at most %d: %w", name, n, limit, ratelimit.ErrNExceedsLimit)
+	}
+	return nil
+}
+
+// Micros is a rule's period in microseconds, after checking the rule.
+func Micros(name string, rule ratelimit.Rule) (int64, error) {
+	if err := rule.Validate(); err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return int64(rule.Period / time.Microsecond), nil
+}
+
+// BucketArgs are the Args of both buckets: Limit is the rule's capacity; a whole event is
+// Unit in Level's units, and Level moves by Rate per microsecond, so that Limit/Period
+// events per microsecond is exactly Rate/Unit.
+func BucketArgs(name string, rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	period, err := Micros(name, rule)
+	if err != nil {
+		return ratelimit.Args{}, err
+	}
+	g := mathx.Gcd(rule.Limit, period)
+	unit, rate := period/g, rule.Limit/g
+	capacity := rule.Capacity()
+	if capacity > ratelimit.MaxExact/unit {
+		return ratelimit.Args{}, fmt.Errorf("%s: %v: %w: capacity %d at %d per %v cannot be counted exactly; lower the burst or round the rate",
+			name, rule, ratelimit.ErrInvalidRule, capacity, rule.Limit, rule.Period)
+	}
+	if err := CheckN(name, n, capacity); err != nil {
+		return ratelimit.Args{}, err
+	}
+	return ratelimit.Args{N: n, Limit: capacity, Period: period, Unit: unit, Rate: rate}, nil
+}

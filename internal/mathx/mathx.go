@@ -1,0 +1,33 @@
+// Package mathx holds the integer arithmetic the algorithms share. Every function is
+// exact for the magnitudes the algorithms use (at most ratelimit.MaxExact), and each has
+// a twin in the Lua scripts that computes the same in doubles.
+package mathx
+
+import "time"
+
+// Gcd is the greatest common divisor of a and b, both positive.
+func Gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// CeilDiv is a/b rounded up, for a >= 0 and b > 0.
+func CeilDiv(a, b int64) int64 {
+	return (a + b - 1) / b
+}
+
+// FloorDiv is a/b rounded down (towards minus infinity), for b > 0.
+func FloorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
+// Micros converts microseconds to a Duration.
+func Micros(us int64) time.Duration {
+	return time.Duration(us) * time.Microsecond
+}

@@ -1,0 +1,80 @@
+// Package leakybucket is the leaky bucket as a queue: requests join a queue of Burst
+// places (Limit when Burst is 0) that drains at Limit per Period, one request every
+// interval = Period/Limit. An admitted request gets a Delay, its wait in the queue, so a
+// caller that waits it out (ratelimit.Wait does) turns any burst into an evenly paced
+// stream. A request that finds the queue full is denied. Choose it to shape traffic
+// towards a fragile upstream, not merely to cap it.
+//
+// The k-th request of a burst (k = 0, 1, ...) gets Delay = k * interval, and at most
+// Burst requests are pending at once, the one leaking now included. With Limit 2 per
+// second and Burst 3, five requests at once get Delays 0, 500ms and 1s, and the 4th and
+// 5th are denied with RetryAfter 500ms; 500ms later one more is admitted with Delay 1s.
+// AllowN takes n places at once; its Delay is the wait until the first of them leaks.
+//
+// Decision: Limit is the queue size; Remaining is the free places; RetryAfter is the time
+// until enough places free; ResetAfter is the time until the queue is empty.
+//
+// State: Level is the queued work in units of 1/Unit request, Aux is that Unit. When a
+// rule changes the unit, queued requests are kept whole, at most the new queue size.
+package leakybucket
+
+import (
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
+)
+
+const name = "leakybucket"
+
+var algorithm = ratelimit.Algorithm{
+	Name:    name,
+	Prepare: prepare,
+	Step:    step,
+}
+
+// Algorithm is the leaky bucket as stores see it.
+func Algorithm() *ratelimit.Algorithm { return &algorithm }
+
+// prepare rejects a rule whose queue in units of 1/Unit request exceeds MaxExact, as the
+// token bucket does for its capacity.
+func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	return core.BucketArgs(name, rule, n)
+}
+
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+	full := a.Limit * a.Unit
+	switch st.Aux {
+	case a.Unit:
+		st.Level = min(st.Level, full)
+	case 0: // a key never seen: an empty queue
+		st.Level, st.Time, st.Aux = 0, now, a.Unit
+	default: // the rule's unit changed: keep the queued requests whole
+		st.Level = min(mathx.CeilDiv(st.Level, st.Aux), a.Limit) * a.Unit
+		st.Aux = a.Unit
+	}
+	t := max(st.Time, now)
+	if elapsed := t - st.Time; elapsed > 0 {
+		if elapsed >= mathx.CeilDiv(st.Level, a.Rate) {
+			st.Level = 0
+		} else {
+			st.Level -= elapsed * a.Rate
+		}
+		st.Time = t
+	}
+	lag := t - now
+
+	d := ratelimit.Decision{Limit: a.Limit}
+	need := a.N * a.Unit
+	if st.Level+need <= full {
+		d.Allowed = true
+		d.Delay = mathx.Micros(lag + mathx.CeilDiv(st.Level, a.Rate))
+		st.Level += need
+	} else {
+		d.RetryAfter = mathx.Micros(lag + mathx.CeilDiv(st.Level+need-full, a.Rate))
+	}
+	d.Remaining = (full - st.Level) / a.Unit
+	if st.Level > 0 {
+		d.ResetAfter = mathx.Micros(lag + mathx.CeilDiv(st.Level, a.Rate))
+	}
+	return d
+}

@@ -1,0 +1,77 @@
+// Package slidinglog is the sliding log: it remembers when each admitted event happened
+// and admits n more only if, with them, no more than Limit events fall in the last
+// Period. An event at time e counts while now - e < Period. It is exact (never more than
+// Limit in any interval of length Period) at the cost of memory: O(Limit) per key. Choose
+// it for low limits that must hold exactly, such as login attempts or payments. Denied
+// requests are not recorded. Burst is ignored.
+//
+// Decision: Limit is the limit; Remaining is Limit minus the events in the log;
+// RetryAfter is the time until enough events age out; ResetAfter the time until the log
+// is empty.
+//
+// State: Log holds the admitted events, merged per instant; Level is their sum.
+package slidinglog
+
+import (
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
+)
+
+const name = "slidinglog"
+
+var algorithm = ratelimit.Algorithm{
+	Name:    name,
+	Prepare: prepare,
+	Step:    step,
+}
+
+// Algorithm is the sliding log as stores see it.
+func Algorithm() *ratelimit.Algorithm { return &algorithm }
+
+func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	period, err := core.Micros(name, rule)
+	if err != nil {
+		return ratelimit.Args{}, err
+	}
+	if err := core.CheckN(name, n, rule.Limit); err != nil {
+		return ratelimit.Args{}, err
+	}
+	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period}, nil
+}
+
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+	if st.Log == nil {
+		st.Log = &ratelimit.Log{}
+	}
+	log := st.Log
+	t := now
+	if log.Len() > 0 {
+		t = max(st.Time, now)
+	}
+	for log.Len() > 0 && t-log.At(0).At >= a.Period {
+		st.Level -= log.Pop().N
+	}
+	st.Time = t
+
+	d := ratelimit.Decision{Limit: a.Limit}
+	if st.Level+a.N <= a.Limit {
+		log.Push(t, a.N)
+		st.Level += a.N
+		d.Allowed = true
+	} else {
+		// the oldest events must age out until n fit
+		excess, aged := st.Level+a.N-a.Limit, int64(0)
+		for i := 0; i < log.Len(); i++ {
+			if aged += log.At(i).N; aged >= excess {
+				d.RetryAfter = mathx.Micros(log.At(i).At + a.Period - now)
+				break
+			}
+		}
+	}
+	d.Remaining = max(0, a.Limit-st.Level)
+	if log.Len() > 0 {
+		d.ResetAfter = mathx.Micros(log.At(log.Len()-1).At + a.Period - now)
+	}
+	return d
+}

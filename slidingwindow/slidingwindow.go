@@ -1,0 +1,113 @@
+// Package slidingwindow is the sliding window counter: two fixed windows (aligned to
+// multiples of Period since the Unix epoch), the current one and the previous one, whose
+// count is weighted by how much of it still overlaps the sliding window:
+//
+//	estimate = previous * (1 - elapsed/Period) + current
+//
+// and n events are allowed when estimate + n <= Limit. It smooths the fixed window's 2x
+// boundary burst away at the cost of one more counter, assuming the previous window's
+// events were spread evenly. With Limit 100 per minute, 80 events in the previous window
+// and 30 in the current one, 15 seconds in: estimate = 80 * 0.75 + 30 = 90, so a request
+// is allowed. Burst is ignored.
+//
+// elapsed is counted in whole milliseconds (whole microseconds when Period is not a whole
+// number of milliseconds), and Limit times Period in those ticks must not exceed
+// ratelimit.MaxExact: up to about 52 million per day, or 4.5 billion per hour.
+//
+// Decision: Limit is the limit; Remaining = Limit - ceil(estimate), at least 0; RetryAfter
+// is the exact time until the estimate has room for n; ResetAfter the time until the
+// estimate is 0.
+//
+// State: Level is the current window's count, Aux the previous window's, Time the latest
+// instant; counts above a lowered Limit are capped at it.
+package slidingwindow
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
+)
+
+const name = "slidingwindow"
+
+var algorithm = ratelimit.Algorithm{
+	Name:    name,
+	Prepare: prepare,
+	Step:    step,
+}
+
+// Algorithm is the sliding window counter as stores see it.
+func Algorithm() *ratelimit.Algorithm { return &algorithm }
+
+// prepare sets Unit to the tick in which elapsed time is weighed, in microseconds.
+func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	period, err := core.Micros(name, rule)
+	if err != nil {
+		return ratelimit.Args{}, err
+	}
+	tick := int64(1)
+	if rule.Period%time.Millisecond == 0 {
+		tick = 1000
+	}
+	if rule.Limit > ratelimit.MaxExact/(period/tick) {
+		return ratelimit.Args{}, fmt.Errorf("%s: %v: %w: limit %d is too large to weigh exactly over %v",
+			name, rule, ratelimit.ErrInvalidRule, rule.Limit, rule.Period)
+	}
+	if err := core.CheckN(name, n, rule.Limit); err != nil {
+		return ratelimit.Args{}, err
+	}
+	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period, Unit: tick}, nil
+}
+
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+	st.Level, st.Aux = min(st.Level, a.Limit), min(st.Aux, a.Limit)
+	t := now
+	if st.Level > 0 || st.Aux > 0 {
+		t = max(st.Time, now)
+		switch mathx.FloorDiv(t, a.Period) - mathx.FloorDiv(st.Time, a.Period) {
+		case 0:
+		case 1:
+			st.Aux, st.Level = st.Level, 0
+		default:
+			st.Aux, st.Level = 0, 0
+		}
+	}
+	st.Time = t
+	start := mathx.FloorDiv(t, a.Period) * a.Period
+	ticks := a.Period / a.Unit      // ticks in a window
+	elapsed := (t - start) / a.Unit // whole ticks into this window
+	weighted := st.Aux * (ticks - elapsed)
+
+	// estimate + n <= Limit, multiplied through by ticks
+	d := ratelimit.Decision{Limit: a.Limit}
+	if st.Level+a.N <= a.Limit && weighted+(st.Level+a.N)*ticks <= a.Limit*ticks {
+		st.Level += a.N
+		d.Allowed = true
+	} else {
+		d.RetryAfter = mathx.Micros(retryAt(st, start, ticks, a) - now)
+	}
+	d.Remaining = max(0, a.Limit-st.Level-mathx.CeilDiv(weighted, ticks))
+	switch {
+	case st.Level > 0:
+		d.ResetAfter = mathx.Micros(start + 2*a.Period - now)
+	case st.Aux > 0:
+		d.ResetAfter = mathx.Micros(start + a.Period - now)
+	}
+	return d
+}
+
+// retryAt is the first instant at which a request denied in the window starting at start
+// fits: previous * (ticks - e) <= room * ticks, where room is what the current window
+// leaves, solved for the tick e, in this window if room >= 0, else in the next.
+func retryAt(st *ratelimit.State, start, ticks int64, a ratelimit.Args) int64 {
+	prev, room := st.Aux, a.Limit-st.Level-a.N
+	if room < 0 { // wait for the next window, where this one's count is the previous one
+		start += a.Period
+		prev, room = st.Level, a.Limit-a.N
+	}
+	e := ticks - room*ticks/prev
+	return start + e*a.Unit
+}

@@ -1,0 +1,76 @@
+// Package tokenbucket is the token bucket: a bucket of Burst tokens (Limit when Burst is
+// 0), refilled continuously at Limit per Period and full at the start. An event takes a
+// token; AllowN takes n tokens or none. It allows bursts up to the capacity and a long-run
+// rate of Limit per Period, and is the usual choice for APIs.
+//
+// The bucket refills lazily from elapsed time (no timers) and keeps fractions of a token.
+// With capacity 10 and 2 tokens per second, 15 requests at once admit 10 and deny 5 (each
+// told to retry after 500ms); 3 seconds later 5 more are all admitted and 1 token is left.
+//
+// Decision: Limit is the capacity; Remaining is the whole tokens left;
+// RetryAfter = (n - tokens) / rate; ResetAfter = (capacity - tokens) / rate; Delay is 0.
+//
+// State: Level is the tokens in units of 1/Unit token, Aux is that Unit. When a rule
+// changes the unit, the whole tokens are kept and the fraction dropped.
+package tokenbucket
+
+import (
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
+)
+
+const name = "tokenbucket"
+
+var algorithm = ratelimit.Algorithm{
+	Name:    name,
+	Prepare: prepare,
+	Step:    step,
+}
+
+// Algorithm is the token bucket as stores see it.
+func Algorithm() *ratelimit.Algorithm { return &algorithm }
+
+// prepare rejects a rule whose capacity in units of 1/Unit token exceeds MaxExact: with
+// the Period in microseconds reduced by the gcd of Limit and Period, that allows, for
+// example, a capacity of 4.5 billion at 1 per second and of 52 million at 1 per day.
+func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	return core.BucketArgs(name, rule, n)
+}
+
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+	full := a.Limit * a.Unit
+	switch st.Aux {
+	case a.Unit:
+		st.Level = min(st.Level, full)
+	case 0: // a key never seen: a full bucket
+		st.Level, st.Time, st.Aux = full, now, a.Unit
+	default: // the rule's unit changed: keep the whole tokens
+		st.Level = min(st.Level/st.Aux, a.Limit) * a.Unit
+		st.Aux = a.Unit
+	}
+	t := max(st.Time, now)
+	if elapsed := t - st.Time; elapsed > 0 {
+		if elapsed >= mathx.CeilDiv(full-st.Level, a.Rate) {
+			st.Level = full
+		} else {
+			st.Level += elapsed * a.Rate
+		}
+		st.Time = t
+	}
+	lag := t - now // how far the key's time is ahead of this caller's clock
+
+	d := ratelimit.Decision{Limit: a.Limit}
+	need := a.N * a.Unit
+	if st.Level >= need {
+		st.Level -= need
+		d.Allowed = true
+	} else {
+		d.RetryAfter = mathx.Micros(lag + mathx.CeilDiv(need-st.Level, a.Rate))
+	}
+	d.Remaining = st.Level / a.Unit
+	if st.Level < full {
+		d.ResetAfter = mathx.Micros(lag + mathx.CeilDiv(full-st.Level, a.Rate))
+	}
+	return d
+}
