@@ -1,16 +1,112 @@
 package localstore_test
 
 import (
+	"context"
+	"runtime"
+	"strconv"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/internal/limitertest"
 	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
 func TestConformance(t *testing.T) {
 	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
 		return localstore.New(localstore.WithClock(clk))
+	})
+}
+
+var start = limitertest.Start
+
+func allow(t *testing.T, s ratelimit.Store, key string, n int64) ratelimit.Decision {
+	t.Helper()
+	d, err := s.Apply(context.Background(), ratelimit.Request{
+		Algorithm: tokenbucket.Algorithm(), Key: key, Rule: ratelimit.PerMinute(10), N: n,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestMemoryBound drives 1,000,000 distinct keys through a store capped at 100,000 and
+// checks both the count and the retained heap against the documented cost per key.
+func TestMemoryBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives a million keys")
+	}
+	const (
+		keys        = 1_000_000
+		maxKeys     = 100_000
+		bytesPerKey = 200 // the package doc says about 150 bytes besides the key; 16-byte keys here
+	)
+	clk := clock.NewFake(start)
+	before := heapInUse()
+	s := localstore.New(localstore.WithClock(clk), localstore.WithMaxKeys(maxKeys))
+	buf := []byte("key-")
+	for i := range keys {
+		buf = strconv.AppendInt(buf[:4], int64(i)+1e11, 10) // 16 bytes
+		allow(t, s, string(buf), 1)
+	}
+	if n := s.Len(); n > maxKeys || n < maxKeys*9/10 {
+		t.Errorf("Len = %d after %d keys; want at most %d, and near it", n, keys, maxKeys)
+	}
+	retained := heapInUse() - before
+	t.Logf("%d keys retain %d bytes, %d per key", s.Len(), retained, retained/int64(s.Len()))
+	if retained > maxKeys*bytesPerKey {
+		t.Errorf("%d keys retain %d bytes; want at most %d", s.Len(), retained, maxKeys*bytesPerKey)
+	}
+	runtime.KeepAlive(s)
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+func TestNoAllocationsOnExistingKey(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	clk := clock.NewFake(start)
+	s := localstore.New(localstore.WithClock(clk))
+	for _, k := range limitertest.Kinds {
+		req := ratelimit.Request{Algorithm: k.Algorithm, Key: "existing", Rule: ratelimit.PerSecond(1000), N: 1}
+		ctx := context.Background()
+		if _, err := s.Apply(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		allocs := testing.AllocsPerRun(1000, func() {
+			clk.Advance(time.Millisecond)
+			if _, err := s.Apply(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %v allocations per decision on an existing key; want 0", k.Name, allocs)
+		}
+	}
+}
+
+func TestDefaultClockIsReal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := localstore.New(localstore.WithClock(nil))
+		if d := allow(t, s, "k", 10); !d.Allowed {
+			t.Fatal(d)
+		}
+		if d := allow(t, s, "k", 1); d.Allowed || d.RetryAfter != 6*time.Second {
+			t.Fatalf("used-up key: %+v; want retry after 6s", d)
+		}
+		time.Sleep(6 * time.Second)
+		if d := allow(t, s, "k", 1); !d.Allowed {
+			t.Errorf("6s later: %+v; want allowed", d)
+		}
 	})
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package localstore_test
+
+const raceEnabled = false
