@@ -3,8 +3,8 @@ package leakybucket_test
 import (
 	"testing"
 
-	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/leakybucket"
 )
 
 func FuzzLeakyBucket(f *testing.F) { limitertest.Fuzz(f, leakybucket.Algorithm()) }

@@ -3,8 +3,8 @@ package slidinglog_test
 import (
 	"testing"
 
-	"github.com/ratelimit-go/ratelimit/slidinglog"
 	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/slidinglog"
 )
 
 func FuzzSlidingLog(f *testing.F) { limitertest.Fuzz(f, slidinglog.Algorithm()) }

@@ -3,8 +3,8 @@ package slidingwindow_test
 import (
 	"testing"
 
-	"github.com/ratelimit-go/ratelimit/slidingwindow"
 	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/slidingwindow"
 )
 
 func FuzzSlidingWindow(f *testing.F) { limitertest.Fuzz(f, slidingwindow.Algorithm()) }

@@ -3,8 +3,8 @@ package tokenbucket_test
 import (
 	"testing"
 
-	"github.com/ratelimit-go/ratelimit/tokenbucket"
 	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
 func FuzzTokenBucket(f *testing.F) { limitertest.Fuzz(f, tokenbucket.Algorithm()) }
