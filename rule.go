@@ -47,6 +47,20 @@ const (
 // would exceed it are rejected by the algorithm's Prepare with ErrInvalidRule.
 const MaxExact = 1 << 52
 
+// valid is Validate() == nil, cheaply: decisions check their rule every time.
+func (r Rule) valid() bool {
+	return r.Limit >= 1 && r.Limit <= MaxExact && r.Period >= MinPeriod && r.Period <= MaxPeriod &&
+		r.Period%time.Microsecond == 0 && r.Burst >= 0 && r.Burst <= MaxExact
+}
+
+// Micros is the rule's Period in microseconds, after checking the rule with Validate.
+func (r Rule) Micros() (int64, error) {
+	if !r.valid() {
+		return 0, r.Validate()
+	}
+	return int64(r.Period / time.Microsecond), nil
+}
+
 // Validate reports whether the rule is usable by any algorithm: Limit at least 1, Period
 // between MinPeriod and MaxPeriod in whole microseconds, Burst not negative, and Limit and
 // Burst at most MaxExact. An algorithm may refuse more (see each algorithm's Prepare).

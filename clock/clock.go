@@ -19,6 +19,27 @@ type Real struct{}
 // Now returns time.Now().
 func (Real) Now() time.Time { return time.Now() }
 
+// Monotonic is the wall time at its creation plus the monotonic time elapsed since. It
+// does not follow steps of the system clock (an administrator or NTP setting the time),
+// only its rate, so it never jumps; and it costs about half of time.Now, which reads two
+// clocks. It is safe for concurrent use. The zero value is not usable: call NewMonotonic.
+type Monotonic struct {
+	base      time.Time
+	baseMicro int64
+}
+
+// NewMonotonic returns a Monotonic clock that starts at time.Now().
+func NewMonotonic() Monotonic {
+	now := time.Now()
+	return Monotonic{base: now, baseMicro: now.UnixMicro()}
+}
+
+// Now returns the wall time at creation plus the monotonic time since.
+func (m Monotonic) Now() time.Time { return m.base.Add(time.Since(m.base)) }
+
+// UnixMicro is Now().UnixMicro(), without building a time.Time.
+func (m Monotonic) UnixMicro() int64 { return m.baseMicro + time.Since(m.base).Microseconds() }
+
 // Fake is a clock that moves only when told to. It is safe for concurrent use; the zero
 // value stands at the zero time.Time.
 type Fake struct {

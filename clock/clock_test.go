@@ -69,6 +69,23 @@ func TestCoarse(t *testing.T) {
 	})
 }
 
+func TestMonotonic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := clock.NewMonotonic()
+		t0 := time.Now()
+		time.Sleep(1500 * time.Millisecond)
+		if got := m.Now().Sub(t0); got != 1500*time.Millisecond {
+			t.Errorf("Now moved %v in 1.5s", got)
+		}
+		if got := m.Now(); !got.Equal(time.Now()) {
+			t.Errorf("Now = %v; want %v", got, time.Now())
+		}
+		if got, want := m.UnixMicro(), time.Now().UnixMicro(); got != want {
+			t.Errorf("UnixMicro = %d; want %d", got, want)
+		}
+	})
+}
+
 func TestReal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		if got := (clock.Real{}).Now(); !got.Equal(time.Now()) {

@@ -54,11 +54,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 	}
 	t := max(st.Time, now)
 	if elapsed := t - st.Time; elapsed > 0 {
-		if elapsed >= mathx.CeilDiv(st.Level, a.Rate) {
-			st.Level = 0
-		} else {
-			st.Level -= elapsed * a.Rate
-		}
+		st.Level = full - mathx.AddCapped(full-st.Level, elapsed, a.Rate, full)
 		st.Time = t
 	}
 	lag := t - now

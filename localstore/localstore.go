@@ -18,8 +18,9 @@
 // Each key costs about 150 bytes besides the key string itself (measured by the memory
 // test: 100,000 keys of 16 bytes retain under 20 MB).
 //
-// Time comes from a clock.Clock (WithClock; the real clock by default) and never goes
-// backwards within a shard: a clock that steps back is held at the latest instant seen.
+// Time comes from a clock.Clock (WithClock; by default clock.NewMonotonic(), the wall
+// clock at New plus the monotonic time since) and never goes backwards within a shard: a
+// clock that steps back is held at the latest instant seen.
 package localstore
 
 import (
@@ -29,6 +30,7 @@ import (
 	"math/bits"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
@@ -58,18 +60,28 @@ type Store struct {
 
 var _ ratelimit.Store = (*Store)(nil)
 
+// shard is one lock's worth of keys, padded to a multiple of two cache lines so that
+// cores working on different shards never share a line.
 type shard struct {
-	mu        sync.Mutex
-	keys      map[stateKey]*entry
-	now       int64 // the latest instant this shard has seen
-	nextSweep int64
-	_         [32]byte // keep hot shards on separate cache lines
+	shardState
+	_ [128 - unsafe.Sizeof(shardState{})%128]byte
 }
 
-// stateKey keeps the states of different algorithms apart under one key.
-type stateKey struct {
-	alg *ratelimit.Algorithm
-	key string
+type shardState struct {
+	mu        sync.Mutex
+	tables    []table // one per algorithm used, so that limiters of different algorithms keep their keys apart
+	size      int     // keys in all tables
+	now       int64   // the latest instant this shard has seen
+	nextSweep int64
+}
+
+type table struct {
+	alg  *ratelimit.Algorithm
+	keys map[string]*entry
+	// the last rule decided in this table and its Args: preparing a rule costs a few
+	// divisions, a good part of a decision, and most tables see one rule again and again
+	rule ratelimit.Rule
+	args ratelimit.Args
 }
 
 type entry struct {
@@ -84,8 +96,8 @@ type optionFunc func(*Store)
 
 func (f optionFunc) apply(s *Store) { f(s) }
 
-// WithClock sets the clock decisions are made by; clock.Real{} by default. Nil means the
-// default.
+// WithClock sets the clock decisions are made by; clock.NewMonotonic() by default. Nil
+// means the default.
 func WithClock(c clock.Clock) Option {
 	return optionFunc(func(s *Store) {
 		if c != nil {
@@ -118,7 +130,7 @@ func WithSweepInterval(d time.Duration) Option {
 // New returns an empty Store.
 func New(opts ...Option) *Store {
 	s := &Store{
-		clock:      clock.Real{},
+		clock:      clock.NewMonotonic(),
 		seed:       maphash.MakeSeed(),
 		perShard:   DefaultMaxKeys,
 		sweepEvery: DefaultSweepInterval.Microseconds(),
@@ -131,9 +143,6 @@ func New(opts ...Option) *Store {
 	s.shards = make([]shard, n)
 	s.mask = uint64(n - 1)
 	s.perShard = maxKeys / n
-	for i := range s.shards {
-		s.shards[i].keys = make(map[stateKey]*entry)
-	}
 	return s
 }
 
@@ -147,33 +156,47 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if alg == nil {
 		return ratelimit.Decision{}, errors.New("localstore: request has no algorithm")
 	}
-	args, err := alg.Prepare(req.Rule, req.N)
-	if err != nil {
-		return ratelimit.Decision{}, err
-	}
-	now := s.clock.Now().UnixMicro()
+	now := s.now()
 	sh := &s.shards[maphash.String(s.seed, req.Key)&s.mask]
 
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	t := sh.table(alg)
+	args := t.args // the Args of the table's last rule, good if req.Rule is the same
+	if req.Rule != t.rule || req.N < 1 || req.N > args.Limit {
+		var err error
+		if args, err = t.prepare(req.Rule, req.N); err != nil {
+			return ratelimit.Decision{}, err
+		}
+	}
+	args.N = req.N
 	now = max(now, sh.now)
 	sh.now = now
 	if now >= sh.nextSweep {
 		sh.sweep(now)
 		sh.nextSweep = now + s.sweepEvery
 	}
-	k := stateKey{alg: alg, key: req.Key}
-	e := sh.keys[k]
+	keys := t.keys
+	e := keys[req.Key]
 	if e == nil {
-		if len(sh.keys) >= s.perShard {
+		if sh.size >= s.perShard {
 			sh.evict(now)
 		}
 		e = &entry{}
-		sh.keys[k] = e
+		keys[req.Key] = e
+		sh.size++
 	}
 	d := alg.Step(&e.state, now, args)
 	e.expires = now + d.ResetAfter.Microseconds()
 	return d, nil
+}
+
+// now reads the clock in microseconds, the default one without building a time.Time.
+func (s *Store) now() int64 {
+	if m, ok := s.clock.(clock.Monotonic); ok {
+		return m.UnixMicro()
+	}
+	return s.clock.Now().UnixMicro()
 }
 
 // Len is the number of keys held, expired ones not yet swept included.
@@ -182,27 +205,56 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.keys)
+		n += sh.size
 		sh.mu.Unlock()
 	}
 	return n
 }
 
+// table is the table of alg.
+func (sh *shard) table(alg *ratelimit.Algorithm) *table {
+	for i := range sh.tables {
+		if sh.tables[i].alg == alg {
+			return &sh.tables[i]
+		}
+	}
+	sh.tables = append(sh.tables, table{alg: alg, keys: make(map[string]*entry)})
+	return &sh.tables[len(sh.tables)-1]
+}
+
+// prepare is t.alg.Prepare(rule, n), remembered for the next request with the same rule.
+func (t *table) prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	a, err := t.alg.Prepare(rule, n)
+	if err == nil {
+		t.rule, t.args = rule, a
+	}
+	return a, err
+}
+
 // sweep drops every key that is back to full.
 func (sh *shard) sweep(now int64) {
-	for k, e := range sh.keys {
-		if e.expires <= now {
-			delete(sh.keys, k)
+	for _, t := range sh.tables {
+		for k, e := range t.keys {
+			if e.expires <= now {
+				delete(t.keys, k)
+				sh.size--
+			}
 		}
 	}
 }
 
-// evict drops one key: the first expired one among a few sampled (map iteration starts
-// at a random place), or else the sampled one that will be full soonest.
+// evict drops one key of the largest table: the first expired one among a few sampled
+// (map iteration starts at a random place), or else the sampled one that will be full
+// soonest.
 func (sh *shard) evict(now int64) {
-	var victim stateKey
-	soonest, seen := int64(0), 0
-	for k, e := range sh.keys {
+	var largest map[string]*entry
+	for _, t := range sh.tables {
+		if len(t.keys) > len(largest) {
+			largest = t.keys
+		}
+	}
+	victim, soonest, seen := "", int64(0), 0
+	for k, e := range largest {
 		if seen == 0 || e.expires < soonest {
 			victim, soonest = k, e.expires
 		}
@@ -210,5 +262,8 @@ func (sh *shard) evict(now int64) {
 			break
 		}
 	}
-	delete(sh.keys, victim)
+	if seen > 0 {
+		delete(largest, victim)
+		sh.size--
+	}
 }

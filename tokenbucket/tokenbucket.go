@@ -51,11 +51,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 	}
 	t := max(st.Time, now)
 	if elapsed := t - st.Time; elapsed > 0 {
-		if elapsed >= mathx.CeilDiv(full-st.Level, a.Rate) {
-			st.Level = full
-		} else {
-			st.Level += elapsed * a.Rate
-		}
+		st.Level = mathx.AddCapped(st.Level, elapsed, a.Rate, full)
 		st.Time = t
 	}
 	lag := t - now // how far the key's time is ahead of this caller's clock

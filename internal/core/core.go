@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
@@ -32,13 +31,19 @@ func New(store ratelimit.Store, alg *ratelimit.Algorithm, rule ratelimit.Rule) (
 	return Limiter{store: store, alg: alg, rule: rule, limit: a.Limit}, nil
 }
 
-// AllowN checks n, then asks the store.
+// AllowN checks n, then asks the store. It is small enough to be inlined into the
+// algorithms' methods, which saves a frame's copies of the Request and the Decision.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (ratelimit.Decision, error) {
 	if n < 1 || n > l.limit {
-		_, err := l.alg.Prepare(l.rule, n) // the one place that words the error
-		return ratelimit.Decision{}, err
+		return ratelimit.Decision{}, l.badN(n)
 	}
 	return l.store.Apply(ctx, ratelimit.Request{Algorithm: l.alg, Key: key, Rule: l.rule, N: n})
+}
+
+// badN is the error for an n out of range, as Prepare, the one place that words it, has it.
+func (l *Limiter) badN(n int64) error {
+	_, err := l.alg.Prepare(l.rule, n)
+	return err
 }
 
 // Rule is the limiter's rule.
@@ -46,6 +51,9 @@ func (l *Limiter) Rule() ratelimit.Rule { return l.rule }
 
 // CheckN returns an error unless 1 <= n <= limit.
 func CheckN(name string, n, limit int64) error {
+	if n >= 1 && n <= limit {
+		return nil
+	}
 	if n < 1 {
 		return fmt.Errorf("%s: n = %d: %w", name, n, ratelimit.ErrInvalidN)
 	}
@@ -57,10 +65,11 @@ func CheckN(name string, n, limit int64) error {
 
 // Micros is a rule's period in microseconds, after checking the rule.
 func Micros(name string, rule ratelimit.Rule) (int64, error) {
-	if err := rule.Validate(); err != nil {
+	period, err := rule.Micros()
+	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
-	return int64(rule.Period / time.Microsecond), nil
+	return period, nil
 }
 
 // BucketArgs are the Args of both buckets: Limit is the rule's capacity; a whole event is
@@ -71,7 +80,7 @@ func BucketArgs(name string, rule ratelimit.Rule, n int64) (ratelimit.Args, erro
 	if err != nil {
 		return ratelimit.Args{}, err
 	}
-	g := mathx.Gcd(rule.Limit, period)
+	g := mathx.Gcd(period, rule.Limit) // usually one division: round periods are multiples of the limit
 	unit, rate := period/g, rule.Limit/g
 	capacity := rule.Capacity()
 	if capacity > ratelimit.MaxExact/unit {

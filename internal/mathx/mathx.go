@@ -3,7 +3,10 @@
 // a twin in the Lua scripts that computes the same in doubles.
 package mathx
 
-import "time"
+import (
+	"math/bits"
+	"time"
+)
 
 // Gcd is the greatest common divisor of a and b, both positive.
 func Gcd(a, b int64) int64 {
@@ -25,6 +28,16 @@ func FloorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
+}
+
+// AddCapped is min(x + dt*rate, limit), for 0 <= x <= limit and dt, rate >= 0, without
+// overflow however large dt is.
+func AddCapped(x, dt, rate, limit int64) int64 {
+	hi, lo := bits.Mul64(uint64(dt), uint64(rate))
+	if hi != 0 || lo >= uint64(limit-x) {
+		return limit
+	}
+	return x + int64(lo)
 }
 
 // Micros converts microseconds to a Duration.
