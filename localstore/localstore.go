@@ -15,8 +15,8 @@
 //     key starts over with its full allowance, so under an attack that rotates keys the
 //     cap costs accuracy for the evicted keys, never memory.
 //
-// Each key costs about 150 bytes besides the key string itself (measured by the memory
-// test: 100,000 keys of 16 bytes retain under 20 MB).
+// Each key costs about 120 bytes besides the key string itself: TestMemoryBound drives a
+// million 16-byte keys through a store capped at 100,000 and measures 134 bytes per key.
 //
 // Time comes from a clock.Clock (WithClock; by default clock.NewMonotonic(), the wall
 // clock at New plus the monotonic time since) and never goes backwards within a shard: a
