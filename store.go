@@ -35,8 +35,16 @@ type Algorithm struct {
 	// Name is short and stable ("tokenbucket"); stores may use it in their keys.
 	Name string
 
-	// Script is the Lua source of the step, for stores that run it server-side.
+	// Script is the Lua source of the step, for stores that run it server-side: given the
+	// Args as ARGV (N, Limit, Period, Unit, Rate, then the time in microseconds or an empty
+	// string for the server's clock), it reads and writes the state in KEYS and returns
+	// {allowed (0 or 1), remaining, retry after, reset after, delay}, durations in
+	// microseconds. Its state is back to full, and may expire, after reset after.
 	Script string
+
+	// ScriptKeys names the keys the Script uses for one limiter key, in the order of KEYS.
+	// A store maps each (name, limiter key) to one of its own keys, all in one hash slot.
+	ScriptKeys []string
 
 	// Prepare validates rule and n and derives the integers one decision needs. Its
 	// errors wrap ErrInvalidRule, ErrInvalidN or ErrNExceedsLimit.

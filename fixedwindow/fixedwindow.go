@@ -14,6 +14,8 @@
 package fixedwindow
 
 import (
+	_ "embed"
+
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
@@ -22,10 +24,15 @@ import (
 const name = "fixedwindow"
 
 var algorithm = ratelimit.Algorithm{
-	Name:    name,
-	Prepare: prepare,
-	Step:    step,
+	Name:       name,
+	Script:     core.Script(script),
+	ScriptKeys: []string{"state"},
+	Prepare:    prepare,
+	Step:       step,
 }
+
+//go:embed fixedwindow.lua
+var script string
 
 // Algorithm is the fixed window as stores see it.
 func Algorithm() *ratelimit.Algorithm { return &algorithm }

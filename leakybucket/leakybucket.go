@@ -19,6 +19,8 @@
 package leakybucket
 
 import (
+	_ "embed"
+
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
@@ -27,10 +29,15 @@ import (
 const name = "leakybucket"
 
 var algorithm = ratelimit.Algorithm{
-	Name:    name,
-	Prepare: prepare,
-	Step:    step,
+	Name:       name,
+	Script:     core.Script(script),
+	ScriptKeys: []string{"state"},
+	Prepare:    prepare,
+	Step:       step,
 }
+
+//go:embed leakybucket.lua
+var script string
 
 // Algorithm is the leaky bucket as stores see it.
 func Algorithm() *ratelimit.Algorithm { return &algorithm }

@@ -13,6 +13,8 @@
 package slidinglog
 
 import (
+	_ "embed"
+
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
@@ -21,10 +23,15 @@ import (
 const name = "slidinglog"
 
 var algorithm = ratelimit.Algorithm{
-	Name:    name,
-	Prepare: prepare,
-	Step:    step,
+	Name:       name,
+	Script:     core.Script(script),
+	ScriptKeys: []string{"state", "log"},
+	Prepare:    prepare,
+	Step:       step,
 }
+
+//go:embed slidinglog.lua
+var script string
 
 // Algorithm is the sliding log as stores see it.
 func Algorithm() *ratelimit.Algorithm { return &algorithm }

@@ -23,6 +23,8 @@
 package slidingwindow
 
 import (
+	_ "embed"
+
 	"fmt"
 	"time"
 
@@ -34,10 +36,15 @@ import (
 const name = "slidingwindow"
 
 var algorithm = ratelimit.Algorithm{
-	Name:    name,
-	Prepare: prepare,
-	Step:    step,
+	Name:       name,
+	Script:     core.Script(script),
+	ScriptKeys: []string{"state"},
+	Prepare:    prepare,
+	Step:       step,
 }
+
+//go:embed slidingwindow.lua
+var script string
 
 // Algorithm is the sliding window counter as stores see it.
 func Algorithm() *ratelimit.Algorithm { return &algorithm }

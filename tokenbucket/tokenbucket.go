@@ -15,6 +15,8 @@
 package tokenbucket
 
 import (
+	_ "embed"
+
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
@@ -23,10 +25,15 @@ import (
 const name = "tokenbucket"
 
 var algorithm = ratelimit.Algorithm{
-	Name:    name,
-	Prepare: prepare,
-	Step:    step,
+	Name:       name,
+	Script:     core.Script(script),
+	ScriptKeys: []string{"state"},
+	Prepare:    prepare,
+	Step:       step,
 }
+
+//go:embed tokenbucket.lua
+var script string
 
 // Algorithm is the token bucket as stores see it.
 func Algorithm() *ratelimit.Algorithm { return &algorithm }

@@ -4,12 +4,19 @@ package core
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
+
+//go:embed prelude.lua
+var prelude string
+
+// Script is an algorithm's Lua step after the prelude that every step shares.
+func Script(step string) string { return prelude + step }
 
 // Limiter asks a Store for decisions of one Algorithm under one Rule.
 type Limiter struct {

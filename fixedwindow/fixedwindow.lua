@@ -1,0 +1,21 @@
+-- The fixed window, as step in fixedwindow.go: L is the count of the window holding T.
+local t = now
+if L > 0 then
+  t = math.max(T, now)
+  if fdiv(T, period) ~= fdiv(t, period) then L = 0 end
+end
+T = t
+local ending = (fdiv(t, period) + 1) * period
+
+if L + n <= limit then
+  L = L + n
+  allowed = 1
+else
+  retry = ending - now
+end
+remaining = math.max(0, limit - L)
+if L > 0 then
+  reset = ending - now
+end
+save(reset)
+return {allowed, remaining, retry, reset, delay}

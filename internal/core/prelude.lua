@@ -1,0 +1,45 @@
+-- The prelude of every algorithm's script: the same integers as Algorithm.Prepare gives
+-- Step in Go, the state of KEYS[1], and exact integer helpers. Lua numbers are doubles,
+-- exact for integers below 2^53; every quantity here is below 2^52 (ratelimit.MaxExact).
+--
+-- KEYS[1]: the key's state, a hash of t (the latest instant seen), l (Level), a (Aux).
+-- ARGV: n, limit, period (us), unit, rate, now (us since the Unix epoch; empty for Redis TIME).
+local n, limit, period, unit, rate =
+  tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local now = tonumber(ARGV[6])
+if not now then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+
+-- floor(a / b) for b > 0, corrected for the rounding of the division
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then q = q - 1 elseif r >= b then q = q + 1 end
+  return q
+end
+
+-- ceil(a / b) for b > 0
+local function cdiv(a, b)
+  return -fdiv(-a, b)
+end
+
+-- an integer as Redis must store it: never in exponent notation
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+local state = redis.call('HMGET', KEYS[1], 't', 'l', 'a')
+local T, L, A = tonumber(state[1]) or 0, tonumber(state[2]) or 0, tonumber(state[3]) or 0
+
+-- save writes the state back with a TTL of reset, the microseconds until the key is back
+-- to full (and worth nothing), rounded up to a whole millisecond, at least 1.
+local function save(reset)
+  redis.call('HSET', KEYS[1], 't', int(T), 'l', int(L), 'a', int(A))
+  redis.call('PEXPIRE', KEYS[1], math.max(1, cdiv(reset, 1000)))
+end
+
+-- the reply: allowed (0 or 1), remaining, retry after, reset after and delay (us)
+local allowed, remaining, retry, reset, delay = 0, 0, 0, 0, 0
+

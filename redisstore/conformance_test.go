@@ -1,0 +1,84 @@
+package redisstore_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+)
+
+// prefixes gives each store of a test its own keys on a shared server.
+var prefixes atomic.Int64
+
+func freshPrefix() redisstore.Option {
+	return redisstore.WithPrefix("test" + strconv.FormatInt(prefixes.Add(1), 10))
+}
+
+// The conformance suite of localstore, unchanged, on a real Redis with the fake clock.
+func TestConformance(t *testing.T) {
+	client := redistest.Start(t).Client()
+	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
+		return redisstore.New(client, redisstore.WithClock(clk), freshPrefix())
+	})
+}
+
+// The same on a real 3-master Redis Cluster.
+func TestConformanceCluster(t *testing.T) {
+	client := redistest.StartCluster(t, 3).Client(t)
+	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
+		return redisstore.New(client, redisstore.WithClock(clk), freshPrefix())
+	})
+}
+
+// The same through go-redis's AutoPipeliner.
+func TestConformanceAutoPipeliner(t *testing.T) {
+	ap, err := redistest.Start(t).Client().AutoPipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ap.Close() })
+	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
+		return redisstore.New(ap, redisstore.WithClock(clk), freshPrefix())
+	})
+}
+
+// The same on miniredis, for fast runs without a server.
+func TestConformanceMiniredis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { client.Close() })
+	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
+		return redisstore.New(client, redisstore.WithClock(clk), freshPrefix())
+	})
+}
+
+// The same on miniredis's TIME, driven by the fake clock: the scripts' own clock path.
+func TestConformanceServerTime(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { client.Close() })
+	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
+		return serverTime{redisstore.New(client, freshPrefix()), mr, clk}
+	})
+}
+
+// serverTime sets miniredis's TIME to the fake clock before each decision.
+type serverTime struct {
+	*redisstore.Store
+	mr  *miniredis.Miniredis
+	clk *clock.Fake
+}
+
+func (s serverTime) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	s.mr.SetTime(s.clk.Now())
+	return s.Store.Apply(ctx, req)
+}

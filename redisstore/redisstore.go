@@ -1,0 +1,242 @@
+// Package redisstore is the ratelimit.Store on Redis: one limit shared by every instance
+// of an application, with one atomic round trip per decision.
+//
+// Each decision is one EVALSHA of the algorithm's Lua script (EVAL when the server has
+// not seen the script: after a restart, a failover or SCRIPT FLUSH). The script reads the
+// key's state, decides exactly as the in-memory step does, writes the state back and sets
+// its TTL, all atomically. Time is the Redis server's (TIME), so instances whose clocks
+// disagree still agree on every decision; WithClock sends the caller's clock instead.
+//
+// # Never counted twice
+//
+// go-redis retries a command whose reply timed out (MaxRetries, 3 by default), and a
+// script that ran but whose reply was lost would then count twice. This store sends its
+// scripts as commands that go-redis never retries, whatever the client's options: a
+// decision whose reply is lost is an error (at most one count), never two counts. That
+// holds for clients with a Process method (*redis.Client, *redis.ClusterClient,
+// *redis.Ring, *redis.AutoPipeliner); any other Scripter is called through
+// redis.Script.Run, and its own retry policy applies.
+//
+// # Keys
+//
+// The state of limiter key k for an algorithm lives in Redis keys named
+//
+//	<prefix>:<algorithm>:<part>:<form of k>
+//
+// where prefix is "rl" by default (WithPrefix), algorithm is its Name ("tokenbucket") and
+// part names one of its keys ("state", and "log" for the sliding log). The form of k
+// keeps every key distinct and all parts of one key in one Redis Cluster hash slot:
+//
+//   - k carries a hash tag (a "{...}" with something inside, by Redis's own rule): the
+//     form is "t:" + k, and the tag is kept. Put a tenant's keys on one node on purpose
+//     with keys like "{shop-a}:create-order".
+//   - k is not empty and has no braces: the form is "{" + k + "}", so each key hashes on
+//     its own: "rl:tokenbucket:state:{tenant-42}".
+//   - otherwise (empty, or stray braces): the form is "{" + 16 hex digits of k's 64-bit
+//     FNV-1a hash + "}:" + k, so no brace a user puts in a key can steer its slot.
+//
+// Build keys from untrusted input with care: a key that carries a hash tag keeps it.
+//
+// Every write sets a TTL: the time until the key is back to its full allowance, rounded
+// up to a whole millisecond and never 0. Idle keys vanish and come back full, and a key
+// found without a TTL gets one on its next decision.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
+)
+
+// DefaultPrefix starts every key's name, unless WithPrefix says otherwise.
+const DefaultPrefix = "rl"
+
+// ErrUnexpectedReply: the server answered a script with something it does not return, as
+// a server that is not Redis, or a different script under the same SHA, might.
+var ErrUnexpectedReply = errors.New("redisstore: unexpected reply")
+
+// Store is a ratelimit.Store on Redis. It is safe for concurrent use.
+type Store struct {
+	client  redis.Scripter
+	process processor // the client's Process, nil if it has none
+	prefix  string
+	clock   clock.Clock // nil: Redis TIME
+	scripts sync.Map    // *ratelimit.Algorithm -> *redis.Script
+}
+
+var _ ratelimit.Store = (*Store)(nil)
+
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// Option configures a Store.
+type Option interface{ apply(*Store) }
+
+type optionFunc func(*Store)
+
+func (f optionFunc) apply(s *Store) { f(s) }
+
+// WithPrefix starts every key's name with prefix and a colon (DefaultPrefix by default; an
+// empty prefix means the default). Braces in prefix would pin every key to one hash slot,
+// so they are replaced with parentheses.
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(s *Store) {
+		if prefix != "" {
+			s.prefix = strings.NewReplacer("{", "(", "}", ")").Replace(prefix)
+		}
+	})
+}
+
+// WithClock makes decisions on c's time instead of the Redis server's, for tests, or for
+// applications whose clocks are known to agree. Nil means the server's time.
+func WithClock(c clock.Clock) Option {
+	return optionFunc(func(s *Store) { s.clock = c })
+}
+
+// New returns a Store on client: a *redis.Client, *redis.ClusterClient, *redis.Ring,
+// *redis.AutoPipeliner, or any redis.Scripter. It makes no call to Redis.
+func New(client redis.Scripter, opts ...Option) *Store {
+	s := &Store{client: client, prefix: DefaultPrefix}
+	s.process, _ = client.(processor)
+	for _, o := range opts {
+		o.apply(s)
+	}
+	return s
+}
+
+// Apply runs req's algorithm on Redis. Errors: ctx.Err() if ctx has ended; the error of
+// req.Algorithm.Prepare for an invalid rule or n, before any call to Redis; otherwise the
+// client's error (wrapped), or ErrUnexpectedReply.
+func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	alg := req.Algorithm
+	if alg == nil || alg.Script == "" || len(alg.ScriptKeys) == 0 {
+		return ratelimit.Decision{}, errors.New("redisstore: request has no algorithm with a script")
+	}
+	a, err := alg.Prepare(req.Rule, req.N)
+	if err != nil {
+		return ratelimit.Decision{}, err
+	}
+	keys := make([]string, len(alg.ScriptKeys))
+	form := keyForm(req.Key)
+	for i, part := range alg.ScriptKeys {
+		keys[i] = s.prefix + ":" + alg.Name + ":" + part + ":" + form
+	}
+	now := ""
+	if s.clock != nil {
+		now = strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
+	}
+	reply, err := s.run(ctx, alg, keys, a.N, a.Limit, a.Period, a.Unit, a.Rate, now)
+	if err != nil {
+		return ratelimit.Decision{}, fmt.Errorf("redisstore: %s: %w", alg.Name, err)
+	}
+	return decode(reply, a.Limit)
+}
+
+func (s *Store) script(alg *ratelimit.Algorithm) *redis.Script {
+	if sc, ok := s.scripts.Load(alg); ok {
+		return sc.(*redis.Script)
+	}
+	sc, _ := s.scripts.LoadOrStore(alg, redis.NewScript(alg.Script))
+	return sc.(*redis.Script)
+}
+
+// run is redis.Script.Run of alg's script, with commands go-redis never retries when the
+// client lets us choose.
+func (s *Store) run(ctx context.Context, alg *ratelimit.Algorithm, keys []string, args ...any) (any, error) {
+	script := s.script(alg)
+	if s.process == nil {
+		return script.Run(ctx, s.client, keys, args...).Result()
+	}
+	cmd := evalCmd(ctx, "evalsha", script.Hash(), keys, args)
+	err := s.process.Process(ctx, cmd)
+	// NOSCRIPT is the error code of the reply, its first word; the script did not run
+	if errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = evalCmd(ctx, "eval", alg.Script, keys, args)
+		err = s.process.Process(ctx, cmd)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Val(), nil
+}
+
+// noRetry is a command go-redis must not send again once it may have run.
+type noRetry struct{ *redis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+func evalCmd(ctx context.Context, name, payload string, keys []string, args []any) noRetry {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, payload, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmd := redis.NewCmd(ctx, append(cmdArgs, args...)...)
+	cmd.SetFirstKeyPos(3)
+	return noRetry{cmd}
+}
+
+// decode checks the shape of a script's reply: five integers, durations in microseconds.
+func decode(reply any, limit int64) (ratelimit.Decision, error) {
+	vals, ok := reply.([]any)
+	if !ok || len(vals) != 5 {
+		return ratelimit.Decision{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
+	}
+	var n [5]int64
+	for i, v := range vals {
+		if n[i], ok = v.(int64); !ok || n[i] < 0 || (i == 0 && n[i] > 1) {
+			return ratelimit.Decision{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
+		}
+	}
+	return ratelimit.Decision{
+		Allowed:    n[0] == 1,
+		Limit:      limit,
+		Remaining:  min(n[1], limit),
+		RetryAfter: mathx.Micros(n[2]),
+		ResetAfter: mathx.Micros(n[3]),
+		Delay:      mathx.Micros(n[4]),
+	}, nil
+}
+
+// keyForm is limiter key k as it ends each of its Redis keys' names (see the package
+// doc): distinct for distinct keys, and with one hash tag for all the parts of a key.
+func keyForm(k string) string {
+	if open := strings.IndexByte(k, '{'); open >= 0 {
+		if end := strings.IndexByte(k[open+1:], '}'); end > 0 {
+			return "t:" + k
+		}
+	}
+	if k != "" && !strings.ContainsAny(k, "{}") {
+		return "{" + k + "}"
+	}
+	return "{" + fnv64a(k) + "}:" + k
+}
+
+// fnv64a is the 64-bit FNV-1a hash of s in 16 hex digits.
+func fnv64a(s string) string {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	const digits = "0123456789abcdef"
+	var b [16]byte
+	for i := 15; i >= 0; i-- {
+		b[i] = digits[h&15]
+		h >>= 4
+	}
+	return string(b[:])
+}

@@ -1,0 +1,34 @@
+-- The sliding window counter, as step in slidingwindow.go: L is the current window's
+-- count, A the previous window's; unit is the tick in which elapsed time is weighed.
+L, A = math.min(L, limit), math.min(A, limit)
+local t = now
+if L > 0 or A > 0 then
+  t = math.max(T, now)
+  local windows = fdiv(t, period) - fdiv(T, period)
+  if windows == 1 then A, L = L, 0 elseif windows > 1 then A, L = 0, 0 end
+end
+T = t
+local start = fdiv(t, period) * period
+local ticks = fdiv(period, unit)
+local elapsed = fdiv(t - start, unit)
+local weighted = A * (ticks - elapsed)
+
+if L + n <= limit and weighted + (L + n) * ticks <= limit * ticks then
+  L = L + n
+  allowed = 1
+else
+  -- solve prev * (ticks - e) <= room * ticks for the tick e, here or in the next window
+  local prev, room, from = A, limit - L - n, start
+  if room < 0 then
+    prev, room, from = L, limit - n, start + period
+  end
+  retry = from + (ticks - fdiv(room * ticks, prev)) * unit - now
+end
+remaining = math.max(0, limit - L - cdiv(weighted, ticks))
+if L > 0 then
+  reset = start + 2 * period - now
+elseif A > 0 then
+  reset = start + period - now
+end
+save(reset)
+return {allowed, remaining, retry, reset, delay}

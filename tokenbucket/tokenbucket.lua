@@ -1,0 +1,31 @@
+-- The token bucket, as step in tokenbucket.go: L is the tokens in units of 1/unit token.
+local full = limit * unit
+if A == unit then
+  L = math.min(L, full)
+elseif A == 0 then -- a key never seen: a full bucket
+  L, T, A = full, now, unit
+else -- the rule's unit changed: keep the whole tokens
+  L = math.min(fdiv(L, A), limit) * unit
+  A = unit
+end
+local t = math.max(T, now)
+local elapsed = t - T
+if elapsed > 0 then
+  if elapsed * rate >= full - L then L = full else L = L + elapsed * rate end
+  T = t
+end
+local lag = t - now
+
+local need = n * unit
+if L >= need then
+  L = L - need
+  allowed = 1
+else
+  retry = lag + cdiv(need - L, rate)
+end
+remaining = fdiv(L, unit)
+if L < full then
+  reset = lag + cdiv(full - L, rate)
+end
+save(reset)
+return {allowed, remaining, retry, reset, delay}
