@@ -120,6 +120,9 @@ func (l *Log) Push(at, n int64) {
 	l.size++
 }
 
+// Clear empties the Log, keeping its memory.
+func (l *Log) Clear() { l.head, l.size = 0, 0 }
+
 // Pop removes the oldest entry and returns it; the Log must not be empty.
 func (l *Log) Pop() Event {
 	e := l.buf[l.head]

@@ -86,7 +86,7 @@ type table struct {
 
 type entry struct {
 	state   ratelimit.State
-	expires int64 // the instant the state is back to full
+	expires int64 // the instant the state is back to full, and forgotten
 }
 
 // Option configures a Store.
@@ -186,9 +186,22 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		keys[req.Key] = e
 		sh.size++
 	}
+	if e.expires <= now { // back to full: what is left counts for nothing, whatever the rule now
+		e.state = ratelimit.State{Log: e.state.Log}
+		if e.state.Log != nil {
+			e.state.Log.Clear()
+		}
+	}
 	d := alg.Step(&e.state, now, args)
-	e.expires = now + d.ResetAfter.Microseconds()
+	e.expires = now + expiry(d.ResetAfter)
 	return d, nil
+}
+
+// expiry is how long a state lasts after a decision: until it is back to full, rounded up
+// to a whole millisecond, as a Redis TTL is, so that both stores forget a key at the
+// same instant (which matters when its rule changes).
+func expiry(reset time.Duration) int64 {
+	return (reset.Microseconds() + 999) / 1000 * 1000
 }
 
 // now reads the clock in microseconds, the default one without building a time.Time.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
 	"github.com/ratelimit-go/ratelimit/internal/limitertest"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
@@ -109,4 +110,28 @@ func TestDefaultClockIsReal(t *testing.T) {
 			t.Errorf("6s later: %+v; want allowed", d)
 		}
 	})
+}
+
+// TestForgetsAtReset: a key past its reset counts for nothing, even before a sweep and
+// under a rule that would still see its events (as on Redis, where its TTL has run out).
+func TestForgetsAtReset(t *testing.T) {
+	clk := clock.NewFake(start.Add(500 * time.Millisecond))
+	s := localstore.New(localstore.WithClock(clk), localstore.WithSweepInterval(time.Hour))
+	apply := func(rule ratelimit.Rule) ratelimit.Decision {
+		d, err := s.Apply(context.Background(), ratelimit.Request{
+			Algorithm: fixedwindow.Algorithm(), Key: "k", Rule: rule, N: 5,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := apply(ratelimit.PerSecond(5)); !d.Allowed || d.ResetAfter != 500*time.Millisecond {
+		t.Fatalf("5 per second: %+v", d)
+	}
+	// in the same minute, but the key was full again at 1s under the rule that counted it
+	clk.Set(start.Add(1500 * time.Millisecond))
+	if d := apply(ratelimit.PerMinute(5)); !d.Allowed {
+		t.Errorf("a key past its reset still counts under a new rule: %+v", d)
+	}
 }
