@@ -82,3 +82,13 @@ func (s serverTime) Apply(ctx context.Context, req ratelimit.Request) (ratelimit
 	s.mr.SetTime(s.clk.Now())
 	return s.Store.Apply(ctx, req)
 }
+
+// The same through a Scripter without Process, which the store runs with Script.Run.
+func TestConformanceScripterOnly(t *testing.T) {
+	client := redistest.Start(t).Client()
+	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
+		return redisstore.New(scripterOnly{client}, redisstore.WithClock(clk), freshPrefix())
+	})
+}
+
+type scripterOnly struct{ redis.Scripter }

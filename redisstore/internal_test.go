@@ -1,0 +1,100 @@
+package redisstore
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+)
+
+// hashTag is the part of a key's name Redis Cluster hashes: the text between the first
+// "{" and the first "}" after it, if not empty; else "" (the whole name is hashed).
+func hashTag(name string) string {
+	open := strings.IndexByte(name, '{')
+	if open < 0 {
+		return ""
+	}
+	end := strings.IndexByte(name[open+1:], '}')
+	if end <= 0 {
+		return ""
+	}
+	return name[open+1 : open+1+end]
+}
+
+func TestKeyForm(t *testing.T) {
+	for _, tc := range []struct{ key, form, tag string }{
+		{"tenant-42", "{tenant-42}", "tenant-42"},
+		{"a:b", "{a:b}", "a:b"},
+		{"{shop-a}:create-order", "t:{shop-a}:create-order", "shop-a"},
+		{"x{shop-a}y{z}", "t:x{shop-a}y{z}", "shop-a"},
+		{"}{a}", "t:}{a}", "a"},
+		{"{a}", "t:{a}", "a"},
+		{"a", "{a}", "a"},
+		{"", "{cbf29ce484222325}:", "cbf29ce484222325"},
+		{"{}", "{" + fnv64a("{}") + "}:{}", fnv64a("{}")},
+		{"a}", "{" + fnv64a("a}") + "}:a}", fnv64a("a}")},
+		{"{", "{" + fnv64a("{") + "}:{", fnv64a("{")},
+	} {
+		form := keyForm(tc.key)
+		if form != tc.form {
+			t.Errorf("keyForm(%q) = %q; want %q", tc.key, form, tc.form)
+		}
+		for _, part := range []string{"state", "log"} {
+			if tag := hashTag("rl:slidinglog:" + part + ":" + form); tag != tc.tag {
+				t.Errorf("key %q, part %s: hash tag %q; want %q", tc.key, part, tag, tc.tag)
+			}
+		}
+	}
+}
+
+// TestKeysDistinct: no two keys share a name, and every name has a hash tag (so all the
+// parts of a key sit in one slot), whatever the key.
+func TestKeysDistinct(t *testing.T) {
+	keys := []string{"", "a", "{a}", "a}", "{a", "{}", "}", "{", "a:b", "a:b:c", "{a}:b", "a\x00",
+		"\x00", "\xff\xfe", "t:a", "{t:a}", "t:{a}", "{cbf29ce484222325}:", strings.Repeat("k", 1<<20)}
+	seen := map[string]string{}
+	for _, k := range keys {
+		form := keyForm(k)
+		if other, dup := seen[form]; dup {
+			t.Errorf("keys %q and %q share the name %q", k, other, form)
+		}
+		seen[form] = k
+		if hashTag("rl:x:state:"+form) == "" {
+			t.Errorf("key %q: name %.40q has no hash tag", k, form)
+		}
+	}
+}
+
+func TestWithPrefixDropsBraces(t *testing.T) {
+	s := New(nil, WithPrefix("{app}"))
+	if s.prefix != "(app)" {
+		t.Errorf("prefix %q; want (app)", s.prefix)
+	}
+	if s := New(nil, WithPrefix("")); s.prefix != DefaultPrefix {
+		t.Errorf("empty prefix: %q; want the default", s.prefix)
+	}
+}
+
+func TestDecode(t *testing.T) {
+	d, err := decode([]any{int64(1), int64(4), int64(0), int64(1500), int64(250)}, 5)
+	want := ratelimit.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 1500 * time.Microsecond, Delay: 250 * time.Microsecond}
+	if err != nil || d != want {
+		t.Errorf("decode = %+v, %v; want %+v", d, err, want)
+	}
+	for _, bad := range []any{
+		nil, "OK", int64(1), []any{},
+		[]any{int64(1), int64(4), int64(0), int64(0)},
+		[]any{int64(1), int64(4), int64(0), int64(0), int64(0), int64(0)},
+		[]any{"1", int64(4), int64(0), int64(0), int64(0)},
+		[]any{int64(2), int64(4), int64(0), int64(0), int64(0)},
+		[]any{int64(0), int64(-1), int64(0), int64(0), int64(0)},
+		[]any{int64(0), int64(4), int64(-5), int64(0), int64(0)},
+		[]any{int64(0), int64(4), 1.5, int64(0), int64(0)},
+	} {
+		if _, err := decode(bad, 5); !errors.Is(err, ErrUnexpectedReply) {
+			t.Errorf("decode(%#v) = %v; want ErrUnexpectedReply", bad, err)
+		}
+	}
+}

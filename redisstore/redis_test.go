@@ -1,0 +1,422 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+func apply(t *testing.T, s ratelimit.Store, alg *ratelimit.Algorithm, key string, rule ratelimit.Rule, n int64) (ratelimit.Decision, error) {
+	t.Helper()
+	return s.Apply(context.Background(), ratelimit.Request{Algorithm: alg, Key: key, Rule: rule, N: n})
+}
+
+// TestAtomicity: 1000 parallel requests from 8 clients on one key, on the server's clock,
+// admit exactly the limit for every algorithm (it cannot refill in an hour).
+func TestAtomicity(t *testing.T) {
+	srv := redistest.Start(t)
+	var stores []*redisstore.Store
+	for range 8 {
+		stores = append(stores, redisstore.New(srv.Client(), redisstore.WithPrefix("atomic")))
+	}
+	rule := ratelimit.PerHour(100)
+	for _, k := range limitertest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 1000 {
+				wg.Go(func() {
+					d, err := apply(t, stores[i%8], k.Algorithm, "hot", rule, 1)
+					if err != nil {
+						t.Error(err)
+					} else if d.Allowed {
+						admitted.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			if admitted.Load() != rule.Limit {
+				t.Errorf("admitted %d of 1000; want exactly %d", admitted.Load(), rule.Limit)
+			}
+		})
+	}
+}
+
+// TestClusterWide: 20 instances, each with its own client, drive 100 tenants at twice
+// their limit for 3 seconds on the server's clock; summed over all instances, each
+// tenant is admitted what its token bucket allows over the time it was driven.
+func TestClusterWide(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for 3 seconds")
+	}
+	const (
+		instances = 20
+		tenants   = 100
+		duration  = 3 * time.Second
+	)
+	srv := redistest.Start(t)
+	rule := ratelimit.PerSecond(10) // 20 instances x 1 per second each: 20 per second per tenant
+	var admitted atomic.Int64
+	var first, last sync.Map // tenant -> time of its first and last request
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range instances {
+		l, err := tokenbucket.New(redisstore.New(srv.Client(), redisstore.WithPrefix("wide")), rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			// instance i sends every tenant one request a second, 50ms after instance i-1
+			for at := time.Duration(i) * duration / instances / 3; at < duration; at += time.Second {
+				time.Sleep(time.Until(start.Add(at))) // pacing a real-time load, not a wait in a check
+				for tenant := range tenants {
+					key := fmt.Sprint("tenant-", tenant)
+					now := time.Now()
+					first.LoadOrStore(key, now)
+					last.Store(key, now)
+					d, err := l.Allow(context.Background(), key)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	allowed := 0.0
+	first.Range(func(key, f any) bool {
+		l, _ := last.Load(key)
+		span := l.(time.Time).Sub(f.(time.Time)).Seconds()
+		allowed += float64(rule.Capacity()) + float64(rule.Limit)*span
+		return true
+	})
+	got := float64(admitted.Load())
+	t.Logf("admitted %d, the rule allows %.0f (%.2f%%)", admitted.Load(), allowed, 100*(got-allowed)/allowed)
+	if got < allowed*0.97 || got > allowed*1.03 {
+		t.Errorf("admitted %.0f; the rule allows %.0f: off by more than 3%%", got, allowed)
+	}
+}
+
+// TestClockSkew: instances whose clocks are 5 seconds apart (WithClock) see one bucket:
+// the one behind decides as at the latest instant the key has seen, and its RetryAfter
+// is in its own clock. (Without WithClock, decisions take Redis's clock and skew cannot
+// arise at all.)
+func TestClockSkew(t *testing.T) {
+	client := redistest.Start(t).Client()
+	ahead := clock.NewFake(limitertest.Start.Add(5 * time.Second))
+	behind := clock.NewFake(limitertest.Start)
+	rule := ratelimit.PerSecond(10)
+	la, _ := tokenbucket.New(redisstore.New(client, redisstore.WithClock(ahead), redisstore.WithPrefix("skew")), rule)
+	lb, _ := tokenbucket.New(redisstore.New(client, redisstore.WithClock(behind), redisstore.WithPrefix("skew")), rule)
+	ctx := context.Background()
+	if d, err := la.AllowN(ctx, "k", 6); err != nil || !d.Allowed || d.Remaining != 4 {
+		t.Fatalf("ahead: AllowN(6) = %+v, %v", d, err)
+	}
+	if d, err := lb.AllowN(ctx, "k", 4); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("behind: AllowN(4) = %+v, %v; want allowed, 0 left (no refill from its older clock)", d, err)
+	}
+	if d, err := lb.Allow(ctx, "k"); err != nil || d.Allowed || d.RetryAfter != 5*time.Second+100*time.Millisecond {
+		t.Fatalf("behind: Allow = %+v, %v; want denied, retry after 5.1s on its own clock", d, err)
+	}
+	if d, err := la.Allow(ctx, "k"); err != nil || d.Allowed || d.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("ahead: Allow = %+v, %v; want denied, retry after 100ms", d, err)
+	}
+	behind.Advance(5*time.Second + 100*time.Millisecond)
+	if d, err := lb.Allow(ctx, "k"); err != nil || !d.Allowed {
+		t.Fatalf("behind, after its RetryAfter: %+v, %v; want allowed", d, err)
+	}
+}
+
+// TestScriptFlush: after SCRIPT FLUSH the next decision loads the script with EVAL, once,
+// and counts once.
+func TestScriptFlush(t *testing.T) {
+	client := redistest.Start(t).Client()
+	s := redisstore.New(client)
+	rule := ratelimit.PerHour(10)
+	ctx := context.Background()
+	for i := range 10 {
+		if i == 5 {
+			if err := client.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d, err := apply(t, s, fixedwindow.Algorithm(), "k", rule, 1)
+		if err != nil || !d.Allowed || d.Remaining != int64(9-i) {
+			t.Fatalf("decision %d: %+v, %v; want allowed with %d left", i, d, err, 9-i)
+		}
+	}
+	if calls := commandCalls(t, client, "eval"); calls != 2 {
+		t.Errorf("EVAL ran %d times; want 2 (the first decision, and the one after the flush)", calls)
+	}
+}
+
+// commandCalls reads INFO commandstats: how often the server ran cmd.
+func commandCalls(t *testing.T, c *redis.Client, cmd string) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+			var n int
+			fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &n)
+			return n
+		}
+	}
+	return 0
+}
+
+// TestRestart: while Redis is down every decision is an error (never a false "allowed");
+// once it is back on the same port decisions resume, on fresh state.
+func TestRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	s := redisstore.New(srv.Client(func(o *redis.Options) { o.MaxRetries = -1 }))
+	rule := ratelimit.PerHour(5)
+	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 5); err != nil || !d.Allowed {
+		t.Fatalf("before: %+v, %v", d, err)
+	}
+	srv.Kill()
+	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1); err == nil || d.Allowed {
+		t.Fatalf("with Redis down: %+v, %v; want an error and no admission", d, err)
+	}
+	srv.Restart()
+	deadline := time.Now().Add(redistest.StartupTimeout)
+	for {
+		d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1)
+		if err == nil {
+			if !d.Allowed || d.Remaining != 4 {
+				t.Errorf("after the restart: %+v; want a fresh bucket", d)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no decision after the restart: %v", err)
+		}
+	}
+}
+
+// TestKeyWithoutTTL: a state written without a TTL gets one on its next decision.
+func TestKeyWithoutTTL(t *testing.T) {
+	client := redistest.Start(t).Client()
+	s := redisstore.New(client, redisstore.WithPrefix("nottl"))
+	ctx := context.Background()
+	key := "nottl:fixedwindow:state:{k}"
+	window := time.Now().Add(time.Hour).UnixMicro() // a state far in the future: still full of events
+	if err := client.HSet(ctx, key, "t", window, "l", 3, "a", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := client.PTTL(ctx, key).Val(); ttl != -1 {
+		t.Fatalf("setup: PTTL = %v; want none", ttl)
+	}
+	d, err := apply(t, s, fixedwindow.Algorithm(), "k", ratelimit.PerHour(10), 1)
+	if err != nil || !d.Allowed || d.Remaining != 6 {
+		t.Fatalf("decision on the state without TTL: %+v, %v; want 6 left", d, err)
+	}
+	if ttl := client.PTTL(ctx, key).Val(); ttl <= 0 || ttl > d.ResetAfter+time.Millisecond {
+		t.Errorf("PTTL after a decision = %v; want a TTL up to ResetAfter %v", ttl, d.ResetAfter)
+	}
+}
+
+// TestTTLs: every key of every algorithm has a TTL after a decision, whole milliseconds,
+// never 0, up to ResetAfter, whatever the rule: a 5ms period, a day, a rate far above the
+// capacity, a fractional rate.
+func TestTTLs(t *testing.T) {
+	client := redistest.Start(t).Client()
+	s := redisstore.New(client, redisstore.WithPrefix("ttl"))
+	ctx := context.Background()
+	rules := []ratelimit.Rule{
+		{Limit: 3, Period: 5 * time.Millisecond},
+		ratelimit.PerDay(1000),
+		{Limit: 1000, Period: time.Second, Burst: 1},
+		ratelimit.PerSecond(3),
+	}
+	for _, k := range limitertest.Kinds {
+		for i, rule := range rules {
+			key := fmt.Sprint("k", i)
+			d, err := apply(t, s, k.Algorithm, key, rule, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, part := range k.Algorithm.ScriptKeys {
+				name := fmt.Sprintf("ttl:%s:%s:{%s}", k.Name, part, key)
+				ttl := client.PTTL(ctx, name).Val()
+				if ttl == -2 && d.ResetAfter <= 5*time.Millisecond {
+					continue // a 5ms TTL may run out before the check: that it vanishes is right too
+				}
+				if ttl <= 0 || ttl > d.ResetAfter+time.Millisecond {
+					t.Errorf("%s %v: PTTL(%s) = %v; ResetAfter %v", k.Name, rule, name, ttl, d.ResetAfter)
+				}
+			}
+		}
+	}
+}
+
+// TestIdleKeysVanish: a key's state expires when it is back to full, and the key comes
+// back full.
+func TestIdleKeysVanish(t *testing.T) {
+	client := redistest.Start(t).Client()
+	s := redisstore.New(client, redisstore.WithPrefix("idle"))
+	rule := ratelimit.Rule{Limit: 2, Period: 50 * time.Millisecond}
+	if d, err := apply(t, s, fixedwindow.Algorithm(), "k", rule, 2); err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for client.Exists(context.Background(), "idle:fixedwindow:state:{k}").Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the key did not expire")
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+	if d, err := apply(t, s, fixedwindow.Algorithm(), "k", rule, 2); err != nil || !d.Allowed {
+		t.Errorf("after it vanished: %+v, %v; want a full key", d, err)
+	}
+}
+
+// TestMaxMemory: with Redis out of memory, a decision is an error, not an admission.
+func TestMaxMemory(t *testing.T) {
+	client := redistest.Start(t).Client()
+	ctx := context.Background()
+	if err := client.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := apply(t, redisstore.New(client), tokenbucket.Algorithm(), "k", ratelimit.PerSecond(5), 1)
+	if !redis.IsOOMError(err) || d.Allowed {
+		t.Errorf("out of memory: %+v, %v; want an OOM error", d, err)
+	}
+}
+
+// TestReplyLostIsCountedOnce: a reply delayed past the client's read timeout is an error,
+// and the decision counted once, though the client allows 3 retries. The control shows
+// that a plain redis.Script.Run through the same proxy counts twice or more.
+func TestReplyLostIsCountedOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	direct := srv.Client()
+	p := startProxy(t, srv.Addr)
+	client := redis.NewClient(&redis.Options{
+		Addr: p.addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: 3,
+		MinRetryBackoff: time.Millisecond, MaxRetryBackoff: time.Millisecond,
+	})
+	t.Cleanup(func() { client.Close() })
+	ctx := context.Background()
+	rule := ratelimit.PerHour(100)
+	count := func(key string) string {
+		return direct.HGet(ctx, "lost:fixedwindow:state:{"+key+"}", "l").Val()
+	}
+
+	s := redisstore.New(client, redisstore.WithPrefix("lost"))
+	if _, err := apply(t, s, fixedwindow.Algorithm(), "warm", rule, 1); err != nil {
+		t.Fatal(err) // loads the script and opens a connection at full speed
+	}
+	p.delayNext.Store(1)
+	if d, err := apply(t, s, fixedwindow.Algorithm(), "k", rule, 1); err == nil || d.Allowed {
+		t.Fatalf("a reply delayed past the read timeout: %+v, %v; want an error", d, err)
+	}
+	if got := count("k"); got != "1" {
+		t.Errorf("counted %s times; want exactly once", got)
+	}
+
+	// the control: the same script run as go-redis's Script.Run, which it retries
+	script := redis.NewScript(fixedwindow.Algorithm().Script)
+	keys := []string{"lost:fixedwindow:state:{control}"}
+	args := []any{1, 100, time.Hour.Microseconds(), 0, 0, ""}
+	if err := client.Ping(ctx).Err(); err != nil {
+		t.Fatal(err) // a pooled connection again, so that the delayed reply is the script's
+	}
+	p.delayNext.Store(1)
+	if err := script.Run(ctx, client, keys, args...).Err(); err != nil {
+		t.Fatalf("the control's retry failed too: %v", err)
+	}
+	if got := count("control"); got != "2" {
+		t.Errorf("the control counted %q times; want 2, or the test cannot see a retry", got)
+	}
+}
+
+// proxy forwards TCP to a server; it holds back the next delayNext replies by 300ms,
+// past the client's read timeout.
+type proxy struct {
+	addr      string
+	delayNext atomic.Int64
+}
+
+func startProxy(t *testing.T, server string) *proxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{addr: l.Addr().String()}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { l.Close(); conns.Wait() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", server)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			conns.Add(2)
+			go func() { defer conns.Done(); io.Copy(s, c); s.Close() }()
+			go func() {
+				defer conns.Done()
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 {
+						if p.delayNext.Add(-1) >= 0 {
+							time.Sleep(300 * time.Millisecond) // the fault under test: a slow reply
+						}
+						if _, err := c.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return p
+}
+
+// TestClusterSpread: the keys of many tenants spread over all masters.
+func TestClusterSpread(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	s := redisstore.New(cluster.Client(t), redisstore.WithPrefix("spread"))
+	for i := range 300 {
+		if _, err := apply(t, s, tokenbucket.Algorithm(), fmt.Sprint("tenant-", i), ratelimit.PerHour(10), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range cluster.Masters {
+		n := redis.NewClient(&redis.Options{Addr: m.Addr}).DBSize(context.Background()).Val()
+		if n < 50 || n > 150 {
+			t.Errorf("master %s holds %d of 300 keys; want about a third", m.Addr, n)
+		}
+	}
+}
