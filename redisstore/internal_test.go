@@ -37,7 +37,8 @@ func TestKeyForm(t *testing.T) {
 		{"a}", "{" + fnv64a("a}") + "}:a}", fnv64a("a}")},
 		{"{", "{" + fnv64a("{") + "}:{", fnv64a("{")},
 	} {
-		form := keyForm(tc.key)
+		pre, post := keyForm(tc.key)
+		form := pre + tc.key + post
 		if form != tc.form {
 			t.Errorf("keyForm(%q) = %q; want %q", tc.key, form, tc.form)
 		}
@@ -56,7 +57,8 @@ func TestKeysDistinct(t *testing.T) {
 		"\x00", "\xff\xfe", "t:a", "{t:a}", "t:{a}", "{cbf29ce484222325}:", strings.Repeat("k", 1<<20)}
 	seen := map[string]string{}
 	for _, k := range keys {
-		form := keyForm(k)
+		pre, post := keyForm(k)
+		form := pre + k + post
 		if other, dup := seen[form]; dup {
 			t.Errorf("keys %q and %q share the name %q", k, other, form)
 		}

@@ -37,6 +37,11 @@
 //
 // Build keys from untrusted input with care: a key that carries a hash tag keeps it.
 //
+// A key's state is a string "T:L:A" in decimal: the latest instant the key has seen (in
+// microseconds since the Unix epoch), and the algorithm's Level and Aux (see each
+// algorithm's package doc); the sliding log keeps its events in a list beside it, as
+// pairs (instant, count), oldest first.
+//
 // Every write sets a TTL: the time until the key is back to its full allowance, rounded
 // up to a whole millisecond and never 0. Idle keys vanish and come back full, and a key
 // found without a TTL gets one on its next decision.
@@ -49,6 +54,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -70,10 +76,25 @@ type Store struct {
 	process processor // the client's Process, nil if it has none
 	prefix  string
 	clock   clock.Clock // nil: Redis TIME
-	scripts sync.Map    // *ratelimit.Algorithm -> *redis.Script
+	scripts sync.Map    // *ratelimit.Algorithm -> *script
 }
 
 var _ ratelimit.Store = (*Store)(nil)
+
+// script is what the store keeps of one algorithm, so that a decision allocates little
+// more than its key names.
+type script struct {
+	script    *redis.Script
+	hash, src any      // the script's SHA and source, boxed once
+	names     []string // "<prefix>:<algorithm>:<part>:" for each of its keys
+	last      atomic.Pointer[ruleArgs]
+}
+
+// ruleArgs are the ARGV that depend only on the rule, boxed once per rule.
+type ruleArgs struct {
+	rule                      ratelimit.Rule
+	limit, period, unit, rate any
+}
 
 type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
@@ -129,42 +150,61 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
-	keys := make([]string, len(alg.ScriptKeys))
-	form := keyForm(req.Key)
-	for i, part := range alg.ScriptKeys {
-		keys[i] = s.prefix + ":" + alg.Name + ":" + part + ":" + form
+	sc := s.script(alg)
+	ra := sc.last.Load()
+	if ra == nil || ra.rule != req.Rule {
+		ra = &ruleArgs{rule: req.Rule, limit: a.Limit, period: a.Period, unit: a.Unit, rate: a.Rate}
+		sc.last.Store(ra)
 	}
-	now := ""
+	var now any = ""
 	if s.clock != nil {
 		now = strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
 	}
-	reply, err := s.run(ctx, alg, keys, a.N, a.Limit, a.Period, a.Unit, a.Rate, now)
+	// EVALSHA hash numkeys key... n limit period unit rate now
+	args := make([]any, 3, 3+len(sc.names)+6)
+	args[0], args[1], args[2] = "evalsha", sc.hash, len(sc.names)
+	pre, post := keyForm(req.Key)
+	for _, name := range sc.names {
+		args = append(args, name+pre+req.Key+post)
+	}
+	args = append(args, a.N, ra.limit, ra.period, ra.unit, ra.rate, now)
+	reply, err := s.run(ctx, sc, args)
 	if err != nil {
 		return ratelimit.Decision{}, fmt.Errorf("redisstore: %s: %w", alg.Name, err)
 	}
 	return decode(reply, a.Limit)
 }
 
-func (s *Store) script(alg *ratelimit.Algorithm) *redis.Script {
+func (s *Store) script(alg *ratelimit.Algorithm) *script {
 	if sc, ok := s.scripts.Load(alg); ok {
-		return sc.(*redis.Script)
+		return sc.(*script)
 	}
-	sc, _ := s.scripts.LoadOrStore(alg, redis.NewScript(alg.Script))
-	return sc.(*redis.Script)
+	rs := redis.NewScript(alg.Script)
+	sc := &script{script: rs, hash: rs.Hash(), src: alg.Script}
+	for _, part := range alg.ScriptKeys {
+		sc.names = append(sc.names, s.prefix+":"+alg.Name+":"+part+":")
+	}
+	got, _ := s.scripts.LoadOrStore(alg, sc)
+	return got.(*script)
 }
 
-// run is redis.Script.Run of alg's script, with commands go-redis never retries when the
-// client lets us choose.
-func (s *Store) run(ctx context.Context, alg *ratelimit.Algorithm, keys []string, args ...any) (any, error) {
-	script := s.script(alg)
+// run sends args, an EVALSHA, as a command go-redis never retries, and EVAL when the
+// server does not have the script. A client without Process gets redis.Script.Run.
+func (s *Store) run(ctx context.Context, sc *script, args []any) (any, error) {
 	if s.process == nil {
-		return script.Run(ctx, s.client, keys, args...).Result()
+		keys := make([]string, args[2].(int))
+		for i := range keys {
+			keys[i] = args[3+i].(string)
+		}
+		return sc.script.Run(ctx, s.client, keys, args[3+len(keys):]...).Result()
 	}
-	cmd := evalCmd(ctx, "evalsha", script.Hash(), keys, args)
+	cmd := noRetryCmd(ctx, args)
 	err := s.process.Process(ctx, cmd)
-	// NOSCRIPT is the error code of the reply, its first word; the script did not run
-	if errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = evalCmd(ctx, "eval", alg.Script, keys, args)
+	// NOSCRIPT is the error code of the reply, its first word; the script did not run.
+	// (HasErrorPrefix allocates, even for a nil error: ask only when there is one.)
+	if err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		args[0], args[1] = "eval", sc.src
+		cmd = noRetryCmd(ctx, args)
 		err = s.process.Process(ctx, cmd)
 	}
 	if err != nil {
@@ -178,13 +218,8 @@ type noRetry struct{ *redis.Cmd }
 
 func (noRetry) NoRetry() bool { return true }
 
-func evalCmd(ctx context.Context, name, payload string, keys []string, args []any) noRetry {
-	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-	cmdArgs = append(cmdArgs, name, payload, len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
-	}
-	cmd := redis.NewCmd(ctx, append(cmdArgs, args...)...)
+func noRetryCmd(ctx context.Context, args []any) noRetry {
+	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	return noRetry{cmd}
 }
@@ -211,18 +246,19 @@ func decode(reply any, limit int64) (ratelimit.Decision, error) {
 	}, nil
 }
 
-// keyForm is limiter key k as it ends each of its Redis keys' names (see the package
-// doc): distinct for distinct keys, and with one hash tag for all the parts of a key.
-func keyForm(k string) string {
+// keyForm is what goes before and after limiter key k at the end of each of its Redis
+// keys' names (see the package doc): distinct for distinct keys, and with one hash tag
+// for all the parts of a key.
+func keyForm(k string) (pre, post string) {
 	if open := strings.IndexByte(k, '{'); open >= 0 {
 		if end := strings.IndexByte(k[open+1:], '}'); end > 0 {
-			return "t:" + k
+			return "t:", ""
 		}
 	}
 	if k != "" && !strings.ContainsAny(k, "{}") {
-		return "{" + k + "}"
+		return "{", "}"
 	}
-	return "{" + fnv64a(k) + "}:" + k
+	return "{" + fnv64a(k) + "}:", ""
 }
 
 // fnv64a is the 64-bit FNV-1a hash of s in 16 hex digits.

@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -127,3 +128,5 @@ func BenchmarkLocal(b *testing.B) {
 		})
 	}
 }
+
+func testingProcs() int { return runtime.GOMAXPROCS(0) }

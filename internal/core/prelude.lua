@@ -2,7 +2,7 @@
 -- Step in Go, the state of KEYS[1], and exact integer helpers. Lua numbers are doubles,
 -- exact for integers below 2^53; every quantity here is below 2^52 (ratelimit.MaxExact).
 --
--- KEYS[1]: the key's state, a hash of t (the latest instant seen), l (Level), a (Aux).
+-- KEYS[1]: the key's state, the string "T:L:A": the latest instant seen (us), Level, Aux.
 -- ARGV: n, limit, period (us), unit, rate, now (us since the Unix epoch; empty for Redis TIME).
 local n, limit, period, unit, rate =
   tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -30,14 +30,18 @@ local function int(x)
   return string.format('%.0f', x)
 end
 
-local state = redis.call('HMGET', KEYS[1], 't', 'l', 'a')
-local T, L, A = tonumber(state[1]) or 0, tonumber(state[2]) or 0, tonumber(state[3]) or 0
+-- the state is one string "T:L:A", read and written with one call each
+local T, L, A = 0, 0, 0
+local state = redis.call('GET', KEYS[1])
+if state then
+  local t, l, a = string.match(state, '^(-?%d+):(%d+):(%d+)$')
+  T, L, A = tonumber(t) or 0, tonumber(l) or 0, tonumber(a) or 0
+end
 
 -- save writes the state back with a TTL of reset, the microseconds until the key is back
 -- to full (and worth nothing), rounded up to a whole millisecond, at least 1.
 local function save(reset)
-  redis.call('HSET', KEYS[1], 't', int(T), 'l', int(L), 'a', int(A))
-  redis.call('PEXPIRE', KEYS[1], math.max(1, cdiv(reset, 1000)))
+  redis.call('SET', KEYS[1], string.format('%.0f:%.0f:%.0f', T, L, A), 'PX', math.max(1, cdiv(reset, 1000)))
 end
 
 -- the reply: allowed (0 or 1), remaining, retry after, reset after and delay (us)

@@ -1,5 +1,6 @@
 // Package redistest starts real redis-server processes for tests: single servers on free
-// ports, and Redis Clusters. Each is stopped when its test ends. When redis-server is not
+// ports, and Redis Clusters. Each is stopped when its test ends. Tests that only send
+// commands may use a server of the caller's instead, named by REDIS_ADDR (see Addr). When redis-server is not
 // installed the test is skipped, or fails if RATELIMIT_REQUIRE_REDIS=1 (as in CI).
 // Waiting is always polling for the event with a deadline, never a fixed sleep.
 package redistest
@@ -84,12 +85,13 @@ func (s *Server) start() error {
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
 	}, s.args...)
-	s.cmd = exec.Command("redis-server", args...)
-	if err := s.cmd.Start(); err != nil {
+	cmd := exec.Command("redis-server", args...)
+	if err := cmd.Start(); err != nil {
 		return err
 	}
+	s.cmd = cmd
 	exited := make(chan error, 1)
-	go func() { exited <- s.cmd.Wait() }()
+	go func() { exited <- cmd.Wait() }()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(StartupTimeout)
@@ -107,7 +109,7 @@ func (s *Server) start() error {
 			return nil // the goroutine above reaps the process when it exits
 		}
 		if time.Now().After(deadline) {
-			s.cmd.Process.Kill()
+			cmd.Process.Kill()
 			return fmt.Errorf("redis-server on port %d does not answer: %v", s.port, err)
 		}
 		time.Sleep(10 * time.Millisecond) // poll interval, not a wait for time to pass
@@ -167,6 +169,17 @@ func (s *Server) Pause() { syscall.Kill(s.cmd.Process.Pid, syscall.SIGSTOP) }
 
 // Resume continues a paused process (SIGCONT).
 func (s *Server) Resume() { syscall.Kill(s.cmd.Process.Pid, syscall.SIGCONT) }
+
+// Addr is the address of a Redis for tests that only send it commands: REDIS_ADDR if it is
+// set (a server of the caller's; tests keep to their own key prefixes there), else a
+// server started for the test.
+func Addr(t testing.TB) string {
+	t.Helper()
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+		return addr
+	}
+	return Start(t).Addr
+}
 
 // Cluster is a Redis Cluster of masters without replicas.
 type Cluster struct {

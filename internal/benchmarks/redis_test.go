@@ -1,0 +1,147 @@
+package benchmarks
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/throttled/throttled/v2"
+	goredisstore "github.com/throttled/throttled/v2/store/goredisstore.v9"
+	"github.com/ulule/limiter/v3"
+	ulule "github.com/ulule/limiter/v3/drivers/store/redis"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// callers is the number of goroutines deciding at once in the parallel benchmarks.
+const callers = 32
+
+func newClient(b *testing.B, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: callers})
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+func oursRedis(pipeline bool) func(*testing.B, string) allowFunc {
+	return func(b *testing.B, addr string) allowFunc {
+		var client redis.Scripter = newClient(b, addr)
+		if pipeline {
+			ap, err := client.(*redis.Client).AutoPipeline()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { ap.Close() })
+			client = ap
+		}
+		var l ratelimit.Limiter
+		l, err := tokenbucket.New(redisstore.New(client, redisstore.WithPrefix("ours")), ratelimit.PerSecond(limit))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func(ctx context.Context, key string) bool {
+			d, err := l.Allow(ctx, key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return d.Allowed
+		}
+	}
+}
+
+func redisRate(b *testing.B, addr string) allowFunc {
+	l := redis_rate.NewLimiter(newClient(b, addr))
+	rate := redis_rate.PerSecond(limit)
+	return func(ctx context.Context, key string) bool {
+		r, err := l.Allow(ctx, key, rate)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return r.Allowed > 0
+	}
+}
+
+func ululeLimiter(b *testing.B, addr string) allowFunc {
+	store, err := ulule.NewStoreWithOptions(newClient(b, addr), limiter.StoreOptions{Prefix: "ulule"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := limiter.New(store, limiter.Rate{Period: time.Second, Limit: limit})
+	return func(ctx context.Context, key string) bool {
+		r, err := l.Get(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return !r.Reached
+	}
+}
+
+func throttledLimiter(b *testing.B, addr string) allowFunc {
+	store, err := goredisstore.NewCtx(newClient(b, addr), "throttled:")
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := throttled.NewGCRARateLimiterCtx(store, throttled.RateQuota{MaxRate: throttled.PerSec(limit), MaxBurst: limit})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func(ctx context.Context, key string) bool {
+		limited, _, err := l.RateLimitCtx(ctx, key, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return !limited
+	}
+}
+
+// BenchmarkRedis: decisions on one local redis-server (REDIS_ADDR, or one it starts), serially on one key (latency), and
+// from 32 goroutines over 1024 keys (throughput), each implementation with its own client
+// and a pool of 32 connections.
+func BenchmarkRedis(b *testing.B) {
+	addr := redistest.Addr(b) // REDIS_ADDR, or a redis-server started for the run
+	for _, impl := range []struct {
+		name string
+		make func(*testing.B, string) allowFunc
+	}{
+		{"ratelimit-tokenbucket", oursRedis(false)},
+		{"ratelimit-tokenbucket-autopipeline", oursRedis(true)},
+		{"redis_rate", redisRate},
+		{"ulule-limiter", ululeLimiter},
+		{"throttled", throttledLimiter},
+	} {
+		b.Run(impl.name+"/serial-1key", func(b *testing.B) {
+			allow := impl.make(b, addr)
+			ctx := context.Background()
+			allow(ctx, keys[0])
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				allow(ctx, keys[0])
+			}
+		})
+		b.Run(impl.name+"/parallel-32callers", func(b *testing.B) {
+			allow := impl.make(b, addr)
+			ctx := context.Background()
+			for _, k := range keys {
+				allow(ctx, k)
+			}
+			var worker atomic.Int64
+			b.SetParallelism(callers / max(1, testingProcs()))
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(worker.Add(1)) * 97
+				for pb.Next() {
+					allow(ctx, keys[i%len(keys)])
+					i++
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}
