@@ -1,11 +1,11 @@
 -- The fixed window, as step in fixedwindow.go: L is the count of the window holding T.
 local t = now
 if L > 0 then
-  t = math.max(T, now)
-  if fdiv(T, period) ~= fdiv(t, period) then L = 0 end
+  t = max(T, now)
+  if floor(T / period) ~= floor(t / period) then L = 0 end
 end
 T = t
-local ending = (fdiv(t, period) + 1) * period
+local ending = (floor(t / period) + 1) * period
 
 if L + n <= limit then
   L = L + n
@@ -13,7 +13,7 @@ if L + n <= limit then
 else
   retry = ending - now
 end
-remaining = math.max(0, limit - L)
+remaining = max(0, limit - L)
 if L > 0 then
   reset = ending - now
 end

@@ -1,14 +1,14 @@
 -- The leaky bucket, as step in leakybucket.go: L is the queued work in units of 1/unit request.
 local full = limit * unit
 if A == unit then
-  L = math.min(L, full)
+  L = min(L, full)
 elseif A == 0 then -- a key never seen: an empty queue
   L, T, A = 0, now, unit
 else -- the rule's unit changed: keep the queued requests whole
-  L = math.min(cdiv(L, A), limit) * unit
+  L = min(-floor(-L / A), limit) * unit
   A = unit
 end
-local t = math.max(T, now)
+local t = max(T, now)
 local elapsed = t - T
 if elapsed > 0 then
   if elapsed * rate >= L then L = 0 else L = L - elapsed * rate end
@@ -19,14 +19,14 @@ local lag = t - now
 local need = n * unit
 if L + need <= full then
   allowed = 1
-  delay = lag + cdiv(L, rate)
+  delay = lag - floor(-L / rate)
   L = L + need
 else
-  retry = lag + cdiv(L + need - full, rate)
+  retry = lag - floor(-(L + need - full) / rate)
 end
-remaining = fdiv(full - L, unit)
+remaining = floor((full - L) / unit)
 if L > 0 then
-  reset = lag + cdiv(L, rate)
+  reset = lag - floor(-L / rate)
 end
 save(reset)
 return {allowed, remaining, retry, reset, delay}

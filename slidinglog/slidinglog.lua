@@ -1,10 +1,13 @@
 -- The sliding log, as step in slidinglog.go: KEYS[2] is the log, a list of pairs
 -- (instant, count) oldest first; L is the sum of the counts.
 local log = KEYS[2]
+local function int(x) -- an integer as Redis must store it: never in exponent notation
+  return string.format('%.0f', x)
+end
 local entries = redis.call('LLEN', log) / 2
 if entries == 0 then L = 0 end
 local t = now
-if entries > 0 then t = math.max(T, now) end
+if entries > 0 then t = max(T, now) end
 while entries > 0 do
   local oldest = redis.call('LRANGE', log, 0, 1)
   if t - tonumber(oldest[1]) < period then break end
@@ -30,7 +33,7 @@ else
   while retry == 0 do
     local page = redis.call('LRANGE', log, from, from + 255)
     if #page == 0 then -- a log shorter than its sum: retry when the newest event ages out
-      retry = math.max(1, t + period - now)
+      retry = max(1, t + period - now)
     end
     for i = 1, #page, 2 do
       aged = aged + tonumber(page[i + 1])
@@ -42,10 +45,10 @@ else
     from = from + 256
   end
 end
-remaining = math.max(0, limit - L)
+remaining = max(0, limit - L)
 if entries > 0 then
   reset = tonumber(redis.call('LINDEX', log, -2)) + period - now
-  redis.call('PEXPIRE', log, math.max(1, cdiv(reset, 1000)))
+  redis.call('PEXPIRE', log, max(1, -floor(-reset / 1000)))
 end
 save(reset)
 return {allowed, remaining, retry, reset, delay}

@@ -1,16 +1,16 @@
 -- The sliding window counter, as step in slidingwindow.go: L is the current window's
 -- count, A the previous window's; unit is the tick in which elapsed time is weighed.
-L, A = math.min(L, limit), math.min(A, limit)
+L, A = min(L, limit), min(A, limit)
 local t = now
 if L > 0 or A > 0 then
-  t = math.max(T, now)
-  local windows = fdiv(t, period) - fdiv(T, period)
+  t = max(T, now)
+  local windows = floor(t / period) - floor(T / period)
   if windows == 1 then A, L = L, 0 elseif windows > 1 then A, L = 0, 0 end
 end
 T = t
-local start = fdiv(t, period) * period
-local ticks = fdiv(period, unit)
-local elapsed = fdiv(t - start, unit)
+local start = floor(t / period) * period
+local ticks = floor(period / unit)
+local elapsed = floor((t - start) / unit)
 local weighted = A * (ticks - elapsed)
 
 if L + n <= limit and weighted + (L + n) * ticks <= limit * ticks then
@@ -22,9 +22,9 @@ else
   if room < 0 then
     prev, room, from = L, limit - n, start + period
   end
-  retry = from + (ticks - fdiv(room * ticks, prev)) * unit - now
+  retry = from + (ticks - floor((room * ticks) / prev)) * unit - now
 end
-remaining = math.max(0, limit - L - cdiv(weighted, ticks))
+remaining = max(0, limit - L + floor(-weighted / ticks))
 if L > 0 then
   reset = start + 2 * period - now
 elseif A > 0 then

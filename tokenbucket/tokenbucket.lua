@@ -1,14 +1,14 @@
 -- The token bucket, as step in tokenbucket.go: L is the tokens in units of 1/unit token.
 local full = limit * unit
 if A == unit then
-  L = math.min(L, full)
+  L = min(L, full)
 elseif A == 0 then -- a key never seen: a full bucket
   L, T, A = full, now, unit
 else -- the rule's unit changed: keep the whole tokens
-  L = math.min(fdiv(L, A), limit) * unit
+  L = min(floor(L / A), limit) * unit
   A = unit
 end
-local t = math.max(T, now)
+local t = max(T, now)
 local elapsed = t - T
 if elapsed > 0 then
   if elapsed * rate >= full - L then L = full else L = L + elapsed * rate end
@@ -21,11 +21,11 @@ if L >= need then
   L = L - need
   allowed = 1
 else
-  retry = lag + cdiv(need - L, rate)
+  retry = lag - floor(-(need - L) / rate)
 end
-remaining = fdiv(L, unit)
+remaining = floor(L / unit)
 if L < full then
-  reset = lag + cdiv(full - L, rate)
+  reset = lag - floor(-(full - L) / rate)
 end
 save(reset)
 return {allowed, remaining, retry, reset, delay}

@@ -1,9 +1,10 @@
 -- The prelude of every algorithm's script: the same integers as Algorithm.Prepare gives
--- Step in Go, the state of KEYS[1], and exact integer helpers. Lua numbers are doubles,
--- exact for integers below 2^53; every quantity here is below 2^52 (ratelimit.MaxExact).
+-- Step in Go, and the state of KEYS[1]. Lua numbers are doubles, exact for integers below
+-- 2^53; every quantity here is below 2^52 (ratelimit.MaxExact).
 --
 -- KEYS[1]: the key's state, the string "T:L:A": the latest instant seen (us), Level, Aux.
 -- ARGV: n, limit, period (us), unit, rate, now (us since the Unix epoch; empty for Redis TIME).
+local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 local n, limit, period, unit, rate =
   tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = tonumber(ARGV[6])
@@ -12,23 +13,10 @@ if not now then
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
 
--- floor(a / b) for b > 0, corrected for the rounding of the division
-local function fdiv(a, b)
-  local q = math.floor(a / b)
-  local r = a - q * b
-  if r < 0 then q = q - 1 elseif r >= b then q = q + 1 end
-  return q
-end
-
--- ceil(a / b) for b > 0
-local function cdiv(a, b)
-  return -fdiv(-a, b)
-end
-
--- an integer as Redis must store it: never in exponent notation
-local function int(x)
-  return string.format('%.0f', x)
-end
+-- Division rounds down as floor(a / b) and up as -floor(-a / b), written inline (a call
+-- costs more than the division). Both are exact here: every numerator is an integer
+-- below 2^53 in magnitude and every divisor a positive integer, so the quotient a / b,
+-- rounded to a double, is never within its rounding error of the next integer.
 
 -- the state is one string "T:L:A", read and written with one call each
 local T, L, A = 0, 0, 0
@@ -41,7 +29,7 @@ end
 -- save writes the state back with a TTL of reset, the microseconds until the key is back
 -- to full (and worth nothing), rounded up to a whole millisecond, at least 1.
 local function save(reset)
-  redis.call('SET', KEYS[1], string.format('%.0f:%.0f:%.0f', T, L, A), 'PX', math.max(1, cdiv(reset, 1000)))
+  redis.call('SET', KEYS[1], string.format('%.0f:%.0f:%.0f', T, L, A), 'PX', max(1, -floor(-reset / 1000)))
 end
 
 -- the reply: allowed (0 or 1), remaining, retry after, reset after and delay (us)
