@@ -15,4 +15,10 @@ var (
 	// ErrNExceedsLimit: n is more than the rule can ever allow at once (Decision.Limit),
 	// so waiting would never help.
 	ErrNExceedsLimit = errors.New("ratelimit: n exceeds what the rule can ever allow")
+
+	// ErrUnavailable: the store's backend cannot decide now (down, unreachable, too slow,
+	// overloaded, out of memory, loading, failing over). Stores wrap their backend's error
+	// with it; the fallback store trips its breaker on it. Other backend errors (a
+	// misconfiguration, a reply of the wrong shape) are not wrapped with it.
+	ErrUnavailable = errors.New("ratelimit: store unavailable")
 )

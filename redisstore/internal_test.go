@@ -1,10 +1,17 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-go/ratelimit"
 )
@@ -97,6 +104,25 @@ func TestDecode(t *testing.T) {
 	} {
 		if _, err := decode(bad, 5); !errors.Is(err, ErrUnexpectedReply) {
 			t.Errorf("decode(%#v) = %v; want ErrUnexpectedReply", bad, err)
+		}
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	for _, err := range []error{
+		context.DeadlineExceeded, io.EOF, io.ErrUnexpectedEOF, redis.ErrClosed, redis.ErrPoolTimeout,
+		&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, fmt.Errorf("read: %w", syscall.ECONNRESET),
+	} {
+		if !unavailable(err) {
+			t.Errorf("unavailable(%v) = false", err)
+		}
+	}
+	for _, err := range []error{
+		context.Canceled, fmt.Errorf("wrapped: %w", context.Canceled), redis.ErrNoScript,
+		errors.New("WRONGTYPE Operation against a key holding the wrong kind of value"),
+	} {
+		if unavailable(err) {
+			t.Errorf("unavailable(%v) = true", err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -197,8 +198,8 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("before: %+v, %v", d, err)
 	}
 	srv.Kill()
-	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1); err == nil || d.Allowed {
-		t.Fatalf("with Redis down: %+v, %v; want an error and no admission", d, err)
+	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1); !errors.Is(err, ratelimit.ErrUnavailable) || d.Allowed {
+		t.Fatalf("with Redis down: %+v, %v; want ErrUnavailable and no admission", d, err)
 	}
 	srv.Restart()
 	deadline := time.Now().Add(redistest.StartupTimeout)
@@ -301,8 +302,35 @@ func TestMaxMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := apply(t, redisstore.New(client), tokenbucket.Algorithm(), "k", ratelimit.PerSecond(5), 1)
-	if !redis.IsOOMError(err) || d.Allowed {
+	if !redis.IsOOMError(err) || !errors.Is(err, ratelimit.ErrUnavailable) || d.Allowed {
 		t.Errorf("out of memory: %+v, %v; want an OOM error", d, err)
+	}
+}
+
+// TestBusy: while a script runs past busy-reply-threshold, Redis answers BUSY, and a
+// decision is ErrUnavailable.
+func TestBusy(t *testing.T) {
+	srv := redistest.Start(t, "--busy-reply-threshold", "10")
+	client := srv.Client()
+	ctx := context.Background()
+	blocker := srv.Client(func(o *redis.Options) { o.ReadTimeout = -1 })
+	go blocker.Eval(ctx, "while true do end", nil) // a read-only script: SCRIPT KILL can stop it
+	s := redisstore.New(client)
+	deadline := time.Now().Add(redistest.StartupTimeout)
+	for {
+		_, err := apply(t, s, tokenbucket.Algorithm(), "k", ratelimit.PerSecond(5), 1)
+		if err != nil && strings.Contains(err.Error(), "BUSY") {
+			if !errors.Is(err, ratelimit.ErrUnavailable) {
+				t.Errorf("BUSY: %v; want ErrUnavailable", err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no BUSY while a script spins: %v", err)
+		}
+	}
+	if err := client.ScriptKill(ctx).Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -333,8 +361,8 @@ func TestReplyLostIsCountedOnce(t *testing.T) {
 		t.Fatal(err) // loads the script and opens a connection at full speed
 	}
 	p.delayNext.Store(1)
-	if d, err := apply(t, s, fixedwindow.Algorithm(), "k", rule, 1); err == nil || d.Allowed {
-		t.Fatalf("a reply delayed past the read timeout: %+v, %v; want an error", d, err)
+	if d, err := apply(t, s, fixedwindow.Algorithm(), "k", rule, 1); !errors.Is(err, ratelimit.ErrUnavailable) || d.Allowed {
+		t.Fatalf("a reply delayed past the read timeout: %+v, %v; want ErrUnavailable", d, err)
 	}
 	if got := count("k"); got != "1" {
 		t.Errorf("counted %s times; want exactly once", got)

@@ -51,10 +51,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 
@@ -137,7 +140,9 @@ func New(client redis.Scripter, opts ...Option) *Store {
 
 // Apply runs req's algorithm on Redis. Errors: ctx.Err() if ctx has ended; the error of
 // req.Algorithm.Prepare for an invalid rule or n, before any call to Redis; otherwise the
-// client's error (wrapped), or ErrUnexpectedReply.
+// client's error, wrapped, and wrapped with ratelimit.ErrUnavailable when Redis cannot
+// decide now (a timeout, a lost connection, BUSY, OOM, LOADING, a failover); or
+// ErrUnexpectedReply.
 func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
@@ -170,6 +175,9 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	args = append(args, a.N, ra.limit, ra.period, ra.unit, ra.rate, now)
 	reply, err := s.run(ctx, sc, args)
 	if err != nil {
+		if unavailable(err) {
+			return ratelimit.Decision{}, fmt.Errorf("redisstore: %s: %w: %w", alg.Name, ratelimit.ErrUnavailable, err)
+		}
 		return ratelimit.Decision{}, fmt.Errorf("redisstore: %s: %w", alg.Name, err)
 	}
 	return decode(reply, a.Limit)
@@ -222,6 +230,24 @@ func noRetryCmd(ctx context.Context, args []any) noRetry {
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	return noRetry{cmd}
+}
+
+// unavailable reports whether err means that Redis cannot decide now: a timeout, a
+// connection that failed or closed, or a server that is busy (BUSY: a script runs too
+// long), out of memory, loading its data, or in a failover. The caller's own cancellation
+// is not: a caller that gave up says nothing about Redis.
+func unavailable(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
+		redis.IsOOMError(err) || redis.IsLoadingError(err) || redis.IsMasterDownError(err) ||
+		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsReadOnlyError(err) ||
+		redis.IsMaxClientsError(err) || redis.HasErrorPrefix(err, "BUSY")
 }
 
 // decode checks the shape of a script's reply: five integers, durations in microseconds.
