@@ -1,6 +1,7 @@
 package clock_test
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -80,10 +81,23 @@ func TestMonotonic(t *testing.T) {
 		if got := m.Now(); !got.Equal(time.Now()) {
 			t.Errorf("Now = %v; want %v", got, time.Now())
 		}
-		if got, want := m.UnixMicro(), time.Now().UnixMicro(); got != want {
-			t.Errorf("UnixMicro = %d; want %d", got, want)
+		if got, want := m.UnixNano(), time.Now().UnixNano(); got != want {
+			t.Errorf("UnixNano = %d; want %d", got, want)
+		}
+		if got, want := clock.UnixNano(m), time.Now().UnixNano(); got != want {
+			t.Errorf("clock.UnixNano = %d; want %d", got, want)
 		}
 	})
+}
+
+// TestMonotonicIgnoresWallSteps: the clock keeps the monotonic reading of its start, so
+// it moves with elapsed time only (a wall-clock step cannot be made in a test; this checks
+// that the reading is there, which is what makes steps invisible).
+func TestMonotonicIgnoresWallSteps(t *testing.T) {
+	m := clock.NewMonotonic()
+	if s := m.Now().String(); !strings.Contains(s, "m=+") {
+		t.Errorf("Now() = %s: no monotonic reading, so time.Since reads the wall clock", s)
+	}
 }
 
 func TestReal(t *testing.T) {
