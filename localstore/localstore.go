@@ -204,13 +204,8 @@ func expiry(reset time.Duration) int64 {
 	return (reset.Microseconds() + 999) / 1000 * 1000
 }
 
-// now reads the clock in microseconds, the default one without building a time.Time.
-func (s *Store) now() int64 {
-	if m, ok := s.clock.(clock.Monotonic); ok {
-		return m.UnixMicro()
-	}
-	return s.clock.Now().UnixMicro()
-}
+// now reads the clock in microseconds (the default clock without building a time.Time).
+func (s *Store) now() int64 { return clock.UnixNano(s.clock) / 1000 }
 
 // Len is the number of keys held, expired ones not yet swept included.
 func (s *Store) Len() int {

@@ -1,0 +1,308 @@
+// Package fallback is a fail-open ratelimit.Store: it asks a primary store (Redis) first,
+// within a short timeout and behind a circuit breaker, and when the primary cannot decide
+// it decides on a secondary store (in memory) with a share of the rule, so that the
+// application keeps serving and keeps its protection.
+//
+//	limiter, err := tokenbucket.New(fallback.New(redisstore.New(client), localstore.New(),
+//		fallback.WithInstances(20)), rule)
+//
+// # While the primary is down
+//
+// With WithInstances(n), each of n instances enforces 1/n of every rule on its secondary
+// (Limit and Burst divided, rounded up, at least 1), so that together they enforce about
+// the whole rule: with 4 instances and a limit of 100, each admits 25. Nothing decided
+// locally is replayed into the primary when it comes back. WithPolicy chooses instead to
+// allow everything (AllowAll) or deny everything (DenyAll) while the primary is down.
+//
+// # Timeout and breaker
+//
+// A decision waits for the primary at most the timeout (WithTimeout, 5ms by default),
+// whatever the primary's client does with its context: the call returns at the timeout
+// even if the client keeps waiting in the background. After 5 consecutive failures (a
+// timeout, or an error wrapping ratelimit.ErrUnavailable) the breaker opens: for a second
+// no decision tries the primary, so none pays the timeout. Then a single probe goes to the
+// primary; its success closes the breaker, its failure opens it for another second. An
+// error that says nothing about availability (a missing script, say) is answered from the
+// secondary too, but does not count as a failure; neither does a caller that gives up:
+// a decision whose context ends returns ctx.Err().
+//
+// A decision the primary is too slow for is decided again on the secondary, though the
+// primary may still count it when it gets there: fail-open errs towards admitting. A
+// timeout too close to the primary's normal latency turns that into steady overshoot;
+// watch OnPrimaryError.
+//
+// # go-redis settings
+//
+// For the timeout to stop the work as well as the wait, let go-redis honour context
+// deadlines, and keep its own timeouts short so that an outage does not pile up
+// connections and goroutines:
+//
+//	redis.NewClient(&redis.Options{
+//		Addr:                  addr,
+//		ContextTimeoutEnabled: true,                   // stop at the decision's deadline
+//		DialTimeout:           100 * time.Millisecond, // reconnect attempts fail fast
+//		ReadTimeout:           50 * time.Millisecond,  // a backstop behind the deadline
+//		WriteTimeout:          50 * time.Millisecond,
+//		PoolTimeout:           10 * time.Millisecond,  // a saturated pool fails fast
+//		MaxRetries:            -1,                     // redisstore never retries its scripts anyway
+//	})
+//
+// # Observability
+//
+// WithHooks reports decisions by source, the primary's errors and latency, and the
+// breaker's changes of state, with plain callbacks, for Prometheus or OpenTelemetry.
+package fallback
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+)
+
+// Defaults of the options.
+const (
+	DefaultTimeout  = 5 * time.Millisecond
+	DefaultFailures = 5
+	DefaultOpenFor  = time.Second
+)
+
+// Policy is what the store does while the primary cannot decide.
+type Policy int
+
+const (
+	// LocalShare decides on the secondary with 1/n of the rule (the default).
+	LocalShare Policy = iota
+	// AllowAll allows every request: availability over protection.
+	AllowAll
+	// DenyAll denies every request, retrying when the breaker next probes: protection over
+	// availability.
+	DenyAll
+)
+
+// Source is the store a decision came from.
+type Source int
+
+const (
+	Primary Source = iota
+	Secondary
+)
+
+func (s Source) String() string {
+	if s == Primary {
+		return "primary"
+	}
+	return "secondary"
+}
+
+// Hooks are callbacks for metrics and logs; a nil one is not called. They run on the
+// decision's goroutine and must be fast and safe for concurrent use.
+type Hooks struct {
+	// OnDecision is called for each decision made (not for errors), with its source, and
+	// the time the primary took when the source is Primary.
+	OnDecision func(source Source, latency time.Duration)
+	// OnPrimaryError is called for each failed call of the primary, with its error, and
+	// whether it counted as a failure for the breaker.
+	OnPrimaryError func(err error, failure bool)
+	// OnStateChange is called when the breaker changes state.
+	OnStateChange func(from, to State)
+}
+
+// Store is a fail-open ratelimit.Store. It is safe for concurrent use.
+type Store struct {
+	primary, secondary ratelimit.Store
+	instances          int64
+	timeout            time.Duration
+	policy             Policy
+	hooks              Hooks
+	clock              clock.Clock
+	breaker            breaker
+}
+
+var _ ratelimit.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option interface{ apply(*Store) }
+
+type optionFunc func(*Store)
+
+func (f optionFunc) apply(s *Store) { f(s) }
+
+// WithInstances says how many instances share the rule while the primary is down: each
+// enforces 1/n of it (1 by default: the whole rule; less than 1 means 1).
+func WithInstances(n int) Option {
+	return optionFunc(func(s *Store) { s.instances = int64(max(1, n)) })
+}
+
+// WithTimeout bounds each call of the primary (DefaultTimeout by default; 0 or less means
+// the default).
+func WithTimeout(d time.Duration) Option {
+	return optionFunc(func(s *Store) {
+		if d > 0 {
+			s.timeout = d
+		}
+	})
+}
+
+// WithPolicy sets what happens while the primary cannot decide (LocalShare by default).
+func WithPolicy(p Policy) Option {
+	return optionFunc(func(s *Store) { s.policy = p })
+}
+
+// WithBreaker configures the circuit breaker; zero fields keep their defaults.
+func WithBreaker(b Breaker) Option {
+	return optionFunc(func(s *Store) {
+		if b.Failures > 0 {
+			s.breaker.limit = int64(b.Failures)
+		}
+		if b.OpenFor > 0 {
+			s.breaker.openFor = b.OpenFor
+		}
+	})
+}
+
+// WithHooks sets callbacks for metrics and logs.
+func WithHooks(h Hooks) Option {
+	return optionFunc(func(s *Store) { s.hooks = h })
+}
+
+// WithClock sets the clock of the breaker and of the latency hooks (clock.NewMonotonic()
+// by default; nil means the default). It does not change the stores' clocks.
+func WithClock(c clock.Clock) Option {
+	return optionFunc(func(s *Store) {
+		if c != nil {
+			s.clock = c
+		}
+	})
+}
+
+// New returns a Store that asks primary first and secondary when primary cannot decide.
+func New(primary, secondary ratelimit.Store, opts ...Option) *Store {
+	s := &Store{
+		primary:   primary,
+		secondary: secondary,
+		instances: 1,
+		timeout:   DefaultTimeout,
+		clock:     clock.NewMonotonic(),
+	}
+	s.breaker.limit, s.breaker.openFor = DefaultFailures, DefaultOpenFor
+	for _, o := range opts {
+		o.apply(s)
+	}
+	s.breaker.clock, s.breaker.onChange = s.clock, s.hooks.OnStateChange
+	return s
+}
+
+// State is the breaker's state now.
+func (s *Store) State() State { return State(s.breaker.state.Load()) }
+
+// Apply decides req on the primary, or on the secondary when the primary cannot. It
+// returns an error for an invalid request (before asking either store), ctx.Err() when
+// the caller's context ends, and the secondary's errors; never the primary's.
+func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if req.Algorithm == nil {
+		return ratelimit.Decision{}, errors.New("fallback: request has no algorithm")
+	}
+	a, err := req.Algorithm.Prepare(req.Rule, req.N)
+	if err != nil {
+		return ratelimit.Decision{}, err // the caller's mistake, not the primary's
+	}
+	if ok, probe := s.breaker.allow(); ok {
+		d, err := s.askPrimary(ctx, req, probe)
+		if err == nil || ctx.Err() != nil {
+			return d, err
+		}
+	}
+	return s.decideLocally(ctx, req, a.Limit)
+}
+
+type outcome struct {
+	d   ratelimit.Decision
+	err error
+}
+
+// askPrimary waits for the primary until the timeout, then records the outcome with the
+// breaker. A nil error means d is the primary's decision.
+func (s *Store) askPrimary(ctx context.Context, req ratelimit.Request, probe bool) (ratelimit.Decision, error) {
+	var start time.Time
+	if s.hooks.OnDecision != nil {
+		start = s.clock.Now()
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	done := make(chan outcome, 1) // buffered: a primary that answers late never blocks
+	go func() {
+		d, err := s.primary.Apply(pctx, req)
+		done <- outcome{d, err}
+	}()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-pctx.Done():
+		o.err = pctx.Err()
+	}
+	switch {
+	case o.err == nil:
+		s.breaker.success(probe)
+		if s.hooks.OnDecision != nil {
+			s.hooks.OnDecision(Primary, s.clock.Now().Sub(start))
+		}
+		return o.d, nil
+	case ctx.Err() != nil: // the caller gave up: that says nothing about the primary
+		s.breaker.abandon(probe)
+		return ratelimit.Decision{}, ctx.Err()
+	}
+	failure := errors.Is(o.err, context.DeadlineExceeded) || errors.Is(o.err, ratelimit.ErrUnavailable)
+	if failure {
+		s.breaker.failure(probe)
+	} else {
+		s.breaker.abandon(probe)
+	}
+	if s.hooks.OnPrimaryError != nil {
+		s.hooks.OnPrimaryError(o.err, failure)
+	}
+	return ratelimit.Decision{}, o.err
+}
+
+// decideLocally decides by the policy while the primary cannot; capacity is the most the
+// rule allows at once.
+func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capacity int64) (ratelimit.Decision, error) {
+	var d ratelimit.Decision
+	var err error
+	switch s.policy {
+	case AllowAll:
+		d = ratelimit.Decision{Allowed: true, Limit: capacity, Remaining: capacity - req.N}
+	case DenyAll:
+		d = ratelimit.Decision{Limit: capacity, RetryAfter: s.breaker.retryAfter()}
+	default:
+		// this instance's share of the rule; its capacity is the rule's divided likewise
+		req.Rule = Share(req.Rule, s.instances)
+		if share := max(1, (capacity+s.instances-1)/s.instances); req.N > share {
+			d = ratelimit.Decision{Limit: share, RetryAfter: s.breaker.retryAfter()} // wait for the primary
+		} else {
+			d, err = s.secondary.Apply(ctx, req)
+		}
+	}
+	if err == nil && s.hooks.OnDecision != nil {
+		s.hooks.OnDecision(Secondary, 0)
+	}
+	return d, err
+}
+
+// Share is 1/n of rule: Limit and Burst divided by n, rounded up, at least 1 (a Burst of
+// 0 stays 0, which means Limit).
+func Share(rule ratelimit.Rule, n int64) ratelimit.Rule {
+	if n <= 1 {
+		return rule
+	}
+	rule.Limit = max(1, (rule.Limit+n-1)/n)
+	if rule.Burst > 0 {
+		rule.Burst = max(1, (rule.Burst+n-1)/n)
+	}
+	return rule
+}

@@ -1,0 +1,314 @@
+package fallback_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/fallback"
+	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// primary is a stand-in primary store: it answers from a localstore, fails with err, or
+// hangs until released, ignoring its context (as a client without context deadlines).
+type primary struct {
+	local ratelimit.Store
+	err   atomic.Pointer[error]
+	hang  atomic.Pointer[chan struct{}]
+	calls atomic.Int64
+}
+
+func newPrimary() *primary { return &primary{local: localstore.New()} }
+
+func (p *primary) fail(err error) { p.err.Store(&err) }
+func (p *primary) heal()          { p.err.Store(nil); p.hang.Store(nil) }
+func (p *primary) hangUntil(release chan struct{}) {
+	p.hang.Store(&release)
+}
+
+func (p *primary) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	p.calls.Add(1)
+	if h := p.hang.Load(); h != nil {
+		<-*h
+	}
+	if err := p.err.Load(); err != nil {
+		return ratelimit.Decision{}, *err
+	}
+	return p.local.Apply(ctx, req)
+}
+
+var down = fmt.Errorf("connection refused: %w", ratelimit.ErrUnavailable)
+
+func req(key string, rule ratelimit.Rule) ratelimit.Request {
+	return ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1}
+}
+
+// A healthy primary decides everything, exactly. (Given a timeout it never reaches: a
+// decision the primary is too slow for is decided again locally, and may count twice.)
+func TestConformanceHealthyPrimary(t *testing.T) {
+	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
+		return fallback.New(localstore.New(localstore.WithClock(clk)), localstore.New(localstore.WithClock(clk)),
+			fallback.WithTimeout(time.Minute))
+	})
+}
+
+// With the primary down, the secondary decides the whole rule (one instance).
+func TestConformancePrimaryDown(t *testing.T) {
+	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
+		p := newPrimary()
+		p.fail(down)
+		return fallback.New(p, localstore.New(localstore.WithClock(clk)))
+	})
+}
+
+func TestBreaker(t *testing.T) {
+	clk := clock.NewFake(limitertest.Start)
+	p := newPrimary()
+	var changes []string
+	s := fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk),
+		fallback.WithBreaker(fallback.Breaker{Failures: 3, OpenFor: time.Second}),
+		fallback.WithHooks(fallback.Hooks{OnStateChange: func(from, to fallback.State) {
+			changes = append(changes, from.String()+">"+to.String())
+		}}))
+	ctx := context.Background()
+	rule := ratelimit.PerHour(1000)
+	decide := func() {
+		t.Helper()
+		if d, err := s.Apply(ctx, req("k", rule)); err != nil || !d.Allowed {
+			t.Fatalf("Apply = %+v, %v", d, err)
+		}
+	}
+	p.fail(down)
+	for i := range 3 {
+		if s.State() != fallback.Closed {
+			t.Fatalf("open after %d failures", i)
+		}
+		decide()
+	}
+	if s.State() != fallback.Open || p.calls.Load() != 3 {
+		t.Fatalf("after 3 failures: %v, %d calls; want open, 3 calls", s.State(), p.calls.Load())
+	}
+	for range 10 {
+		decide()
+	}
+	if p.calls.Load() != 3 {
+		t.Errorf("the primary was called %d times while open; want none", p.calls.Load()-3)
+	}
+	clk.Advance(time.Second)
+	decide() // the probe fails: open again
+	if s.State() != fallback.Open || p.calls.Load() != 4 {
+		t.Fatalf("after a failed probe: %v, %d calls", s.State(), p.calls.Load())
+	}
+	clk.Advance(999 * time.Millisecond)
+	decide()
+	if p.calls.Load() != 4 {
+		t.Errorf("probed again before OpenFor")
+	}
+	p.heal()
+	clk.Advance(time.Millisecond)
+	decide() // the probe succeeds: closed
+	if s.State() != fallback.Closed || p.calls.Load() != 5 {
+		t.Fatalf("after a good probe: %v, %d calls", s.State(), p.calls.Load())
+	}
+	want := "closed>open open>half-open half-open>open open>half-open half-open>closed"
+	if got := fmt.Sprint(changes); got != "["+want+"]" {
+		t.Errorf("state changes %v; want [%s]", got, want)
+	}
+}
+
+// TestOneProbe: while the probe is out, every other call decides locally at once.
+func TestOneProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		s := fallback.New(p, localstore.New(), fallback.WithBreaker(fallback.Breaker{Failures: 1}),
+			fallback.WithTimeout(time.Second))
+		rule := ratelimit.PerHour(1000)
+		p.fail(down)
+		s.Apply(t.Context(), req("k", rule)) // opens the breaker
+		time.Sleep(fallback.DefaultOpenFor)
+		release := make(chan struct{})
+		p.heal()
+		p.hangUntil(release)
+		go s.Apply(t.Context(), req("k", rule)) // the probe, hanging
+		synctest.Wait()
+		start := time.Now()
+		for range 20 {
+			if d, err := s.Apply(t.Context(), req("k", rule)); err != nil || !d.Allowed {
+				t.Fatal(d, err)
+			}
+		}
+		if waited := time.Since(start); waited != 0 || p.calls.Load() != 2 {
+			t.Errorf("during the probe: waited %v, %d primary calls; want no wait, the probe alone", waited, p.calls.Load()-1)
+		}
+		close(release)
+		synctest.Wait()
+		if s.State() != fallback.Closed {
+			t.Errorf("after a good probe: %v", s.State())
+		}
+	})
+}
+
+// TestTimeoutBoundsTheWait: a primary that ignores its context holds no decision longer
+// than the timeout.
+func TestTimeoutBoundsTheWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		release := make(chan struct{})
+		defer close(release)
+		p.hangUntil(release)
+		s := fallback.New(p, localstore.New(), fallback.WithTimeout(3*time.Millisecond))
+		for i := range 7 {
+			start := time.Now()
+			d, err := s.Apply(t.Context(), req("k", ratelimit.PerHour(10)))
+			waited := time.Since(start)
+			if err != nil || !d.Allowed {
+				t.Fatalf("decision %d: %+v, %v", i, d, err)
+			}
+			want := 3 * time.Millisecond
+			if i >= fallback.DefaultFailures {
+				want = 0 // the breaker is open: no wait at all
+			}
+			if waited != want {
+				t.Errorf("decision %d waited %v; want %v", i, waited, want)
+			}
+		}
+	})
+}
+
+// TestCallerGivesUp: a caller's cancelled or expired context is its answer, and never
+// counts against the primary.
+func TestCallerGivesUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		release := make(chan struct{})
+		defer close(release)
+		p.hangUntil(release)
+		s := fallback.New(p, localstore.New(), fallback.WithTimeout(time.Second))
+		for range 20 {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
+			_, err := s.Apply(ctx, req("k", ratelimit.PerHour(10)))
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a caller whose deadline passed: %v", err)
+			}
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if _, err := s.Apply(ctx, req("k", ratelimit.PerHour(10))); !errors.Is(err, context.Canceled) {
+			t.Errorf("a cancelled caller: %v", err)
+		}
+		if s.State() != fallback.Closed {
+			t.Errorf("callers giving up moved the breaker to %v", s.State())
+		}
+	})
+}
+
+// TestOtherErrors: an error that is not about availability is answered locally but does
+// not count against the primary; an invalid request reaches neither store.
+func TestOtherErrors(t *testing.T) {
+	p := newPrimary()
+	p.fail(errors.New("ERR Error running script: a bug"))
+	var failures []bool
+	s := fallback.New(p, localstore.New(), fallback.WithHooks(fallback.Hooks{
+		OnPrimaryError: func(_ error, failure bool) { failures = append(failures, failure) },
+	}))
+	for range 10 {
+		if d, err := s.Apply(context.Background(), req("k", ratelimit.PerHour(10))); err != nil || !d.Allowed {
+			t.Fatal(d, err)
+		}
+	}
+	if s.State() != fallback.Closed || len(failures) != 10 || failures[0] {
+		t.Errorf("state %v, failures %v; want closed, 10 errors, none a failure", s.State(), failures)
+	}
+	bad := req("k", ratelimit.PerHour(10))
+	bad.N = 11
+	calls := p.calls.Load()
+	if _, err := s.Apply(context.Background(), bad); !errors.Is(err, ratelimit.ErrNExceedsLimit) || p.calls.Load() != calls {
+		t.Errorf("an invalid request: %v, primary called %d times", err, p.calls.Load()-calls)
+	}
+}
+
+// TestShare: while the primary is down, each of 4 instances admits a quarter of the rule.
+func TestShare(t *testing.T) {
+	p := newPrimary()
+	p.fail(down)
+	rule := ratelimit.PerHour(100)
+	total := 0
+	for range 4 {
+		s := fallback.New(p, localstore.New(), fallback.WithInstances(4))
+		for range 50 {
+			if d, err := s.Apply(context.Background(), req("k", rule)); err != nil {
+				t.Fatal(err)
+			} else if d.Allowed {
+				total++
+			}
+		}
+	}
+	if total != 100 {
+		t.Errorf("4 instances admitted %d; want 4 x 25 = 100", total)
+	}
+	if got := fallback.Share(ratelimit.Rule{Limit: 10, Period: time.Second, Burst: 7}, 4); got != (ratelimit.Rule{Limit: 3, Period: time.Second, Burst: 2}) {
+		t.Errorf("Share = %+v", got)
+	}
+	if got := fallback.Share(ratelimit.PerSecond(1), 20); got.Limit != 1 {
+		t.Errorf("Share of 1 among 20 = %+v; want at least 1", got)
+	}
+	// a request for more than the share can allow is denied, not an error
+	s := fallback.New(p, localstore.New(), fallback.WithInstances(20))
+	big := req("big", rule)
+	big.N = 10
+	if d, err := s.Apply(context.Background(), big); err != nil || d.Allowed || d.Limit != 5 || d.RetryAfter <= 0 {
+		t.Errorf("10 of a share of 5: %+v, %v; want denied with a retry", d, err)
+	}
+}
+
+func TestPolicies(t *testing.T) {
+	p := newPrimary()
+	p.fail(down)
+	rule := ratelimit.PerHour(3)
+	allow := fallback.New(p, localstore.New(), fallback.WithPolicy(fallback.AllowAll))
+	deny := fallback.New(p, localstore.New(), fallback.WithPolicy(fallback.DenyAll))
+	for range 10 {
+		if d, err := allow.Apply(context.Background(), req("k", rule)); err != nil || !d.Allowed {
+			t.Fatalf("AllowAll: %+v, %v", d, err)
+		}
+		if d, err := deny.Apply(context.Background(), req("k", rule)); err != nil || d.Allowed || d.RetryAfter <= 0 {
+			t.Fatalf("DenyAll: %+v, %v", d, err)
+		}
+	}
+}
+
+func TestHooks(t *testing.T) {
+	p := newPrimary()
+	var mu sync.Mutex
+	sources := map[fallback.Source]int{}
+	s := fallback.New(p, localstore.New(), fallback.WithHooks(fallback.Hooks{
+		OnDecision: func(src fallback.Source, latency time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			sources[src]++
+			if latency < 0 || (src == fallback.Secondary && latency != 0) {
+				t.Errorf("latency %v from %v", latency, src)
+			}
+		},
+	}))
+	for range 3 {
+		s.Apply(context.Background(), req("k", ratelimit.PerHour(10)))
+	}
+	p.fail(down)
+	for range 2 {
+		s.Apply(context.Background(), req("k", ratelimit.PerHour(10)))
+	}
+	if sources[fallback.Primary] != 3 || sources[fallback.Secondary] != 2 {
+		t.Errorf("decisions by source: %v; want 3 primary, 2 secondary", sources)
+	}
+}

@@ -1,0 +1,203 @@
+package fallback_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/fallback"
+	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// instance is one application instance: a fail-open limiter on a shared Redis, counting
+// its decisions by source.
+type instance struct {
+	limiter  ratelimit.Limiter
+	store    *fallback.Store
+	bySource [2]atomic.Int64
+}
+
+func newInstance(t *testing.T, client redis.Scripter, local ratelimit.Store, rule ratelimit.Rule, opts ...fallback.Option) *instance {
+	in := &instance{}
+	opts = append(opts, fallback.WithHooks(fallback.Hooks{
+		OnDecision: func(src fallback.Source, _ time.Duration) { in.bySource[src].Add(1) },
+	}))
+	in.store = fallback.New(redisstore.New(client, redisstore.WithPrefix("fb")), local, opts...)
+	l, err := tokenbucket.New(in.store, rule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.limiter = l
+	return in
+}
+
+// slowest is a generous bound for "returns within the timeout": far under the client's
+// own 3s read timeout, and far over any scheduling hiccup under the race detector.
+const slowest = 500 * time.Millisecond
+
+// TestRedisKilled: Redis dies mid-traffic; no call errors or hangs, and 4 instances each
+// admit their quarter of what is left, locally.
+func TestRedisKilled(t *testing.T) {
+	srv := redistest.Start(t)
+	rule := ratelimit.PerHour(100)
+	var instances []*instance
+	for range 4 {
+		instances = append(instances, newInstance(t, srv.Client(), localstore.New(), rule, fallback.WithInstances(4)))
+	}
+	ctx := context.Background()
+	for _, in := range instances {
+		for range 5 {
+			if d, err := in.limiter.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("Redis up: %+v, %v", d, err)
+			}
+		}
+	}
+	srv.Kill()
+	for i, in := range instances {
+		admitted := 0
+		for range 50 {
+			start := time.Now()
+			d, err := in.limiter.Allow(ctx, "k")
+			if took := time.Since(start); err != nil || took > slowest {
+				t.Fatalf("instance %d, Redis down: %+v, %v after %v", i, d, err, took)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 25 || in.bySource[fallback.Primary].Load() != 5 || in.store.State() != fallback.Open {
+			t.Errorf("instance %d admitted %d locally (want 25), %d from Redis (want 5), breaker %v",
+				i, admitted, in.bySource[fallback.Primary].Load(), in.store.State())
+		}
+	}
+}
+
+// TestRedisHung: Redis stops answering (SIGSTOP) with connections open, and the client is
+// left at go-redis's defaults (3s read timeout, context deadlines ignored): every call
+// still returns within the timeout budget; after SIGCONT decisions go back to Redis.
+func TestRedisHung(t *testing.T) {
+	srv := redistest.Start(t)
+	in := newInstance(t, srv.Client(), localstore.New(), ratelimit.PerHour(1000),
+		fallback.WithTimeout(20*time.Millisecond), fallback.WithBreaker(fallback.Breaker{OpenFor: 100 * time.Millisecond}))
+	ctx := context.Background()
+	if _, err := in.limiter.Allow(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	for i := range 30 {
+		start := time.Now()
+		d, err := in.limiter.Allow(ctx, "k")
+		if took := time.Since(start); err != nil || !d.Allowed || took > slowest {
+			t.Fatalf("decision %d with Redis hung: %+v, %v after %v", i, d, err, took)
+		}
+	}
+	if in.store.State() == fallback.Closed {
+		t.Errorf("the breaker is closed with Redis hung")
+	}
+	srv.Resume()
+	waitForPrimary(t, in)
+}
+
+// waitForPrimary polls until a decision comes from the primary again.
+func waitForPrimary(t *testing.T, in *instance) {
+	t.Helper()
+	deadline := time.Now().Add(redistest.StartupTimeout)
+	for before := in.bySource[fallback.Primary].Load(); in.bySource[fallback.Primary].Load() == before; {
+		if _, err := in.limiter.Allow(context.Background(), "k"); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no decision from Redis again; breaker %v", in.store.State())
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval
+	}
+}
+
+// TestRedisRestarted: decisions return to Redis once it is back on the same port, and
+// nothing decided locally meanwhile is replayed into it.
+func TestRedisRestarted(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	in := newInstance(t, client, localstore.New(), ratelimit.PerHour(1000),
+		fallback.WithBreaker(fallback.Breaker{OpenFor: 100 * time.Millisecond}))
+	ctx := context.Background()
+	if _, err := in.limiter.Allow(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	for range 20 {
+		if d, err := in.limiter.Allow(ctx, "outage-only"); err != nil || !d.Allowed {
+			t.Fatalf("Redis down: %+v, %v", d, err)
+		}
+	}
+	srv.Restart()
+	waitForPrimary(t, in)
+	if n := client.Exists(ctx, "fb:tokenbucket:state:{outage-only}").Val(); n != 0 {
+		t.Errorf("a key used only during the outage is in Redis: local decisions were replayed")
+	}
+}
+
+// TestOutageClusterWide: while Redis is down, 4 instances at twice their share for 2
+// seconds admit, summed, what the whole rule allows in that time.
+func TestOutageClusterWide(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	clk := clock.NewFake(limitertest.Start) // the instances' local clocks
+	rule := ratelimit.PerSecond(40)         // a share of 10 per second each
+	var instances []*instance
+	for range 4 {
+		instances = append(instances, newInstance(t, srv.Client(), localstore.New(localstore.WithClock(clk)), rule,
+			fallback.WithInstances(4)))
+	}
+	admitted := 0
+	for step := 0; step <= 40; step++ { // every 50ms for 2s, each instance sends one: 20/s
+		for _, in := range instances {
+			d, err := in.limiter.Allow(context.Background(), "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+		clk.Advance(50 * time.Millisecond)
+	}
+	allowed := 40 + 40*2 // the burst, and 2 seconds at 40 per second
+	if admitted < allowed*97/100 || admitted > allowed*103/100 {
+		t.Errorf("4 instances admitted %d; the rule allows %d", admitted, allowed)
+	}
+}
+
+// TestCancelledCallersNeverTrip: callers that give up before the timeout, with Redis hung,
+// leave the breaker closed.
+func TestCancelledCallersNeverTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	in := newInstance(t, srv.Client(), localstore.New(), ratelimit.PerHour(1000),
+		fallback.WithTimeout(200*time.Millisecond))
+	if _, err := in.limiter.Allow(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	for range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		_, err := in.limiter.Allow(ctx, "k")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a caller that gave up: %v", err)
+		}
+	}
+	if in.store.State() != fallback.Closed {
+		t.Errorf("callers giving up opened the breaker: %v", in.store.State())
+	}
+}
