@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/localstore"
+)
+
+const testRules = `
+default: {capacity: 20, refill_per_second: 10}
+routes:
+  - {id: create-order, method: POST, prefix: /orders}
+  - {id: list-orders, method: GET, prefix: /orders}
+rules:
+  - {tenant_id: shop-a, route_id: create-order, capacity: 2, refill_per_second: 1}
+`
+
+func newGateway(t *testing.T, store ratelimit.Store) (*limit, *atomic.Int64) {
+	t.Helper()
+	rules, err := parseRules([]byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var current atomic.Pointer[Rules]
+	current.Store(rules)
+	var upstreamCalls atomic.Int64
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstreamCalls.Add(1)
+		w.Write([]byte("ok"))
+	})
+	return &limit{next: next, store: store, rules: &current, metrics: newMetrics(),
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}, &upstreamCalls
+}
+
+func do(h http.Handler, method, path, tenant string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, nil)
+	if tenant != "" {
+		r.Header.Set("X-Api-Key", tenant)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func TestRateLimitedRoute(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	g, upstream := newGateway(t, localstore.New(localstore.WithClock(clk)))
+	want := []struct {
+		status                                int
+		remaining, reset, retry, policy, rate string
+	}{
+		{200, "1", "1", "", `"create-order";q=2;w=2`, `"create-order";r=1;t=1`},
+		{200, "0", "2", "", `"create-order";q=2;w=2`, `"create-order";r=0;t=2`},
+		{429, "0", "2", "1", `"create-order";q=2;w=2`, `"create-order";r=0;t=2`},
+	}
+	for i, w := range want {
+		res := do(g, "POST", "/orders", "shop-a")
+		h := res.Header()
+		if res.Code != w.status || h.Get("X-RateLimit-Limit") != "2" || h.Get("X-RateLimit-Remaining") != w.remaining ||
+			h.Get("X-RateLimit-Reset") != w.reset || h.Get("Retry-After") != w.retry ||
+			h.Get("RateLimit-Policy") != w.policy || h.Get("RateLimit") != w.rate {
+			t.Errorf("request %d: %d %v; want %+v", i+1, res.Code, h, w)
+		}
+	}
+	if res := do(g, "POST", "/orders", "shop-a"); res.Header().Get("Content-Type") != "application/json" {
+		t.Errorf("a 429 without a JSON body: %v", res.Header())
+	}
+	if upstream.Load() != 2 {
+		t.Errorf("the upstream saw %d requests; want 2", upstream.Load())
+	}
+	clk.Advance(time.Second)
+	if res := do(g, "POST", "/orders", "shop-a"); res.Code != 200 {
+		t.Errorf("a second later: %d; want 200", res.Code)
+	}
+}
+
+func TestNoAPIKey(t *testing.T) {
+	g, upstream := newGateway(t, localstore.New())
+	if res := do(g, "GET", "/orders", ""); res.Code != 401 || upstream.Load() != 0 {
+		t.Errorf("no X-Api-Key: %d, upstream called %d times; want 401 and none", res.Code, upstream.Load())
+	}
+}
+
+func TestDefaultRule(t *testing.T) {
+	g, _ := newGateway(t, localstore.New())
+	for _, tc := range []struct{ tenant, method, path string }{
+		{"shop-z", "POST", "/orders"}, // a tenant without rules
+		{"shop-a", "GET", "/orders"},  // shop-a on a route without its own rule
+		{"shop-a", "GET", "/else"},    // the default route
+	} {
+		res := do(g, tc.method, tc.path, tc.tenant)
+		if res.Code != 200 || res.Header().Get("X-RateLimit-Limit") != "20" || res.Header().Get("X-RateLimit-Remaining") != "19" {
+			t.Errorf("%+v: %d %v; want the default rule, 20", tc, res.Code, res.Header())
+		}
+	}
+}
+
+// TestCraftedNamesNeverCollide: tenants whose names mimic other tenants' keys each get
+// their own limit.
+func TestCraftedNamesNeverCollide(t *testing.T) {
+	g, _ := newGateway(t, localstore.New())
+	tenants := []string{"shop-a", "shop-a:create-order", "{shop-a}", "shop-a}:create-order:{x", "shop-a%3Acreate-order", "{shop-a}:create-order"}
+	for _, tenant := range tenants {
+		if res := do(g, "POST", "/orders", tenant); res.Code != 200 {
+			t.Fatalf("%q: first request %d", tenant, res.Code)
+		}
+	}
+	for _, tenant := range tenants[1:] {
+		if rem := do(g, "POST", "/orders", tenant).Header().Get("X-RateLimit-Remaining"); rem != "18" {
+			t.Errorf("tenant %q: %s left after 2 of 20: it shares a key", tenant, rem)
+		}
+	}
+}
+
+type failing struct{}
+
+func (failing) Apply(context.Context, ratelimit.Request) (ratelimit.Decision, error) {
+	return ratelimit.Decision{}, errors.New("the store is broken")
+}
+
+// TestStoreErrorPasses: a limiter error never becomes an error for the client.
+func TestStoreErrorPasses(t *testing.T) {
+	g, upstream := newGateway(t, failing{})
+	if res := do(g, "POST", "/orders", "shop-a"); res.Code != 200 || upstream.Load() != 1 {
+		t.Errorf("with the store failing: %d, upstream %d; want the request passed", res.Code, upstream.Load())
+	}
+}
+
+func TestPerClientIP(t *testing.T) {
+	g, _ := newGateway(t, localstore.New())
+	g.perIP = clientIP([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
+	send := func(xff string) string {
+		r := httptest.NewRequest("POST", "/orders", nil)
+		r.RemoteAddr = "10.0.0.1:4000"
+		r.Header.Set("X-Api-Key", "shop-a")
+		r.Header.Set("X-Forwarded-For", xff)
+		w := httptest.NewRecorder()
+		g.ServeHTTP(w, r)
+		return w.Header().Get("X-RateLimit-Remaining")
+	}
+	if a, b := send("203.0.113.7"), send("203.0.113.8"); a != "1" || b != "1" {
+		t.Errorf("two clients behind the proxy: %s and %s left; want a limit each", a, b)
+	}
+	if again := send("198.51.100.1, 203.0.113.7"); again != "0" {
+		t.Errorf("a spoofed left-hand address moved the client: %s left", again)
+	}
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/leakybucket"
+	"github.com/ratelimit-go/ratelimit/slidinglog"
+	"github.com/ratelimit-go/ratelimit/slidingwindow"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// defaultRoute is the route of a request that matches no route of the table.
+const defaultRoute = "default"
+
+var algorithms = map[string]*ratelimit.Algorithm{
+	"tokenbucket":   tokenbucket.Algorithm(),
+	"leakybucket":   leakybucket.Algorithm(),
+	"fixedwindow":   fixedwindow.Algorithm(),
+	"slidingwindow": slidingwindow.Algorithm(),
+	"slidinglog":    slidinglog.Algorithm(),
+}
+
+// spec is one rule as written: in the YAML file, or a row of rate_limit_rule.
+type spec struct {
+	TenantID        string `yaml:"tenant_id"`
+	RouteID         string `yaml:"route_id"`
+	Capacity        int64  `yaml:"capacity"`
+	RefillPerSecond int64  `yaml:"refill_per_second"`
+	Algorithm       string `yaml:"algorithm"`
+}
+
+type routeSpec struct {
+	ID     string `yaml:"id"`
+	Method string `yaml:"method"` // empty: any method
+	Prefix string `yaml:"prefix"`
+}
+
+type file struct {
+	Default spec        `yaml:"default"`
+	Routes  []routeSpec `yaml:"routes"`
+	Rules   []spec      `yaml:"rules"`
+}
+
+// policy is one rule ready to decide with.
+type policy struct {
+	alg      *ratelimit.Algorithm
+	rule     ratelimit.Rule
+	capacity int64 // what the rule allows at once, for the headers
+	window   int64 // seconds to refill from empty, for the headers
+}
+
+func (s spec) policy() (policy, error) {
+	name := s.Algorithm
+	if name == "" {
+		name = "tokenbucket"
+	}
+	alg, ok := algorithms[name]
+	if !ok {
+		return policy{}, fmt.Errorf("unknown algorithm %q", s.Algorithm)
+	}
+	if s.Capacity < 1 || s.RefillPerSecond < 1 {
+		return policy{}, fmt.Errorf("capacity %d and refill_per_second %d must both be at least 1", s.Capacity, s.RefillPerSecond)
+	}
+	rule := ratelimit.Rule{Limit: s.RefillPerSecond, Period: time.Second, Burst: s.Capacity}
+	a, err := alg.Prepare(rule, 1)
+	if err != nil {
+		return policy{}, err
+	}
+	return policy{alg: alg, rule: rule, capacity: a.Limit, window: (a.Limit + s.RefillPerSecond - 1) / s.RefillPerSecond}, nil
+}
+
+type route struct {
+	id, method, prefix string
+}
+
+// Rules is one snapshot of the rule table; it never changes once built.
+type Rules struct {
+	def    policy
+	routes []route // longest prefix first, then method-specific first
+	rules  map[[2]string]policy
+	file   file // as parsed, so that rows from a database can replace its rules
+}
+
+// parseRules reads a rules file and checks all of it: any error rejects the whole file.
+func parseRules(data []byte) (*Rules, error) {
+	var f file
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	return f.build(f.Rules)
+}
+
+// build makes Rules of f's default and routes with rows as its rules.
+func (f file) build(rows []spec) (*Rules, error) {
+	def, err := f.Default.policy()
+	if err != nil {
+		return nil, fmt.Errorf("rules: default: %w", err)
+	}
+	rs := &Rules{def: def, rules: make(map[[2]string]policy), file: f}
+	ids := map[string]bool{defaultRoute: true}
+	for i, r := range f.Routes {
+		if r.ID == "" || !strings.HasPrefix(r.Prefix, "/") {
+			return nil, fmt.Errorf("rules: route %d: an id and a prefix starting with / are required", i+1)
+		}
+		ids[r.ID] = true
+		rs.routes = append(rs.routes, route{id: r.ID, method: strings.ToUpper(r.Method), prefix: r.Prefix})
+	}
+	// the longest prefix first; for one prefix, a route for one method before one for any
+	sort.SliceStable(rs.routes, func(i, j int) bool {
+		a, b := rs.routes[i], rs.routes[j]
+		if len(a.prefix) != len(b.prefix) {
+			return len(a.prefix) > len(b.prefix)
+		}
+		return a.method != "" && b.method == ""
+	})
+	for i, row := range rows {
+		if row.TenantID == "" || !ids[row.RouteID] {
+			return nil, fmt.Errorf("rules: rule %d: a tenant_id and a known route_id are required, not %q", i+1, row.RouteID)
+		}
+		p, err := row.policy()
+		if err != nil {
+			return nil, fmt.Errorf("rules: rule %d (%s, %s): %w", i+1, row.TenantID, row.RouteID, err)
+		}
+		key := [2]string{row.TenantID, row.RouteID}
+		if _, dup := rs.rules[key]; dup {
+			return nil, fmt.Errorf("rules: rule %d: (%s, %s) is there twice", i+1, row.TenantID, row.RouteID)
+		}
+		rs.rules[key] = p
+	}
+	return rs, nil
+}
+
+// withRows is rs with rows (from a database) as its rules, keeping its default and routes.
+func (rs *Rules) withRows(rows []spec) (*Rules, error) { return rs.file.build(rows) }
+
+// route is the id of the route of a request: the longest matching prefix (as a whole path
+// segment: /orders matches /orders and /orders/7, not /ordersx), a route for the request's
+// method before one for any method, or defaultRoute.
+func (rs *Rules) route(method, path string) string {
+	for _, r := range rs.routes {
+		if r.method != "" && r.method != method {
+			continue
+		}
+		if path == r.prefix || strings.HasPrefix(path, strings.TrimSuffix(r.prefix, "/")+"/") {
+			return r.id
+		}
+	}
+	return defaultRoute
+}
+
+// policy is the rule of (tenant, route): its own, or the default.
+func (rs *Rules) policy(tenant, route string) policy {
+	if p, ok := rs.rules[[2]string{tenant, route}]; ok {
+		return p
+	}
+	return rs.def
+}
+
+var errNoRules = errors.New("no rules loaded")

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestEmbeddedRulesParse(t *testing.T) {
+	r, err := parseRules(defaultRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := r.policy("shop-a", "search"); p.alg != algorithms["slidingwindow"] || p.capacity != 25 {
+		t.Errorf("shop-a search: %+v", p)
+	}
+}
+
+func TestRoutes(t *testing.T) {
+	r, err := parseRules([]byte(`
+default: {capacity: 1, refill_per_second: 1}
+routes:
+  - {id: orders, prefix: /orders}
+  - {id: create-order, method: post, prefix: /orders}
+  - {id: order-items, prefix: /orders/items/}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ method, path, want string }{
+		{"POST", "/orders", "create-order"},
+		{"GET", "/orders", "orders"},
+		{"GET", "/orders/7", "orders"},
+		{"GET", "/ordersx", "default"},
+		{"GET", "/orders/items/3", "order-items"},
+		{"GET", "/orders/items", "orders"},
+		{"GET", "/", "default"},
+	} {
+		if got := r.route(tc.method, tc.path); got != tc.want {
+			t.Errorf("%s %s: route %q; want %q", tc.method, tc.path, got, tc.want)
+		}
+	}
+}
+
+func TestBadRules(t *testing.T) {
+	for _, bad := range []string{
+		`default: {capacity: 0, refill_per_second: 1}`,
+		`default: {capacity: 1, refill_per_second: 1, algorithm: magic}`,
+		`{default: {capacity: 1, refill_per_second: 1}, rules: [{tenant_id: a, route_id: nowhere, capacity: 1, refill_per_second: 1}]}`,
+		`{default: {capacity: 1, refill_per_second: 1}, rules: [{tenant_id: a, route_id: default, capacity: 1, refill_per_second: 1}, {tenant_id: a, route_id: default, capacity: 2, refill_per_second: 1}]}`,
+		`{default: {capacity: 1, refill_per_second: 1}, routes: [{id: x, prefix: nope}]}`,
+		`{default: {capacity: 1, refill_per_second: 1}, typo: 1}`,
+		`default: [`,
+	} {
+		if _, err := parseRules([]byte(bad)); err == nil || !strings.HasPrefix(err.Error(), "rules:") {
+			t.Errorf("%s: %v; want an error", bad, err)
+		}
+	}
+}
