@@ -1,0 +1,88 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit/internal/redistest"
+)
+
+// TestEndToEnd builds the gateway, runs it on a real redis-server, drives it, kills Redis,
+// and checks that it keeps answering, from each instance's share of the rules.
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway binary")
+	}
+	srv := redistest.Start(t)
+	bin := filepath.Join(t.TempDir(), "gateway")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	gw := exec.Command(bin, "-addr", addr, "-redis", "redis://"+srv.Addr, "-instances", "2",
+		"-timeout", "50ms", "-breaker-open", "200ms")
+	if err := gw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- gw.Wait() }()
+	t.Cleanup(func() { gw.Process.Kill() })
+	eventually(t, "the gateway to answer /healthz", func() bool {
+		res, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			res.Body.Close()
+		}
+		return err == nil && res.StatusCode == 200
+	})
+
+	// drive sends n requests for tenant, checks that each is answered 200 or 429, and
+	// returns the 200s and the X-RateLimit-Limit of the last response
+	drive := func(tenant string, n int) (ok int, limit string) {
+		for range n {
+			req, _ := http.NewRequest("GET", "http://"+addr+"/anything", nil)
+			req.Header.Set("X-Api-Key", tenant)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			switch res.StatusCode {
+			case 200:
+				ok++
+			case 429:
+			default:
+				t.Fatalf("tenant %s: status %d", tenant, res.StatusCode)
+			}
+			limit = res.Header.Get("X-RateLimit-Limit")
+		}
+		return ok, limit
+	}
+	// the default rule: capacity 20, refilled at 10 per second
+	if ok, limit := drive("before", 25); ok < 20 || ok > 23 || limit != "20" {
+		t.Errorf("with Redis: %d of 25 admitted, limit %s; want about 20 of 20", ok, limit)
+	}
+	srv.Kill()
+	if ok, limit := drive("during", 25); ok < 10 || ok > 13 || limit != "10" {
+		t.Errorf("without Redis: %d of 25 admitted, limit %s; want about 10, the share of 2 instances", ok, limit)
+	}
+
+	gw.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("the gateway did not stop cleanly: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Error("the gateway did not stop within 15s of SIGTERM")
+	}
+}
