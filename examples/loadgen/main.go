@@ -66,23 +66,28 @@ func run(ctx context.Context, c config, progress io.Writer) []*tenantStats {
 	go func() { // hand out one ticket per request: paced at -rate, or as fast as taken
 		defer close(tickets)
 		var pace <-chan time.Time
-		if c.rate > 0 {
-			t := time.NewTicker(time.Second / time.Duration(c.rate))
+		if c.rate > 0 { // every millisecond, the tickets due by then: a ticker alone drops ticks
+			t := time.NewTicker(time.Millisecond)
 			defer t.Stop()
 			pace = t.C
 		}
+		start, issued := time.Now(), 0
 		for {
+			due := issued + 1
 			if pace != nil {
 				select {
 				case <-pace:
 				case <-ctx.Done():
 					return
 				}
+				due = int(time.Since(start).Seconds() * float64(c.rate))
 			}
-			select {
-			case tickets <- struct{}{}:
-			case <-ctx.Done():
-				return
+			for ; issued < due; issued++ {
+				select {
+				case tickets <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 	}()
