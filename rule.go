@@ -94,6 +94,20 @@ func (r Rule) Capacity() int64 {
 	return r.Burst
 }
 
+// Share is 1/n of the rule, for one of n parts that together enforce it (instances during
+// an outage, shards of a hot key): Limit and Burst divided by n, rounded up, at least 1
+// (a Burst of 0 stays 0, which means Limit). n below 2 returns the rule unchanged.
+func (r Rule) Share(n int64) Rule {
+	if n <= 1 {
+		return r
+	}
+	r.Limit = max(1, (r.Limit+n-1)/n)
+	if r.Burst > 0 {
+		r.Burst = max(1, (r.Burst+n-1)/n)
+	}
+	return r
+}
+
 // String formats the rule as "100 per 1s", or "100 per 1s, burst 200" when Burst is set.
 func (r Rule) String() string {
 	if r.Burst != 0 {

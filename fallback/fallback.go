@@ -281,7 +281,7 @@ func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capaci
 		d = ratelimit.Decision{Limit: capacity, RetryAfter: s.breaker.retryAfter()}
 	default:
 		// this instance's share of the rule; its capacity is the rule's divided likewise
-		req.Rule = Share(req.Rule, s.instances)
+		req.Rule = req.Rule.Share(s.instances)
 		if share := max(1, (capacity+s.instances-1)/s.instances); req.N > share {
 			d = ratelimit.Decision{Limit: share, RetryAfter: s.breaker.retryAfter()} // wait for the primary
 		} else {
@@ -292,17 +292,4 @@ func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capaci
 		s.hooks.OnDecision(Secondary, 0)
 	}
 	return d, err
-}
-
-// Share is 1/n of rule: Limit and Burst divided by n, rounded up, at least 1 (a Burst of
-// 0 stays 0, which means Limit).
-func Share(rule ratelimit.Rule, n int64) ratelimit.Rule {
-	if n <= 1 {
-		return rule
-	}
-	rule.Limit = max(1, (rule.Limit+n-1)/n)
-	if rule.Burst > 0 {
-		rule.Burst = max(1, (rule.Burst+n-1)/n)
-	}
-	return rule
 }

@@ -256,10 +256,10 @@ func TestShare(t *testing.T) {
 	if total != 100 {
 		t.Errorf("4 instances admitted %d; want 4 x 25 = 100", total)
 	}
-	if got := fallback.Share(ratelimit.Rule{Limit: 10, Period: time.Second, Burst: 7}, 4); got != (ratelimit.Rule{Limit: 3, Period: time.Second, Burst: 2}) {
+	if got := (ratelimit.Rule{Limit: 10, Period: time.Second, Burst: 7}).Share(4); got != (ratelimit.Rule{Limit: 3, Period: time.Second, Burst: 2}) {
 		t.Errorf("Share = %+v", got)
 	}
-	if got := fallback.Share(ratelimit.PerSecond(1), 20); got.Limit != 1 {
+	if got := ratelimit.PerSecond(1).Share(20); got.Limit != 1 {
 		t.Errorf("Share of 1 among 20 = %+v; want at least 1", got)
 	}
 	// a request for more than the share can allow is denied, not an error
