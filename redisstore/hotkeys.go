@@ -1,0 +1,364 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+)
+
+// Hot keys: one tenant sending 20,000 requests a second to one key makes that key, and
+// the Redis node that holds it, the bottleneck. Three Store decorators take the load off:
+//
+//   - Prefetch takes tokens from Redis in batches and spends them locally, so Redis sees
+//     one call per batch (token bucket, fixed window and sliding window).
+//   - Shard splits one limit over several keys, each with its share of the rule, on
+//     different Redis Cluster nodes (any algorithm).
+//   - BlockCache answers a key that was just denied without asking Redis until its
+//     RetryAfter has passed (any algorithm).
+//
+// Each wraps any ratelimit.Store (redisstore, or fallback around it) and handles only
+// the requests ForRequests selects (all by default); the others go straight through.
+
+// HotOption configures Prefetch, Shard and BlockCache.
+type HotOption interface{ applyHot(*hotConfig) }
+
+type hotConfig struct {
+	only    func(ratelimit.Request) bool
+	clock   clock.Clock
+	lease   time.Duration
+	retries int
+	maxKeys int
+}
+
+type hotOptionFunc func(*hotConfig)
+
+func (f hotOptionFunc) applyHot(c *hotConfig) { f(c) }
+
+// ForRequests limits a decorator to the requests f selects (hot keys, or the rules of
+// large tenants); the others go straight to the next store. Nil means every request.
+func ForRequests(f func(ratelimit.Request) bool) HotOption {
+	return hotOptionFunc(func(c *hotConfig) { c.only = f })
+}
+
+// WithLease sets how long Prefetch may spend the tokens of one fetch (100ms by default).
+func WithLease(d time.Duration) HotOption {
+	return hotOptionFunc(func(c *hotConfig) {
+		if d > 0 {
+			c.lease = d
+		}
+	})
+}
+
+// WithRetries sets how many other shards Shard tries after a denial (2 by default).
+func WithRetries(n int) HotOption {
+	return hotOptionFunc(func(c *hotConfig) { c.retries = max(0, n) })
+}
+
+// WithHotClock sets the clock of leases and blocks (clock.NewMonotonic() by default).
+func WithHotClock(c clock.Clock) HotOption {
+	return hotOptionFunc(func(cfg *hotConfig) {
+		if c != nil {
+			cfg.clock = c
+		}
+	})
+}
+
+// WithMaxKeys bounds the keys Prefetch and BlockCache remember (100,000 by default); past
+// it, the expired ones are dropped, and if none is, the oldest half.
+func WithMaxKeys(n int) HotOption {
+	return hotOptionFunc(func(c *hotConfig) {
+		if n > 0 {
+			c.maxKeys = n
+		}
+	})
+}
+
+func newHotConfig(opts []HotOption) hotConfig {
+	c := hotConfig{clock: clock.NewMonotonic(), lease: 100 * time.Millisecond, retries: 2, maxKeys: 100_000}
+	for _, o := range opts {
+		o.applyHot(&c)
+	}
+	return c
+}
+
+func (c *hotConfig) handles(req ratelimit.Request) bool {
+	return req.Algorithm != nil && (c.only == nil || c.only(req))
+}
+
+type algKey struct {
+	alg *ratelimit.Algorithm
+	key string
+}
+
+// table is a bounded map of per-key entries, safe for concurrent use.
+type table[V any] struct {
+	mu      sync.Mutex
+	entries map[algKey]*V
+	expiry  func(*V) int64
+	max     int
+}
+
+func (t *table[V]) get(k algKey, now int64) *V {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.entries == nil {
+		t.entries = make(map[algKey]*V)
+	}
+	v, ok := t.entries[k]
+	if !ok {
+		if len(t.entries) >= t.max {
+			t.prune(now)
+		}
+		v = new(V)
+		t.entries[k] = v
+	}
+	return v
+}
+
+// prune drops the expired entries, or, if none is, half of them (map order is random).
+func (t *table[V]) prune(now int64) {
+	for k, v := range t.entries {
+		if t.expiry(v) <= now {
+			delete(t.entries, k)
+		}
+	}
+	for k := range t.entries {
+		if len(t.entries) < t.max/2+1 {
+			break
+		}
+		delete(t.entries, k)
+	}
+}
+
+// Prefetch takes tokens from the next store in batches and spends them locally, so that
+// a hot key costs Redis one call per batch instead of one per request.
+//
+// A request for a key without tokens in hand asks the next store for batch tokens at once
+// (fewer if the rule's capacity is smaller; just the request's own if a batch is not
+// left), keeps what it does not use, and spends it on the following requests until the
+// lease runs out (WithLease, 100ms) or the rule changes; then what is left lapses.
+//
+// The bound: every token is counted by Redis when it is fetched, so the cluster never
+// admits more than the rule allowed Redis to give out; it may admit them up to a lease
+// later, so in an interval the cluster can admit up to instances x batch more than the
+// rule would have in that same interval, and tokens that lapse (at most batch per
+// instance per lease) are lost to the key until the bucket or window refills.
+//
+// A request the next store denies is denied from memory, with the same rule and at least
+// the same n, until its RetryAfter has passed, as BlockCache does: a key at its limit
+// costs Redis two calls per RetryAfter, not two per request.
+//
+// It handles the token bucket, the fixed window and the sliding window counter; requests
+// of the leaky bucket (whose Delay paces each request) and of the sliding log (which must
+// hold exactly) go straight through. Decisions from a lease report the next store's
+// Remaining at the fetch plus the tokens still in hand.
+type Prefetch struct {
+	next   ratelimit.Store
+	batch  int64
+	cfg    hotConfig
+	leases table[lease]
+}
+
+type lease struct {
+	mu               sync.Mutex
+	rule             ratelimit.Rule
+	tokens           int64 // fetched and not yet spent
+	expires          int64 // UnixNano
+	limit, remaining int64 // the next store's Decision at the fetch
+	denied           ratelimit.Decision
+	deniedN          int64 // requests of at least this n are denied until deniedUntil
+	deniedUntil      int64
+}
+
+var _ ratelimit.Store = (*Prefetch)(nil)
+
+// NewPrefetch returns a Prefetch of batch tokens (at least 1) over next.
+func NewPrefetch(next ratelimit.Store, batch int64, opts ...HotOption) *Prefetch {
+	p := &Prefetch{next: next, batch: max(1, batch), cfg: newHotConfig(opts)}
+	p.leases = table[lease]{max: p.cfg.maxKeys, expiry: func(l *lease) int64 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.expires
+	}}
+	return p
+}
+
+var prefetchable = map[string]bool{"tokenbucket": true, "fixedwindow": true, "slidingwindow": true}
+
+// Apply spends a token in hand, or fetches a new batch.
+func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	if !p.cfg.handles(req) || !prefetchable[req.Algorithm.Name] {
+		return p.next.Apply(ctx, req)
+	}
+	a, err := req.Algorithm.Prepare(req.Rule, req.N)
+	if err != nil {
+		return ratelimit.Decision{}, err
+	}
+	now := clock.UnixNano(p.cfg.clock)
+	l := p.leases.get(algKey{req.Algorithm, req.Key}, now)
+	l.mu.Lock()
+	defer l.mu.Unlock() // one fetch at a time per key: the others wait and spend from it
+	if l.rule == req.Rule && now < l.expires && l.tokens >= req.N {
+		l.tokens -= req.N
+		return ratelimit.Decision{Allowed: true, Limit: l.limit, Remaining: min(l.limit, l.remaining+l.tokens)}, nil
+	}
+	if l.rule == req.Rule && now < l.deniedUntil && req.N >= l.deniedN { // denied until then
+		d := l.denied
+		d.RetryAfter = time.Duration(l.deniedUntil - now)
+		return d, nil
+	}
+	fetch := req
+	fetch.N = min(max(p.batch, req.N), a.Limit)
+	d, err := p.next.Apply(ctx, fetch)
+	if err == nil && !d.Allowed && fetch.N > req.N { // not a batch left: what is left, or just n
+		fetch.N = req.N
+		if d.Remaining > req.N {
+			fetch.N = d.Remaining
+		}
+		d, err = p.next.Apply(ctx, fetch)
+	}
+	l.rule, l.tokens, l.deniedUntil = req.Rule, 0, 0
+	if err != nil {
+		return d, err
+	}
+	if !d.Allowed { // remember the denial of n until its RetryAfter, like BlockCache
+		if fetch.N == req.N {
+			l.denied, l.deniedN, l.deniedUntil = d, req.N, now+int64(d.RetryAfter)
+		}
+		return d, nil
+	}
+	l.tokens, l.expires, l.limit, l.remaining = fetch.N-req.N, now+int64(p.cfg.lease), d.Limit, d.Remaining
+	d.Remaining = min(d.Limit, d.Remaining+l.tokens)
+	return d, nil
+}
+
+// Shard splits one limit over shards keys, each with 1/shards of the rule
+// (Rule.Share). Requests go to the shards in turn, and a denied one tries up to
+// WithRetries (2) more before the answer is "denied", so a key under its total limit is
+// not denied by an uneven spread. Each shard's key has a hash tag of its own, so on Redis
+// Cluster the shards of one key sit on different nodes.
+//
+// Decisions report the whole rule's Limit, and Remaining as the shard's times shards (an
+// estimate). A request for more than one shard's capacity is an error wrapping
+// ratelimit.ErrNExceedsLimit.
+type Shard struct {
+	next   ratelimit.Store
+	shards int64
+	cfg    hotConfig
+	turn   atomic.Uint64
+}
+
+var _ ratelimit.Store = (*Shard)(nil)
+
+// NewShard returns a Shard of shards keys (at least 1) over next.
+func NewShard(next ratelimit.Store, shards int, opts ...HotOption) *Shard {
+	return &Shard{next: next, shards: int64(max(1, shards)), cfg: newHotConfig(opts)}
+}
+
+// Apply decides on the shards in turn.
+func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	if !s.cfg.handles(req) {
+		return s.next.Apply(ctx, req)
+	}
+	whole, err := req.Algorithm.Prepare(req.Rule, req.N)
+	if err != nil {
+		return ratelimit.Decision{}, err
+	}
+	share := req.Rule.Share(s.shards)
+	if one, err := req.Algorithm.Prepare(share, 1); err != nil || req.N > one.Limit {
+		return ratelimit.Decision{}, fmt.Errorf("redisstore: shard: n = %d, one of %d shards holds %d: %w",
+			req.N, s.shards, one.Limit, ratelimit.ErrNExceedsLimit)
+	}
+	first := s.turn.Add(1)
+	var best ratelimit.Decision
+	for i := range min(int64(s.cfg.retries)+1, s.shards) {
+		sub := req
+		sub.Key, sub.Rule = shardKey(req.Key, (first+uint64(i))%uint64(s.shards)), share
+		d, err := s.next.Apply(ctx, sub)
+		if err != nil {
+			return ratelimit.Decision{}, err
+		}
+		if d.Allowed || i == 0 || d.RetryAfter < best.RetryAfter {
+			best = d
+		}
+		if d.Allowed {
+			break
+		}
+	}
+	best.Remaining = min(whole.Limit, best.Remaining*s.shards)
+	best.Limit = whole.Limit
+	return best, nil
+}
+
+// shardKey is the key of shard i of key: a hash tag of its own (the key's digest and
+// the shard), so that redisstore keeps it and the cluster spreads the shards; then the
+// key itself, so that distinct keys stay distinct.
+func shardKey(key string, i uint64) string {
+	return "{" + fnv64a(key) + "." + strconv.FormatUint(i, 10) + "}:" + key
+}
+
+// BlockCache answers a key that was denied, with the same rule and at least the same n,
+// from memory until its RetryAfter has passed: an abuser who keeps hammering a denied key
+// costs Redis nothing. Decisions from the cache have Remaining 0 and the RetryAfter left.
+type BlockCache struct {
+	next    ratelimit.Store
+	cfg     hotConfig
+	blocked table[block]
+}
+
+type block struct {
+	mu          sync.Mutex
+	rule        ratelimit.Rule
+	n           int64
+	until       int64 // UnixNano
+	resetUntil  int64
+	limit       int64
+	initialized bool
+}
+
+var _ ratelimit.Store = (*BlockCache)(nil)
+
+// NewBlockCache returns a BlockCache over next.
+func NewBlockCache(next ratelimit.Store, opts ...HotOption) *BlockCache {
+	b := &BlockCache{next: next, cfg: newHotConfig(opts)}
+	b.blocked = table[block]{max: b.cfg.maxKeys, expiry: func(bl *block) int64 {
+		bl.mu.Lock()
+		defer bl.mu.Unlock()
+		return bl.until
+	}}
+	return b
+}
+
+// Apply denies from memory while the key is blocked, else asks the next store.
+func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	if !b.cfg.handles(req) {
+		return b.next.Apply(ctx, req)
+	}
+	if _, err := req.Algorithm.Prepare(req.Rule, req.N); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	now := clock.UnixNano(b.cfg.clock)
+	bl := b.blocked.get(algKey{req.Algorithm, req.Key}, now)
+	bl.mu.Lock()
+	if bl.initialized && bl.rule == req.Rule && req.N >= bl.n && now < bl.until {
+		d := ratelimit.Decision{Limit: bl.limit, RetryAfter: time.Duration(bl.until - now),
+			ResetAfter: time.Duration(max(bl.until, bl.resetUntil) - now)}
+		bl.mu.Unlock()
+		return d, nil
+	}
+	bl.mu.Unlock()
+	d, err := b.next.Apply(ctx, req)
+	if err == nil && !d.Allowed && d.RetryAfter > 0 {
+		bl.mu.Lock()
+		bl.rule, bl.n, bl.limit, bl.initialized = req.Rule, req.N, d.Limit, true
+		bl.until, bl.resetUntil = now+int64(d.RetryAfter), now+int64(d.ResetAfter)
+		bl.mu.Unlock()
+	}
+	return d, err
+}

@@ -1,0 +1,261 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/leakybucket"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// counting counts the calls that reach a store.
+type counting struct {
+	ratelimit.Store
+	calls atomic.Int64
+}
+
+func (c *counting) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	c.calls.Add(1)
+	return c.Store.Apply(ctx, req)
+}
+
+func tb(key string, rule ratelimit.Rule) ratelimit.Request {
+	return ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1}
+}
+
+func TestPrefetch(t *testing.T) {
+	clk := clock.NewFake(limitertest.Start)
+	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
+	p := redisstore.NewPrefetch(next, 10, redisstore.WithLease(time.Second), redisstore.WithHotClock(clk))
+	ctx := context.Background()
+	rule := ratelimit.PerHour(1000)
+	for i := range 25 {
+		d, err := p.Apply(ctx, tb("k", rule))
+		if err != nil || !d.Allowed || d.Remaining != int64(999-i) {
+			t.Fatalf("request %d: %+v, %v; want allowed, %d left", i, d, err, 999-i)
+		}
+	}
+	if next.calls.Load() != 3 {
+		t.Errorf("25 requests cost %d calls; want 3 batches of 10", next.calls.Load())
+	}
+	clk.Advance(time.Second) // the lease runs out: the 5 tokens in hand lapse
+	p.Apply(ctx, tb("k", rule))
+	if next.calls.Load() != 4 {
+		t.Errorf("after the lease: %d calls; want a new batch", next.calls.Load())
+	}
+	p.Apply(ctx, tb("k", ratelimit.PerHour(999))) // a changed rule never spends the old tokens
+	if next.calls.Load() != 5 {
+		t.Errorf("after a rule change: %d calls; want a new batch", next.calls.Load())
+	}
+	if _, err := p.Apply(ctx, ratelimit.Request{Algorithm: leakybucket.Algorithm(), Key: "k", Rule: rule, N: 1}); err != nil || next.calls.Load() != 6 {
+		t.Errorf("the leaky bucket must go straight through: %v, %d calls", err, next.calls.Load())
+	}
+}
+
+// TestPrefetchNearTheLimit: a key with less than a batch left still gets every token,
+// and once it has none, denials come from memory until their RetryAfter.
+func TestPrefetchNearTheLimit(t *testing.T) {
+	clk := clock.NewFake(limitertest.Start)
+	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
+	p := redisstore.NewPrefetch(next, 10, redisstore.WithLease(time.Hour), redisstore.WithHotClock(clk))
+	rule := ratelimit.PerHour(15)
+	admitted := 0
+	for range 40 {
+		d, err := p.Apply(context.Background(), tb("k", rule))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		} else if d.RetryAfter != 4*time.Minute {
+			t.Fatalf("denied with RetryAfter %v; want 4m (one token at 15 per hour)", d.RetryAfter)
+		}
+	}
+	// a batch of 10; a batch denied and the 5 left taken instead; a batch denied and the
+	// exact request denied, remembered for the 24 requests after it
+	if admitted != 15 || next.calls.Load() != 5 {
+		t.Errorf("admitted %d of 15 with %d calls; want all 15 with 5", admitted, next.calls.Load())
+	}
+	clk.Advance(4 * time.Minute) // one token back: a batch denied, then the one token
+	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed || next.calls.Load() != 7 {
+		t.Errorf("after RetryAfter: %+v with %d calls; want allowed after 2 more calls", d, next.calls.Load())
+	}
+}
+
+func TestForRequests(t *testing.T) {
+	next := &counting{Store: localstore.New()}
+	p := redisstore.NewPrefetch(next, 100, redisstore.ForRequests(func(r ratelimit.Request) bool {
+		return strings.HasPrefix(r.Key, "hot:")
+	}))
+	for range 10 {
+		p.Apply(context.Background(), tb("hot:a", ratelimit.PerHour(1000)))
+		p.Apply(context.Background(), tb("cold:b", ratelimit.PerHour(1000)))
+	}
+	if next.calls.Load() != 1+10 {
+		t.Errorf("%d calls; want 1 for the hot key and 10 for the cold one", next.calls.Load())
+	}
+}
+
+func TestShardLocal(t *testing.T) {
+	next := &counting{Store: localstore.New()}
+	s := redisstore.NewShard(next, 10)
+	rule := ratelimit.PerHour(1000)
+	for i := range 900 { // 90% of the limit: never denied
+		if d, err := s.Apply(context.Background(), tb("k", rule)); err != nil || !d.Allowed || d.Limit != 1000 {
+			t.Fatalf("request %d at 90%%: %+v, %v", i, d, err)
+		}
+	}
+	admitted := 900
+	for range 300 {
+		if d, _ := s.Apply(context.Background(), tb("k", rule)); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 1000 {
+		t.Errorf("10 shards of 100 admitted %d; want 1000", admitted)
+	}
+	big := tb("k", rule)
+	big.N = 101
+	if _, err := s.Apply(context.Background(), big); !errors.Is(err, ratelimit.ErrNExceedsLimit) {
+		t.Errorf("n over one shard's capacity: %v; want ErrNExceedsLimit", err)
+	}
+}
+
+func TestBlockCacheLocal(t *testing.T) {
+	clk := clock.NewFake(limitertest.Start)
+	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
+	b := redisstore.NewBlockCache(next, redisstore.WithHotClock(clk))
+	req := ratelimit.Request{Algorithm: fixedwindow.Algorithm(), Key: "k", Rule: ratelimit.PerMinute(5), N: 5}
+	b.Apply(context.Background(), req)
+	req.N = 1
+	d, _ := b.Apply(context.Background(), req) // denied until the minute ends
+	if d.Allowed || d.RetryAfter != time.Minute {
+		t.Fatalf("%+v", d)
+	}
+	calls := next.calls.Load()
+	clk.Advance(30 * time.Second)
+	for range 100 {
+		if d, _ := b.Apply(context.Background(), req); d.Allowed || d.RetryAfter != 30*time.Second || d.Limit != 5 {
+			t.Fatalf("blocked: %+v", d)
+		}
+	}
+	if next.calls.Load() != calls {
+		t.Errorf("a blocked key cost %d calls", next.calls.Load()-calls)
+	}
+	clk.Advance(30 * time.Second)
+	if d, _ := b.Apply(context.Background(), req); !d.Allowed || next.calls.Load() != calls+1 {
+		t.Errorf("after RetryAfter: %+v, %d calls", d, next.calls.Load()-calls)
+	}
+}
+
+// evalCalls is how many scripts the server has run.
+func evalCalls(t *testing.T, c *redis.Client) int {
+	return commandCalls(t, c, "evalsha") + commandCalls(t, c, "eval")
+}
+
+// TestPrefetchOnRedis: 4 instances with batches of 50 drive one hot key; Redis sees at
+// most 1/40 of the decisions, and the admitted total stays within the bound.
+func TestPrefetchOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	rule := ratelimit.PerHour(5000)
+	const instances, perInstance = 4, 2000
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range instances {
+		p := redisstore.NewPrefetch(redisstore.New(srv.Client(), redisstore.WithPrefix("hot")), 50)
+		for range 8 {
+			wg.Go(func() {
+				for range perInstance / 8 {
+					d, err := p.Apply(context.Background(), tb("tenant-big", rule))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	calls := evalCalls(t, srv.Client())
+	t.Logf("%d decisions, %d admitted, %d scripts on Redis", instances*perInstance, admitted.Load(), calls)
+	if calls > instances*perInstance/40 {
+		t.Errorf("Redis ran %d scripts for %d decisions; want at most 1/40", calls, instances*perInstance)
+	}
+	// every token was counted by Redis; at most a batch per instance lapsed unspent
+	if a := admitted.Load(); a > rule.Limit || a < rule.Limit-instances*50 {
+		t.Errorf("admitted %d; want between %d and %d", a, rule.Limit-instances*50, rule.Limit)
+	}
+}
+
+// TestBlockCacheOnRedis: a key hammered while denied costs Redis nothing until its
+// RetryAfter passes.
+func TestBlockCacheOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	clk := clock.NewFake(limitertest.Start)
+	b := redisstore.NewBlockCache(redisstore.New(client, redisstore.WithClock(clk)), redisstore.WithHotClock(clk))
+	req := ratelimit.Request{Algorithm: fixedwindow.Algorithm(), Key: "abuser", Rule: ratelimit.PerMinute(3), N: 1}
+	for range 4 {
+		b.Apply(context.Background(), req)
+	}
+	before := evalCalls(t, client)
+	for range 1000 {
+		if d, err := b.Apply(context.Background(), req); err != nil || d.Allowed {
+			t.Fatalf("hammering: %+v, %v", d, err)
+		}
+	}
+	if calls := evalCalls(t, client) - before; calls != 0 {
+		t.Errorf("1000 blocked requests ran %d scripts; want 0", calls)
+	}
+	clk.Advance(time.Minute)
+	if d, err := b.Apply(context.Background(), req); err != nil || !d.Allowed || evalCalls(t, client)-before != 1 {
+		t.Errorf("after RetryAfter: %+v, %v; want allowed by Redis", d, err)
+	}
+}
+
+// TestShardOnCluster: 10 shards of one key sit on all 3 masters; a tenant at 90% of its
+// limit is never denied, and the total admitted is the rule's.
+func TestShardOnCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	s := redisstore.NewShard(redisstore.New(cluster.Client(t), redisstore.WithPrefix("shard")), 10)
+	rule := ratelimit.PerHour(1000)
+	for i := range 900 {
+		if d, err := s.Apply(context.Background(), tb("{tenant-big}:search", rule)); err != nil || !d.Allowed {
+			t.Fatalf("request %d at 90%%: %+v, %v", i, d, err)
+		}
+	}
+	admitted := 900
+	for range 300 {
+		if d, err := s.Apply(context.Background(), tb("{tenant-big}:search", rule)); err != nil {
+			t.Fatal(err)
+		} else if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted < 970 || admitted > 1000 {
+		t.Errorf("admitted %d; want the rule's 1000, within 3%%", admitted)
+	}
+	for _, m := range cluster.Masters {
+		keys := redis.NewClient(&redis.Options{Addr: m.Addr}).Keys(context.Background(), "shard:*").Val()
+		if len(keys) == 0 {
+			t.Errorf("master %s holds none of the 10 shards", m.Addr)
+		}
+	}
+}
