@@ -145,3 +145,55 @@ func BenchmarkRedis(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHotKey: 32 callers on one key, with a rule that never denies: redis_rate asks
+// Redis for every decision; Prefetch asks once per batch of 100.
+func BenchmarkHotKey(b *testing.B) {
+	addr := redistest.Addr(b)
+	const hot = "tenant-big:search"
+	for _, impl := range []struct {
+		name string
+		make func(*testing.B) allowFunc
+	}{
+		{"ratelimit-prefetch-100", func(b *testing.B) allowFunc {
+			store := redisstore.NewPrefetch(redisstore.New(newClient(b, addr), redisstore.WithPrefix("hot")), 100)
+			var l ratelimit.Limiter
+			l, err := tokenbucket.New(store, ratelimit.PerSecond(1e9))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return func(ctx context.Context, key string) bool {
+				d, err := l.Allow(ctx, key)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return d.Allowed
+			}
+		}},
+		{"redis_rate", func(b *testing.B) allowFunc {
+			l := redis_rate.NewLimiter(newClient(b, addr))
+			return func(ctx context.Context, key string) bool {
+				r, err := l.Allow(ctx, key, redis_rate.PerSecond(1e9))
+				if err != nil {
+					b.Fatal(err)
+				}
+				return r.Allowed > 0
+			}
+		}},
+	} {
+		b.Run(impl.name, func(b *testing.B) {
+			allow := impl.make(b)
+			ctx := context.Background()
+			allow(ctx, hot)
+			b.SetParallelism(callers / max(1, testingProcs()))
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					allow(ctx, hot)
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}
