@@ -1,11 +1,9 @@
-// Package core is what the five algorithm packages share: the limiter that turns a Rule
-// and a Store into AllowN, and the validation of rules and n.
+// Package core is what the five algorithm packages share: the Lua prelude of their
+// scripts, and the validation of rules and n.
 package core
 
 import (
-	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -17,44 +15,6 @@ var prelude string
 
 // Script is an algorithm's Lua step after the prelude that every step shares.
 func Script(step string) string { return prelude + step }
-
-// Limiter asks a Store for decisions of one Algorithm under one Rule.
-type Limiter struct {
-	store ratelimit.Store
-	alg   *ratelimit.Algorithm
-	rule  ratelimit.Rule
-	limit int64 // the largest n the rule can ever allow
-}
-
-// New validates rule for alg and returns a Limiter.
-func New(store ratelimit.Store, alg *ratelimit.Algorithm, rule ratelimit.Rule) (Limiter, error) {
-	if store == nil {
-		return Limiter{}, errors.New(alg.Name + ": store is nil")
-	}
-	a, err := alg.Prepare(rule, 1)
-	if err != nil {
-		return Limiter{}, err
-	}
-	return Limiter{store: store, alg: alg, rule: rule, limit: a.Limit}, nil
-}
-
-// AllowN checks n, then asks the store. It is small enough to be inlined into the
-// algorithms' methods, which saves a frame's copies of the Request and the Decision.
-func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (ratelimit.Decision, error) {
-	if n < 1 || n > l.limit {
-		return ratelimit.Decision{}, l.badN(n)
-	}
-	return l.store.Apply(ctx, ratelimit.Request{Algorithm: l.alg, Key: key, Rule: l.rule, N: n})
-}
-
-// badN is the error for an n out of range, as Prepare, the one place that words it, has it.
-func (l *Limiter) badN(n int64) error {
-	_, err := l.alg.Prepare(l.rule, n)
-	return err
-}
-
-// Rule is the limiter's rule.
-func (l *Limiter) Rule() ratelimit.Rule { return l.rule }
 
 // CheckN returns an error unless 1 <= n <= limit.
 func CheckN(name string, n, limit int64) error {
