@@ -41,6 +41,7 @@
 //		Addr:                  addr,
 //		ContextTimeoutEnabled: true,                   // stop at the decision's deadline
 //		DialTimeout:           100 * time.Millisecond, // reconnect attempts fail fast
+//		DialerRetries:         1,                      // not 5 attempts, 100ms apart, per call
 //		ReadTimeout:           50 * time.Millisecond,  // a backstop behind the deadline
 //		WriteTimeout:          50 * time.Millisecond,
 //		PoolTimeout:           10 * time.Millisecond,  // a saturated pool fails fast

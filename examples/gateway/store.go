@@ -35,7 +35,7 @@ func openStore(ctx context.Context, cfg storeConfig, m *metrics, log *slog.Logge
 	case cfg.cluster != "":
 		c := redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: strings.Split(cfg.cluster, ","), ContextTimeoutEnabled: true,
-			DialTimeout: 100 * time.Millisecond, ReadTimeout: 50 * time.Millisecond,
+			DialTimeout: 100 * time.Millisecond, DialerRetries: 1, ReadTimeout: 50 * time.Millisecond,
 			WriteTimeout: 50 * time.Millisecond, PoolTimeout: 10 * time.Millisecond, MaxRetries: -1,
 		})
 		client, closeAll = c, append(closeAll, func() { c.Close() })
@@ -45,7 +45,7 @@ func openStore(ctx context.Context, cfg storeConfig, m *metrics, log *slog.Logge
 		if err != nil {
 			return nil, nil, fmt.Errorf("-redis: %w", err)
 		}
-		opts.ContextTimeoutEnabled, opts.MaxRetries = true, -1
+		opts.ContextTimeoutEnabled, opts.MaxRetries, opts.DialerRetries = true, -1, 1
 		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = 100*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
 		opts.PoolTimeout = 10 * time.Millisecond
 		c := redis.NewClient(opts)
