@@ -58,6 +58,38 @@ func (l *AlgorithmLimiter) badN(n int64) error {
 	return err
 }
 
+// Peek is PeekN with n = 1.
+func (l *AlgorithmLimiter) Peek(ctx context.Context, key string) (Decision, error) {
+	return l.PeekN(ctx, key, 1)
+}
+
+// PeekN is the Decision AllowN(ctx, key, n) would give now, consuming nothing.
+func (l *AlgorithmLimiter) PeekN(ctx context.Context, key string, n int64) (Decision, error) {
+	return l.do(ctx, key, n, Peek)
+}
+
+// Refund gives back n events taken for key before (a request the upstream failed, say),
+// never above the key's full allowance; the Decision is Peek's after it. What is given back
+// depends on the algorithm: tokens to a token bucket, places in a leaky bucket's queue,
+// events off a window's current count (not off a past window's), the newest events of a
+// sliding log.
+func (l *AlgorithmLimiter) Refund(ctx context.Context, key string, n int64) (Decision, error) {
+	return l.do(ctx, key, n, Refund)
+}
+
+// Reset forgets key: its next decision sees it full (after a successful login, say).
+func (l *AlgorithmLimiter) Reset(ctx context.Context, key string) error {
+	_, err := l.do(ctx, key, 1, Reset)
+	return err
+}
+
+func (l *AlgorithmLimiter) do(ctx context.Context, key string, n int64, op Op) (Decision, error) {
+	if n < 1 || n > l.limit {
+		return Decision{}, l.badN(n)
+	}
+	return l.store.Apply(ctx, Request{Algorithm: l.alg, Key: key, Rule: l.rule, N: n, Op: op})
+}
+
 // Rule is the limiter's rule.
 func (l *AlgorithmLimiter) Rule() Rule { return l.rule }
 

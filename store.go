@@ -1,6 +1,9 @@
 package ratelimit
 
-import "context"
+import (
+	"context"
+	"strconv"
+)
 
 // Store keeps the state of every key and applies an Algorithm to it, one atomic decision
 // at a time. A store knows nothing of any particular algorithm: it runs the Algorithm it is
@@ -23,7 +26,38 @@ type Request struct {
 	Algorithm *Algorithm
 	Key       string // any string, the empty one included; two different strings never share state
 	Rule      Rule
-	N         int64 // events to admit, all or none
+	N         int64 // events to admit (or to refund), all or none
+	Op        Op    // Take unless said otherwise
+}
+
+// Op is what a Request does to its key.
+type Op uint8
+
+const (
+	// Take admits N events, all or none: AllowN. The zero Op.
+	Take Op = iota
+	// Peek gives the Decision Take would give, and changes nothing.
+	Peek
+	// Refund gives back N events taken before (a request the upstream failed, say), never
+	// above the key's full allowance. Its Decision is what Peek with N = 1 gives after it.
+	Refund
+	// Reset forgets the key: its next decision sees it full. Its Decision is what Peek
+	// with N = 1 gives after it.
+	Reset
+)
+
+func (o Op) String() string {
+	switch o {
+	case Take:
+		return "take"
+	case Peek:
+		return "peek"
+	case Refund:
+		return "refund"
+	case Reset:
+		return "reset"
+	}
+	return "op(" + strconv.Itoa(int(o)) + ")"
 }
 
 // Algorithm is one rate-limiting algorithm as stores see it: the integers it needs from a
@@ -37,9 +71,10 @@ type Algorithm struct {
 
 	// Script is the Lua source of the step, for stores that run it server-side: given the
 	// Args as ARGV (N, Limit, Period, Unit, Rate, then the time in microseconds or an empty
-	// string for the server's clock), it reads and writes the state in KEYS and returns
-	// {allowed (0 or 1), remaining, retry after, reset after, delay}, durations in
-	// microseconds. Its state is back to full, and may expire, after reset after.
+	// string for the server's clock, then the Op: "take" or empty, "peek", "refund" or
+	// "reset"), it reads and writes the state in KEYS and returns {allowed (0 or 1),
+	// remaining, retry after, reset after, delay}, durations in microseconds. Its state
+	// is back to full, and may expire, after reset after.
 	Script string
 
 	// ScriptKeys names the keys the Script uses for one limiter key, in the order of KEYS.
@@ -54,7 +89,13 @@ type Algorithm struct {
 	// updates st. It is a pure function of its inputs, and the Script computes the same.
 	// Args must come from Prepare.
 	Step func(st *State, now int64, a Args) Decision
+
+	// Refund gives a.N events back to st at now, never above its full allowance.
+	Refund func(st *State, now int64, a Args)
 }
+
+// Ops other than Take are asked of a store with the same Args; Peek is Step on a copy of
+// the state, Reset is the zero State.
 
 // Args are the integers one decision needs, as Algorithm.Prepare derives them from a Rule
 // and n. Stores hand them unchanged to Step, or to the script, so both compute the same.
@@ -122,6 +163,22 @@ func (l *Log) Push(at, n int64) {
 
 // Clear empties the Log, keeping its memory.
 func (l *Log) Clear() { l.head, l.size = 0, 0 }
+
+// TrimNewest removes up to n events from the newest entries and returns how many it
+// removed.
+func (l *Log) TrimNewest(n int64) int64 {
+	removed := int64(0)
+	for removed < n && l.size > 0 {
+		last := &l.buf[(l.head+l.size-1)%len(l.buf)]
+		take := min(n-removed, last.N)
+		last.N -= take
+		removed += take
+		if last.N == 0 {
+			l.size--
+		}
+	}
+	return removed
+}
 
 // Pop removes the oldest entry and returns it; the Log must not be empty.
 func (l *Log) Pop() Event {

@@ -10,6 +10,9 @@
 // Decision: Limit is the window's limit; Remaining is what is left of it; RetryAfter and
 // ResetAfter are the time until the window ends.
 //
+// Refund takes events off the current window's count (events of a past window are
+// gone already).
+//
 // State: Level is the events counted in the window that contains Time.
 package fixedwindow
 
@@ -29,6 +32,7 @@ var algorithm = ratelimit.Algorithm{
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
 	Step:       step,
+	Refund:     refund,
 }
 
 //go:embed fixedwindow.lua
@@ -48,7 +52,9 @@ func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period}, nil
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+// advance brings st to now, or to the latest instant it has seen while it counts events,
+// and empties a window that has passed.
+func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
 	t := now
 	if st.Level > 0 {
 		t = max(st.Time, now)
@@ -57,8 +63,11 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 		}
 	}
 	st.Time = t
-	end := (mathx.FloorDiv(t, a.Period) + 1) * a.Period
+}
 
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+	advance(st, now, a)
+	end := (mathx.FloorDiv(st.Time, a.Period) + 1) * a.Period
 	d := ratelimit.Decision{Limit: a.Limit}
 	if st.Level+a.N <= a.Limit {
 		st.Level += a.N
@@ -71,4 +80,10 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 		d.ResetAfter = mathx.Micros(end - now)
 	}
 	return d
+}
+
+// refund takes n events off the current window's count, down to 0.
+func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
+	advance(st, now, a)
+	st.Level = max(0, st.Level-a.N)
 }

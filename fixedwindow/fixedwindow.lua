@@ -5,6 +5,10 @@ if L > 0 then
   if floor(T / period) ~= floor(t / period) then L = 0 end
 end
 T = t
+if op == 'refund' then
+  L = max(0, L - n)
+  refunded()
+end
 local ending = (floor(t / period) + 1) * period
 
 if L + n <= limit then

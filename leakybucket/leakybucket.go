@@ -14,6 +14,8 @@
 // Decision: Limit is the queue size; Remaining is the free places; RetryAfter is the time
 // until enough places free; ResetAfter is the time until the queue is empty.
 //
+// Refund takes requests out of the queue, down to empty.
+//
 // State: Level is the queued work in units of 1/Unit request, Aux is that Unit. When a
 // rule changes the unit, queued requests are kept whole, at most the new queue size.
 package leakybucket
@@ -34,6 +36,7 @@ var algorithm = ratelimit.Algorithm{
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
 	Step:       step,
+	Refund:     refund,
 }
 
 //go:embed leakybucket.lua
@@ -48,7 +51,9 @@ func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 	return core.BucketArgs(name, rule, n)
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+// advance brings st to now, or to the latest instant it has seen, and returns how far that
+// is ahead of now.
+func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 	full := a.Limit * a.Unit
 	switch st.Aux {
 	case a.Unit:
@@ -64,8 +69,12 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 		st.Level = full - mathx.AddCapped(full-st.Level, elapsed, a.Rate, full)
 		st.Time = t
 	}
-	lag := t - now
+	return t - now
+}
 
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+	lag := advance(st, now, a)
+	full := a.Limit * a.Unit
 	d := ratelimit.Decision{Limit: a.Limit}
 	need := a.N * a.Unit
 	if st.Level+need <= full {
@@ -80,4 +89,11 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 		d.ResetAfter = mathx.Micros(lag + mathx.CeilDiv(st.Level, a.Rate))
 	}
 	return d
+}
+
+// refund takes n requests' work out of the queue (they did not go after all), down to
+// an empty queue.
+func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
+	advance(st, now, a)
+	st.Level = max(0, st.Level-a.N*a.Unit)
 }

@@ -15,6 +15,10 @@ if elapsed > 0 then
   T = t
 end
 local lag = t - now
+if op == 'refund' then
+  L = max(0, L - n * unit)
+  refunded()
+end
 
 local need = n * unit
 if L + need <= full then

@@ -26,6 +26,7 @@ package localstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"sync"
@@ -146,8 +147,9 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-// Apply decides req against the key's state in memory. It returns ctx.Err() if ctx has
-// ended, and the error of req.Algorithm.Prepare for an invalid rule or n.
+// Apply decides req against the key's state in memory: it takes, peeks, refunds or
+// resets (req.Op). It returns ctx.Err() if ctx has ended, and the error of
+// req.Algorithm.Prepare for an invalid rule or n.
 func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
@@ -176,25 +178,48 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		sh.sweep(now)
 		sh.nextSweep = now + s.sweepEvery
 	}
-	keys := t.keys
-	e := keys[req.Key]
-	if e == nil {
-		if sh.size >= s.perShard {
-			sh.evict(now)
-		}
-		e = &entry{}
-		keys[req.Key] = e
-		sh.size++
-	}
-	if e.expires <= now { // back to full: what is left counts for nothing, whatever the rule now
+	e := t.keys[req.Key]
+	if e != nil && e.expires <= now { // back to full: what is left counts for nothing, whatever the rule now
 		e.state = ratelimit.State{Log: e.state.Log}
 		if e.state.Log != nil {
 			e.state.Log.Clear()
 		}
 	}
-	d := alg.Step(&e.state, now, args)
-	e.expires = now + expiry(d.ResetAfter)
-	return d, nil
+	switch req.Op {
+	case ratelimit.Take:
+		if e == nil {
+			if sh.size >= s.perShard {
+				sh.evict(now)
+			}
+			e = &entry{}
+			t.keys[req.Key] = e
+			sh.size++
+		}
+		d := alg.Step(&e.state, now, args)
+		e.expires = now + expiry(d.ResetAfter)
+		return d, nil
+	case ratelimit.Refund:
+		if e != nil {
+			alg.Refund(&e.state, now, args) // the key is full no later than before: expires stays
+		}
+	case ratelimit.Reset:
+		if e != nil {
+			delete(t.keys, req.Key)
+			sh.size--
+			e = nil
+		}
+	case ratelimit.Peek:
+	default:
+		return ratelimit.Decision{}, fmt.Errorf("localstore: unknown op %v", req.Op)
+	}
+	if req.Op != ratelimit.Peek {
+		args.N = 1 // refund and reset answer as a peek of 1
+	}
+	var st ratelimit.State
+	if e != nil {
+		st = e.state.Clone()
+	}
+	return alg.Step(&st, now, args), nil
 }
 
 // expiry is how long a state lasts after a decision: until it is back to full, rounded up

@@ -150,14 +150,15 @@ func (t *table[V]) prune(now int64) {
 // rule would have in that same interval, and tokens that lapse (at most batch per
 // instance per lease) are lost to the key until the bucket or window refills.
 //
-// A request the next store denies is denied from memory, with the same rule and at least
-// the same n, until its RetryAfter has passed, as BlockCache does: a key at its limit
+// A request the next store denies is denied from memory, with the same rule and n, until
+// its RetryAfter has passed, as BlockCache does: a key at its limit
 // costs Redis two calls per RetryAfter, not two per request.
 //
 // It handles the token bucket, the fixed window and the sliding window counter; requests
 // of the leaky bucket (whose Delay paces each request) and of the sliding log (which must
-// hold exactly) go straight through. Decisions from a lease report the next store's
-// Remaining at the fetch plus the tokens still in hand.
+// hold exactly) go straight through, as do peeks; a refund or a reset of a key ends its
+// lease. Decisions from a lease report the next store's Remaining at the fetch plus the
+// tokens still in hand.
 type Prefetch struct {
 	next   ratelimit.Store
 	batch  int64
@@ -172,7 +173,7 @@ type lease struct {
 	expires          int64 // UnixNano
 	limit, remaining int64 // the next store's Decision at the fetch
 	denied           ratelimit.Decision
-	deniedN          int64 // requests of at least this n are denied until deniedUntil
+	deniedN          int64 // requests of this n are denied until deniedUntil
 	deniedUntil      int64
 }
 
@@ -203,12 +204,18 @@ func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 	now := clock.UnixNano(p.cfg.clock)
 	l := p.leases.get(algKey{req.Algorithm, req.Key}, now)
 	l.mu.Lock()
-	defer l.mu.Unlock() // one fetch at a time per key: the others wait and spend from it
+	defer l.mu.Unlock()           // one fetch at a time per key: the others wait and spend from it
+	if req.Op != ratelimit.Take { // peeks go through; a refund or reset ends the lease
+		if req.Op != ratelimit.Peek {
+			l.tokens, l.deniedUntil = 0, 0
+		}
+		return p.next.Apply(ctx, req)
+	}
 	if l.rule == req.Rule && now < l.expires && l.tokens >= req.N {
 		l.tokens -= req.N
 		return ratelimit.Decision{Allowed: true, Limit: l.limit, Remaining: min(l.limit, l.remaining+l.tokens)}, nil
 	}
-	if l.rule == req.Rule && now < l.deniedUntil && req.N >= l.deniedN { // denied until then
+	if l.rule == req.Rule && now < l.deniedUntil && req.N == l.deniedN { // denied until then
 		d := l.denied
 		d.RetryAfter = time.Duration(l.deniedUntil - now)
 		return d, nil
@@ -246,7 +253,8 @@ func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 //
 // Decisions report the whole rule's Limit, and Remaining as the shard's times shards (an
 // estimate). A request for more than one shard's capacity is an error wrapping
-// ratelimit.ErrNExceedsLimit.
+// ratelimit.ErrNExceedsLimit. A peek or a refund goes to the next shard in turn; a reset
+// to every shard.
 type Shard struct {
 	next   ratelimit.Store
 	shards int64
@@ -275,7 +283,19 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		return ratelimit.Decision{}, fmt.Errorf("redisstore: shard: n = %d, one of %d shards holds %d: %w",
 			req.N, s.shards, one.Limit, ratelimit.ErrNExceedsLimit)
 	}
-	first := s.turn.Add(1)
+	if req.Op == ratelimit.Reset { // every shard
+		var d ratelimit.Decision
+		for i := range uint64(s.shards) {
+			sub := req
+			sub.Key, sub.Rule = shardKey(req.Key, i), share
+			if d, err = s.next.Apply(ctx, sub); err != nil {
+				return ratelimit.Decision{}, err
+			}
+		}
+		d.Remaining, d.Limit = min(whole.Limit, d.Remaining*s.shards), whole.Limit
+		return d, nil
+	}
+	first := s.turn.Add(1) // a take, or a peek or refund of the next shard in turn
 	var best ratelimit.Decision
 	for i := range min(int64(s.cfg.retries)+1, s.shards) {
 		sub := req
@@ -287,7 +307,7 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		if d.Allowed || i == 0 || d.RetryAfter < best.RetryAfter {
 			best = d
 		}
-		if d.Allowed {
+		if d.Allowed || req.Op != ratelimit.Take {
 			break
 		}
 	}
@@ -303,9 +323,11 @@ func shardKey(key string, i uint64) string {
 	return "{" + fnv64a(key) + "." + strconv.FormatUint(i, 10) + "}:" + key
 }
 
-// BlockCache answers a key that was denied, with the same rule and at least the same n,
-// from memory until its RetryAfter has passed: an abuser who keeps hammering a denied key
-// costs Redis nothing. Decisions from the cache have Remaining 0 and the RetryAfter left.
+// BlockCache answers a key that was denied, with the same rule and the same n, from
+// memory until its RetryAfter has passed: an abuser who keeps hammering a denied key
+// costs Redis nothing. Decisions from the cache are the denial's, with the RetryAfter and
+// ResetAfter left (a larger n would need longer, a smaller one may fit: both are asked).
+// A refund or a reset of the key ends its block.
 type BlockCache struct {
 	next    ratelimit.Store
 	cfg     hotConfig
@@ -319,6 +341,7 @@ type block struct {
 	until       int64 // UnixNano
 	resetUntil  int64
 	limit       int64
+	remaining   int64
 	initialized bool
 }
 
@@ -346,17 +369,20 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	now := clock.UnixNano(b.cfg.clock)
 	bl := b.blocked.get(algKey{req.Algorithm, req.Key}, now)
 	bl.mu.Lock()
-	if bl.initialized && bl.rule == req.Rule && req.N >= bl.n && now < bl.until {
-		d := ratelimit.Decision{Limit: bl.limit, RetryAfter: time.Duration(bl.until - now),
+	if req.Op == ratelimit.Refund || req.Op == ratelimit.Reset { // the key may have room now
+		bl.initialized = false
+	}
+	if bl.initialized && bl.rule == req.Rule && req.N == bl.n && now < bl.until {
+		d := ratelimit.Decision{Limit: bl.limit, Remaining: bl.remaining, RetryAfter: time.Duration(bl.until - now),
 			ResetAfter: time.Duration(max(bl.until, bl.resetUntil) - now)}
 		bl.mu.Unlock()
 		return d, nil
 	}
 	bl.mu.Unlock()
 	d, err := b.next.Apply(ctx, req)
-	if err == nil && !d.Allowed && d.RetryAfter > 0 {
+	if err == nil && !d.Allowed && d.RetryAfter > 0 && req.Op == ratelimit.Take {
 		bl.mu.Lock()
-		bl.rule, bl.n, bl.limit, bl.initialized = req.Rule, req.N, d.Limit, true
+		bl.rule, bl.n, bl.limit, bl.remaining, bl.initialized = req.Rule, req.N, d.Limit, d.Remaining, true
 		bl.until, bl.resetUntil = now+int64(d.RetryAfter), now+int64(d.ResetAfter)
 		bl.mu.Unlock()
 	}

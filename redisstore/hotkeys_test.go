@@ -259,3 +259,39 @@ func TestShardOnCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestDecoratorsConform: the conformance suite through each decorator that handles every
+// algorithm the same way (Prefetch changes when tokens are counted, so it has its own).
+func TestDecoratorsConform(t *testing.T) {
+	t.Run("shard of 1", func(t *testing.T) {
+		limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
+			return redisstore.NewShard(localstore.New(localstore.WithClock(clk)), 1)
+		})
+	})
+	t.Run("block cache", func(t *testing.T) {
+		limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
+			return redisstore.NewBlockCache(localstore.New(localstore.WithClock(clk)), redisstore.WithHotClock(clk))
+		})
+	})
+}
+
+func TestPrefetchOps(t *testing.T) {
+	clk := clock.NewFake(limitertest.Start)
+	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
+	p := redisstore.NewPrefetch(next, 10, redisstore.WithHotClock(clk))
+	ctx := context.Background()
+	rule := ratelimit.PerHour(100)
+	p.Apply(ctx, tb("k", rule)) // a lease of 10: 9 in hand, 90 left in the store
+	peek := tb("k", rule)
+	peek.Op = ratelimit.Peek
+	if d, _ := p.Apply(ctx, peek); d.Remaining != 89 {
+		t.Errorf("a peek through the lease: %+v; want the store's own view", d)
+	}
+	reset := tb("k", rule)
+	reset.Op = ratelimit.Reset
+	p.Apply(ctx, reset)
+	calls := next.calls.Load()
+	if d, _ := p.Apply(ctx, tb("k", rule)); d.Remaining != 99 || next.calls.Load() != calls+1 {
+		t.Errorf("after a reset: %+v, %d calls; want a new lease from a full key", d, next.calls.Load()-calls)
+	}
+}

@@ -138,7 +138,8 @@ func New(client redis.Scripter, opts ...Option) *Store {
 	return s
 }
 
-// Apply runs req's algorithm on Redis. Errors: ctx.Err() if ctx has ended; the error of
+// Apply runs req's algorithm on Redis: it takes, peeks, refunds or resets (req.Op), each
+// in one script. Errors: ctx.Err() if ctx has ended; the error of
 // req.Algorithm.Prepare for an invalid rule or n, before any call to Redis; otherwise the
 // client's error, wrapped, and wrapped with ratelimit.ErrUnavailable when Redis cannot
 // decide now (a timeout, a lost connection, BUSY, OOM, LOADING, a failover); or
@@ -165,14 +166,21 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if s.clock != nil {
 		now = strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
 	}
-	// EVALSHA hash numkeys key... n limit period unit rate now
-	args := make([]any, 3, 3+len(sc.names)+6)
+	var op any = "" // take
+	if req.Op != ratelimit.Take {
+		if req.Op > ratelimit.Reset {
+			return ratelimit.Decision{}, fmt.Errorf("redisstore: unknown op %v", req.Op)
+		}
+		op = req.Op.String()
+	}
+	// EVALSHA hash numkeys key... n limit period unit rate now op
+	args := make([]any, 3, 3+len(sc.names)+7)
 	args[0], args[1], args[2] = "evalsha", sc.hash, len(sc.names)
 	pre, post := keyForm(req.Key)
 	for _, name := range sc.names {
 		args = append(args, name+pre+req.Key+post)
 	}
-	args = append(args, a.N, ra.limit, ra.period, ra.unit, ra.rate, now)
+	args = append(args, a.N, ra.limit, ra.period, ra.unit, ra.rate, now, op)
 	reply, err := s.run(ctx, sc, args)
 	if err != nil {
 		if unavailable(err) {

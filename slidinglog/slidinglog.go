@@ -9,6 +9,8 @@
 // RetryAfter is the time until enough events age out; ResetAfter the time until the log
 // is empty.
 //
+// Refund removes the newest events.
+//
 // State: Log holds the admitted events, merged per instant; Level is their sum.
 package slidinglog
 
@@ -28,6 +30,7 @@ var algorithm = ratelimit.Algorithm{
 	ScriptKeys: []string{"state", "log"},
 	Prepare:    prepare,
 	Step:       step,
+	Refund:     refund,
 }
 
 //go:embed slidinglog.lua
@@ -47,20 +50,25 @@ func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period}, nil
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+// advance brings st to now, or to the latest instant it has seen while it holds events,
+// and drops the events that have aged out.
+func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
 	if st.Log == nil {
 		st.Log = &ratelimit.Log{}
 	}
-	log := st.Log
 	t := now
-	if log.Len() > 0 {
+	if st.Log.Len() > 0 {
 		t = max(st.Time, now)
 	}
-	for log.Len() > 0 && t-log.At(0).At >= a.Period {
-		st.Level -= log.Pop().N
+	for st.Log.Len() > 0 && t-st.Log.At(0).At >= a.Period {
+		st.Level -= st.Log.Pop().N
 	}
 	st.Time = t
+}
 
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+	advance(st, now, a)
+	log, t := st.Log, st.Time
 	d := ratelimit.Decision{Limit: a.Limit}
 	if st.Level+a.N <= a.Limit {
 		log.Push(t, a.N)
@@ -81,4 +89,10 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 		d.ResetAfter = mathx.Micros(log.At(log.Len()-1).At + a.Period - now)
 	}
 	return d
+}
+
+// refund removes up to n of the newest events.
+func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
+	advance(st, now, a)
+	st.Level -= st.Log.TrimNewest(a.N)
 }

@@ -8,28 +8,54 @@ local entries = redis.call('LLEN', log) / 2
 if entries == 0 then L = 0 end
 local t = now
 if entries > 0 then t = max(T, now) end
-while entries > 0 do
-  local oldest = redis.call('LRANGE', log, 0, 1)
+-- the oldest entries that have aged out: trimmed, or only skipped when nothing is written
+local skip = 0
+while skip < entries do
+  local oldest = redis.call('LRANGE', log, 2 * skip, 2 * skip + 1)
   if t - tonumber(oldest[1]) < period then break end
-  redis.call('LPOP', log, 2)
   L = L - tonumber(oldest[2])
-  entries = entries - 1
+  skip = skip + 1
 end
+local base = 0 -- where the live entries start in the list
+if skip > 0 then
+  if dry then base = 2 * skip else redis.call('LTRIM', log, 2 * skip, -1) end
+end
+entries = entries - skip
 T = t
 
-if L + n <= limit then
-  local newest = redis.call('LRANGE', log, -2, -1)
-  if #newest == 2 and tonumber(newest[1]) == t then
-    redis.call('LSET', log, -1, int(tonumber(newest[2]) + n))
-  else
-    redis.call('RPUSH', log, int(t), int(n))
-    entries = entries + 1
+if op == 'refund' then -- take back up to n of the newest events (a refund is never dry)
+  local left = n
+  while left > 0 and entries > 0 do
+    local newest = redis.call('LRANGE', log, -2, -1)
+    local count = tonumber(newest[2])
+    local take = min(left, count)
+    if take == count then
+      redis.call('RPOP', log, 2)
+      entries = entries - 1
+    else
+      redis.call('LSET', log, -1, int(count - take))
+    end
+    left, L = left - take, L - take
   end
+  refunded()
+end
+
+local newestAt = false
+if entries > 0 then newestAt = tonumber(redis.call('LINDEX', log, -2)) end
+if L + n <= limit then
+  if not dry then
+    if newestAt == t then
+      redis.call('LSET', log, -1, int(tonumber(redis.call('LINDEX', log, -1)) + n))
+    else
+      redis.call('RPUSH', log, int(t), int(n))
+    end
+  end
+  newestAt = t
   L = L + n
   allowed = 1
 else
   -- the oldest events must age out until n fit; read the log a page at a time
-  local excess, aged, from = L + n - limit, 0, 0
+  local excess, aged, from = L + n - limit, 0, base
   while retry == 0 do
     local page = redis.call('LRANGE', log, from, from + 255)
     if #page == 0 then -- a log shorter than its sum: retry when the newest event ages out
@@ -46,9 +72,11 @@ else
   end
 end
 remaining = max(0, limit - L)
-if entries > 0 then
-  reset = tonumber(redis.call('LINDEX', log, -2)) + period - now
-  redis.call('PEXPIRE', log, max(1, -floor(-reset / 1000)))
+if newestAt then
+  reset = newestAt + period - now
+  if not dry then
+    redis.call('PEXPIRE', log, max(1, -floor(-reset / 1000)))
+  end
 end
 save(reset)
 return {allowed, remaining, retry, reset, delay}

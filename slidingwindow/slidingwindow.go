@@ -18,6 +18,8 @@
 // is the exact time until the estimate has room for n; ResetAfter the time until the
 // estimate is 0.
 //
+// Refund takes events off the current window's count.
+//
 // State: Level is the current window's count, Aux the previous window's, Time the latest
 // instant; counts above a lowered Limit are capped at it.
 package slidingwindow
@@ -41,6 +43,7 @@ var algorithm = ratelimit.Algorithm{
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
 	Step:       step,
+	Refund:     refund,
 }
 
 //go:embed slidingwindow.lua
@@ -69,7 +72,9 @@ func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period, Unit: tick}, nil
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+// advance brings st to now, or to the latest instant it has seen while it counts events,
+// shifting the windows that have passed.
+func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
 	st.Level, st.Aux = min(st.Level, a.Limit), min(st.Aux, a.Limit)
 	t := now
 	if st.Level > 0 || st.Aux > 0 {
@@ -83,6 +88,11 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 		}
 	}
 	st.Time = t
+}
+
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+	advance(st, now, a)
+	t := st.Time
 	start := mathx.FloorDiv(t, a.Period) * a.Period
 	ticks := a.Period / a.Unit      // ticks in a window
 	elapsed := (t - start) / a.Unit // whole ticks into this window
@@ -104,6 +114,13 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 		d.ResetAfter = mathx.Micros(start + a.Period - now)
 	}
 	return d
+}
+
+// refund takes n events off the current window's count, down to 0 (the previous
+// window's count stays: those events are history).
+func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
+	advance(st, now, a)
+	st.Level = max(0, st.Level-a.N)
 }
 
 // retryAt is the first instant at which a request denied in the window starting at start

@@ -8,6 +8,10 @@ if L > 0 or A > 0 then
   if windows == 1 then A, L = L, 0 elseif windows > 1 then A, L = 0, 0 end
 end
 T = t
+if op == 'refund' then
+  L = max(0, L - n)
+  refunded()
+end
 local start = floor(t / period) * period
 local ticks = floor(period / unit)
 local elapsed = floor((t - start) / unit)

@@ -10,6 +10,8 @@
 // Decision: Limit is the capacity; Remaining is the whole tokens left;
 // RetryAfter = (n - tokens) / rate; ResetAfter = (capacity - tokens) / rate; Delay is 0.
 //
+// Refund puts tokens back, never above the capacity.
+//
 // State: Level is the tokens in units of 1/Unit token, Aux is that Unit. When a rule
 // changes the unit, the whole tokens are kept and the fraction dropped.
 package tokenbucket
@@ -30,6 +32,7 @@ var algorithm = ratelimit.Algorithm{
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
 	Step:       step,
+	Refund:     refund,
 }
 
 //go:embed tokenbucket.lua
@@ -45,7 +48,9 @@ func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 	return core.BucketArgs(name, rule, n)
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+// advance brings st to now, or to the latest instant it has seen, and returns how far that
+// is ahead of now.
+func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 	full := a.Limit * a.Unit
 	switch st.Aux {
 	case a.Unit:
@@ -61,8 +66,12 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 		st.Level = mathx.AddCapped(st.Level, elapsed, a.Rate, full)
 		st.Time = t
 	}
-	lag := t - now // how far the key's time is ahead of this caller's clock
+	return t - now
+}
 
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+	lag := advance(st, now, a)
+	full := a.Limit * a.Unit
 	d := ratelimit.Decision{Limit: a.Limit}
 	need := a.N * a.Unit
 	if st.Level >= need {
@@ -76,4 +85,10 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 		d.ResetAfter = mathx.Micros(lag + mathx.CeilDiv(full-st.Level, a.Rate))
 	}
 	return d
+}
+
+// refund puts n tokens back, up to the capacity.
+func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
+	advance(st, now, a)
+	st.Level = min(a.Limit*a.Unit, st.Level+a.N*a.Unit)
 }

@@ -18,18 +18,44 @@ end
 -- below 2^53 in magnitude and every divisor a positive integer, so the quotient a / b,
 -- rounded to a double, is never within its rounding error of the next integer.
 
+-- op: take (empty), peek (the decision take gives, writing nothing), refund or reset. A
+-- batch runs each request first with ARGV[8] = 'dry', then for real if all are allowed.
+local op = ARGV[7] or ''
+local dry = op == 'peek' or ARGV[8] == 'dry'
+if op == 'reset' then -- forget the key; answer as a peek of 1 on a fresh key
+  if not dry then
+    redis.call('DEL', unpack(KEYS))
+  end
+  n, dry = 1, true
+end
+
 -- the state is one string "T:L:A", read and written with one call each
 local T, L, A = 0, 0, 0
-local state = redis.call('GET', KEYS[1])
+local state = op ~= 'reset' and redis.call('GET', KEYS[1])
 if state then
   local t, l, a = string.match(state, '^(-?%d+):(%d+):(%d+)$')
   T, L, A = tonumber(t) or 0, tonumber(l) or 0, tonumber(a) or 0
 end
 
+local function encode()
+  return string.format('%.0f:%.0f:%.0f', T, L, A)
+end
+
 -- save writes the state back with a TTL of reset, the microseconds until the key is back
 -- to full (and worth nothing), rounded up to a whole millisecond, at least 1.
 local function save(reset)
-  redis.call('SET', KEYS[1], string.format('%.0f:%.0f:%.0f', T, L, A), 'PX', max(1, -floor(-reset / 1000)))
+  if not dry then
+    redis.call('SET', KEYS[1], encode(), 'PX', max(1, -floor(-reset / 1000)))
+  end
+end
+
+-- refunded writes a refunded state, keeping its TTL (a refund only brings the key's full
+-- allowance nearer); the rest of the step then answers as a peek of 1.
+local function refunded()
+  if state and not dry then
+    redis.call('SET', KEYS[1], encode(), 'KEEPTTL')
+  end
+  n, dry = 1, true
 end
 
 -- the reply: allowed (0 or 1), remaining, retry after, reset after and delay (us)

@@ -69,6 +69,8 @@ func Run(t *testing.T, newStore NewStore) {
 			t.Run("clock goes back", func(t *testing.T) { testClockBack(t, newStore, k) })
 			t.Run("retry and reset", func(t *testing.T) { testRetryAndReset(t, newStore, k) })
 			t.Run("cancelled context", func(t *testing.T) { testCancelled(t, newStore, k) })
+			t.Run("peek", func(t *testing.T) { testPeek(t, newStore, k) })
+			t.Run("reset and refund", func(t *testing.T) { testResetAndRefund(t, newStore, k) })
 		})
 	}
 	t.Run("algorithms share keys apart", func(t *testing.T) { testAlgorithmsApart(t, newStore) })
