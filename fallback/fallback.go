@@ -214,7 +214,9 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		return ratelimit.Decision{}, err // the caller's mistake, not the primary's
 	}
 	if ok, probe := s.breaker.allow(); ok {
-		d, err := s.askPrimary(ctx, req, probe)
+		d, err := askPrimary(ctx, s, probe, func(pctx context.Context) (ratelimit.Decision, error) {
+			return s.primary.Apply(pctx, req)
+		})
 		if err == nil || ctx.Err() != nil {
 			return d, err
 		}
@@ -222,41 +224,42 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	return s.decideLocally(ctx, req, a.Limit)
 }
 
-type outcome struct {
-	d   ratelimit.Decision
+type outcome[T any] struct {
+	v   T
 	err error
 }
 
-// askPrimary waits for the primary until the timeout, then records the outcome with the
-// breaker. A nil error means d is the primary's decision.
-func (s *Store) askPrimary(ctx context.Context, req ratelimit.Request, probe bool) (ratelimit.Decision, error) {
+// askPrimary calls the primary with call until the timeout, then records the outcome
+// with the breaker and the hooks. A nil error means the value is the primary's.
+func askPrimary[T any](ctx context.Context, s *Store, probe bool, call func(context.Context) (T, error)) (T, error) {
 	var start time.Time
 	if s.hooks.OnDecision != nil {
 		start = s.clock.Now()
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	done := make(chan outcome, 1) // buffered: a primary that answers late never blocks
+	done := make(chan outcome[T], 1) // buffered: a primary that answers late never blocks
 	go func() {
-		d, err := s.primary.Apply(pctx, req)
-		done <- outcome{d, err}
+		v, err := call(pctx)
+		done <- outcome[T]{v, err}
 	}()
-	var o outcome
+	var o outcome[T]
 	select {
 	case o = <-done:
 	case <-pctx.Done():
 		o.err = pctx.Err()
 	}
+	var zero T
 	switch {
 	case o.err == nil:
 		s.breaker.success(probe)
 		if s.hooks.OnDecision != nil {
 			s.hooks.OnDecision(Primary, s.clock.Now().Sub(start))
 		}
-		return o.d, nil
+		return o.v, nil
 	case ctx.Err() != nil: // the caller gave up: that says nothing about the primary
 		s.breaker.abandon(probe)
-		return ratelimit.Decision{}, ctx.Err()
+		return zero, ctx.Err()
 	}
 	failure := errors.Is(o.err, context.DeadlineExceeded) || errors.Is(o.err, ratelimit.ErrUnavailable)
 	if failure {
@@ -267,7 +270,7 @@ func (s *Store) askPrimary(ctx context.Context, req ratelimit.Request, probe boo
 	if s.hooks.OnPrimaryError != nil {
 		s.hooks.OnPrimaryError(o.err, failure)
 	}
-	return ratelimit.Decision{}, o.err
+	return zero, o.err
 }
 
 // decideLocally decides by the policy while the primary cannot; capacity is the most the

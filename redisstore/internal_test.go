@@ -16,20 +16,6 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 )
 
-// hashTag is the part of a key's name Redis Cluster hashes: the text between the first
-// "{" and the first "}" after it, if not empty; else "" (the whole name is hashed).
-func hashTag(name string) string {
-	open := strings.IndexByte(name, '{')
-	if open < 0 {
-		return ""
-	}
-	end := strings.IndexByte(name[open+1:], '}')
-	if end <= 0 {
-		return ""
-	}
-	return name[open+1 : open+1+end]
-}
-
 func TestKeyForm(t *testing.T) {
 	for _, tc := range []struct{ key, form, tag string }{
 		{"tenant-42", "{tenant-42}", "tenant-42"},

@@ -80,6 +80,7 @@ type Store struct {
 	prefix  string
 	clock   clock.Clock // nil: Redis TIME
 	scripts sync.Map    // *ratelimit.Algorithm -> *script
+	batches sync.Map    // the algorithms' names of a batch, in order -> *script
 }
 
 var _ ratelimit.Store = (*Store)(nil)

@@ -1,0 +1,88 @@
+package localstore
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"slices"
+
+	"github.com/ratelimit-go/ratelimit"
+)
+
+var _ ratelimit.BatchStore = (*Store)(nil)
+
+// ApplyAll takes every request or none, atomically: it locks the shards of all the keys
+// in ascending order (so that two batches never wait on each other in a cycle), decides
+// each request on a copy of its key's state, and writes the copies back only if every
+// request is allowed. Errors as Apply's; a key named twice is ratelimit.ErrDuplicateKey.
+func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	args := make([]ratelimit.Args, len(reqs))
+	shardOf := make([]int, len(reqs))
+	for i, r := range reqs {
+		if r.Algorithm == nil {
+			return nil, errors.New("localstore: request has no algorithm")
+		}
+		if r.Op != ratelimit.Take {
+			return nil, errors.New("localstore: ApplyAll takes; it does not " + r.Op.String())
+		}
+		a, err := r.Algorithm.Prepare(r.Rule, r.N)
+		if err != nil {
+			return nil, err
+		}
+		args[i], shardOf[i] = a, int(maphash.String(s.seed, r.Key)&s.mask)
+	}
+	if err := ratelimit.CheckDistinct(reqs); err != nil {
+		return nil, err
+	}
+	order := slices.Clone(shardOf)
+	slices.Sort(order)
+	order = slices.Compact(order)
+	for _, i := range order {
+		s.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range order {
+			s.shards[i].mu.Unlock()
+		}
+	}()
+	now := s.now()
+	for _, i := range order {
+		sh := &s.shards[i]
+		now = max(now, sh.now)
+	}
+
+	states := make([]ratelimit.State, len(reqs))
+	ds := make([]ratelimit.Decision, len(reqs))
+	all := true
+	for i, r := range reqs {
+		sh := &s.shards[shardOf[i]]
+		if e := sh.table(r.Algorithm).keys[r.Key]; e != nil && e.expires > now {
+			states[i] = e.state.Clone()
+		}
+		ds[i] = r.Algorithm.Step(&states[i], now, args[i])
+		all = all && ds[i].Allowed
+	}
+	if !all {
+		return ds, nil
+	}
+	for i, r := range reqs {
+		sh := &s.shards[shardOf[i]]
+		sh.now = now
+		keys := sh.table(r.Algorithm).keys
+		e := keys[r.Key]
+		if e == nil {
+			if sh.size >= s.perShard {
+				sh.evict(now)
+			}
+			e = &entry{}
+			keys[r.Key] = e
+			sh.size++
+		}
+		e.state = states[i]
+		e.expires = now + expiry(ds[i].ResetAfter)
+	}
+	return ds, nil
+}

@@ -1,0 +1,69 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/slidingwindow"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// TestMultiIsOneRoundTrip: a decision under three limits is one script on Redis.
+func TestMultiIsOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	store := redisstore.New(client)
+	daily, _ := tokenbucket.New(store, ratelimit.PerDay(10000))
+	route, _ := slidingwindow.New(store, ratelimit.Rule{Limit: 100, Period: 1e9, Burst: 200})
+	user, _ := fixedwindow.New(store, ratelimit.PerSecond(10))
+	m, err := ratelimit.NewMulti(daily, route, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := m.Allow(ctx, "shop-a"); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	before := evalCalls(t, client)
+	for range 20 {
+		if _, err := m.Allow(ctx, "shop-a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls := evalCalls(t, client) - before; calls != 20 {
+		t.Errorf("20 decisions under 3 limits ran %d scripts; want 20, one each", calls)
+	}
+}
+
+// TestAllowAllAcrossSlots: parts whose keys may sit on different cluster nodes are taken
+// one by one and refunded on a denial, never a CROSSSLOT error, and a denial counts
+// nothing.
+func TestAllowAllAcrossSlots(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	store := redisstore.New(cluster.Client(t), redisstore.WithPrefix("cross"))
+	plan, _ := tokenbucket.New(store, ratelimit.PerHour(100))
+	rate, _ := fixedwindow.New(store, ratelimit.PerHour(3))
+	ctx := context.Background()
+	parts := []ratelimit.Part{{Limiter: plan, Key: "plan:shop-a"}, {Limiter: rate, Key: "rate:shop-a:search"}}
+	admitted := 0
+	for range 10 {
+		d, err := ratelimit.AllowAll(ctx, 1, parts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	d, err := plan.Peek(ctx, "plan:shop-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if admitted != 3 || d.Remaining != 100-3-1 {
+		t.Errorf("admitted %d (want 3); the plan counted %d (want 3: denials refunded)", admitted, 100-d.Remaining-1)
+	}
+}
