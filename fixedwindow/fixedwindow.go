@@ -53,21 +53,22 @@ func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 }
 
 // advance brings st to now, or to the latest instant it has seen while it counts events,
-// and empties a window that has passed.
-func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
+// empties a window that has passed, and returns the index of the window of st.Time.
+func advance(st *ratelimit.State, now int64, a ratelimit.Args) (window int64) {
 	t := now
 	if st.Level > 0 {
 		t = max(st.Time, now)
-		if mathx.FloorDiv(st.Time, a.Period) != mathx.FloorDiv(t, a.Period) {
-			st.Level = 0
-		}
+	}
+	window = mathx.FloorDiv(t, a.Period)
+	if st.Level > 0 && mathx.FloorDiv(st.Time, a.Period) != window {
+		st.Level = 0
 	}
 	st.Time = t
+	return window
 }
 
 func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
-	advance(st, now, a)
-	end := (mathx.FloorDiv(st.Time, a.Period) + 1) * a.Period
+	end := (advance(st, now, a) + 1) * a.Period
 	d := ratelimit.Decision{Limit: a.Limit}
 	if st.Level+a.N <= a.Limit {
 		st.Level += a.N

@@ -53,7 +53,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -163,10 +162,6 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		ra = &ruleArgs{rule: req.Rule, limit: a.Limit, period: a.Period, unit: a.Unit, rate: a.Rate}
 		sc.last.Store(ra)
 	}
-	var now any = ""
-	if s.clock != nil {
-		now = strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
-	}
 	var op any = "" // take
 	if req.Op != ratelimit.Take {
 		if req.Op > ratelimit.Reset {
@@ -181,7 +176,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	for _, name := range sc.names {
 		args = append(args, name+pre+req.Key+post)
 	}
-	args = append(args, a.N, ra.limit, ra.period, ra.unit, ra.rate, now, op)
+	args = append(args, a.N, ra.limit, ra.period, ra.unit, ra.rate, s.now(), op)
 	reply, err := s.run(ctx, sc, args)
 	if err != nil {
 		if unavailable(err) {
