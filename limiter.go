@@ -17,6 +17,11 @@
 // mistake (an invalid rule or n, matched with errors.Is against ErrInvalidRule,
 // ErrInvalidN or ErrNExceedsLimit) or a failure of the store's backend.
 //
+// Every algorithm's limiter also peeks (the Decision AllowN would give, consuming
+// nothing), refunds (gives back events taken before) and resets a key. AllowAll and Multi
+// decide under several limits at once, all or none: a request a tenant's daily plan
+// allows but its per-route rate denies counts against neither.
+//
 // Time inside the library has microsecond resolution and comes from the store: a
 // clock.Clock for localstore, Redis's own clock for redisstore. No algorithm reads the
 // system clock.

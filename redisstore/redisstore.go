@@ -7,6 +7,10 @@
 // its TTL, all atomically. Time is the Redis server's (TIME), so instances whose clocks
 // disagree still agree on every decision; WithClock sends the caller's clock instead.
 //
+// Peek, refund and reset are one script each too, and a decision under several limits
+// (ratelimit.AllowAll, ratelimit.Multi) is one script for all of them when their keys
+// share a hash tag (see ApplyAll).
+//
 // # Never counted twice
 //
 // go-redis retries a command whose reply timed out (MaxRetries, 3 by default), and a
