@@ -13,7 +13,7 @@ import (
 // the local store costs, measured side by side.
 func BenchmarkOpenBreaker(b *testing.B) {
 	p := newPrimary()
-	p.fail(down)
+	p.fail(errDown)
 	open := fallback.New(p, localstore.New(), fallback.WithInstances(20))
 	for range fallback.DefaultFailures {
 		open.Apply(context.Background(), req("k", ratelimit.PerSecond(1e6)))

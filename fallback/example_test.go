@@ -13,7 +13,7 @@ import (
 // With the primary down, each of 4 instances admits its quarter of the rule.
 func Example() {
 	redisDown := newPrimary() // stands in for redisstore.New(client) while Redis is down
-	redisDown.fail(down)
+	redisDown.fail(errDown)
 	store := fallback.New(redisDown, localstore.New(), fallback.WithInstances(4),
 		fallback.WithHooks(fallback.Hooks{OnStateChange: func(from, to fallback.State) {
 			fmt.Println("breaker:", from, "->", to)

@@ -46,7 +46,7 @@ func (p *primary) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.D
 	return p.local.Apply(ctx, req)
 }
 
-var down = fmt.Errorf("connection refused: %w", ratelimit.ErrUnavailable)
+var errDown = fmt.Errorf("connection refused: %w", ratelimit.ErrUnavailable)
 
 func req(key string, rule ratelimit.Rule) ratelimit.Request {
 	return ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1}
@@ -65,7 +65,7 @@ func TestConformanceHealthyPrimary(t *testing.T) {
 func TestConformancePrimaryDown(t *testing.T) {
 	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
 		p := newPrimary()
-		p.fail(down)
+		p.fail(errDown)
 		return fallback.New(p, localstore.New(localstore.WithClock(clk)))
 	})
 }
@@ -87,7 +87,7 @@ func TestBreaker(t *testing.T) {
 			t.Fatalf("Apply = %+v, %v", d, err)
 		}
 	}
-	p.fail(down)
+	p.fail(errDown)
 	for i := range 3 {
 		if s.State() != fallback.Closed {
 			t.Fatalf("open after %d failures", i)
@@ -132,7 +132,7 @@ func TestOneProbe(t *testing.T) {
 		s := fallback.New(p, localstore.New(), fallback.WithBreaker(fallback.Breaker{Failures: 1}),
 			fallback.WithTimeout(time.Second))
 		rule := ratelimit.PerHour(1000)
-		p.fail(down)
+		p.fail(errDown)
 		s.Apply(t.Context(), req("k", rule)) // opens the breaker
 		time.Sleep(fallback.DefaultOpenFor)
 		release := make(chan struct{})
@@ -240,7 +240,7 @@ func TestOtherErrors(t *testing.T) {
 // TestShare: while the primary is down, each of 4 instances admits a quarter of the rule.
 func TestShare(t *testing.T) {
 	p := newPrimary()
-	p.fail(down)
+	p.fail(errDown)
 	rule := ratelimit.PerHour(100)
 	total := 0
 	for range 4 {
@@ -273,7 +273,7 @@ func TestShare(t *testing.T) {
 
 func TestPolicies(t *testing.T) {
 	p := newPrimary()
-	p.fail(down)
+	p.fail(errDown)
 	rule := ratelimit.PerHour(3)
 	allow := fallback.New(p, localstore.New(), fallback.WithPolicy(fallback.AllowAll))
 	deny := fallback.New(p, localstore.New(), fallback.WithPolicy(fallback.DenyAll))
@@ -304,7 +304,7 @@ func TestHooks(t *testing.T) {
 	for range 3 {
 		s.Apply(context.Background(), req("k", ratelimit.PerHour(10)))
 	}
-	p.fail(down)
+	p.fail(errDown)
 	for range 2 {
 		s.Apply(context.Background(), req("k", ratelimit.PerHour(10)))
 	}

@@ -58,6 +58,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	algs := make([]string, len(reqs))
 	limits := make([]int64, len(reqs))
 	var tail []any // ARGV
+	now := s.now() // one instant for the whole batch
 	for i, r := range reqs {
 		alg := r.Algorithm
 		if alg == nil || alg.Script == "" || len(alg.ScriptKeys) == 0 {
@@ -75,7 +76,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 			names = append(names, name+pre+r.Key+post)
 		}
 		algs[i], limits[i] = alg.Name, a.Limit
-		tail = append(tail, len(alg.ScriptKeys), a.N, a.Limit, a.Period, a.Unit, a.Rate, s.now())
+		tail = append(tail, len(alg.ScriptKeys), a.N, a.Limit, a.Period, a.Unit, a.Rate, now)
 	}
 	if err := ratelimit.CheckDistinct(reqs); err != nil {
 		return nil, err

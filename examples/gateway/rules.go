@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -166,5 +165,3 @@ func (rs *Rules) policy(tenant, route string) policy {
 	}
 	return rs.def
 }
-
-var errNoRules = errors.New("no rules loaded")

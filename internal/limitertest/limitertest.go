@@ -6,7 +6,6 @@ package limitertest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -286,19 +285,17 @@ func testRetryAndReset(t *testing.T, newStore NewStore, k Kind) {
 	if err != nil || d.Allowed || d.RetryAfter <= 0 || d.ResetAfter <= 0 {
 		t.Fatalf("AllowN(2) on a used-up key = %+v, %v", d, err)
 	}
-	reset := d.ResetAfter
 	clk.Advance(d.RetryAfter)
 	if d, err := l.AllowN(ctx, "k", 2); err != nil || !d.Allowed {
 		t.Fatalf("AllowN(2) after RetryAfter = %+v, %v", d, err)
 	}
-	if d, err := l.AllowN(ctx, "other", 7); err != nil || !d.Allowed {
+	d, err = l.AllowN(ctx, "other", 7)
+	if err != nil || !d.Allowed {
 		t.Fatalf("AllowN(7) on another key = %+v, %v", d, err)
-	} else {
-		clk.Advance(d.ResetAfter)
-		reset = d.ResetAfter
 	}
-	if d, err := l.Allow(ctx, "other"); err != nil || !d.Allowed || d.Remaining != 6 {
-		t.Errorf("Allow %v after ResetAfter = %+v, %v; want a full key", reset, d, err)
+	clk.Advance(d.ResetAfter)
+	if full, err := l.Allow(ctx, "other"); err != nil || !full.Allowed || full.Remaining != 6 {
+		t.Errorf("Allow %v after ResetAfter = %+v, %v; want a full key", d.ResetAfter, full, err)
 	}
 }
 
@@ -313,6 +310,3 @@ func testCancelled(t *testing.T, newStore NewStore, k Kind) {
 		t.Errorf("Allow after a cancelled call = %+v, %v; want allowed", d, err)
 	}
 }
-
-// String is for failure messages.
-func (k Kind) String() string { return fmt.Sprintf("Kind(%s)", k.Name) }
