@@ -118,8 +118,8 @@ func WithMaxKeys(n int) Option {
 }
 
 // WithSweepInterval sets how often each shard drops keys that are back to full
-// (DefaultSweepInterval by default; 0 or less means the default). A sweep of a shard
-// takes about 20ns per key it holds, inside that shard's lock.
+// (DefaultSweepInterval by default; 0 or less means the default). A sweep visits every
+// key of one shard, inside that shard's lock.
 func WithSweepInterval(d time.Duration) Option {
 	return optionFunc(func(s *Store) {
 		if d > 0 {
