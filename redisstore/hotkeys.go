@@ -336,6 +336,7 @@ type BlockCache struct {
 
 type block struct {
 	mu          sync.Mutex
+	gen         uint64 // bumped by every refund and reset, before and after it reaches the store
 	rule        ratelimit.Rule
 	n           int64
 	until       int64 // UnixNano
@@ -368,9 +369,10 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	}
 	now := clock.UnixNano(b.cfg.clock)
 	bl := b.blocked.get(algKey{req.Algorithm, req.Key}, now)
+	gives := req.Op == ratelimit.Refund || req.Op == ratelimit.Reset // the key may have room after it
 	bl.mu.Lock()
-	if req.Op == ratelimit.Refund || req.Op == ratelimit.Reset { // the key may have room now
-		bl.initialized = false
+	if gives {
+		bl.unblock()
 	}
 	if bl.initialized && bl.rule == req.Rule && req.N == bl.n && now < bl.until {
 		d := ratelimit.Decision{Limit: bl.limit, Remaining: bl.remaining, RetryAfter: time.Duration(bl.until - now),
@@ -378,13 +380,29 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		bl.mu.Unlock()
 		return d, nil
 	}
+	gen := bl.gen
 	bl.mu.Unlock()
 	d, err := b.next.Apply(ctx, req)
-	if err == nil && !d.Allowed && d.RetryAfter > 0 && req.Op == ratelimit.Take {
+	switch {
+	case gives:
+		// a denial decided before this refund reached the store, and recorded after the
+		// unblock above, must not stand: unblock again, and make it stale
 		bl.mu.Lock()
-		bl.rule, bl.n, bl.limit, bl.remaining, bl.initialized = req.Rule, req.N, d.Limit, d.Remaining, true
-		bl.until, bl.resetUntil = now+int64(d.RetryAfter), now+int64(d.ResetAfter)
+		bl.unblock()
+		bl.mu.Unlock()
+	case err == nil && !d.Allowed && d.RetryAfter > 0 && req.Op == ratelimit.Take:
+		bl.mu.Lock()
+		if bl.gen == gen { // no refund or reset came between the decision and now
+			bl.rule, bl.n, bl.limit, bl.remaining, bl.initialized = req.Rule, req.N, d.Limit, d.Remaining, true
+			bl.until, bl.resetUntil = now+int64(d.RetryAfter), now+int64(d.ResetAfter)
+		}
 		bl.mu.Unlock()
 	}
 	return d, err
+}
+
+// unblock forgets the block, and makes every denial decided before it stale; bl.mu is held.
+func (bl *block) unblock() {
+	bl.initialized = false
+	bl.gen++
 }

@@ -295,3 +295,54 @@ func TestPrefetchOps(t *testing.T) {
 		t.Errorf("after a reset: %+v, %d calls; want a new lease from a full key", d, next.calls.Load()-calls)
 	}
 }
+
+// gated holds the first take that reaches it, after the store below has decided it, until
+// release is closed: a decision in flight while other calls go by.
+type gated struct {
+	ratelimit.Store
+	once             sync.Once
+	reached, release chan struct{}
+}
+
+func (g *gated) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	d, err := g.Store.Apply(ctx, req)
+	if req.Op == ratelimit.Take {
+		g.once.Do(func() {
+			close(g.reached)
+			<-g.release
+		})
+	}
+	return d, err
+}
+
+// TestBlockCacheRefundRace: a denial decided before a refund reached the store, and
+// recorded after it, does not block the key while the store below has room.
+func TestBlockCacheRefundRace(t *testing.T) {
+	clk := clock.NewFake(limitertest.Start)
+	local := localstore.New(localstore.WithClock(clk))
+	rule := ratelimit.PerHour(1)
+	ctx := context.Background()
+	if d, err := local.Apply(ctx, tb("k", rule)); err != nil || !d.Allowed { // the one token, spent
+		t.Fatal(d, err)
+	}
+	g := &gated{Store: local, reached: make(chan struct{}), release: make(chan struct{})}
+	b := redisstore.NewBlockCache(g, redisstore.WithHotClock(clk))
+	done := make(chan ratelimit.Decision)
+	go func() {
+		d, _ := b.Apply(ctx, tb("k", rule))
+		done <- d
+	}()
+	<-g.reached // denied by the store, not yet recorded
+	refund := tb("k", rule)
+	refund.Op = ratelimit.Refund
+	if _, err := b.Apply(ctx, refund); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	if d := <-done; d.Allowed {
+		t.Fatalf("the take in flight: %+v; want denied (it was decided before the refund)", d)
+	}
+	if d, err := b.Apply(ctx, tb("k", rule)); err != nil || !d.Allowed {
+		t.Errorf("after the refund: %+v, %v; want allowed, the store holds a token", d, err)
+	}
+}
