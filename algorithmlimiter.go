@@ -4,23 +4,48 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
-// AlgorithmLimiter is a Limiter that runs one Algorithm under one Rule on a Store. Each
-// algorithm package's Limiter embeds it. It is safe for concurrent use.
+// AlgorithmLimiter is a Limiter that runs one Algorithm under one Rule on a Store, in one
+// namespace. Each algorithm package's Limiter embeds it, so its methods are every
+// algorithm's. It is safe for concurrent use.
+//
+// Limiters count together exactly when they share a store, an algorithm, a namespace and
+// a key. The namespace is the rule's by default ("100/1s" for PerSecond(100)), so two
+// limiters of different rules never share a count, while the same limiter in every
+// instance of an application does (on a shared store such as Redis). Name the namespace
+// with WithNamespace when two limiters of the same rule must count apart (logins and
+// password resets, both 5 an hour), or when the rule may change and the counts should
+// carry over.
 type AlgorithmLimiter struct {
-	store Store
-	alg   *Algorithm
-	rule  Rule
-	limit int64 // the largest n the rule can ever allow
+	store     Store
+	alg       *Algorithm
+	rule      Rule
+	namespace string
+	limit     int64 // the largest n the rule can ever allow
 }
 
 var _ Limiter = (*AlgorithmLimiter)(nil)
 
+// Option configures a limiter of any algorithm.
+type Option interface{ apply(*AlgorithmLimiter) }
+
+type optionFunc func(*AlgorithmLimiter)
+
+func (f optionFunc) apply(l *AlgorithmLimiter) { f(l) }
+
+// WithNamespace puts the limiter's keys in namespace instead of the rule's (see
+// AlgorithmLimiter). Any string is a namespace, the empty one included.
+func WithNamespace(namespace string) Option {
+	return optionFunc(func(l *AlgorithmLimiter) { l.namespace = namespace })
+}
+
 // NewAlgorithmLimiter validates rule for alg and returns an AlgorithmLimiter on store. The
-// error wraps ErrInvalidRule for a rule alg cannot enforce.
-func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule) (*AlgorithmLimiter, error) {
-	if alg == nil {
+// error wraps ErrInvalidRule for a rule alg cannot enforce. Algorithm packages call it;
+// users call their New.
+func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule, opts ...Option) (*AlgorithmLimiter, error) {
+	if alg == nil || alg.Prepare == nil || alg.Step == nil {
 		return nil, errors.New("ratelimit: nil algorithm")
 	}
 	if store == nil {
@@ -30,7 +55,24 @@ func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule) (*AlgorithmLimi
 	if err != nil {
 		return nil, err
 	}
-	return &AlgorithmLimiter{store: store, alg: alg, rule: rule, limit: a.Limit}, nil
+	l := &AlgorithmLimiter{store: store, alg: alg, rule: rule, limit: a.Limit, namespace: ruleNamespace(rule)}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New(alg.Name + ": nil option")
+		}
+		o.apply(l)
+	}
+	return l, nil
+}
+
+// ruleNamespace is the default namespace of a rule: "100/1s", or "100/1s/200" with a
+// burst.
+func ruleNamespace(r Rule) string {
+	ns := strconv.FormatInt(r.Limit, 10) + "/" + r.Period.String()
+	if r.Burst != 0 {
+		ns += "/" + strconv.FormatInt(r.Burst, 10)
+	}
+	return ns
 }
 
 // Allow is AllowN with n = 1.
@@ -40,13 +82,22 @@ func (l *AlgorithmLimiter) Allow(ctx context.Context, key string) (Decision, err
 
 // AllowN admits n events for key, all or none. n must be between 1 and the most the rule
 // allows at once (Decision.Limit), or the error wraps ErrInvalidN or ErrNExceedsLimit and
-// the store is not asked. It is small enough to be inlined, which saves a frame's copies
-// of the Request and the Decision.
+// the store is not asked.
 func (l *AlgorithmLimiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	if n < 1 || n > l.limit {
 		return Decision{}, l.badN(n)
 	}
-	return l.store.Apply(ctx, Request{Algorithm: l.alg, Key: key, Rule: l.rule, N: n})
+	return l.store.Apply(ctx, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: n})
+}
+
+// AllowRule is AllowN under rule instead of the limiter's own: for a rule chosen per call
+// (a tenant's plan, looked up per request). The key is counted in the limiter's
+// namespace whatever the rule, so a key whose rule changes keeps its count (give such a
+// limiter a namespace with WithNamespace). An invalid rule, or an n it cannot allow,
+// returns an error wrapping ErrInvalidRule, ErrInvalidN or ErrNExceedsLimit and consumes
+// nothing.
+func (l *AlgorithmLimiter) AllowRule(ctx context.Context, key string, rule Rule, n int64) (Decision, error) {
+	return l.store.Apply(ctx, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: rule, N: n})
 }
 
 // badN is the error for an n out of range, as Prepare, the one place that words it, has it.
@@ -65,7 +116,7 @@ func (l *AlgorithmLimiter) Peek(ctx context.Context, key string) (Decision, erro
 
 // PeekN is the Decision AllowN(ctx, key, n) would give now, consuming nothing.
 func (l *AlgorithmLimiter) PeekN(ctx context.Context, key string, n int64) (Decision, error) {
-	return l.do(ctx, key, n, Peek)
+	return l.do(ctx, key, n, OpPeek)
 }
 
 // Refund gives back n events taken for key before (a request the upstream failed, say),
@@ -74,12 +125,12 @@ func (l *AlgorithmLimiter) PeekN(ctx context.Context, key string, n int64) (Deci
 // events off a window's current count (not off a past window's), the newest events of a
 // sliding log.
 func (l *AlgorithmLimiter) Refund(ctx context.Context, key string, n int64) (Decision, error) {
-	return l.do(ctx, key, n, Refund)
+	return l.do(ctx, key, n, OpRefund)
 }
 
 // Reset forgets key: its next decision sees it full (after a successful login, say).
 func (l *AlgorithmLimiter) Reset(ctx context.Context, key string) error {
-	_, err := l.do(ctx, key, 1, Reset)
+	_, err := l.do(ctx, key, 1, OpReset)
 	return err
 }
 
@@ -87,14 +138,11 @@ func (l *AlgorithmLimiter) do(ctx context.Context, key string, n int64, op Op) (
 	if n < 1 || n > l.limit {
 		return Decision{}, l.badN(n)
 	}
-	return l.store.Apply(ctx, Request{Algorithm: l.alg, Key: key, Rule: l.rule, N: n, Op: op})
+	return l.store.Apply(ctx, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: n, Op: op})
 }
 
 // Rule is the limiter's rule.
 func (l *AlgorithmLimiter) Rule() Rule { return l.rule }
 
-// Algorithm is the limiter's algorithm.
-func (l *AlgorithmLimiter) Algorithm() *Algorithm { return l.alg }
-
-// Store is the limiter's store.
-func (l *AlgorithmLimiter) Store() Store { return l.store }
+// base is how AllowAll finds the AlgorithmLimiter inside an algorithm's Limiter.
+func (l *AlgorithmLimiter) base() *AlgorithmLimiter { return l }

@@ -6,7 +6,7 @@ import "errors"
 // error. Match them with errors.Is: the errors returned wrap these with details.
 var (
 	// ErrInvalidRule: a Rule that no algorithm can enforce, or that this algorithm cannot
-	// compute exactly (see MaxExact).
+	// compute exactly (every number in it at most 2^52).
 	ErrInvalidRule = errors.New("ratelimit: invalid rule")
 
 	// ErrInvalidN: n is less than 1.

@@ -2,7 +2,7 @@
 // across many that share Redis.
 //
 // Pick an algorithm package (tokenbucket, fixedwindow, slidingwindow, slidinglog,
-// leakybucket) and a Store (localstore in memory, redisstore on Redis, fallback for both),
+// leakybucket) and a store (localstore in memory, redisstore on Redis, fallback for both),
 // and ask the resulting Limiter for a Decision before each event:
 //
 //	store := localstore.New()
@@ -15,20 +15,26 @@
 //
 // A denial is a Decision with Allowed false, never an error: an error means the caller's
 // mistake (an invalid rule or n, matched with errors.Is against ErrInvalidRule,
-// ErrInvalidN or ErrNExceedsLimit) or a failure of the store's backend.
+// ErrInvalidN or ErrNExceedsLimit) or a failure of the store's backend (ErrUnavailable).
 //
-// Every algorithm's limiter also peeks (the Decision AllowN would give, consuming
-// nothing), refunds (gives back events taken before) and resets a key. AllowAll and Multi
-// decide under several limits at once, all or none: a request a tenant's daily plan
-// allows but its per-route rate denies counts against neither.
+// Limiters on one store count together only when they share an algorithm, a namespace
+// and a key; the namespace is the rule's unless WithNamespace names it (see
+// AlgorithmLimiter). Every algorithm's limiter also decides under a rule chosen per call
+// (AllowRule), peeks (the Decision AllowN would give, consuming nothing), refunds (gives
+// back events taken before) and resets a key. AllowAll decides under several limits at
+// once, all or none. Middleware limits net/http handlers, with the usual headers.
 //
 // Time inside the library has microsecond resolution and comes from the store: a
 // clock.Clock for localstore, Redis's own clock for redisstore. No algorithm reads the
 // system clock.
+//
+// The rest of the package (Store, BatchStore, Request, Op, Algorithm, Args, State) is the
+// contract between algorithms and stores, for those who write one.
 package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -74,6 +80,9 @@ func Wait(ctx context.Context, l Limiter, key string) error {
 //
 // If ctx ends during an admitted request's Delay, the events stay counted.
 func WaitN(ctx context.Context, l Limiter, key string, n int64) error {
+	if l == nil {
+		return errors.New("ratelimit: Wait with a nil Limiter")
+	}
 	for {
 		d, err := l.AllowN(ctx, key, n)
 		if err != nil {

@@ -4,37 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"reflect"
 )
 
-// BatchStore is a Store that decides several takes at once, all or none: either every
-// request is allowed and counted, or none is counted. ApplyAll returns each request's
-// Decision, in order, as it would be alone (when any is denied, none was counted).
-// localstore, redisstore and fallback are BatchStores.
-type BatchStore interface {
-	Store
-	ApplyAll(ctx context.Context, reqs []Request) ([]Decision, error)
-}
-
-// ErrDuplicateKey: one decision names the same algorithm and key twice.
-var ErrDuplicateKey = errors.New("ratelimit: a key appears twice in one decision")
-
-// Part is one limit of a decision under several: a limiter (every algorithm's is one)
-// and the key it limits.
+// Part is one limit of a decision under several (see AllowAll): a limiter of one of the
+// algorithm packages (anything built on AlgorithmLimiter) and the key it limits.
 type Part struct {
-	Limiter interface {
-		Algorithm() *Algorithm
-		Rule() Rule
-		Store() Store
-	}
-	Key string
+	Limiter Limiter
+	Key     string
 }
 
 // AllowAll admits n events under every part, or under none: a request a tenant's daily
-// plan allows but its per-route rate denies consumes nothing from the plan. The parts
-// must share one Store. On a BatchStore the decision is atomic (one lock, one script);
-// on another Store the parts are taken one by one and, when one denies, the ones taken
-// are refunded: never counted in the end, but visible to a concurrent request meanwhile.
+// plan allows but its per-route rate denies consumes nothing from the plan.
+//
+//	plan, _ := tokenbucket.New(store, ratelimit.PerDay(10_000), ratelimit.WithNamespace("plan"))
+//	rate, _ := tokenbucket.New(store, ratelimit.PerSecond(20), ratelimit.WithNamespace("rate"))
+//	d, err := ratelimit.AllowAll(ctx, 1, ratelimit.Part{plan, tenant}, ratelimit.Part{rate, tenant})
+//
+// The parts must share one Store and name distinct (limiter namespace, key) pairs. On a
+// BatchStore the decision is atomic (one lock, one script; on Redis Cluster when the keys
+// share a hash slot: the same key, or keys of one ratelimit.TaggedKey tag). Otherwise the
+// parts are taken one by one and, when one denies, the ones taken are refunded: never
+// counted in the end, but visible to a concurrent request meanwhile.
 //
 // The Decision is denied if any part denies, with the longest RetryAfter of the denials;
 // Limit and Remaining are the tightest part's (the least remaining); ResetAfter and Delay
@@ -43,54 +34,72 @@ func AllowAll(ctx context.Context, n int64, parts ...Part) (Decision, error) {
 	if len(parts) == 0 {
 		return Decision{}, errors.New("ratelimit: AllowAll without parts")
 	}
-	store := parts[0].Limiter.Store()
 	reqs := make([]Request, len(parts))
+	var store Store
 	for i, p := range parts {
-		if p.Limiter.Store() != store {
-			return Decision{}, errors.New("ratelimit: the parts of AllowAll must share one store")
+		b, ok := p.Limiter.(interface{ base() *AlgorithmLimiter })
+		if !ok || b.base() == nil {
+			return Decision{}, fmt.Errorf("ratelimit: AllowAll: part %d: %T is not a limiter of an algorithm package", i, p.Limiter)
 		}
-		alg, rule := p.Limiter.Algorithm(), p.Limiter.Rule()
-		if _, err := alg.Prepare(rule, n); err != nil {
+		l := b.base()
+		if i == 0 {
+			store = l.store
+		} else if !sameStore(store, l.store) {
+			return Decision{}, fmt.Errorf("ratelimit: AllowAll: part %d has another store than part 0 (%T)", i, l.store)
+		}
+		if _, err := l.alg.Prepare(l.rule, n); err != nil {
 			return Decision{}, err
 		}
-		reqs[i] = Request{Algorithm: alg, Key: p.Key, Rule: rule, N: n}
+		reqs[i] = Request{Algorithm: l.alg, Namespace: l.namespace, Key: p.Key, Rule: l.rule, N: n}
 	}
-	if err := CheckDistinct(reqs); err != nil {
+	if err := distinct(reqs); err != nil {
 		return Decision{}, err
 	}
-	var ds []Decision
-	var err error
-	if bs, ok := store.(BatchStore); ok {
-		ds, err = bs.ApplyAll(ctx, reqs)
-	} else {
-		ds, err = ApplyEach(ctx, store, reqs)
-	}
+	ds, err := applyAll(ctx, store, reqs)
 	if err != nil {
 		return Decision{}, err
 	}
-	return Combine(ds), nil
+	return combine(ds), nil
 }
 
-// CheckDistinct returns ErrDuplicateKey if two requests name the same algorithm and key.
-func CheckDistinct(reqs []Request) error {
+// sameStore is a == b, without the panic of == on values of an uncomparable type: such a
+// store is the same only as itself by identity, which cannot be told, so it is not.
+func sameStore(a, b Store) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
+}
+
+// distinct returns an error if two requests name the same algorithm, namespace and key.
+func distinct(reqs []Request) error {
 	type id struct {
-		alg *Algorithm
-		key string
+		alg     *Algorithm
+		ns, key string
 	}
 	seen := make(map[id]bool, len(reqs))
 	for _, r := range reqs {
-		if seen[id{r.Algorithm, r.Key}] {
-			return fmt.Errorf("%w: %s %q", ErrDuplicateKey, r.Algorithm.Name, r.Key)
+		k := id{r.Algorithm, r.Namespace, r.Key}
+		if seen[k] {
+			return fmt.Errorf("ratelimit: AllowAll: %s key %q of namespace %q appears twice", r.Algorithm.Name, r.Key, r.Namespace)
 		}
-		seen[id{r.Algorithm, r.Key}] = true
+		seen[k] = true
 	}
 	return nil
 }
 
-// ApplyEach takes reqs one by one on store and, when one is denied, refunds those taken
-// before it: all or none in the end, but not atomic (see AllowAll). Stores use it for
-// what they cannot decide at once.
-func ApplyEach(ctx context.Context, store Store, reqs []Request) ([]Decision, error) {
+// applyAll decides reqs on store at once if it can, else one by one.
+func applyAll(ctx context.Context, store Store, reqs []Request) ([]Decision, error) {
+	if bs, ok := store.(BatchStore); ok {
+		ds, err := bs.ApplyAll(ctx, reqs)
+		if !errors.Is(err, errors.ErrUnsupported) {
+			return ds, err
+		}
+	}
+	return applyEach(ctx, store, reqs)
+}
+
+// applyEach takes reqs one by one on store and, when one is denied, refunds those taken
+// before it: all or none in the end, but not atomic.
+func applyEach(ctx context.Context, store Store, reqs []Request) ([]Decision, error) {
 	ds := make([]Decision, len(reqs))
 	for i, r := range reqs {
 		d, err := store.Apply(ctx, r)
@@ -100,7 +109,7 @@ func ApplyEach(ctx context.Context, store Store, reqs []Request) ([]Decision, er
 		}
 		for j := range i { // give back what was taken
 			back := reqs[j]
-			back.Op = Refund
+			back.Op = OpRefund
 			if _, rerr := store.Apply(context.WithoutCancel(ctx), back); rerr != nil && err == nil {
 				err = rerr
 			}
@@ -111,7 +120,7 @@ func ApplyEach(ctx context.Context, store Store, reqs []Request) ([]Decision, er
 		ds[i] = d
 		for k := i + 1; k < len(reqs); k++ { // the rest, as they stand
 			peek := reqs[k]
-			peek.Op = Peek
+			peek.Op = OpPeek
 			if ds[k], err = store.Apply(ctx, peek); err != nil {
 				return nil, err
 			}
@@ -124,8 +133,8 @@ func ApplyEach(ctx context.Context, store Store, reqs []Request) ([]Decision, er
 	return ds, nil
 }
 
-// Combine is the Decision of several limits decided together (see AllowAll).
-func Combine(ds []Decision) Decision {
+// combine is the Decision of several limits decided together (see AllowAll).
+func combine(ds []Decision) Decision {
 	out := Decision{Allowed: true}
 	for i, d := range ds {
 		if !d.Allowed {
@@ -142,47 +151,4 @@ func Combine(ds []Decision) Decision {
 		out.Delay = 0
 	}
 	return out
-}
-
-// Multi is a Limiter that admits only what each of its limiters admits, all or none, on
-// one key family: limiter i limits TaggedKey(key, i), so that all the keys of one key
-// share a Redis Cluster hash slot and are decided in one script. It is safe for
-// concurrent use.
-type Multi struct {
-	parts []Part
-}
-
-var _ Limiter = (*Multi)(nil)
-
-// NewMulti returns a Multi of limiters, which must share one store.
-func NewMulti(limiters ...interface {
-	Algorithm() *Algorithm
-	Rule() Rule
-	Store() Store
-}) (*Multi, error) {
-	if len(limiters) == 0 {
-		return nil, errors.New("ratelimit: NewMulti without limiters")
-	}
-	m := &Multi{}
-	for _, l := range limiters {
-		if l.Store() != limiters[0].Store() {
-			return nil, errors.New("ratelimit: the limiters of a Multi must share one store")
-		}
-		m.parts = append(m.parts, Part{Limiter: l})
-	}
-	return m, nil
-}
-
-// Allow is AllowN with n = 1.
-func (m *Multi) Allow(ctx context.Context, key string) (Decision, error) {
-	return m.AllowN(ctx, key, 1)
-}
-
-// AllowN admits n events for key under every limiter, or under none.
-func (m *Multi) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	parts := make([]Part, len(m.parts))
-	for i, p := range m.parts {
-		parts[i] = Part{Limiter: p.Limiter, Key: TaggedKey(key, strconv.Itoa(i))}
-	}
-	return AllowAll(ctx, n, parts...)
 }

@@ -2,14 +2,23 @@ package ratelimit
 
 import (
 	"context"
-	"strconv"
+
+	"github.com/ratelimit-go/ratelimit/internal/eventlog"
 )
+
+// This file is the contract between algorithms and stores. Users of the library need
+// none of it: they pick a store (localstore, redisstore, fallback) and an algorithm
+// package, and call the Limiter. It is public so that a third-party store or algorithm
+// can plug in.
 
 // Store keeps the state of every key and applies an Algorithm to it, one atomic decision
 // at a time. A store knows nothing of any particular algorithm: it runs the Algorithm it is
 // handed, in Go (Algorithm.Step, as localstore does) or as a server-side script
 // (Algorithm.Script, as redisstore does). Because it sees the Rule of every call, a
 // decorator store can change it on the way (fallback divides it across instances).
+//
+// A store keeps one state per (Algorithm, Namespace, Key) of a Request, and never lets two
+// different triples share state.
 //
 // Apply validates the request with Algorithm.Prepare before it touches any state, so an
 // invalid rule or n returns an error wrapping ErrInvalidRule, ErrInvalidN or
@@ -21,48 +30,51 @@ type Store interface {
 	Apply(ctx context.Context, req Request) (Decision, error)
 }
 
+// BatchStore is a Store that decides several takes at once, all or none: either every
+// request is allowed and counted, or none is counted. ApplyAll returns each request's
+// Decision, in order, as it would be alone (when any is denied, none was counted).
+// AllowAll hands it only takes of distinct keys. A store that cannot decide a particular
+// batch atomically (keys on different Redis Cluster nodes, say) returns an error matching
+// errors.ErrUnsupported, having counted nothing, and AllowAll takes the requests one by
+// one instead. localstore, redisstore and fallback are BatchStores.
+type BatchStore interface {
+	Store
+	ApplyAll(ctx context.Context, reqs []Request) ([]Decision, error)
+}
+
 // Request is one decision asked of a Store.
 type Request struct {
 	Algorithm *Algorithm
+	// Namespace keeps the keys of one limiter apart from another's on the same store (see
+	// WithNamespace). Any string.
+	Namespace string
 	Key       string // any string, the empty one included; two different strings never share state
 	Rule      Rule
 	N         int64 // events to admit (or to refund), all or none
-	Op        Op    // Take unless said otherwise
+	Op        Op    // OpTake unless said otherwise
 }
 
 // Op is what a Request does to its key.
 type Op uint8
 
 const (
-	// Take admits N events, all or none: AllowN. The zero Op.
-	Take Op = iota
-	// Peek gives the Decision Take would give, and changes nothing.
-	Peek
-	// Refund gives back N events taken before (a request the upstream failed, say), never
-	// above the key's full allowance. Its Decision is what Peek with N = 1 gives after it.
-	Refund
-	// Reset forgets the key: its next decision sees it full. Its Decision is what Peek
+	// OpTake admits N events, all or none: AllowN. The zero Op.
+	OpTake Op = iota
+	// OpPeek gives the Decision OpTake would give, and changes nothing.
+	OpPeek
+	// OpRefund gives back N events taken before (a request the upstream failed, say),
+	// never above the key's full allowance. Its Decision is what OpPeek with N = 1 gives
+	// after it.
+	OpRefund
+	// OpReset forgets the key: its next decision sees it full. Its Decision is what OpPeek
 	// with N = 1 gives after it.
-	Reset
+	OpReset
 )
-
-func (o Op) String() string {
-	switch o {
-	case Take:
-		return "take"
-	case Peek:
-		return "peek"
-	case Refund:
-		return "refund"
-	case Reset:
-		return "reset"
-	}
-	return "op(" + strconv.Itoa(int(o)) + ")"
-}
 
 // Algorithm is one rate-limiting algorithm as stores see it: the integers it needs from a
 // rule, its decision step in Go, and the same step as a Lua script. Stores keep one state
-// per (Algorithm, key), so limiters of different algorithms can share a store and keys.
+// per (Algorithm, Namespace, Key), so limiters of different algorithms can share a store
+// and keys.
 //
 // The five algorithms of this module each export theirs from their package.
 type Algorithm struct {
@@ -87,15 +99,13 @@ type Algorithm struct {
 
 	// Step decides one request against st at now (microseconds since the Unix epoch) and
 	// updates st. It is a pure function of its inputs, and the Script computes the same.
-	// Args must come from Prepare.
+	// Args must come from Prepare. OpPeek is Step on a copy of the state; OpReset is the
+	// zero State.
 	Step func(st *State, now int64, a Args) Decision
 
 	// Refund gives a.N events back to st at now, never above its full allowance.
 	Refund func(st *State, now int64, a Args)
 }
-
-// Ops other than Take are asked of a store with the same Args; Peek is Step on a copy of
-// the state, Reset is the zero State.
 
 // Args are the integers one decision needs, as Algorithm.Prepare derives them from a Rule
 // and n. Stores hand them unchanged to Step, or to the script, so both compute the same.
@@ -109,97 +119,11 @@ type Args struct {
 
 // State is one key's state as a Store keeps it for Step. The zero State is a key never
 // seen, and a state whose last Decision had ResetAfter 0 is worth no more than the zero
-// State, so a store may drop it. The meaning of the fields is the algorithm's.
+// State, so a store may drop it. The meaning of the fields is the algorithm's; a store
+// copies a State whole and never looks into Log.
 type State struct {
-	Time  int64 // the latest instant the key has seen, in microseconds since the Unix epoch
-	Level int64 // tokens, queued work, or events counted, in the algorithm's units
-	Aux   int64 // a second number: the unit of Level, or the previous window's count
-	Log   *Log  // the events of a sliding log; nil for the other algorithms
-}
-
-// Clone returns a deep copy of s.
-func (s State) Clone() State {
-	if s.Log != nil {
-		l := s.Log.clone()
-		s.Log = &l
-	}
-	return s
-}
-
-// Event is n events admitted at one instant (microseconds since the Unix epoch).
-type Event struct {
-	At, N int64
-}
-
-// Log is a queue of Events in time order, grown as needed and never shrunk below what it
-// holds: the sliding log's state. The zero Log is empty and ready to use.
-type Log struct {
-	buf        []Event
-	head, size int
-}
-
-// Len is the number of entries.
-func (l *Log) Len() int { return l.size }
-
-// At is the i-th entry, the oldest being 0.
-func (l *Log) At(i int) Event { return l.buf[(l.head+i)%len(l.buf)] }
-
-// Push appends n events at instant at, merged into the newest entry when it has the same
-// instant. Instants must not decrease.
-func (l *Log) Push(at, n int64) {
-	if l.size > 0 {
-		last := &l.buf[(l.head+l.size-1)%len(l.buf)]
-		if last.At == at {
-			last.N += n
-			return
-		}
-	}
-	if l.size == len(l.buf) {
-		l.grow()
-	}
-	l.buf[(l.head+l.size)%len(l.buf)] = Event{At: at, N: n}
-	l.size++
-}
-
-// Clear empties the Log, keeping its memory.
-func (l *Log) Clear() { l.head, l.size = 0, 0 }
-
-// TrimNewest removes up to n events from the newest entries and returns how many it
-// removed.
-func (l *Log) TrimNewest(n int64) int64 {
-	removed := int64(0)
-	for removed < n && l.size > 0 {
-		last := &l.buf[(l.head+l.size-1)%len(l.buf)]
-		take := min(n-removed, last.N)
-		last.N -= take
-		removed += take
-		if last.N == 0 {
-			l.size--
-		}
-	}
-	return removed
-}
-
-// Pop removes the oldest entry and returns it; the Log must not be empty.
-func (l *Log) Pop() Event {
-	e := l.buf[l.head]
-	l.head = (l.head + 1) % len(l.buf)
-	l.size--
-	return e
-}
-
-func (l *Log) grow() {
-	buf := make([]Event, max(4, 2*len(l.buf)))
-	for i := 0; i < l.size; i++ {
-		buf[i] = l.At(i)
-	}
-	l.buf, l.head = buf, 0
-}
-
-func (l *Log) clone() Log {
-	c := Log{buf: make([]Event, l.size), size: l.size}
-	for i := range c.buf {
-		c.buf[i] = l.At(i)
-	}
-	return c
+	Time  int64         // the latest instant the key has seen, in microseconds since the Unix epoch
+	Level int64         // tokens, queued work, or events counted, in the algorithm's units
+	Aux   int64         // a second number: the unit of Level, or the previous window's count
+	Log   *eventlog.Log // the events of a sliding log; nil for the other algorithms
 }

@@ -3,8 +3,10 @@ package fallback
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 var _ ratelimit.BatchStore = (*Store)(nil)
@@ -22,8 +24,8 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if r.Algorithm == nil {
 			return nil, errors.New("fallback: request has no algorithm")
 		}
-		if r.Op != ratelimit.Take {
-			return nil, errors.New("fallback: ApplyAll takes; it does not " + r.Op.String())
+		if r.Op != ratelimit.OpTake {
+			return nil, errors.New("fallback: ApplyAll only takes")
 		}
 		a, err := r.Algorithm.Prepare(r.Rule, r.N)
 		if err != nil {
@@ -31,15 +33,15 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		}
 		capacities[i] = a.Limit
 	}
-	if err := ratelimit.CheckDistinct(reqs); err != nil {
+	if err := core.CheckDistinct("fallback", reqs); err != nil {
 		return nil, err
 	}
 	if ok, probe := s.breaker.allow(); ok {
 		ds, err := askPrimary(ctx, s, probe, func(pctx context.Context) ([]ratelimit.Decision, error) {
 			return applyAll(pctx, s.primary, reqs)
 		})
-		if err == nil || ctx.Err() != nil {
-			return ds, err
+		if err == nil || ctx.Err() != nil || errors.Is(err, errors.ErrUnsupported) {
+			return ds, err // the primary cannot batch these keys: the caller takes them one by one
 		}
 	}
 	ds, err := s.decideAllLocally(ctx, reqs, capacities)
@@ -49,23 +51,24 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	return ds, err
 }
 
+// applyAll is store's ApplyAll, or errors.ErrUnsupported for a store that cannot batch.
 func applyAll(ctx context.Context, store ratelimit.Store, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
 	if bs, ok := store.(ratelimit.BatchStore); ok {
 		return bs.ApplyAll(ctx, reqs)
 	}
-	return ratelimit.ApplyEach(ctx, store, reqs)
+	return nil, fmt.Errorf("fallback: %T decides one key at a time: %w", store, errors.ErrUnsupported)
 }
 
 // decideAllLocally decides reqs by the policy while the primary cannot.
 func (s *Store) decideAllLocally(ctx context.Context, reqs []ratelimit.Request, capacities []int64) ([]ratelimit.Decision, error) {
 	ds := make([]ratelimit.Decision, len(reqs))
 	switch s.policy {
-	case AllowAll:
+	case FailOpen:
 		for i, r := range reqs {
 			ds[i] = ratelimit.Decision{Allowed: true, Limit: capacities[i], Remaining: capacities[i] - r.N}
 		}
 		return ds, nil
-	case DenyAll:
+	case FailClosed:
 		for i := range reqs {
 			ds[i] = ratelimit.Decision{Limit: capacities[i], RetryAfter: s.breaker.retryAfter()}
 		}
@@ -74,7 +77,7 @@ func (s *Store) decideAllLocally(ctx context.Context, reqs []ratelimit.Request, 
 	shares := make([]ratelimit.Request, len(reqs))
 	fits := true
 	for i, r := range reqs {
-		r.Rule = r.Rule.Share(s.instances)
+		r.Rule = core.Share(r.Rule, s.instances)
 		shares[i] = r
 		share := max(1, (capacities[i]+s.instances-1)/s.instances)
 		ds[i] = ratelimit.Decision{Limit: share, RetryAfter: s.breaker.retryAfter()}

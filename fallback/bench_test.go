@@ -18,7 +18,7 @@ func BenchmarkOpenBreaker(b *testing.B) {
 	for range fallback.DefaultFailures {
 		open.Apply(context.Background(), req("k", ratelimit.PerSecond(1e6)))
 	}
-	if open.State() != fallback.Open {
+	if open.BreakerState() != fallback.Open {
 		b.Fatal("the breaker did not open")
 	}
 	for _, bc := range []struct {

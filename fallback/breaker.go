@@ -7,12 +7,12 @@ import (
 	"github.com/ratelimit-go/ratelimit/clock"
 )
 
-// State is the state of the breaker around the primary store.
-type State int32
+// BreakerState is the state of the breaker around the primary store.
+type BreakerState int32
 
 const (
 	// Closed: decisions go to the primary.
-	Closed State = iota
+	Closed BreakerState = iota
 	// Open: decisions go to the secondary, and none waits for the primary.
 	Open
 	// HalfOpen: one probe goes to the primary; the others go to the secondary until it
@@ -20,7 +20,7 @@ const (
 	HalfOpen
 )
 
-func (s State) String() string {
+func (s BreakerState) String() string {
 	switch s {
 	case Closed:
 		return "closed"
@@ -49,12 +49,12 @@ type breaker struct {
 	limit    int64
 	openFor  time.Duration
 	clock    clock.Clock
-	onChange func(from, to State)
+	onChange func(from, to BreakerState)
 }
 
 // allow says whether a call may go to the primary, and whether it is the half-open probe.
 func (b *breaker) allow() (ok, probe bool) {
-	switch State(b.state.Load()) {
+	switch BreakerState(b.state.Load()) {
 	case Closed:
 		return true, false
 	case Open:
@@ -85,7 +85,7 @@ func (b *breaker) failure(probe bool) {
 		b.move(HalfOpen, Open)
 		return
 	}
-	if b.failures.Add(1) >= b.limit && State(b.state.Load()) == Closed {
+	if b.failures.Add(1) >= b.limit && BreakerState(b.state.Load()) == Closed {
 		b.openedAt.Store(clock.UnixNano(b.clock))
 		b.move(Closed, Open)
 	}
@@ -100,14 +100,14 @@ func (b *breaker) abandon(probe bool) {
 
 // retryAfter is how long until the breaker next lets a probe through, at least 1ms.
 func (b *breaker) retryAfter() time.Duration {
-	if State(b.state.Load()) == Closed {
+	if BreakerState(b.state.Load()) == Closed {
 		return b.openFor
 	}
 	left := time.Duration(b.openedAt.Load()+int64(b.openFor)-clock.UnixNano(b.clock)) + time.Millisecond - 1
 	return max(time.Millisecond, left.Truncate(time.Millisecond))
 }
 
-func (b *breaker) move(from, to State) bool {
+func (b *breaker) move(from, to BreakerState) bool {
 	if !b.state.CompareAndSwap(int32(from), int32(to)) {
 		return false
 	}

@@ -15,7 +15,7 @@ func Example() {
 	redisDown := newPrimary() // stands in for redisstore.New(client) while Redis is down
 	redisDown.fail(errDown)
 	store := fallback.New(redisDown, localstore.New(), fallback.WithInstances(4),
-		fallback.WithHooks(fallback.Hooks{OnStateChange: func(from, to fallback.State) {
+		fallback.WithHooks(fallback.Hooks{OnStateChange: func(from, to fallback.BreakerState) {
 			fmt.Println("breaker:", from, "->", to)
 		}}))
 	limiter, err := tokenbucket.New(store, ratelimit.PerHour(100))

@@ -12,7 +12,7 @@
 // (Limit and Burst divided, rounded up, at least 1), so that together they enforce about
 // the whole rule: with 4 instances and a limit of 100, each admits 25. Nothing decided
 // locally is replayed into the primary when it comes back. WithPolicy chooses instead to
-// allow everything (AllowAll) or deny everything (DenyAll) while the primary is down.
+// allow everything (FailOpen) or deny everything (FailClosed) while the primary is down.
 //
 // # Timeout and breaker
 //
@@ -61,6 +61,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // Defaults of the options.
@@ -76,11 +77,11 @@ type Policy int
 const (
 	// LocalShare decides on the secondary with 1/n of the rule (the default).
 	LocalShare Policy = iota
-	// AllowAll allows every request: availability over protection.
-	AllowAll
-	// DenyAll denies every request, retrying when the breaker next probes: protection over
+	// FailOpen allows every request: availability over protection.
+	FailOpen
+	// FailClosed denies every request, retrying when the breaker next probes: protection over
 	// availability.
-	DenyAll
+	FailClosed
 )
 
 // Source is the store a decision came from.
@@ -108,7 +109,7 @@ type Hooks struct {
 	// whether it counted as a failure for the breaker.
 	OnPrimaryError func(err error, failure bool)
 	// OnStateChange is called when the breaker changes state.
-	OnStateChange func(from, to State)
+	OnStateChange func(from, to BreakerState)
 }
 
 // Store is a fail-open ratelimit.Store. It is safe for concurrent use.
@@ -196,8 +197,8 @@ func New(primary, secondary ratelimit.Store, opts ...Option) *Store {
 	return s
 }
 
-// State is the breaker's state now.
-func (s *Store) State() State { return State(s.breaker.state.Load()) }
+// BreakerState is the breaker's state now.
+func (s *Store) BreakerState() BreakerState { return BreakerState(s.breaker.state.Load()) }
 
 // Apply decides req on the primary, or on the secondary when the primary cannot. It
 // returns an error for an invalid request (before asking either store), ctx.Err() when
@@ -279,13 +280,13 @@ func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capaci
 	var d ratelimit.Decision
 	var err error
 	switch s.policy {
-	case AllowAll:
+	case FailOpen:
 		d = ratelimit.Decision{Allowed: true, Limit: capacity, Remaining: capacity - req.N}
-	case DenyAll:
+	case FailClosed:
 		d = ratelimit.Decision{Limit: capacity, RetryAfter: s.breaker.retryAfter()}
 	default:
 		// this instance's share of the rule; its capacity is the rule's divided likewise
-		req.Rule = req.Rule.Share(s.instances)
+		req.Rule = core.Share(req.Rule, s.instances)
 		if share := max(1, (capacity+s.instances-1)/s.instances); req.N > share {
 			d = ratelimit.Decision{Limit: share, RetryAfter: s.breaker.retryAfter()} // wait for the primary
 		} else {

@@ -76,7 +76,7 @@ func TestBreaker(t *testing.T) {
 	var changes []string
 	s := fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk),
 		fallback.WithBreaker(fallback.Breaker{Failures: 3, OpenFor: time.Second}),
-		fallback.WithHooks(fallback.Hooks{OnStateChange: func(from, to fallback.State) {
+		fallback.WithHooks(fallback.Hooks{OnStateChange: func(from, to fallback.BreakerState) {
 			changes = append(changes, from.String()+">"+to.String())
 		}}))
 	ctx := context.Background()
@@ -89,13 +89,13 @@ func TestBreaker(t *testing.T) {
 	}
 	p.fail(errDown)
 	for i := range 3 {
-		if s.State() != fallback.Closed {
+		if s.BreakerState() != fallback.Closed {
 			t.Fatalf("open after %d failures", i)
 		}
 		decide()
 	}
-	if s.State() != fallback.Open || p.calls.Load() != 3 {
-		t.Fatalf("after 3 failures: %v, %d calls; want open, 3 calls", s.State(), p.calls.Load())
+	if s.BreakerState() != fallback.Open || p.calls.Load() != 3 {
+		t.Fatalf("after 3 failures: %v, %d calls; want open, 3 calls", s.BreakerState(), p.calls.Load())
 	}
 	for range 10 {
 		decide()
@@ -105,8 +105,8 @@ func TestBreaker(t *testing.T) {
 	}
 	clk.Advance(time.Second)
 	decide() // the probe fails: open again
-	if s.State() != fallback.Open || p.calls.Load() != 4 {
-		t.Fatalf("after a failed probe: %v, %d calls", s.State(), p.calls.Load())
+	if s.BreakerState() != fallback.Open || p.calls.Load() != 4 {
+		t.Fatalf("after a failed probe: %v, %d calls", s.BreakerState(), p.calls.Load())
 	}
 	clk.Advance(999 * time.Millisecond)
 	decide()
@@ -116,8 +116,8 @@ func TestBreaker(t *testing.T) {
 	p.heal()
 	clk.Advance(time.Millisecond)
 	decide() // the probe succeeds: closed
-	if s.State() != fallback.Closed || p.calls.Load() != 5 {
-		t.Fatalf("after a good probe: %v, %d calls", s.State(), p.calls.Load())
+	if s.BreakerState() != fallback.Closed || p.calls.Load() != 5 {
+		t.Fatalf("after a good probe: %v, %d calls", s.BreakerState(), p.calls.Load())
 	}
 	want := "closed>open open>half-open half-open>open open>half-open half-open>closed"
 	if got := fmt.Sprint(changes); got != "["+want+"]" {
@@ -151,8 +151,8 @@ func TestOneProbe(t *testing.T) {
 		}
 		close(release)
 		synctest.Wait()
-		if s.State() != fallback.Closed {
-			t.Errorf("after a good probe: %v", s.State())
+		if s.BreakerState() != fallback.Closed {
+			t.Errorf("after a good probe: %v", s.BreakerState())
 		}
 	})
 }
@@ -206,8 +206,8 @@ func TestCallerGivesUp(t *testing.T) {
 		if _, err := s.Apply(ctx, req("k", ratelimit.PerHour(10))); !errors.Is(err, context.Canceled) {
 			t.Errorf("a cancelled caller: %v", err)
 		}
-		if s.State() != fallback.Closed {
-			t.Errorf("callers giving up moved the breaker to %v", s.State())
+		if s.BreakerState() != fallback.Closed {
+			t.Errorf("callers giving up moved the breaker to %v", s.BreakerState())
 		}
 	})
 }
@@ -226,8 +226,8 @@ func TestOtherErrors(t *testing.T) {
 			t.Fatal(d, err)
 		}
 	}
-	if s.State() != fallback.Closed || len(failures) != 10 || failures[0] {
-		t.Errorf("state %v, failures %v; want closed, 10 errors, none a failure", s.State(), failures)
+	if s.BreakerState() != fallback.Closed || len(failures) != 10 || failures[0] {
+		t.Errorf("state %v, failures %v; want closed, 10 errors, none a failure", s.BreakerState(), failures)
 	}
 	bad := req("k", ratelimit.PerHour(10))
 	bad.N = 11
@@ -256,12 +256,6 @@ func TestShare(t *testing.T) {
 	if total != 100 {
 		t.Errorf("4 instances admitted %d; want 4 x 25 = 100", total)
 	}
-	if got := (ratelimit.Rule{Limit: 10, Period: time.Second, Burst: 7}).Share(4); got != (ratelimit.Rule{Limit: 3, Period: time.Second, Burst: 2}) {
-		t.Errorf("Share = %+v", got)
-	}
-	if got := ratelimit.PerSecond(1).Share(20); got.Limit != 1 {
-		t.Errorf("Share of 1 among 20 = %+v; want at least 1", got)
-	}
 	// a request for more than the share can allow is denied, not an error
 	s := fallback.New(p, localstore.New(), fallback.WithInstances(20))
 	big := req("big", rule)
@@ -275,14 +269,14 @@ func TestPolicies(t *testing.T) {
 	p := newPrimary()
 	p.fail(errDown)
 	rule := ratelimit.PerHour(3)
-	allow := fallback.New(p, localstore.New(), fallback.WithPolicy(fallback.AllowAll))
-	deny := fallback.New(p, localstore.New(), fallback.WithPolicy(fallback.DenyAll))
+	allow := fallback.New(p, localstore.New(), fallback.WithPolicy(fallback.FailOpen))
+	deny := fallback.New(p, localstore.New(), fallback.WithPolicy(fallback.FailClosed))
 	for range 10 {
 		if d, err := allow.Apply(context.Background(), req("k", rule)); err != nil || !d.Allowed {
-			t.Fatalf("AllowAll: %+v, %v", d, err)
+			t.Fatalf("FailOpen: %+v, %v", d, err)
 		}
 		if d, err := deny.Apply(context.Background(), req("k", rule)); err != nil || d.Allowed || d.RetryAfter <= 0 {
-			t.Fatalf("DenyAll: %+v, %v", d, err)
+			t.Fatalf("FailClosed: %+v, %v", d, err)
 		}
 	}
 }

@@ -8,9 +8,10 @@ import "github.com/ratelimit-go/ratelimit"
 type Limiter struct{ ratelimit.AlgorithmLimiter }
 
 // New returns a fixedwindow limiter with rule over store. It returns an error wrapping
-// ratelimit.ErrInvalidRule for a rule it cannot enforce.
-func New(store ratelimit.Store, rule ratelimit.Rule) (*Limiter, error) {
-	l, err := ratelimit.NewAlgorithmLimiter(store, &algorithm, rule)
+// ratelimit.ErrInvalidRule for a rule it cannot enforce, and an error for a nil store.
+// Its keys are in the rule's namespace unless ratelimit.WithNamespace names one.
+func New(store ratelimit.Store, rule ratelimit.Rule, opts ...ratelimit.Option) (*Limiter, error) {
+	l, err := ratelimit.NewAlgorithmLimiter(store, &algorithm, rule, opts...)
 	if err != nil {
 		return nil, err
 	}

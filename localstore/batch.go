@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 var _ ratelimit.BatchStore = (*Store)(nil)
@@ -25,8 +26,8 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if r.Algorithm == nil {
 			return nil, errors.New("localstore: request has no algorithm")
 		}
-		if r.Op != ratelimit.Take {
-			return nil, errors.New("localstore: ApplyAll takes; it does not " + r.Op.String())
+		if r.Op != ratelimit.OpTake {
+			return nil, errors.New("localstore: ApplyAll only takes")
 		}
 		a, err := r.Algorithm.Prepare(r.Rule, r.N)
 		if err != nil {
@@ -34,7 +35,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		}
 		args[i], shardOf[i] = a, int(maphash.String(s.seed, r.Key)&s.mask)
 	}
-	if err := ratelimit.CheckDistinct(reqs); err != nil {
+	if err := core.CheckDistinct("localstore", reqs); err != nil {
 		return nil, err
 	}
 	order := slices.Clone(shardOf)
@@ -59,8 +60,8 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	all := true
 	for i, r := range reqs {
 		sh := &s.shards[shardOf[i]]
-		if e := sh.table(r.Algorithm).keys[r.Key]; e != nil && e.expires > now {
-			states[i] = e.state.Clone()
+		if e := sh.table(r.Algorithm, r.Namespace).keys[r.Key]; e != nil && e.expires > now {
+			states[i] = core.Clone(e.state)
 		}
 		ds[i] = r.Algorithm.Step(&states[i], now, args[i])
 		all = all && ds[i].Allowed
@@ -71,7 +72,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	for i, r := range reqs {
 		sh := &s.shards[shardOf[i]]
 		sh.now = now
-		keys := sh.table(r.Algorithm).keys
+		keys := sh.table(r.Algorithm, r.Namespace).keys
 		e := keys[r.Key]
 		if e == nil {
 			if sh.size >= s.perShard {

@@ -35,6 +35,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // Defaults of the options.
@@ -70,7 +71,7 @@ type shard struct {
 
 type shardState struct {
 	mu        sync.Mutex
-	tables    []table // one per algorithm used, so that limiters of different algorithms keep their keys apart
+	tables    []table // one per (algorithm, namespace) used: limiters of different ones keep their keys apart
 	size      int     // keys in all tables
 	now       int64   // the latest instant this shard has seen
 	nextSweep int64
@@ -78,6 +79,7 @@ type shardState struct {
 
 type table struct {
 	alg  *ratelimit.Algorithm
+	ns   string
 	keys map[string]*entry
 	// the last rule decided in this table and its Args: preparing a rule costs a few
 	// divisions, a good part of a decision, and most tables see one rule again and again
@@ -163,7 +165,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	t := sh.table(alg)
+	t := sh.table(alg, req.Namespace)
 	args := t.args // the Args of the table's last rule, good if req.Rule is the same
 	if req.Rule != t.rule || req.N < 1 || req.N > args.Limit {
 		var err error
@@ -186,7 +188,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		}
 	}
 	switch req.Op {
-	case ratelimit.Take:
+	case ratelimit.OpTake:
 		if e == nil {
 			if sh.size >= s.perShard {
 				sh.evict(now)
@@ -198,26 +200,26 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		d := alg.Step(&e.state, now, args)
 		e.expires = now + expiry(d.ResetAfter)
 		return d, nil
-	case ratelimit.Refund:
+	case ratelimit.OpRefund:
 		if e != nil {
 			alg.Refund(&e.state, now, args) // the key is full no later than before: expires stays
 		}
-	case ratelimit.Reset:
+	case ratelimit.OpReset:
 		if e != nil {
 			delete(t.keys, req.Key)
 			sh.size--
 			e = nil
 		}
-	case ratelimit.Peek:
+	case ratelimit.OpPeek:
 	default:
-		return ratelimit.Decision{}, fmt.Errorf("localstore: unknown op %v", req.Op)
+		return ratelimit.Decision{}, fmt.Errorf("localstore: unknown op %d", req.Op)
 	}
-	if req.Op != ratelimit.Peek {
+	if req.Op != ratelimit.OpPeek {
 		args.N = 1 // refund and reset answer as a peek of 1
 	}
 	var st ratelimit.State
 	if e != nil {
-		st = e.state.Clone()
+		st = core.Clone(e.state)
 	}
 	return alg.Step(&st, now, args), nil
 }
@@ -244,14 +246,14 @@ func (s *Store) Len() int {
 	return n
 }
 
-// table is the table of alg.
-func (sh *shard) table(alg *ratelimit.Algorithm) *table {
+// table is the table of (alg, ns).
+func (sh *shard) table(alg *ratelimit.Algorithm, ns string) *table {
 	for i := range sh.tables {
-		if sh.tables[i].alg == alg {
+		if sh.tables[i].alg == alg && sh.tables[i].ns == ns {
 			return &sh.tables[i]
 		}
 	}
-	sh.tables = append(sh.tables, table{alg: alg, keys: make(map[string]*entry)})
+	sh.tables = append(sh.tables, table{alg: alg, ns: ns, keys: make(map[string]*entry)})
 	return &sh.tables[len(sh.tables)-1]
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 var _ ratelimit.BatchStore = (*Store)(nil)
@@ -45,11 +46,12 @@ end
 return out
 `
 
-// ApplyAll takes every request or none. When all the keys share one hash tag (keys built
-// with one ratelimit.TaggedKey tag do), or the client is a single *redis.Client, it is one
-// script, atomic, in one round trip. Otherwise (keys on a Redis Cluster that may sit on
-// different nodes) it takes them one by one and refunds on a denial
-// (ratelimit.ApplyEach): all or none in the end, but not atomic; never a CROSSSLOT error.
+// ApplyAll takes every request or none. When all the keys share one hash tag (the same
+// limiter key, or keys of one ratelimit.TaggedKey tag), or the client is a single
+// *redis.Client, it is one script, atomic, in one round trip. Otherwise (keys on a Redis
+// Cluster that may sit on different nodes) it counts nothing and returns an error
+// matching errors.ErrUnsupported, and ratelimit.AllowAll takes them one by one: never a
+// CROSSSLOT error.
 func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -64,25 +66,26 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if alg == nil || alg.Script == "" || len(alg.ScriptKeys) == 0 {
 			return nil, errors.New("redisstore: request has no algorithm with a script")
 		}
-		if r.Op != ratelimit.Take {
-			return nil, errors.New("redisstore: ApplyAll takes; it does not " + r.Op.String())
+		if r.Op != ratelimit.OpTake {
+			return nil, errors.New("redisstore: ApplyAll only takes")
 		}
 		a, err := alg.Prepare(r.Rule, r.N)
 		if err != nil {
 			return nil, err
 		}
 		pre, post := keyForm(r.Key)
+		nsForm := namespaceForm(r.Namespace)
 		for _, name := range s.script(alg).names {
-			names = append(names, name+pre+r.Key+post)
+			names = append(names, name+nsForm+pre+r.Key+post)
 		}
 		algs[i], limits[i] = alg.Name, a.Limit
 		tail = append(tail, len(alg.ScriptKeys), a.N, a.Limit, a.Period, a.Unit, a.Rate, now)
 	}
-	if err := ratelimit.CheckDistinct(reqs); err != nil {
+	if err := core.CheckDistinct("redisstore", reqs); err != nil {
 		return nil, err
 	}
 	if !s.oneSlot(names) {
-		return ratelimit.ApplyEach(ctx, s, reqs)
+		return nil, fmt.Errorf("redisstore: the keys of a batch may sit on different cluster nodes: %w", errors.ErrUnsupported)
 	}
 	sc := s.batchScript(reqs, strings.Join(algs, ","))
 	args := make([]any, 0, 3+len(names)+len(tail))

@@ -20,17 +20,14 @@ func TestMultiIsOneRoundTrip(t *testing.T) {
 	daily, _ := tokenbucket.New(store, ratelimit.PerDay(10000))
 	route, _ := slidingwindow.New(store, ratelimit.Rule{Limit: 100, Period: 1e9, Burst: 200})
 	user, _ := fixedwindow.New(store, ratelimit.PerSecond(10))
-	m, err := ratelimit.NewMulti(daily, route, user)
-	if err != nil {
-		t.Fatal(err)
-	}
+	parts := []ratelimit.Part{{Limiter: daily, Key: "shop-a"}, {Limiter: route, Key: "shop-a"}, {Limiter: user, Key: "shop-a"}}
 	ctx := context.Background()
-	if _, err := m.Allow(ctx, "shop-a"); err != nil { // loads the script
+	if _, err := ratelimit.AllowAll(ctx, 1, parts...); err != nil { // loads the script
 		t.Fatal(err)
 	}
 	before := evalCalls(t, client)
 	for range 20 {
-		if _, err := m.Allow(ctx, "shop-a"); err != nil {
+		if _, err := ratelimit.AllowAll(ctx, 1, parts...); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -27,7 +27,8 @@ func Example() {
 	defer client.Close()
 
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	limiter, err := tokenbucket.New(redisstore.New(client, redisstore.WithClock(clk)), ratelimit.PerSecond(2))
+	limiter, err := tokenbucket.New(redisstore.New(client, redisstore.WithClock(clk)), ratelimit.PerSecond(2),
+		ratelimit.WithNamespace("orders"))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -41,5 +42,5 @@ func Example() {
 	// true 1 0s <nil>
 	// true 0 0s <nil>
 	// false 0 500ms <nil>
-	// [rl:tokenbucket:state:t:{shop-a}:create-order]
+	// [rl:tokenbucket:state:orders:t:{shop-a}:create-order]
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // Hot keys: one tenant sending 20,000 requests a second to one key makes that key, and
@@ -92,8 +93,8 @@ func (c *hotConfig) handles(req ratelimit.Request) bool {
 }
 
 type algKey struct {
-	alg *ratelimit.Algorithm
-	key string
+	alg     *ratelimit.Algorithm
+	ns, key string
 }
 
 // table is a bounded map of per-key entries, safe for concurrent use.
@@ -202,11 +203,11 @@ func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 		return ratelimit.Decision{}, err
 	}
 	now := clock.UnixNano(p.cfg.clock)
-	l := p.leases.get(algKey{req.Algorithm, req.Key}, now)
+	l := p.leases.get(algKey{req.Algorithm, req.Namespace, req.Key}, now)
 	l.mu.Lock()
 	defer l.mu.Unlock()           // one fetch at a time per key: the others wait and spend from it
-	if req.Op != ratelimit.Take { // peeks go through; a refund or reset ends the lease
-		if req.Op != ratelimit.Peek {
+	if req.Op != ratelimit.OpTake { // peeks go through; a refund or reset ends the lease
+		if req.Op != ratelimit.OpPeek {
 			l.tokens, l.deniedUntil = 0, 0
 		}
 		return p.next.Apply(ctx, req)
@@ -278,12 +279,12 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
-	share := req.Rule.Share(s.shards)
+	share := core.Share(req.Rule, s.shards)
 	if one, err := req.Algorithm.Prepare(share, 1); err != nil || req.N > one.Limit {
 		return ratelimit.Decision{}, fmt.Errorf("redisstore: shard: n = %d, one of %d shards holds %d: %w",
 			req.N, s.shards, one.Limit, ratelimit.ErrNExceedsLimit)
 	}
-	if req.Op == ratelimit.Reset { // every shard
+	if req.Op == ratelimit.OpReset { // every shard
 		var d ratelimit.Decision
 		for i := range uint64(s.shards) {
 			sub := req
@@ -307,7 +308,7 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		if d.Allowed || i == 0 || d.RetryAfter < best.RetryAfter {
 			best = d
 		}
-		if d.Allowed || req.Op != ratelimit.Take {
+		if d.Allowed || req.Op != ratelimit.OpTake {
 			break
 		}
 	}
@@ -368,8 +369,8 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		return ratelimit.Decision{}, err
 	}
 	now := clock.UnixNano(b.cfg.clock)
-	bl := b.blocked.get(algKey{req.Algorithm, req.Key}, now)
-	gives := req.Op == ratelimit.Refund || req.Op == ratelimit.Reset // the key may have room after it
+	bl := b.blocked.get(algKey{req.Algorithm, req.Namespace, req.Key}, now)
+	gives := req.Op == ratelimit.OpRefund || req.Op == ratelimit.OpReset // the key may have room after it
 	bl.mu.Lock()
 	if gives {
 		bl.unblock()
@@ -390,7 +391,7 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		bl.mu.Lock()
 		bl.unblock()
 		bl.mu.Unlock()
-	case err == nil && !d.Allowed && d.RetryAfter > 0 && req.Op == ratelimit.Take:
+	case err == nil && !d.Allowed && d.RetryAfter > 0 && req.Op == ratelimit.OpTake:
 		bl.mu.Lock()
 		if bl.gen == gen { // no refund or reset came between the decision and now
 			bl.rule, bl.n, bl.limit, bl.remaining, bl.initialized = req.Rule, req.N, d.Limit, d.Remaining, true

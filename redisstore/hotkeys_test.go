@@ -283,12 +283,12 @@ func TestPrefetchOps(t *testing.T) {
 	rule := ratelimit.PerHour(100)
 	p.Apply(ctx, tb("k", rule)) // a lease of 10: 9 in hand, 90 left in the store
 	peek := tb("k", rule)
-	peek.Op = ratelimit.Peek
+	peek.Op = ratelimit.OpPeek
 	if d, _ := p.Apply(ctx, peek); d.Remaining != 89 {
 		t.Errorf("a peek through the lease: %+v; want the store's own view", d)
 	}
 	reset := tb("k", rule)
-	reset.Op = ratelimit.Reset
+	reset.Op = ratelimit.OpReset
 	p.Apply(ctx, reset)
 	calls := next.calls.Load()
 	if d, _ := p.Apply(ctx, tb("k", rule)); d.Remaining != 99 || next.calls.Load() != calls+1 {
@@ -306,7 +306,7 @@ type gated struct {
 
 func (g *gated) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	d, err := g.Store.Apply(ctx, req)
-	if req.Op == ratelimit.Take {
+	if req.Op == ratelimit.OpTake {
 		g.once.Do(func() {
 			close(g.reached)
 			<-g.release
@@ -334,7 +334,7 @@ func TestBlockCacheRefundRace(t *testing.T) {
 	}()
 	<-g.reached // denied by the store, not yet recorded
 	refund := tb("k", rule)
-	refund.Op = ratelimit.Refund
+	refund.Op = ratelimit.OpRefund
 	if _, err := b.Apply(ctx, refund); err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func TestClusterWide(t *testing.T) {
 	first.Range(func(key, f any) bool {
 		l, _ := last.Load(key)
 		span := l.(time.Time).Sub(f.(time.Time)).Seconds()
-		allowed += float64(rule.Capacity()) + float64(rule.Limit)*span
+		allowed += float64(rule.Limit) + float64(rule.Limit)*span // capacity (Burst 0: Limit) plus the refill
 		return true
 	})
 	got := float64(admitted.Load())
@@ -222,7 +222,7 @@ func TestKeyWithoutTTL(t *testing.T) {
 	client := redistest.Start(t).Client()
 	s := redisstore.New(client, redisstore.WithPrefix("nottl"))
 	ctx := context.Background()
-	key := "nottl:fixedwindow:state:{k}"
+	key := "nottl:fixedwindow:state::{k}"
 	window := time.Now().Add(time.Hour).UnixMicro() // a state far in the future: still full of events
 	if err := client.Set(ctx, key, fmt.Sprintf("%d:3:0", window), 0).Err(); err != nil {
 		t.Fatal(err)
@@ -261,7 +261,7 @@ func TestTTLs(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, part := range k.Algorithm.ScriptKeys {
-				name := fmt.Sprintf("ttl:%s:%s:{%s}", k.Name, part, key)
+				name := fmt.Sprintf("ttl:%s:%s::{%s}", k.Name, part, key)
 				ttl, err := client.PTTL(ctx, name).Result()
 				if err != nil {
 					t.Fatal(err)
@@ -296,7 +296,7 @@ func TestIdleKeysVanish(t *testing.T) {
 		t.Fatal(d, err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for client.Exists(context.Background(), "idle:fixedwindow:state:{k}").Val() == 1 {
+	for client.Exists(context.Background(), "idle:fixedwindow:state::{k}").Val() == 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the key did not expire")
 		}
@@ -362,7 +362,7 @@ func TestReplyLostIsCountedOnce(t *testing.T) {
 	ctx := context.Background()
 	rule := ratelimit.PerHour(100)
 	count := func(key string) string { // the L of the state "T:L:A"
-		state := strings.Split(direct.Get(ctx, "lost:fixedwindow:state:{"+key+"}").Val(), ":")
+		state := strings.Split(direct.Get(ctx, "lost:fixedwindow:state::{"+key+"}").Val(), ":")
 		if len(state) != 3 {
 			return ""
 		}
@@ -383,7 +383,7 @@ func TestReplyLostIsCountedOnce(t *testing.T) {
 
 	// the control: the same script run as go-redis's Script.Run, which it retries
 	script := redis.NewScript(fixedwindow.Algorithm().Script)
-	keys := []string{"lost:fixedwindow:state:{control}"}
+	keys := []string{"lost:fixedwindow:state::{control}"}
 	args := []any{1, 100, time.Hour.Microseconds(), 0, 0, ""}
 	if err := client.Ping(ctx).Err(); err != nil {
 		t.Fatal(err) // a pooled connection again, so that the delayed reply is the script's

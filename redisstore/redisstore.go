@@ -23,19 +23,22 @@
 //
 // # Keys
 //
-// The state of limiter key k for an algorithm lives in Redis keys named
+// The state of limiter key k for an algorithm, in a limiter's namespace, lives in Redis
+// keys named
 //
-//	<prefix>:<algorithm>:<part>:<form of k>
+//	<prefix>:<algorithm>:<part>:<namespace>:<form of k>
 //
-// where prefix is "rl" by default (WithPrefix), algorithm is its Name ("tokenbucket") and
-// part names one of its keys ("state", and "log" for the sliding log). The form of k
-// keeps every key distinct and all parts of one key in one Redis Cluster hash slot:
+// where prefix is "rl" by default (WithPrefix), algorithm is its Name ("tokenbucket"),
+// part names one of its keys ("state", and "log" for the sliding log), and namespace is
+// the limiter's (its rule's, "100/1s", unless ratelimit.WithNamespace names it), with "%",
+// ":", "{" and "}" escaped as in ratelimit.Key. The form of k keeps every key distinct and
+// all parts of one key in one Redis Cluster hash slot, whatever the namespace:
 //
 //   - k carries a hash tag (a "{...}" with something inside, by Redis's own rule): the
 //     form is "t:" + k, and the tag is kept. Put a tenant's keys on one node on purpose
 //     with keys like "{shop-a}:create-order".
 //   - k is not empty and has no braces: the form is "{" + k + "}", so each key hashes on
-//     its own: "rl:tokenbucket:state:{tenant-42}".
+//     its own: "rl:tokenbucket:state:100/1s:{tenant-42}".
 //   - otherwise (empty, or stray braces): the form is "{" + 16 hex digits of k's 64-bit
 //     FNV-1a hash + "}:" + k, so no brace a user puts in a key can steer its slot.
 //
@@ -97,9 +100,11 @@ type script struct {
 	last      atomic.Pointer[ruleArgs]
 }
 
-// ruleArgs are the ARGV that depend only on the rule, boxed once per rule.
+// ruleArgs are what depends only on the rule and the namespace: the ARGV boxed once, and
+// the namespace's form in key names.
 type ruleArgs struct {
 	rule                      ratelimit.Rule
+	ns, nsForm                string
 	limit, period, unit, rate any
 }
 
@@ -161,24 +166,17 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		return ratelimit.Decision{}, err
 	}
 	sc := s.script(alg)
-	ra := sc.last.Load()
-	if ra == nil || ra.rule != req.Rule {
-		ra = &ruleArgs{rule: req.Rule, limit: a.Limit, period: a.Period, unit: a.Unit, rate: a.Rate}
-		sc.last.Store(ra)
+	ra := sc.args(req, a)
+	if int(req.Op) >= len(opNames) {
+		return ratelimit.Decision{}, fmt.Errorf("redisstore: unknown op %d", req.Op)
 	}
-	var op any = "" // take
-	if req.Op != ratelimit.Take {
-		if req.Op > ratelimit.Reset {
-			return ratelimit.Decision{}, fmt.Errorf("redisstore: unknown op %v", req.Op)
-		}
-		op = req.Op.String()
-	}
+	op := opNames[req.Op]
 	// EVALSHA hash numkeys key... n limit period unit rate now op
 	args := make([]any, 3, 3+len(sc.names)+7)
 	args[0], args[1], args[2] = "evalsha", sc.hash, len(sc.names)
 	pre, post := keyForm(req.Key)
 	for _, name := range sc.names {
-		args = append(args, name+pre+req.Key+post)
+		args = append(args, name+ra.nsForm+pre+req.Key+post)
 	}
 	args = append(args, a.N, ra.limit, ra.period, ra.unit, ra.rate, s.now(), op)
 	reply, err := s.run(ctx, sc, args)
@@ -190,6 +188,27 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	}
 	return decode(reply, a.Limit)
 }
+
+// opNames are the ops as the scripts know them, boxed once.
+var opNames = [...]any{ratelimit.OpTake: "", ratelimit.OpPeek: "peek", ratelimit.OpRefund: "refund", ratelimit.OpReset: "reset"}
+
+// args are the rule's and the namespace's boxed ARGV and key form, made once while they
+// stay the same (most scripts see one rule and namespace again and again).
+func (sc *script) args(req ratelimit.Request, a ratelimit.Args) *ruleArgs {
+	ra := sc.last.Load()
+	if ra == nil || ra.rule != req.Rule || ra.ns != req.Namespace {
+		ra = &ruleArgs{rule: req.Rule, ns: req.Namespace, nsForm: namespaceForm(req.Namespace),
+			limit: a.Limit, period: a.Period, unit: a.Unit, rate: a.Rate}
+		sc.last.Store(ra)
+	}
+	return ra
+}
+
+var nsEscaper = strings.NewReplacer("%", "%25", ":", "%3A", "{", "%7B", "}", "%7D")
+
+// namespaceForm is a namespace as it stands in key names: escaped, so that it holds no
+// colon or brace, and followed by a colon.
+func namespaceForm(ns string) string { return nsEscaper.Replace(ns) + ":" }
 
 func (s *Store) script(alg *ratelimit.Algorithm) *script {
 	if sc, ok := s.scripts.Load(alg); ok {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/eventlog"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
@@ -54,7 +55,7 @@ func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 // and drops the events that have aged out.
 func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
 	if st.Log == nil {
-		st.Log = &ratelimit.Log{}
+		st.Log = &eventlog.Log{}
 	}
 	t := now
 	if st.Log.Len() > 0 {

@@ -12,7 +12,7 @@
 //
 // elapsed is counted in whole milliseconds (whole microseconds when Period is not a whole
 // number of milliseconds), and Limit times Period in those ticks must not exceed
-// ratelimit.MaxExact: up to about 52 million per day, or 4.5 billion per hour.
+// mathx.MaxExact: up to about 52 million per day, or 4.5 billion per hour.
 //
 // Decision: Limit is the limit; Remaining = Limit - ceil(estimate), at least 0; RetryAfter
 // is the exact time until the estimate has room for n; ResetAfter the time until the
@@ -62,7 +62,7 @@ func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 	if rule.Period%time.Millisecond == 0 {
 		tick = 1000
 	}
-	if rule.Limit > ratelimit.MaxExact/(period/tick) {
+	if rule.Limit > mathx.MaxExact/(period/tick) {
 		return ratelimit.Args{}, fmt.Errorf("%s: %v: %w: limit %d is too large to weigh exactly over %v",
 			name, rule, ratelimit.ErrInvalidRule, rule.Limit, rule.Period)
 	}

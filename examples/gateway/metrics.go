@@ -64,7 +64,7 @@ func (m *metrics) hooks() fallback.Hooks {
 				m.errors.WithLabelValues("false").Inc()
 			}
 		},
-		OnStateChange: func(_, to fallback.State) { m.breaker.Set(float64(to)) },
+		OnStateChange: func(_, to fallback.BreakerState) { m.breaker.Set(float64(to)) },
 	}
 }
 

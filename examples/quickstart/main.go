@@ -27,7 +27,7 @@ type algorithm struct {
 	new  func(ratelimit.Store, ratelimit.Rule) (ratelimit.Limiter, error)
 }
 
-func adapt[L ratelimit.Limiter](f func(ratelimit.Store, ratelimit.Rule) (L, error)) func(ratelimit.Store, ratelimit.Rule) (ratelimit.Limiter, error) {
+func adapt[L ratelimit.Limiter](f func(ratelimit.Store, ratelimit.Rule, ...ratelimit.Option) (L, error)) func(ratelimit.Store, ratelimit.Rule) (ratelimit.Limiter, error) {
 	return func(s ratelimit.Store, r ratelimit.Rule) (ratelimit.Limiter, error) { return f(s, r) }
 }
 

@@ -1,5 +1,5 @@
-// Package core is what the five algorithm packages share: the Lua prelude of their
-// scripts, and the validation of rules and n.
+// Package core is what the five algorithm packages and the stores share: the Lua prelude
+// of the scripts, the validation of rules and n, and a few operations on rules and states.
 package core
 
 import (
@@ -32,11 +32,57 @@ func CheckN(name string, n, limit int64) error {
 
 // Micros is a rule's period in microseconds, after checking the rule.
 func Micros(name string, rule ratelimit.Rule) (int64, error) {
-	period, err := rule.Micros()
-	if err != nil {
+	if err := rule.Validate(); err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
-	return period, nil
+	return rule.Period.Microseconds(), nil
+}
+
+// Capacity is a rule's Burst, or its Limit when Burst is 0: the size of a token bucket or
+// of a leaky bucket's queue.
+func Capacity(rule ratelimit.Rule) int64 {
+	if rule.Burst == 0 {
+		return rule.Limit
+	}
+	return rule.Burst
+}
+
+// Share is 1/n of rule, for one of n parts that together enforce it (instances during an
+// outage, shards of a hot key): Limit and Burst divided by n, rounded up, at least 1 (a
+// Burst of 0 stays 0, which means Limit). n below 2 returns the rule unchanged.
+func Share(rule ratelimit.Rule, n int64) ratelimit.Rule {
+	if n <= 1 {
+		return rule
+	}
+	rule.Limit = max(1, (rule.Limit+n-1)/n)
+	if rule.Burst > 0 {
+		rule.Burst = max(1, (rule.Burst+n-1)/n)
+	}
+	return rule
+}
+
+// CheckDistinct returns an error if two requests of a batch name the same algorithm,
+// namespace and key: a batch decides each key once.
+func CheckDistinct(store string, reqs []ratelimit.Request) error {
+	type id struct {
+		alg     *ratelimit.Algorithm
+		ns, key string
+	}
+	seen := make(map[id]bool, len(reqs))
+	for _, r := range reqs {
+		k := id{r.Algorithm, r.Namespace, r.Key}
+		if seen[k] {
+			return fmt.Errorf("%s: a batch names %s key %q of namespace %q twice", store, r.Algorithm.Name, r.Key, r.Namespace)
+		}
+		seen[k] = true
+	}
+	return nil
+}
+
+// Clone is a copy of st that shares no memory with it.
+func Clone(st ratelimit.State) ratelimit.State {
+	st.Log = st.Log.Clone()
+	return st
 }
 
 // BucketArgs are the Args of both buckets: Limit is the rule's capacity; a whole event is
@@ -49,8 +95,8 @@ func BucketArgs(name string, rule ratelimit.Rule, n int64) (ratelimit.Args, erro
 	}
 	g := mathx.Gcd(period, rule.Limit) // usually one division: round periods are multiples of the limit
 	unit, rate := period/g, rule.Limit/g
-	capacity := rule.Capacity()
-	if capacity > ratelimit.MaxExact/unit {
+	capacity := Capacity(rule)
+	if capacity > mathx.MaxExact/unit {
 		return ratelimit.Args{}, fmt.Errorf("%s: %v: %w: capacity %d at %d per %v cannot be counted exactly; lower the burst or round the rate",
 			name, rule, ratelimit.ErrInvalidRule, capacity, rule.Limit, rule.Period)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // fuzzPeriods are the periods a fuzzed rule picks from: round ones, and ones that make
@@ -61,7 +62,7 @@ func (c *checker) args(n int64) ratelimit.Args {
 
 // decide runs Step on a copy of st, leaving st as it was.
 func (c *checker) decide(st ratelimit.State, now, n int64) ratelimit.Decision {
-	st = st.Clone()
+	st = core.Clone(st)
 	return c.alg.Step(&st, now, c.args(n))
 }
 
@@ -69,7 +70,7 @@ func (c *checker) step(now, rawN int64) {
 	t := c.t
 	capacity := c.args(1).Limit
 	n := 1 + (rawN-1)%capacity
-	before := c.st.Clone()
+	before := core.Clone(c.st)
 	d := c.alg.Step(&c.st, now, c.args(n))
 	us := time.Microsecond
 	where := func() string { return time.Duration(now-Start.UnixMicro()).String() + "µs" }
@@ -151,7 +152,7 @@ func (c *checker) checkAdmitted() {
 	case "tokenbucket", "leakybucket": // never more than capacity + rate * elapsed
 		for _, a := range c.admitted {
 			sum := c.sumSince(a.at)
-			if sum*period > c.rule.Capacity()*period+(last.at-a.at)*c.rule.Limit {
+			if sum*period > core.Capacity(c.rule)*period+(last.at-a.at)*c.rule.Limit {
 				c.t.Fatalf("%s admitted %d from %d to %d, over capacity plus refill", c.alg.Name, sum, a.at, last.at)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
 	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/slidinglog"
 	"github.com/ratelimit-go/ratelimit/slidingwindow"
@@ -32,7 +33,7 @@ type NewStore func(t *testing.T, clk *clock.Fake) ratelimit.Store
 // Kind is one algorithm: its name, its constructor and its Algorithm.
 type Kind struct {
 	Name      string
-	New       func(ratelimit.Store, ratelimit.Rule) (ratelimit.Limiter, error)
+	New       func(ratelimit.Store, ratelimit.Rule, ...ratelimit.Option) (ratelimit.Limiter, error)
 	Algorithm *ratelimit.Algorithm
 }
 
@@ -45,9 +46,9 @@ var Kinds = []Kind{
 	{"slidinglog", wrap(slidinglog.New), slidinglog.Algorithm()},
 }
 
-func wrap[L ratelimit.Limiter](f func(ratelimit.Store, ratelimit.Rule) (L, error)) func(ratelimit.Store, ratelimit.Rule) (ratelimit.Limiter, error) {
-	return func(s ratelimit.Store, r ratelimit.Rule) (ratelimit.Limiter, error) {
-		l, err := f(s, r)
+func wrap[L ratelimit.Limiter](f func(ratelimit.Store, ratelimit.Rule, ...ratelimit.Option) (L, error)) func(ratelimit.Store, ratelimit.Rule, ...ratelimit.Option) (ratelimit.Limiter, error) {
+	return func(s ratelimit.Store, r ratelimit.Rule, opts ...ratelimit.Option) (ratelimit.Limiter, error) {
+		l, err := f(s, r, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -70,6 +71,8 @@ func Run(t *testing.T, newStore NewStore) {
 			t.Run("cancelled context", func(t *testing.T) { testCancelled(t, newStore, k) })
 			t.Run("peek", func(t *testing.T) { testPeek(t, newStore, k) })
 			t.Run("reset and refund", func(t *testing.T) { testResetAndRefund(t, newStore, k) })
+			t.Run("namespaces", func(t *testing.T) { testNamespaces(t, newStore, k) })
+			t.Run("rule per call", func(t *testing.T) { testRulePerCall(t, newStore, k) })
 		})
 	}
 	t.Run("algorithms share keys apart", func(t *testing.T) { testAlgorithmsApart(t, newStore) })
@@ -108,7 +111,7 @@ var InvalidRules = []ratelimit.Rule{
 	{Limit: -1, Period: time.Second},
 	{Limit: math.MinInt64, Period: time.Second},
 	{Limit: math.MaxInt64, Period: time.Second},
-	{Limit: ratelimit.MaxExact + 1, Period: time.Second},
+	{Limit: mathx.MaxExact + 1, Period: time.Second},
 	{Limit: 1, Period: 0},
 	{Limit: 1, Period: -time.Second},
 	{Limit: 1, Period: math.MinInt64},

@@ -2,7 +2,6 @@ package limitertest
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,11 +18,11 @@ type multiParts struct {
 	tb *tokenbucket.Limiter
 	fw *fixedwindow.Limiter
 	sl *slidinglog.Limiter
-	m  *ratelimit.Multi
 }
 
 // newMulti is a tenant's limits over one store: a token bucket of 100 an hour, a fixed
-// window of 50 an hour (the tightest) and a sliding log of 70 an hour.
+// window of 50 an hour (the tightest) and a sliding log of 70 an hour, each in its
+// rule's namespace.
 func newMulti(t *testing.T, store ratelimit.Store) multiParts {
 	t.Helper()
 	var p multiParts
@@ -37,20 +36,23 @@ func newMulti(t *testing.T, store ratelimit.Store) multiParts {
 	if p.sl, err = slidinglog.New(store, ratelimit.PerHour(70)); err != nil {
 		t.Fatal(err)
 	}
-	if p.m, err = ratelimit.NewMulti(p.tb, p.fw, p.sl); err != nil {
-		t.Fatal(err)
-	}
 	return p
 }
 
-// taken checks how much each part has counted for key, by peeking at its own key.
+// allow decides n for key under the three limits at once.
+func (p multiParts) allow(ctx context.Context, key string) (ratelimit.Decision, error) {
+	return ratelimit.AllowAll(ctx, 1, ratelimit.Part{Limiter: p.tb, Key: key},
+		ratelimit.Part{Limiter: p.fw, Key: key}, ratelimit.Part{Limiter: p.sl, Key: key})
+}
+
+// taken checks how much each part has counted for key, by peeking.
 func (p multiParts) taken(t *testing.T, key string, want int64) {
 	t.Helper()
 	ctx := context.Background()
 	for i, l := range []interface {
 		Peek(context.Context, string) (ratelimit.Decision, error)
 	}{p.tb, p.fw, p.sl} {
-		d, err := l.Peek(ctx, ratelimit.TaggedKey(key, []string{"0", "1", "2"}[i]))
+		d, err := l.Peek(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,10 +66,11 @@ func (p multiParts) taken(t *testing.T, key string, want int64) {
 // denial counts nothing anywhere.
 func testMulti(t *testing.T, newStore NewStore) {
 	clk := clock.NewFake(Start)
-	p := newMulti(t, newStore(t, clk))
+	store := newStore(t, clk)
+	p := newMulti(t, store)
 	ctx := context.Background()
 	for i := range 60 {
-		d, err := p.m.Allow(ctx, "tenant")
+		d, err := p.allow(ctx, "tenant")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,11 +83,38 @@ func testMulti(t *testing.T, newStore NewStore) {
 	}
 	p.taken(t, "tenant", 50)
 
-	// AllowAll over explicit pairs, with a key named twice
-	part := ratelimit.Part{Limiter: p.tb, Key: "x"}
-	if _, err := ratelimit.AllowAll(ctx, 1, part, part); !errors.Is(err, ratelimit.ErrDuplicateKey) {
-		t.Errorf("a key twice: %v; want ErrDuplicateKey", err)
+	// misuse is an error, never a panic
+	same, _ := tokenbucket.New(store, ratelimit.PerHour(100))
+	other, _ := tokenbucket.New(newStore(t, clk), ratelimit.PerHour(100), ratelimit.WithNamespace("x"))
+	for name, parts := range map[string][]ratelimit.Part{
+		"the same key twice":    {{Limiter: p.tb, Key: "x"}, {Limiter: same, Key: "x"}},
+		"no parts":              nil,
+		"a nil limiter":         {{Limiter: nil, Key: "x"}},
+		"a foreign limiter":     {{Limiter: foreign{}, Key: "x"}},
+		"two stores":            {{Limiter: p.tb, Key: "x"}, {Limiter: other, Key: "x"}},
+		"an uncomparable store": {{Limiter: mustTB(t, uncomparable{store, nil}), Key: "x"}, {Limiter: mustTB(t, uncomparable{store, nil}), Key: "y"}},
+	} {
+		if d, err := ratelimit.AllowAll(ctx, 1, parts...); err == nil {
+			t.Errorf("AllowAll with %s: %+v; want an error", name, d)
+		}
 	}
+}
+
+// foreign is a Limiter that no algorithm package made.
+type foreign struct{ ratelimit.Limiter }
+
+// uncomparable is a store whose type == cannot compare.
+type uncomparable struct {
+	ratelimit.Store
+	_ []int
+}
+
+func mustTB(t *testing.T, s ratelimit.Store) *tokenbucket.Limiter {
+	l, err := tokenbucket.New(s, ratelimit.PerHour(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // testMultiConcurrent: 1000 concurrent decisions under three limits admit exactly the
@@ -95,7 +125,7 @@ func testMultiConcurrent(t *testing.T, newStore NewStore) {
 	var wg sync.WaitGroup
 	for range 1000 {
 		wg.Go(func() {
-			d, err := p.m.Allow(context.Background(), "hot")
+			d, err := p.allow(context.Background(), "hot")
 			if err != nil {
 				t.Error(err)
 			} else if d.Allowed {

@@ -1,5 +1,5 @@
 // Package mathx holds the integer arithmetic the algorithms share. Every function is
-// exact for the magnitudes the algorithms use (at most ratelimit.MaxExact), and each has
+// exact for the magnitudes the algorithms use (at most MaxExact), and each has
 // a twin in the Lua scripts that computes the same in doubles.
 package mathx
 
@@ -7,6 +7,10 @@ import (
 	"math/bits"
 	"time"
 )
+
+// MaxExact is the largest integer any algorithm handles in one decision: every quantity
+// stays an exact integer in a double.
+const MaxExact = 1 << 52
 
 // Gcd is the greatest common divisor of a and b, both positive.
 func Gcd(a, b int64) int64 {

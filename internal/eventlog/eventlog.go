@@ -1,0 +1,86 @@
+// Package eventlog is the sliding log's state: a queue of admitted events in time order.
+// It is internal so that the root package's documentation shows only what users and store
+// authors touch; stores hold a *Log inside ratelimit.State without looking into it.
+package eventlog
+
+// Event is n events admitted at one instant (microseconds since the Unix epoch).
+type Event struct {
+	At, N int64
+}
+
+// Log is a queue of Events in time order, grown as needed and never shrunk below what it
+// holds. The zero Log is empty and ready to use.
+type Log struct {
+	buf        []Event
+	head, size int
+}
+
+// Len is the number of entries.
+func (l *Log) Len() int { return l.size }
+
+// At is the i-th entry, the oldest being 0.
+func (l *Log) At(i int) Event { return l.buf[(l.head+i)%len(l.buf)] }
+
+// Push appends n events at instant at, merged into the newest entry when it has the same
+// instant. Instants must not decrease.
+func (l *Log) Push(at, n int64) {
+	if l.size > 0 {
+		last := &l.buf[(l.head+l.size-1)%len(l.buf)]
+		if last.At == at {
+			last.N += n
+			return
+		}
+	}
+	if l.size == len(l.buf) {
+		l.grow()
+	}
+	l.buf[(l.head+l.size)%len(l.buf)] = Event{At: at, N: n}
+	l.size++
+}
+
+// Clear empties the Log, keeping its memory.
+func (l *Log) Clear() { l.head, l.size = 0, 0 }
+
+// TrimNewest removes up to n events from the newest entries and returns how many it
+// removed.
+func (l *Log) TrimNewest(n int64) int64 {
+	removed := int64(0)
+	for removed < n && l.size > 0 {
+		last := &l.buf[(l.head+l.size-1)%len(l.buf)]
+		take := min(n-removed, last.N)
+		last.N -= take
+		removed += take
+		if last.N == 0 {
+			l.size--
+		}
+	}
+	return removed
+}
+
+// Pop removes the oldest entry and returns it; the Log must not be empty.
+func (l *Log) Pop() Event {
+	e := l.buf[l.head]
+	l.head = (l.head + 1) % len(l.buf)
+	l.size--
+	return e
+}
+
+// Clone returns a copy of l that shares no memory with it; nil for nil.
+func (l *Log) Clone() *Log {
+	if l == nil {
+		return nil
+	}
+	c := &Log{buf: make([]Event, l.size), size: l.size}
+	for i := range c.buf {
+		c.buf[i] = l.At(i)
+	}
+	return c
+}
+
+func (l *Log) grow() {
+	buf := make([]Event, max(4, 2*len(l.buf)))
+	for i := 0; i < l.size; i++ {
+		buf[i] = l.At(i)
+	}
+	l.buf, l.head = buf, 0
+}
