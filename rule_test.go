@@ -39,7 +39,7 @@ func TestRuleValidate(t *testing.T) {
 	for _, r := range []ratelimit.Rule{
 		{Limit: 1, Period: time.Millisecond},
 		{Limit: 1, Period: 3650 * 24 * time.Hour},
-		{Limit: 1<<52, Period: time.Second, Burst: 1<<52},
+		{Limit: 1 << 52, Period: time.Second, Burst: 1 << 52},
 		{Limit: 1, Period: 1500 * time.Microsecond},
 	} {
 		if err := r.Validate(); err != nil {
@@ -47,4 +47,3 @@ func TestRuleValidate(t *testing.T) {
 		}
 	}
 }
-

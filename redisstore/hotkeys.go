@@ -205,7 +205,7 @@ func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 	now := clock.UnixNano(p.cfg.clock)
 	l := p.leases.get(algKey{req.Algorithm, req.Namespace, req.Key}, now)
 	l.mu.Lock()
-	defer l.mu.Unlock()           // one fetch at a time per key: the others wait and spend from it
+	defer l.mu.Unlock()             // one fetch at a time per key: the others wait and spend from it
 	if req.Op != ratelimit.OpTake { // peeks go through; a refund or reset ends the lease
 		if req.Op != ratelimit.OpPeek {
 			l.tokens, l.deniedUntil = 0, 0
