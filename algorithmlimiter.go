@@ -109,11 +109,6 @@ func (l *AlgorithmLimiter) badN(n int64) error {
 	return err
 }
 
-// Peek is PeekN with n = 1.
-func (l *AlgorithmLimiter) Peek(ctx context.Context, key string) (Decision, error) {
-	return l.PeekN(ctx, key, 1)
-}
-
 // PeekN is the Decision AllowN(ctx, key, n) would give now, consuming nothing.
 func (l *AlgorithmLimiter) PeekN(ctx context.Context, key string, n int64) (Decision, error) {
 	return l.do(ctx, key, n, OpPeek)
@@ -141,8 +136,6 @@ func (l *AlgorithmLimiter) do(ctx context.Context, key string, n int64, op Op) (
 	return l.store.Apply(ctx, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: n, Op: op})
 }
 
-// Rule is the limiter's rule.
-func (l *AlgorithmLimiter) Rule() Rule { return l.rule }
-
-// base is how AllowAll finds the AlgorithmLimiter inside an algorithm's Limiter.
+// base is how AllowAll and Middleware find the AlgorithmLimiter inside an algorithm's
+// Limiter.
 func (l *AlgorithmLimiter) base() *AlgorithmLimiter { return l }

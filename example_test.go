@@ -3,10 +3,14 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
@@ -41,4 +45,88 @@ func ExampleRule_String() {
 	// Output:
 	// 60 per 1m0s
 	// 100 per 1s, burst 200
+}
+
+// Two limiters on one store and one key count apart: each has its own namespace, the
+// rule's by default, or one named with WithNamespace.
+func ExampleWithNamespace() {
+	store := localstore.New()
+	logins, _ := tokenbucket.New(store, ratelimit.PerHour(5), ratelimit.WithNamespace("login"))
+	resets, _ := tokenbucket.New(store, ratelimit.PerHour(5), ratelimit.WithNamespace("password-reset"))
+	ctx := context.Background()
+	logins.AllowN(ctx, "alice", 5)
+	d, _ := resets.Allow(ctx, "alice")
+	fmt.Println("password reset allowed:", d.Allowed, d.Remaining, "left")
+	d, _ = logins.Allow(ctx, "alice")
+	fmt.Println("login allowed:", d.Allowed)
+	// Output:
+	// password reset allowed: true 4 left
+	// login allowed: false
+}
+
+// A rule chosen per call: each tenant's plan, looked up per request.
+func ExampleAlgorithmLimiter_AllowRule() {
+	plans := map[string]ratelimit.Rule{"gold": ratelimit.PerMinute(1000), "free": ratelimit.PerMinute(2)}
+	limiter, _ := fixedwindow.New(localstore.New(), ratelimit.PerMinute(10), ratelimit.WithNamespace("plans"))
+	for range 3 {
+		d, err := limiter.AllowRule(context.Background(), "tenant-7", plans["free"], 1)
+		fmt.Println(d.Allowed, d.Limit, err)
+	}
+	// Output:
+	// true 2 <nil>
+	// true 2 <nil>
+	// false 2 <nil>
+}
+
+// A tenant's daily plan and its per-second rate, decided together: a request the rate
+// denies takes nothing from the plan.
+func ExampleAllowAll() {
+	store := localstore.New()
+	plan, _ := tokenbucket.New(store, ratelimit.PerDay(10_000))
+	rate, _ := tokenbucket.New(store, ratelimit.PerSecond(2))
+	ctx := context.Background()
+	for range 3 {
+		d, _ := ratelimit.AllowAll(ctx, 1, ratelimit.Part{Limiter: plan, Key: "shop-a"}, ratelimit.Part{Limiter: rate, Key: "shop-a"})
+		fmt.Println(d.Allowed, d.Remaining)
+	}
+	d, _ := plan.PeekN(ctx, "shop-a", 1)
+	fmt.Println("left in the plan:", d.Remaining+1)
+	// Output:
+	// true 1
+	// true 0
+	// false 0
+	// left in the plan: 9998
+}
+
+// The middleware limits each client IP to 2 requests a second; the third gets 429.
+func ExampleMiddleware() {
+	limiter, _ := tokenbucket.New(localstore.New(), ratelimit.PerSecond(2))
+	mw := &ratelimit.Middleware{
+		Limiter: limiter,
+		Key: func(r *http.Request) (string, error) {
+			ip, err := ratelimit.ClientIP(r, nil) // nil: no trusted proxy in front
+			return ip.String(), err
+		},
+	}
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") }))
+	for range 3 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		fmt.Printf("%d remaining=%s retry-after=%q\n", w.Code, w.Header().Get("X-RateLimit-Remaining"), w.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 200 remaining=1 retry-after=""
+	// 200 remaining=0 retry-after=""
+	// 429 remaining=0 retry-after="1"
+}
+
+// Behind a load balancer at 10.0.0.0/8, the client is the address it saw, not what the
+// client wrote into X-Forwarded-For itself.
+func ExampleClientIP() {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "10.0.0.5:41000"
+	r.Header.Set("X-Forwarded-For", "6.6.6.6, 203.0.113.7")
+	ip, _ := ratelimit.ClientIP(r, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
+	fmt.Println(ip)
+	// Output: 203.0.113.7
 }

@@ -121,3 +121,9 @@ func TestWaitNReturnsLimiterErrors(t *testing.T) {
 		t.Errorf("WaitN(4) = %v; want ErrNExceedsLimit", err)
 	}
 }
+
+func TestWaitNilLimiter(t *testing.T) {
+	if err := ratelimit.Wait(context.Background(), nil, "k"); err == nil {
+		t.Error("Wait with a nil Limiter: no error")
+	}
+}

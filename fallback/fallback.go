@@ -57,6 +57,8 @@ package fallback
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -181,7 +183,12 @@ func WithClock(c clock.Clock) Option {
 }
 
 // New returns a Store that asks primary first and secondary when primary cannot decide.
+// It panics with a message that says so for a nil store or a nil option, as net/http does
+// for a nil handler: a fallback without a secondary would fail only during an outage.
 func New(primary, secondary ratelimit.Store, opts ...Option) *Store {
+	if isNil(primary) || isNil(secondary) {
+		panic("fallback: New needs a primary and a secondary store; one is nil")
+	}
 	s := &Store{
 		primary:   primary,
 		secondary: secondary,
@@ -191,6 +198,9 @@ func New(primary, secondary ratelimit.Store, opts ...Option) *Store {
 	}
 	s.breaker.limit, s.breaker.openFor = DefaultFailures, DefaultOpenFor
 	for _, o := range opts {
+		if o == nil {
+			panic("fallback: New with a nil option")
+		}
 		o.apply(s)
 	}
 	s.breaker.clock, s.breaker.onChange = s.clock, s.hooks.OnStateChange
@@ -225,6 +235,15 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	return s.decideLocally(ctx, req, a.Limit)
 }
 
+// isNil reports whether s is nil, or a nil pointer in an interface.
+func isNil(s ratelimit.Store) bool {
+	if s == nil {
+		return true
+	}
+	v := reflect.ValueOf(s)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
 type outcome[T any] struct {
 	v   T
 	err error
@@ -241,8 +260,14 @@ func askPrimary[T any](ctx context.Context, s *Store, probe bool, call func(cont
 	defer cancel()
 	done := make(chan outcome[T], 1) // buffered: a primary that answers late never blocks
 	go func() {
-		v, err := call(pctx)
-		done <- outcome[T]{v, err}
+		var o outcome[T]
+		defer func() { // a panic in the primary is its failure, not the process's end
+			if p := recover(); p != nil {
+				o = outcome[T]{err: fmt.Errorf("fallback: the primary store panicked: %v: %w", p, ratelimit.ErrUnavailable)}
+			}
+			done <- o
+		}()
+		o.v, o.err = call(pctx)
 	}()
 	var o outcome[T]
 	select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -304,5 +305,56 @@ func TestHooks(t *testing.T) {
 	}
 	if sources[fallback.Primary] != 3 || sources[fallback.Secondary] != 2 {
 		t.Errorf("decisions by source: %v; want 3 primary, 2 secondary", sources)
+	}
+}
+
+// TestNewRejectsNil: a missing store panics at New with a message, not at the first
+// decision that falls back (which, in production, comes only during an outage).
+func TestNewRejectsNil(t *testing.T) {
+	local := localstore.New()
+	for name, f := range map[string]func(){
+		"nil primary":           func() { fallback.New(nil, local) },
+		"nil secondary":         func() { fallback.New(local, nil) },
+		"nil *localstore.Store": func() { fallback.New(local, (*localstore.Store)(nil)) },
+		"nil option":            func() { fallback.New(local, local, nil) },
+	} {
+		func() {
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.HasPrefix(msg, "fallback: New") {
+					t.Errorf("%s: recovered %q; want a panic that says what is wrong", name, msg)
+				}
+			}()
+			f()
+		}()
+	}
+}
+
+// panicking is a primary store that panics, as a store built on a nil client would.
+type panicking struct{}
+
+func (panicking) Apply(context.Context, ratelimit.Request) (ratelimit.Decision, error) {
+	var m map[string]int
+	m["x"]++ // a nil map: panics
+	return ratelimit.Decision{}, nil
+}
+
+// TestPrimaryPanics: a panic in the primary, which runs on the fallback's own goroutine
+// where no caller could recover it, is a failure of the primary: the decision comes
+// from the secondary and the process lives.
+func TestPrimaryPanics(t *testing.T) {
+	var errs []error
+	s := fallback.New(panicking{}, localstore.New(), fallback.WithHooks(fallback.Hooks{
+		OnPrimaryError: func(err error, failure bool) { errs = append(errs, err) },
+	}))
+	l, err := tokenbucket.New(s, ratelimit.PerSecond(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.Allow(context.Background(), "k"); err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v; want allowed by the secondary", d, err)
+	}
+	if len(errs) != 1 || !errors.Is(errs[0], ratelimit.ErrUnavailable) || !strings.Contains(errs[0].Error(), "panicked") {
+		t.Errorf("the primary's errors: %v; want one that says it panicked", errs)
 	}
 }

@@ -130,7 +130,7 @@ func WithSweepInterval(d time.Duration) Option {
 	})
 }
 
-// New returns an empty Store.
+// New returns an empty Store. It panics for a nil option, with a message that says so.
 func New(opts ...Option) *Store {
 	s := &Store{
 		clock:      clock.NewMonotonic(),
@@ -139,6 +139,9 @@ func New(opts ...Option) *Store {
 		sweepEvery: DefaultSweepInterval.Microseconds(),
 	}
 	for _, o := range opts {
+		if o == nil {
+			panic("localstore: New with a nil option")
+		}
 		o.apply(s)
 	}
 	maxKeys := s.perShard

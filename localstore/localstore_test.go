@@ -135,3 +135,12 @@ func TestForgetsAtReset(t *testing.T) {
 		t.Errorf("a key past its reset still counts under a new rule: %+v", d)
 	}
 }
+
+func TestNewRejectsNilOption(t *testing.T) {
+	defer func() {
+		if msg, _ := recover().(string); msg != "localstore: New with a nil option" {
+			t.Errorf("recovered %q; want a panic that says what is wrong", msg)
+		}
+	}()
+	localstore.New(nil)
+}

@@ -56,7 +56,7 @@ func TestAllowAllAcrossSlots(t *testing.T) {
 			admitted++
 		}
 	}
-	d, err := plan.Peek(ctx, "plan:shop-a")
+	d, err := plan.PeekN(ctx, "plan:shop-a", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

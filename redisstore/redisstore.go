@@ -60,6 +60,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,14 +138,31 @@ func WithClock(c clock.Clock) Option {
 }
 
 // New returns a Store on client: a *redis.Client, *redis.ClusterClient, *redis.Ring,
-// *redis.AutoPipeliner, or any redis.Scripter. It makes no call to Redis.
+// *redis.AutoPipeliner, or any redis.Scripter. It makes no call to Redis. It panics with
+// a message that says so for a nil client or a nil option, as net/http does for a nil
+// handler: a store without Redis would fail every decision, and only once traffic came.
 func New(client redis.Scripter, opts ...Option) *Store {
+	if isNil(client) {
+		panic("redisstore: New with a nil client")
+	}
 	s := &Store{client: client, prefix: DefaultPrefix}
 	s.process, _ = client.(processor)
 	for _, o := range opts {
+		if o == nil {
+			panic("redisstore: New with a nil option")
+		}
 		o.apply(s)
 	}
 	return s
+}
+
+// isNil reports whether v is nil, or a nil pointer in an interface.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // Apply runs req's algorithm on Redis: it takes, peeks, refunds or resets (req.Op), each

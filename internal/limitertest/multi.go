@@ -50,9 +50,9 @@ func (p multiParts) taken(t *testing.T, key string, want int64) {
 	t.Helper()
 	ctx := context.Background()
 	for i, l := range []interface {
-		Peek(context.Context, string) (ratelimit.Decision, error)
+		PeekN(context.Context, string, int64) (ratelimit.Decision, error)
 	}{p.tb, p.fw, p.sl} {
-		d, err := l.Peek(ctx, key)
+		d, err := l.PeekN(ctx, key, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

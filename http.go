@@ -1,0 +1,249 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Middleware limits the requests that reach an http.Handler: it finds each request's
+// key, asks the limiter, sets the rate-limit headers, and answers a denied request with
+// 429 Too Many Requests and Retry-After, or passes the request on.
+//
+//	limiter, _ := tokenbucket.New(store, ratelimit.PerSecond(10))
+//	mw := &ratelimit.Middleware{
+//		Limiter: limiter,
+//		Key: func(r *http.Request) (string, error) {
+//			ip, err := ratelimit.ClientIP(r, nil) // no proxy in front
+//			return ip.String(), err
+//		},
+//	}
+//	http.ListenAndServe(":8080", mw.Wrap(mux))
+//
+// Every response it decides carries X-RateLimit-Limit (Decision.Limit),
+// X-RateLimit-Remaining, X-RateLimit-Reset (seconds until the key is full again), and
+// the IETF draft's RateLimit-Policy (its quota and the seconds a full quota takes to
+// come back) and RateLimit (remaining and reset). A denied one also carries Retry-After,
+// in whole seconds rounded up, so a client that waits that long is not early. A request
+// admitted by a shaping algorithm (the leaky bucket) is held for its Decision.Delay
+// before it is passed on.
+//
+// Fields left nil have the defaults written beside them. A Middleware must not be changed
+// once Wrap has been called; it is safe for concurrent use.
+type Middleware struct {
+	// Limiter decides each request, with n = 1. Required unless Decide is set.
+	Limiter Limiter
+
+	// Key is the limiter key of a request: a client IP (see ClientIP), an API key, a
+	// tenant and a route joined with Key or TaggedKey. Required. When it returns an error,
+	// the request gets KeyError's answer and the limiter is not asked. A key longer than
+	// MaxKeyLength, or that holds control characters (a header folded over several lines
+	// does), gets KeyError's answer too, so that no client makes itself a fresh key per
+	// request by padding one.
+	Key func(r *http.Request) (string, error)
+
+	// Decide, when set, decides a request instead of Limiter: for a rule chosen per
+	// request (AlgorithmLimiter.AllowRule) or several limits at once (AllowAll). It
+	// returns the rule the decision was made under, for the RateLimit-Policy header (a
+	// zero Rule leaves that header out).
+	Decide func(r *http.Request, key string) (Decision, Rule, error)
+
+	// MaxKeyLength bounds the length of a key in bytes: 256 when 0.
+	MaxKeyLength int
+
+	// PolicyName names the policy in the RateLimit and RateLimit-Policy headers:
+	// "default" when empty.
+	PolicyName string
+
+	// Denied answers a denied request, after the headers are set: by default 429 Too
+	// Many Requests with a one-line text body.
+	Denied func(w http.ResponseWriter, r *http.Request, d Decision)
+
+	// KeyError answers a request whose key could not be found or is refused: by default
+	// 400 Bad Request with the error's text.
+	KeyError func(w http.ResponseWriter, r *http.Request, err error)
+
+	// Error is called when the limiter fails (its store is down, say), and says whether
+	// the request goes on (fail open) or not, in which case Error has answered it. When
+	// nil, every request goes on: rate limiting never takes a service down. A request
+	// whose client has gone away is dropped without calling it.
+	Error func(w http.ResponseWriter, r *http.Request, err error) (pass bool)
+}
+
+const defaultMaxKeyLength = 256
+
+// Wrap returns next behind the limit. It panics if the Middleware has no Key, or neither
+// a Limiter nor Decide, as net/http's constructors do for a nil handler: a misconfigured
+// server should not start.
+func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	switch {
+	case m == nil:
+		panic("ratelimit: Wrap on a nil Middleware")
+	case next == nil:
+		panic("ratelimit: Middleware.Wrap of a nil handler")
+	case m.Key == nil:
+		panic("ratelimit: Middleware without a Key function")
+	case m.Limiter == nil && m.Decide == nil:
+		panic("ratelimit: Middleware without a Limiter or a Decide function")
+	}
+	cfg := *m // later changes to m do not race with requests
+	if cfg.MaxKeyLength <= 0 {
+		cfg.MaxKeyLength = defaultMaxKeyLength
+	}
+	if cfg.PolicyName == "" {
+		cfg.PolicyName = "default"
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { cfg.serve(w, r, next) })
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	key, err := m.Key(r)
+	if err == nil {
+		err = checkKey(key, m.MaxKeyLength)
+	}
+	if err != nil {
+		if m.KeyError != nil {
+			m.KeyError(w, r, err)
+		} else {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		}
+		return
+	}
+	d, rule, err := m.decide(r, key)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client is gone
+		}
+		if m.Error == nil || m.Error(w, r, err) {
+			next.ServeHTTP(w, r)
+		}
+		return
+	}
+	setHeaders(w.Header(), m.PolicyName, rule, d)
+	if !d.Allowed {
+		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
+		if m.Denied != nil {
+			m.Denied(w, r, d)
+		} else {
+			http.Error(w, "rate limit exceeded; retry after "+strconv.FormatInt(ceilSeconds(d.RetryAfter), 10)+"s",
+				http.StatusTooManyRequests)
+		}
+		return
+	}
+	if d.Delay > 0 && sleep(r.Context(), d.Delay) != nil {
+		return // the client left while its request was held
+	}
+	next.ServeHTTP(w, r)
+}
+
+func (m *Middleware) decide(r *http.Request, key string) (Decision, Rule, error) {
+	if m.Decide != nil {
+		return m.Decide(r, key)
+	}
+	d, err := m.Limiter.Allow(r.Context(), key)
+	var rule Rule
+	if b, ok := m.Limiter.(interface{ base() *AlgorithmLimiter }); ok && b.base() != nil {
+		rule = b.base().rule
+	}
+	return d, rule, err
+}
+
+// checkKey refuses a key that is too long or holds control characters.
+func checkKey(key string, maxLen int) error {
+	if len(key) > maxLen {
+		return errors.New("ratelimit: the request's key is longer than " + strconv.Itoa(maxLen) + " bytes")
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c == 0x7f {
+			return errors.New("ratelimit: the request's key holds a control character")
+		}
+	}
+	return nil
+}
+
+// setHeaders sets the de facto X-RateLimit-* headers and the IETF draft's RateLimit-Policy
+// and RateLimit (draft-ietf-httpapi-ratelimit-headers).
+func setHeaders(h http.Header, name string, rule Rule, d Decision) {
+	reset := ceilSeconds(d.ResetAfter)
+	if d.ResetAfter <= 0 {
+		reset = 0
+	}
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+	quoted := strconv.Quote(name)
+	if rule.Limit > 0 && rule.Period > 0 && d.Limit > 0 {
+		// the window: how long a full quota takes to come back at the rule's rate
+		window := math.Ceil(float64(d.Limit) / float64(rule.Limit) * rule.Period.Seconds())
+		h.Set("RateLimit-Policy", quoted+";q="+strconv.FormatInt(d.Limit, 10)+";w="+strconv.FormatFloat(max(1, window), 'f', 0, 64))
+	}
+	h.Set("RateLimit", quoted+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(reset, 10))
+}
+
+// ceilSeconds is d in whole seconds, rounded up, at least 1.
+func ceilSeconds(d time.Duration) int64 {
+	return max(1, int64((d+time.Second-1)/time.Second))
+}
+
+// ClientIP is the address of the client that sent r. The peer (r.RemoteAddr) is the
+// client, unless it is in one of the trusted prefixes (proxies or load balancers in front
+// of the server): then X-Forwarded-For is read from the right, past the trusted hops, and
+// the first address that is not trusted is the client. A header the client wrote itself
+// sits to the left of that and is never read, so a client cannot choose its own address.
+// With no trusted prefixes, X-Forwarded-For is ignored. An IPv6 client is masked to its
+// /64, which one client usually holds whole. The error says that RemoteAddr is not an
+// address (a custom listener's, say).
+func ClientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, error) {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	client, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}, errors.New("ratelimit: the request's RemoteAddr " + strconv.Quote(r.RemoteAddr) + " is not an IP address")
+	}
+	client = client.Unmap()
+	isTrusted := func(a netip.Addr) bool {
+		for _, p := range trusted {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	if isTrusted(client) {
+		hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+		for i := len(hops) - 1; i >= 0 && isTrusted(client); i-- {
+			hop, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+			if err != nil {
+				break // a malformed hop: the last trusted proxy is the best we know
+			}
+			client = hop.Unmap()
+		}
+	}
+	if client.Is6() {
+		client = netip.PrefixFrom(client, 64).Masked().Addr()
+	}
+	return client, nil
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
