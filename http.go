@@ -57,9 +57,9 @@ type Middleware struct {
 	// MaxKeyLength bounds the length of a key in bytes: 256 when 0.
 	MaxKeyLength int
 
-	// PolicyName names the policy in the RateLimit and RateLimit-Policy headers:
-	// "default" when empty.
-	PolicyName string
+	// PolicyName names a request's policy in the RateLimit and RateLimit-Policy headers
+	// (a route's name, say): "default" when nil.
+	PolicyName func(r *http.Request) string
 
 	// Denied answers a denied request, after the headers are set: by default 429 Too
 	// Many Requests with a one-line text body.
@@ -96,9 +96,6 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	if cfg.MaxKeyLength <= 0 {
 		cfg.MaxKeyLength = defaultMaxKeyLength
 	}
-	if cfg.PolicyName == "" {
-		cfg.PolicyName = "default"
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { cfg.serve(w, r, next) })
 }
 
@@ -125,7 +122,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		return
 	}
-	setHeaders(w.Header(), m.PolicyName, rule, d)
+	name := "default"
+	if m.PolicyName != nil {
+		name = m.PolicyName(r)
+	}
+	setHeaders(w.Header(), name, rule, d)
 	if !d.Allowed {
 		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
 		if m.Denied != nil {

@@ -45,7 +45,8 @@ func TestMiddlewareHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := (&ratelimit.Middleware{Limiter: l, Key: headerKey, PolicyName: "orders"}).Wrap(ok)
+	h := (&ratelimit.Middleware{Limiter: l, Key: headerKey,
+		PolicyName: func(*http.Request) string { return "orders" }}).Wrap(ok)
 	for i := range 10 {
 		if w := serve(h, "shop-a"); w.Code != 200 {
 			t.Fatalf("request %d: %d", i, w.Code)

@@ -112,7 +112,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		lim.perIP = clientIP(trusted)
+		lim.trusted = trusted
 	}
 
 	mux := http.NewServeMux()

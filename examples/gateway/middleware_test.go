@@ -139,7 +139,7 @@ func TestStoreErrorPasses(t *testing.T) {
 
 func TestPerClientIP(t *testing.T) {
 	g, _ := newGateway(t, localstore.New())
-	g.perIP = clientIP([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
+	g.trusted = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 	send := func(xff string) string {
 		r := httptest.NewRequest("POST", "/orders", nil)
 		r.RemoteAddr = "10.0.0.1:4000"

@@ -53,8 +53,7 @@ type file struct {
 type policy struct {
 	alg      *ratelimit.Algorithm
 	rule     ratelimit.Rule
-	capacity int64 // what the rule allows at once, for the headers
-	window   int64 // seconds to refill from empty, for the headers
+	capacity int64 // what the rule allows at once
 }
 
 func (s spec) policy() (policy, error) {
@@ -74,7 +73,7 @@ func (s spec) policy() (policy, error) {
 	if err != nil {
 		return policy{}, err
 	}
-	return policy{alg: alg, rule: rule, capacity: a.Limit, window: (a.Limit + s.RefillPerSecond - 1) / s.RefillPerSecond}, nil
+	return policy{alg: alg, rule: rule, capacity: a.Limit}, nil
 }
 
 type route struct {
