@@ -39,6 +39,17 @@ func Example() {
 	// denied, retry after 500ms
 }
 
+// The README's quickstart.
+func Example_quickstart() {
+	limiter, err := tokenbucket.New(localstore.New(), ratelimit.PerSecond(10))
+	if err != nil {
+		panic(err) // an invalid rule: errors.Is(err, ratelimit.ErrInvalidRule)
+	}
+	d, err := limiter.Allow(context.Background(), "tenant-42")
+	fmt.Println(d.Allowed, d.Remaining, d.RetryAfter, err) // true 9 0s <nil>
+	// Output: true 9 0s <nil>
+}
+
 func ExampleRule_String() {
 	fmt.Println(ratelimit.PerMinute(60))
 	fmt.Println(ratelimit.Rule{Limit: 100, Period: time.Second, Burst: 200})

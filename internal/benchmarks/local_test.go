@@ -38,7 +38,7 @@ type allowFunc func(ctx context.Context, key string) bool
 
 // ours is a limiter of this library, called through the ratelimit.Limiter interface as
 // applications hold it.
-func ours[L ratelimit.Limiter](newL func(ratelimit.Store, ratelimit.Rule) (L, error), opts ...localstore.Option) func(b *testing.B) allowFunc {
+func ours[L ratelimit.Limiter](newL func(ratelimit.Store, ratelimit.Rule, ...ratelimit.Option) (L, error), opts ...localstore.Option) func(b *testing.B) allowFunc {
 	return func(b *testing.B) allowFunc {
 		var l ratelimit.Limiter
 		l, err := newL(localstore.New(opts...), ratelimit.PerSecond(limit))
