@@ -45,7 +45,7 @@ var script string
 // Algorithm is the leaky bucket as stores see it.
 func Algorithm() *ratelimit.Algorithm { return &algorithm }
 
-// prepare rejects a rule whose queue in units of 1/Unit request exceeds MaxExact, as the
+// prepare rejects a rule whose queue in units of 1/Unit request exceeds 2^52, as the
 // token bucket does for its capacity.
 func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 	return core.BucketArgs(name, rule, n)

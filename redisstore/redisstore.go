@@ -8,7 +8,7 @@
 // disagree still agree on every decision; WithClock sends the caller's clock instead.
 //
 // Peek, refund and reset are one script each too, and a decision under several limits
-// (ratelimit.AllowAll, ratelimit.Multi) is one script for all of them when their keys
+// (ratelimit.AllowAll) is one script for all of them when their keys
 // share a hash tag (see ApplyAll).
 //
 // # Never counted twice

@@ -41,7 +41,7 @@ var script string
 // Algorithm is the token bucket as stores see it.
 func Algorithm() *ratelimit.Algorithm { return &algorithm }
 
-// prepare rejects a rule whose capacity in units of 1/Unit token exceeds MaxExact: with
+// prepare rejects a rule whose capacity in units of 1/Unit token exceeds 2^52: with
 // the Period in microseconds reduced by the gcd of Limit and Period, that allows, for
 // example, a capacity of 4.5 billion at 1 per second and of 52 million at 1 per day.
 func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
