@@ -63,11 +63,13 @@ func TestKeysDistinct(t *testing.T) {
 }
 
 func TestWithPrefixDropsBraces(t *testing.T) {
-	s := New(nil, WithPrefix("{app}"))
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never called
+	defer client.Close()
+	s := New(client, WithPrefix("{app}"))
 	if s.prefix != "(app)" {
 		t.Errorf("prefix %q; want (app)", s.prefix)
 	}
-	if s := New(nil, WithPrefix("")); s.prefix != DefaultPrefix {
+	if s := New(client, WithPrefix("")); s.prefix != DefaultPrefix {
 		t.Errorf("empty prefix: %q; want the default", s.prefix)
 	}
 }
