@@ -39,7 +39,7 @@ func delayed(limit, remaining int64, delay, reset time.Duration) ratelimit.Decis
 	return d
 }
 
-// Scenarios pins the numbers of DESIGN.md, by algorithm name.
+// Scenarios pins the numbers each algorithm package documents, by algorithm name.
 var Scenarios = map[string][]Scenario{
 	"tokenbucket": {
 		{Name: "capacity 10 at 2 per second", Rule: ratelimit.Rule{Limit: 2, Period: s, Burst: 10}, Steps: concat(
