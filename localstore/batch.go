@@ -49,11 +49,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 			s.shards[i].mu.Unlock()
 		}
 	}()
-	now := s.now()
-	for _, i := range order {
-		sh := &s.shards[i]
-		now = max(now, sh.now)
-	}
+	now := s.now() // the caller's; each key's state holds its own latest instant
 
 	states := make([]ratelimit.State, len(reqs))
 	ds := make([]ratelimit.Decision, len(reqs))
@@ -71,7 +67,6 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	}
 	for i, r := range reqs {
 		sh := &s.shards[shardOf[i]]
-		sh.now = now
 		keys := sh.table(r.Algorithm, r.Namespace).keys
 		e := keys[r.Key]
 		if e == nil {

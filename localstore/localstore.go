@@ -19,8 +19,10 @@
 // million 16-byte keys through a store capped at 100,000 and measures 134 bytes per key.
 //
 // Time comes from a clock.Clock (WithClock; by default clock.NewMonotonic(), the wall
-// clock at New plus the monotonic time since) and never goes backwards within a shard: a
-// clock that steps back is held at the latest instant seen.
+// clock at New plus the monotonic time since, which never steps back). Each key's time
+// never goes backwards: a key asked at an instant before the latest it has seen is
+// decided at that latest instant, and the durations of its Decision count from the
+// caller's clock, exactly as redisstore does.
 package localstore
 
 import (
@@ -73,7 +75,6 @@ type shardState struct {
 	mu        sync.Mutex
 	tables    []table // one per (algorithm, namespace) used: limiters of different ones keep their keys apart
 	size      int     // keys in all tables
-	now       int64   // the latest instant this shard has seen
 	nextSweep int64
 }
 
@@ -177,9 +178,9 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		}
 	}
 	args.N = req.N
-	now = max(now, sh.now)
-	sh.now = now
-	if now >= sh.nextSweep {
+	// the step gets the caller's now, and the key's own latest instant in its state: a
+	// clock that stepped back is held per key, and durations count from the caller's clock
+	if now >= sh.nextSweep || now < sh.nextSweep-2*s.sweepEvery { // due, or the clock stepped back
 		sh.sweep(now)
 		sh.nextSweep = now + s.sweepEvery
 	}

@@ -6,6 +6,7 @@ package limitertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -67,6 +68,7 @@ func Run(t *testing.T, newStore NewStore) {
 			t.Run("keys", func(t *testing.T) { testKeys(t, newStore, k) })
 			t.Run("concurrent", func(t *testing.T) { testConcurrent(t, newStore, k) })
 			t.Run("clock goes back", func(t *testing.T) { testClockBack(t, newStore, k) })
+			t.Run("clock goes back, per key", func(t *testing.T) { testClockBackPerKey(t, newStore, k) })
 			t.Run("retry and reset", func(t *testing.T) { testRetryAndReset(t, newStore, k) })
 			t.Run("cancelled context", func(t *testing.T) { testCancelled(t, newStore, k) })
 			t.Run("peek", func(t *testing.T) { testPeek(t, newStore, k) })
@@ -268,6 +270,52 @@ func testClockBack(t *testing.T, newStore NewStore, k Kind) {
 		d, err := l.Allow(ctx, "k")
 		if err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter < ahead.RetryAfter {
 			t.Errorf("clock %v back: Allow = %+v, %v; want denied, retry after at least %v", back, d, err, ahead.RetryAfter)
+		}
+	}
+}
+
+// testClockBackPerKey: with the clock stepped back, each key keeps its own latest
+// instant, and durations count from the caller's clock: a denial's RetryAfter is how long
+// the caller must wait on its own clock, and a key never seen decides as on a fresh store,
+// whatever instants the other keys saw.
+func testClockBackPerKey(t *testing.T, newStore NewStore, k Kind) {
+	rule := ratelimit.PerMinute(2)
+	ctx := context.Background()
+	l, clk := setup(t, newStore, k, rule)
+	keys := make([]string, 512) // enough to touch every shard of an in-memory store
+	for i := range keys {
+		keys[i] = fmt.Sprintf("seen-%d", i)
+	}
+	clk.Set(Start.Add(90 * time.Second))
+	for _, key := range keys {
+		if d, err := l.Allow(ctx, key); err != nil || !d.Allowed {
+			t.Fatalf("Allow(%q) at +90s = %+v, %v", key, d, err)
+		}
+	}
+	if d, err := l.AllowN(ctx, "k", 2); err != nil || !d.Allowed {
+		t.Fatalf("AllowN(2) at +90s = %+v, %v", d, err)
+	}
+	clk.Set(Start.Add(30 * time.Second))
+	d, err := l.Allow(ctx, "k")
+	if err != nil || d.Allowed || d.RetryAfter <= 0 {
+		t.Fatalf("Allow on a used-up key, clock 60s back = %+v, %v; want denied", d, err)
+	}
+	clk.Advance(d.RetryAfter)
+	if again, err := l.Allow(ctx, "k"); err != nil || !again.Allowed {
+		t.Errorf("Allow after waiting RetryAfter %v on the caller's clock = %+v, %v; want allowed", d.RetryAfter, again, err)
+	}
+
+	at := Start.Add(30 * time.Second)
+	clk.Set(at)
+	fresh, freshClk := setup(t, newStore, k, rule)
+	freshClk.Set(at)
+	for i := range 64 {
+		key := fmt.Sprintf("new-%d", i)
+		got, err := l.Allow(ctx, key)
+		want, err2 := fresh.Allow(ctx, key)
+		if err != nil || err2 != nil || got != want {
+			t.Fatalf("Allow(%q), never seen, at +30s beside keys seen at +90s = %+v, %v; on a fresh store %+v, %v",
+				key, got, err, want, err2)
 		}
 	}
 }
