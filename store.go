@@ -105,6 +105,14 @@ type Algorithm struct {
 
 	// Refund gives a.N events back to st at now, never above its full allowance.
 	Refund func(st *State, now int64, a Args)
+
+	// Prefetchable says that events may be taken ahead, in a batch, and admitted later one
+	// by one (redisstore.Prefetch does): a Decision carries no Delay that paces each
+	// request, and the algorithm promises no more than a count per period, which events
+	// counted up to a lease early still keep. True for the token bucket, the fixed window
+	// and the sliding window counter; false for the leaky bucket (each request has its own
+	// Delay) and the sliding log (which records each event at its own instant).
+	Prefetchable bool
 }
 
 // Args are the integers one decision needs, as Algorithm.Prepare derives them from a Rule

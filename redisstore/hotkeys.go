@@ -26,8 +26,35 @@ import (
 // Each wraps any ratelimit.Store (redisstore, or fallback around it) and handles only
 // the requests ForRequests selects (all by default); the others go straight through.
 
-// HotOption configures Prefetch, Shard and BlockCache.
-type HotOption interface{ applyHot(*hotConfig) }
+// Each decorator takes only the options that mean something to it, so that a misplaced
+// one (a lease given to a Shard) does not compile:
+//
+//   - ForRequests: all three (HotOption);
+//   - WithHotClock and WithMaxKeys: Prefetch and BlockCache, which remember keys (MemoryOption);
+//   - WithLease: Prefetch only (PrefetchOption);
+//   - WithRetries: Shard only (ShardOption).
+
+// PrefetchOption configures a Prefetch.
+type PrefetchOption interface{ applyPrefetch(*hotConfig) }
+
+// ShardOption configures a Shard.
+type ShardOption interface{ applyShard(*hotConfig) }
+
+// BlockCacheOption configures a BlockCache.
+type BlockCacheOption interface{ applyBlockCache(*hotConfig) }
+
+// MemoryOption configures what Prefetch and BlockCache remember of each key.
+type MemoryOption interface {
+	PrefetchOption
+	BlockCacheOption
+}
+
+// HotOption configures any of Prefetch, Shard and BlockCache.
+type HotOption interface {
+	PrefetchOption
+	ShardOption
+	BlockCacheOption
+}
 
 type hotConfig struct {
 	only    func(ratelimit.Request) bool
@@ -37,19 +64,32 @@ type hotConfig struct {
 	maxKeys int
 }
 
-type hotOptionFunc func(*hotConfig)
+// The option types: one per set of decorators an option applies to.
+type (
+	anyOption      func(*hotConfig)
+	memoryOption   func(*hotConfig)
+	prefetchOption func(*hotConfig)
+	shardOption    func(*hotConfig)
+)
 
-func (f hotOptionFunc) applyHot(c *hotConfig) { f(c) }
+func (f anyOption) applyPrefetch(c *hotConfig)      { f(c) }
+func (f anyOption) applyShard(c *hotConfig)         { f(c) }
+func (f anyOption) applyBlockCache(c *hotConfig)    { f(c) }
+func (f memoryOption) applyPrefetch(c *hotConfig)   { f(c) }
+func (f memoryOption) applyBlockCache(c *hotConfig) { f(c) }
+func (f prefetchOption) applyPrefetch(c *hotConfig) { f(c) }
+func (f shardOption) applyShard(c *hotConfig)       { f(c) }
 
 // ForRequests limits a decorator to the requests f selects (hot keys, or the rules of
 // large tenants); the others go straight to the next store. Nil means every request.
 func ForRequests(f func(ratelimit.Request) bool) HotOption {
-	return hotOptionFunc(func(c *hotConfig) { c.only = f })
+	return anyOption(func(c *hotConfig) { c.only = f })
 }
 
-// WithLease sets how long Prefetch may spend the tokens of one fetch (100ms by default).
-func WithLease(d time.Duration) HotOption {
-	return hotOptionFunc(func(c *hotConfig) {
+// WithLease sets how long Prefetch may spend the tokens of one fetch (100ms by default; 0
+// or less means the default).
+func WithLease(d time.Duration) PrefetchOption {
+	return prefetchOption(func(c *hotConfig) {
 		if d > 0 {
 			c.lease = d
 		}
@@ -57,13 +97,13 @@ func WithLease(d time.Duration) HotOption {
 }
 
 // WithRetries sets how many other shards Shard tries after a denial (2 by default).
-func WithRetries(n int) HotOption {
-	return hotOptionFunc(func(c *hotConfig) { c.retries = max(0, n) })
+func WithRetries(n int) ShardOption {
+	return shardOption(func(c *hotConfig) { c.retries = max(0, n) })
 }
 
 // WithHotClock sets the clock of leases and blocks (clock.NewMonotonic() by default).
-func WithHotClock(c clock.Clock) HotOption {
-	return hotOptionFunc(func(cfg *hotConfig) {
+func WithHotClock(c clock.Clock) MemoryOption {
+	return memoryOption(func(cfg *hotConfig) {
 		if c != nil {
 			cfg.clock = c
 		}
@@ -72,18 +112,24 @@ func WithHotClock(c clock.Clock) HotOption {
 
 // WithMaxKeys bounds the keys Prefetch and BlockCache remember (100,000 by default); past
 // it, the expired ones are dropped, and if none is, the oldest half.
-func WithMaxKeys(n int) HotOption {
-	return hotOptionFunc(func(c *hotConfig) {
+func WithMaxKeys(n int) MemoryOption {
+	return memoryOption(func(c *hotConfig) {
 		if n > 0 {
 			c.maxKeys = n
 		}
 	})
 }
 
-func newHotConfig(opts []HotOption) hotConfig {
+func newHotConfig[O any](name string, next ratelimit.Store, opts []O, apply func(O, *hotConfig)) hotConfig {
+	if next == nil {
+		panic("redisstore: " + name + " with a nil store")
+	}
 	c := hotConfig{clock: clock.NewMonotonic(), lease: 100 * time.Millisecond, retries: 2, maxKeys: 100_000}
 	for _, o := range opts {
-		o.applyHot(&c)
+		if any(o) == nil {
+			panic("redisstore: " + name + " with a nil option")
+		}
+		apply(o, &c)
 	}
 	return c
 }
@@ -97,11 +143,13 @@ type algKey struct {
 	ns, key string
 }
 
-// table is a bounded map of per-key entries, safe for concurrent use.
+// table is a bounded map of per-key entries, safe for concurrent use. Its lock is held
+// only to find or add an entry, never across a call to a store, and an entry's expiry is
+// read without the entry's own lock: one slow key never delays another.
 type table[V any] struct {
 	mu      sync.Mutex
 	entries map[algKey]*V
-	expiry  func(*V) int64
+	expiry  func(*V) *atomic.Int64 // the instant the entry is worth nothing (UnixNano)
 	max     int
 }
 
@@ -122,10 +170,11 @@ func (t *table[V]) get(k algKey, now int64) *V {
 	return v
 }
 
-// prune drops the expired entries, or, if none is, half of them (map order is random).
+// prune drops the expired entries, or, if none is, half of them (map order is random). A
+// call in flight on a dropped entry finishes on it, and what it learns is forgotten.
 func (t *table[V]) prune(now int64) {
 	for k, v := range t.entries {
-		if t.expiry(v) <= now {
+		if t.expiry(v).Load() <= now {
 			delete(t.entries, k)
 		}
 	}
@@ -143,7 +192,10 @@ func (t *table[V]) prune(now int64) {
 // A request for a key without tokens in hand asks the next store for batch tokens at once
 // (fewer if the rule's capacity is smaller; just the request's own if a batch is not
 // left), keeps what it does not use, and spends it on the following requests until the
-// lease runs out (WithLease, 100ms) or the rule changes; then what is left lapses.
+// lease runs out (WithLease, 100ms) or the rule changes; then what is left lapses. One
+// fetch at a time per key: requests that find one in flight and no tokens in hand wait
+// for it (each no longer than its context allows) and spend from it. No lock is held
+// while the next store decides, so a slow key never delays another.
 //
 // The bound: every token is counted by Redis when it is fetched, so the cluster never
 // admits more than the rule allowed Redis to give out; it may admit them up to a lease
@@ -155,11 +207,12 @@ func (t *table[V]) prune(now int64) {
 // its RetryAfter has passed, as BlockCache does: a key at its limit
 // costs Redis two calls per RetryAfter, not two per request.
 //
-// It handles the token bucket, the fixed window and the sliding window counter; requests
-// of the leaky bucket (whose Delay paces each request) and of the sliding log (which must
-// hold exactly) go straight through, as do peeks; a refund or a reset of a key ends its
-// lease. Decisions from a lease report the next store's Remaining at the fetch plus the
-// tokens still in hand.
+// It handles the algorithms that declare themselves ratelimit.Algorithm.Prefetchable
+// (the token bucket, the fixed window and the sliding window counter); the others' requests
+// go straight through, as do peeks; a refund or a reset of a key ends its lease.
+// Decisions from a lease report the next store's Remaining at the fetch plus the tokens
+// still in hand, and the ResetAfter the next store gave at the fetch, less the time since
+// (never 0: the key is not full while its tokens are out).
 type Prefetch struct {
 	next   ratelimit.Store
 	batch  int64
@@ -169,81 +222,142 @@ type Prefetch struct {
 
 type lease struct {
 	mu               sync.Mutex
+	gen              uint64 // bumped by every refund and reset, before and after it reaches the store
 	rule             ratelimit.Rule
 	tokens           int64 // fetched and not yet spent
 	expires          int64 // UnixNano
+	resetUntil       int64 // UnixNano: the next store's ResetAfter at the fetch
 	limit, remaining int64 // the next store's Decision at the fetch
 	denied           ratelimit.Decision
 	deniedN          int64 // requests of this n are denied until deniedUntil
 	deniedUntil      int64
+	fetching         *fetch       // the fetch in flight, nil if none
+	until            atomic.Int64 // max(expires, deniedUntil), for the table's prune
+}
+
+// fetch is a call to the next store in flight for a lease; done is closed when it ends.
+type fetch struct {
+	done chan struct{}
+	err  error
 }
 
 var _ ratelimit.Store = (*Prefetch)(nil)
 
-// NewPrefetch returns a Prefetch of batch tokens (at least 1) over next.
-func NewPrefetch(next ratelimit.Store, batch int64, opts ...HotOption) *Prefetch {
-	p := &Prefetch{next: next, batch: max(1, batch), cfg: newHotConfig(opts)}
-	p.leases = table[lease]{max: p.cfg.maxKeys, expiry: func(l *lease) int64 {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.expires
-	}}
+// NewPrefetch returns a Prefetch of batch tokens (at least 1) over next. It panics for a
+// nil next or a nil option.
+func NewPrefetch(next ratelimit.Store, batch int64, opts ...PrefetchOption) *Prefetch {
+	p := &Prefetch{next: next, batch: max(1, batch),
+		cfg: newHotConfig("NewPrefetch", next, opts, PrefetchOption.applyPrefetch)}
+	p.leases = table[lease]{max: p.cfg.maxKeys, expiry: func(l *lease) *atomic.Int64 { return &l.until }}
 	return p
 }
 
-var prefetchable = map[string]bool{"tokenbucket": true, "fixedwindow": true, "slidingwindow": true}
-
 // Apply spends a token in hand, or fetches a new batch.
 func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
-	if !p.cfg.handles(req) || !prefetchable[req.Algorithm.Name] {
+	if !p.cfg.handles(req) || !req.Algorithm.Prefetchable {
 		return p.next.Apply(ctx, req)
 	}
 	a, err := req.Algorithm.Prepare(req.Rule, req.N)
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		return ratelimit.Decision{}, err
+	}
 	now := clock.UnixNano(p.cfg.clock)
 	l := p.leases.get(algKey{req.Algorithm, req.Namespace, req.Key}, now)
-	l.mu.Lock()
-	defer l.mu.Unlock()             // one fetch at a time per key: the others wait and spend from it
 	if req.Op != ratelimit.OpTake { // peeks go through; a refund or reset ends the lease
-		if req.Op != ratelimit.OpPeek {
-			l.tokens, l.deniedUntil = 0, 0
+		if req.Op == ratelimit.OpPeek {
+			return p.next.Apply(ctx, req)
 		}
-		return p.next.Apply(ctx, req)
-	}
-	if l.rule == req.Rule && now < l.expires && l.tokens >= req.N {
-		l.tokens -= req.N
-		return ratelimit.Decision{Allowed: true, Limit: l.limit, Remaining: min(l.limit, l.remaining+l.tokens)}, nil
-	}
-	if l.rule == req.Rule && now < l.deniedUntil && req.N == l.deniedN { // denied until then
-		d := l.denied
-		d.RetryAfter = time.Duration(l.deniedUntil - now)
-		return d, nil
-	}
-	fetch := req
-	fetch.N = min(max(p.batch, req.N), a.Limit)
-	d, err := p.next.Apply(ctx, fetch)
-	if err == nil && !d.Allowed && fetch.N > req.N { // not a batch left: what is left, or just n
-		fetch.N = req.N
-		if d.Remaining > req.N {
-			fetch.N = d.Remaining
-		}
-		d, err = p.next.Apply(ctx, fetch)
-	}
-	l.rule, l.tokens, l.deniedUntil = req.Rule, 0, 0
-	if err != nil {
+		l.mu.Lock()
+		l.end()
+		l.mu.Unlock()
+		d, err := p.next.Apply(ctx, req)
+		l.mu.Lock() // a fetch decided before the refund reached the store must not stand
+		l.end()
+		l.mu.Unlock()
 		return d, err
 	}
-	if !d.Allowed { // remember the denial of n until its RetryAfter, like BlockCache
-		if fetch.N == req.N {
-			l.denied, l.deniedN, l.deniedUntil = d, req.N, now+int64(d.RetryAfter)
+	for {
+		l.mu.Lock()
+		if l.rule == req.Rule && now < l.expires && l.tokens >= req.N {
+			l.tokens -= req.N
+			d := ratelimit.Decision{Allowed: true, Limit: l.limit, Remaining: min(l.limit, l.remaining+l.tokens),
+				ResetAfter: time.Duration(max(l.resetUntil-now, int64(time.Microsecond)))}
+			l.mu.Unlock()
+			return d, nil
 		}
+		if l.rule == req.Rule && now < l.deniedUntil && req.N == l.deniedN { // denied until then
+			d := l.denied
+			d.RetryAfter = time.Duration(l.deniedUntil - now)
+			d.ResetAfter = max(d.RetryAfter, time.Duration(l.resetUntil-now))
+			l.mu.Unlock()
+			return d, nil
+		}
+		if f := l.fetching; f != nil { // wait for the fetch in flight, and spend from it
+			l.mu.Unlock()
+			select {
+			case <-f.done:
+				if f.err != nil {
+					return ratelimit.Decision{}, f.err
+				}
+				now = clock.UnixNano(p.cfg.clock)
+				continue
+			case <-ctx.Done():
+				return ratelimit.Decision{}, ctx.Err()
+			}
+		}
+		f := &fetch{done: make(chan struct{})}
+		l.fetching = f
+		gen := l.gen
+		l.mu.Unlock()
+		d, fetched, err := p.fetch(ctx, req, a)
+		l.mu.Lock()
+		l.fetching = nil
+		if ctx.Err() == nil { // the waiters share the fetch's error, unless it was this caller's end
+			f.err = err
+		}
+		close(f.done)
+		if gen != l.gen || err != nil { // a refund or reset came by, or nothing was learned
+			l.mu.Unlock()
+			return d, err
+		}
+		l.rule, l.tokens, l.deniedUntil = req.Rule, 0, 0
+		if !d.Allowed { // remember the denial of n until its RetryAfter, like BlockCache
+			if fetched == req.N {
+				l.denied, l.deniedN, l.deniedUntil = d, req.N, now+int64(d.RetryAfter)
+				l.resetUntil = now + int64(d.ResetAfter)
+			}
+		} else {
+			l.tokens, l.expires, l.limit, l.remaining = fetched-req.N, now+int64(p.cfg.lease), d.Limit, d.Remaining
+			l.resetUntil = now + int64(d.ResetAfter)
+			d.Remaining = min(d.Limit, d.Remaining+l.tokens)
+		}
+		l.until.Store(max(l.expires, l.deniedUntil))
+		l.mu.Unlock()
 		return d, nil
 	}
-	l.tokens, l.expires, l.limit, l.remaining = fetch.N-req.N, now+int64(p.cfg.lease), d.Limit, d.Remaining
-	d.Remaining = min(d.Limit, d.Remaining+l.tokens)
-	return d, nil
+}
+
+// fetch takes a batch for req from the next store: batch tokens, or what is left if a
+// batch is not, or just req's own. It returns the Decision and how many it asked for.
+func (p *Prefetch) fetch(ctx context.Context, req ratelimit.Request, a ratelimit.Args) (ratelimit.Decision, int64, error) {
+	f := req
+	f.N = min(max(p.batch, req.N), a.Limit)
+	d, err := p.next.Apply(ctx, f)
+	if err == nil && !d.Allowed && f.N > req.N { // not a batch left: what is left, or just n
+		f.N = max(req.N, d.Remaining)
+		d, err = p.next.Apply(ctx, f)
+	}
+	return d, f.N, err
+}
+
+// end drops the tokens in hand and the denial remembered, and makes a fetch in flight
+// stale; l.mu is held.
+func (l *lease) end() {
+	l.tokens, l.deniedUntil = 0, 0
+	l.gen++
 }
 
 // Shard splits one limit over shards keys, each with 1/shards of the rule
@@ -265,9 +379,11 @@ type Shard struct {
 
 var _ ratelimit.Store = (*Shard)(nil)
 
-// NewShard returns a Shard of shards keys (at least 1) over next.
-func NewShard(next ratelimit.Store, shards int, opts ...HotOption) *Shard {
-	return &Shard{next: next, shards: int64(max(1, shards)), cfg: newHotConfig(opts)}
+// NewShard returns a Shard of shards keys (at least 1) over next. It panics for a nil
+// next or a nil option.
+func NewShard(next ratelimit.Store, shards int, opts ...ShardOption) *Shard {
+	return &Shard{next: next, shards: int64(max(1, shards)),
+		cfg: newHotConfig("NewShard", next, opts, ShardOption.applyShard)}
 }
 
 // Apply decides on the shards in turn.
@@ -280,7 +396,11 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		return ratelimit.Decision{}, err
 	}
 	share := core.Share(req.Rule, s.shards)
-	if one, err := req.Algorithm.Prepare(share, 1); err != nil || req.N > one.Limit {
+	one, err := req.Algorithm.Prepare(share, 1)
+	if err != nil {
+		return ratelimit.Decision{}, fmt.Errorf("redisstore: shard: %v over %d shards is %v each: %w", req.Rule, s.shards, share, err)
+	}
+	if req.N > one.Limit {
 		return ratelimit.Decision{}, fmt.Errorf("redisstore: shard: n = %d, one of %d shards holds %d: %w",
 			req.N, s.shards, one.Limit, ratelimit.ErrNExceedsLimit)
 	}
@@ -337,6 +457,7 @@ type BlockCache struct {
 
 type block struct {
 	mu          sync.Mutex
+	expiry      atomic.Int64 // until, for the table's prune
 	gen         uint64 // bumped by every refund and reset, before and after it reaches the store
 	rule        ratelimit.Rule
 	n           int64
@@ -349,14 +470,10 @@ type block struct {
 
 var _ ratelimit.Store = (*BlockCache)(nil)
 
-// NewBlockCache returns a BlockCache over next.
-func NewBlockCache(next ratelimit.Store, opts ...HotOption) *BlockCache {
-	b := &BlockCache{next: next, cfg: newHotConfig(opts)}
-	b.blocked = table[block]{max: b.cfg.maxKeys, expiry: func(bl *block) int64 {
-		bl.mu.Lock()
-		defer bl.mu.Unlock()
-		return bl.until
-	}}
+// NewBlockCache returns a BlockCache over next. It panics for a nil next or a nil option.
+func NewBlockCache(next ratelimit.Store, opts ...BlockCacheOption) *BlockCache {
+	b := &BlockCache{next: next, cfg: newHotConfig("NewBlockCache", next, opts, BlockCacheOption.applyBlockCache)}
+	b.blocked = table[block]{max: b.cfg.maxKeys, expiry: func(bl *block) *atomic.Int64 { return &bl.expiry }}
 	return b
 }
 
@@ -396,6 +513,7 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		if bl.gen == gen { // no refund or reset came between the decision and now
 			bl.rule, bl.n, bl.limit, bl.remaining, bl.initialized = req.Rule, req.N, d.Limit, d.Remaining, true
 			bl.until, bl.resetUntil = now+int64(d.RetryAfter), now+int64(d.ResetAfter)
+			bl.expiry.Store(bl.until)
 		}
 		bl.mu.Unlock()
 	}

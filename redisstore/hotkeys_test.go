@@ -346,3 +346,135 @@ func TestBlockCacheRefundRace(t *testing.T) {
 		t.Errorf("after the refund: %+v, %v; want allowed, the store holds a token", d, err)
 	}
 }
+
+// blocking holds every take of the keys in slow, after the store below has decided it,
+// until release is closed; reached gets one value per take held.
+type blocking struct {
+	ratelimit.Store
+	slow    map[string]bool
+	reached chan string
+	release chan struct{}
+}
+
+func (b *blocking) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	d, err := b.Store.Apply(ctx, req)
+	if req.Op == ratelimit.OpTake && b.slow[req.Key] {
+		b.reached <- req.Key
+		<-b.release
+	}
+	return d, err
+}
+
+// within waits for f's result, failing the test if it takes longer than a generous bound:
+// the calls it checks must not wait for a fetch that never ends.
+func within[T any](t *testing.T, what string, f func() T) T {
+	t.Helper()
+	done := make(chan T, 1)
+	go func() { done <- f() }()
+	select {
+	case v := <-done:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s is blocked behind a fetch in flight", what)
+		panic("unreachable")
+	}
+}
+
+// TestPrefetchNoLockAcrossIO: a fetch in flight delays no other key (even when the table
+// is full and pruned), nor a request of its own key that has tokens in hand; a request
+// that must wait for it waits no longer than its context.
+func TestPrefetchNoLockAcrossIO(t *testing.T) {
+	clk := clock.NewFake(limitertest.Start)
+	b := &blocking{Store: localstore.New(localstore.WithClock(clk)), slow: map[string]bool{},
+		reached: make(chan string, 10), release: make(chan struct{})}
+	defer close(b.release)
+	p := redisstore.NewPrefetch(b, 3, redisstore.WithHotClock(clk), redisstore.WithMaxKeys(2))
+	ctx := context.Background()
+	rule := ratelimit.PerHour(100)
+	for _, k := range []string{"a", "b"} {
+		if d, err := p.Apply(ctx, tb(k, rule)); err != nil || !d.Allowed { // 2 in hand each
+			t.Fatal(d, err)
+		}
+	}
+	b.slow["a"] = true
+	go p.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "a", Rule: rule, N: 3}) // 2 in hand, 3 asked: a fetch
+	<-b.reached
+	d := within(t, "a token in hand of the same key", func() ratelimit.Decision { d, _ := p.Apply(ctx, tb("a", rule)); return d })
+	if !d.Allowed || d.ResetAfter <= 0 {
+		t.Errorf("a token in hand while its key fetches: %+v; want allowed with a ResetAfter", d)
+	}
+	d = within(t, "another key, in a full table", func() ratelimit.Decision { d, _ := p.Apply(ctx, tb("c", rule)); return d })
+	if !d.Allowed {
+		t.Errorf("another key while one fetches: %+v; want allowed", d)
+	}
+	d = within(t, "another key's tokens in hand", func() ratelimit.Decision { d, _ := p.Apply(ctx, tb("b", rule)); return d })
+	if !d.Allowed {
+		t.Errorf("another key's token in hand while one fetches: %+v; want allowed", d)
+	}
+	short, cancel := context.WithCancel(ctx)
+	cancel()
+	err := within(t, "a cancelled wait", func() error {
+		_, err := p.Apply(short, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "a", Rule: rule, N: 3})
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled caller waiting for the fetch in flight: %v; want context.Canceled", err)
+	}
+}
+
+// TestPrefetchResetAfter: decisions from a lease say when the key is full again, counting
+// down from the next store's answer at the fetch, and never 0 while tokens are out.
+func TestPrefetchResetAfter(t *testing.T) {
+	clk := clock.NewFake(limitertest.Start)
+	p := redisstore.NewPrefetch(localstore.New(localstore.WithClock(clk)), 10,
+		redisstore.WithHotClock(clk), redisstore.WithLease(time.Minute))
+	rule := ratelimit.PerHour(3600) // a token a second
+	first, err := p.Apply(context.Background(), tb("k", rule))
+	if err != nil || !first.Allowed || first.ResetAfter != 10*time.Second {
+		t.Fatalf("the fetch: %+v, %v; want allowed, full again in 10s (10 tokens taken)", first, err)
+	}
+	clk.Advance(4 * time.Second)
+	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed || d.ResetAfter != 6*time.Second {
+		t.Errorf("from the lease 4s later: %+v; want allowed, ResetAfter 6s", d)
+	}
+	clk.Advance(20 * time.Second)
+	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed || d.ResetAfter <= 0 {
+		t.Errorf("from the lease 24s later: %+v; want allowed, ResetAfter above 0", d)
+	}
+}
+
+// TestHotOptionsApart: each decorator accepts only its own options.
+func TestHotOptionsApart(t *testing.T) {
+	for _, tc := range []struct {
+		name                    string
+		opt                     any
+		prefetch, shard, blocks bool
+	}{
+		{"ForRequests", redisstore.ForRequests(nil), true, true, true},
+		{"WithHotClock", redisstore.WithHotClock(nil), true, false, true},
+		{"WithMaxKeys", redisstore.WithMaxKeys(1), true, false, true},
+		{"WithLease", redisstore.WithLease(time.Second), true, false, false},
+		{"WithRetries", redisstore.WithRetries(1), false, true, false},
+	} {
+		_, p := tc.opt.(redisstore.PrefetchOption)
+		_, s := tc.opt.(redisstore.ShardOption)
+		_, b := tc.opt.(redisstore.BlockCacheOption)
+		if p != tc.prefetch || s != tc.shard || b != tc.blocks {
+			t.Errorf("%s: for Prefetch %v, Shard %v, BlockCache %v; want %v, %v, %v", tc.name, p, s, b, tc.prefetch, tc.shard, tc.blocks)
+		}
+	}
+}
+
+// TestShardInvalidShare: a rule whose share is not a valid rule is an invalid rule, not
+// "n exceeds".
+func TestShardInvalidShare(t *testing.T) {
+	s := redisstore.NewShard(localstore.New(), 7)
+	_, err := s.Apply(context.Background(), tb("k", ratelimit.Rule{Limit: 1e12, Period: time.Second}))
+	if !errors.Is(err, ratelimit.ErrInvalidRule) || errors.Is(err, ratelimit.ErrNExceedsLimit) {
+		t.Errorf("a share that cannot be counted: %v; want ErrInvalidRule", err)
+	}
+	_, err = s.Apply(context.Background(), ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "k", Rule: ratelimit.PerSecond(70), N: 11})
+	if !errors.Is(err, ratelimit.ErrNExceedsLimit) {
+		t.Errorf("n above one shard's capacity: %v; want ErrNExceedsLimit", err)
+	}
+}

@@ -44,6 +44,8 @@ var algorithm = ratelimit.Algorithm{
 	Prepare:    prepare,
 	Step:       step,
 	Refund:     refund,
+
+	Prefetchable: true,
 }
 
 //go:embed slidingwindow.lua

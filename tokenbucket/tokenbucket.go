@@ -33,6 +33,8 @@ var algorithm = ratelimit.Algorithm{
 	Prepare:    prepare,
 	Step:       step,
 	Refund:     refund,
+
+	Prefetchable: true,
 }
 
 //go:embed tokenbucket.lua
