@@ -458,7 +458,7 @@ type BlockCache struct {
 type block struct {
 	mu          sync.Mutex
 	expiry      atomic.Int64 // until, for the table's prune
-	gen         uint64 // bumped by every refund and reset, before and after it reaches the store
+	gen         uint64       // bumped by every refund and reset, before and after it reaches the store
 	rule        ratelimit.Rule
 	n           int64
 	until       int64 // UnixNano
