@@ -51,6 +51,18 @@ func TestConformanceAutoPipeliner(t *testing.T) {
 	})
 }
 
+// The same through its asynchronous face, whose Process does not wait for the reply.
+func TestConformanceAsyncAutoPipeliner(t *testing.T) {
+	ap, err := redistest.Start(t).Client().AsyncAutoPipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ap.Close() })
+	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
+		return redisstore.New(ap, redisstore.WithClock(clk), freshPrefix())
+	})
+}
+
 // The same on miniredis, for fast runs without a server.
 func TestConformanceMiniredis(t *testing.T) {
 	mr := miniredis.RunT(t)

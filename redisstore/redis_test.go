@@ -465,3 +465,86 @@ func TestClusterSpread(t *testing.T) {
 		}
 	}
 }
+
+// silentServer accepts connections and never answers: a Redis that hangs. Calling hangUp
+// closes them (clients drain their calls in flight on Close: hang up first).
+func silentServer(t *testing.T) (addr string, hangUp func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go io.Copy(io.Discard, c)
+		}
+	}()
+	hangUp = func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	t.Cleanup(hangUp)
+	return ln.Addr().String(), hangUp
+}
+
+// TestContextDeadline: a call returns by its context's deadline even though the client's
+// own timeouts are an hour, on a plain client and on an AutoPipeliner, with and without
+// ContextTimeoutEnabled.
+func TestContextDeadline(t *testing.T) {
+	addr, hangUp := silentServer(t)
+	newClient := func(ctxTimeouts bool) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true,
+			ReadTimeout: time.Hour, WriteTimeout: time.Hour, ContextTimeoutEnabled: ctxTimeouts})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	ap, err := newClient(false).AutoPipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ap.Close() })
+	async, err := newClient(false).AsyncAutoPipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { async.Close() })
+	t.Cleanup(hangUp) // before the clients close
+	for name, client := range map[string]redis.Scripter{
+		"client":                        newClient(false),
+		"client, ContextTimeoutEnabled": newClient(true),
+		"AutoPipeliner":                 ap,
+		"AsyncAutoPipeliner":            async,
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := redisstore.New(client)
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				defer cancel()
+				_, err := s.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "k", Rule: ratelimit.PerSecond(10), N: 1})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ratelimit.ErrUnavailable) {
+					t.Errorf("Allow against a silent server: %v; want the deadline, as unavailable", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("Allow with a 50ms deadline against a silent server had not returned after 30s")
+			}
+		})
+	}
+}

@@ -21,6 +21,14 @@
 // *redis.Ring, *redis.AutoPipeliner); any other Scripter is called through
 // redis.Script.Run, and its own retry policy applies.
 //
+// # Deadlines
+//
+// A call returns by the end of its context, whatever the client's options. A client
+// built with ContextTimeoutEnabled (redis.Options, ClusterOptions, RingOptions) applies
+// the context's deadline to its sockets itself, and costs the least; with any other, the
+// store waits for the reply in a goroutine of its own (a future, on an AutoPipeliner) and
+// stops waiting when the context ends, leaving the connection to go-redis's ReadTimeout.
+//
 // # Keys
 //
 // The state of limiter key k for an algorithm, in a limiter's namespace, lives in Redis
@@ -84,10 +92,13 @@ var ErrUnexpectedReply = errors.New("redisstore: unexpected reply")
 type Store struct {
 	client  redis.Scripter
 	process processor // the client's Process, nil if it has none
-	prefix  string
-	clock   clock.Clock // nil: Redis TIME
-	scripts sync.Map    // *ratelimit.Algorithm -> *script
-	batches sync.Map    // the algorithms' names of a batch, in order -> *script
+	// the client bounds a call by its context's deadline (ContextTimeoutEnabled); else
+	// the store does, so that a caller's deadline holds whatever the client's options
+	deadlines bool
+	prefix    string
+	clock     clock.Clock // nil: Redis TIME
+	scripts   sync.Map    // *ratelimit.Algorithm -> *script
+	batches   sync.Map    // the algorithms' names of a batch, in order -> *script
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -147,6 +158,14 @@ func New(client redis.Scripter, opts ...Option) *Store {
 	}
 	s := &Store{client: client, prefix: DefaultPrefix}
 	s.process, _ = client.(processor)
+	switch c := client.(type) {
+	case *redis.Client:
+		s.deadlines = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		s.deadlines = c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		s.deadlines = c.Options().ContextTimeoutEnabled
+	}
 	for _, o := range opts {
 		if o == nil {
 			panic("redisstore: New with a nil option")
@@ -252,18 +271,45 @@ func (s *Store) run(ctx context.Context, sc *script, args []any) (any, error) {
 		return sc.script.Run(ctx, s.client, keys, args[3+len(keys):]...).Result()
 	}
 	cmd := noRetryCmd(ctx, args)
-	err := s.process.Process(ctx, cmd)
+	err := s.send(ctx, cmd)
 	// NOSCRIPT is the error code of the reply, its first word; the script did not run.
 	// (HasErrorPrefix allocates, even for a nil error: ask only when there is one.)
 	if err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
 		args[0], args[1] = "eval", sc.src
 		cmd = noRetryCmd(ctx, args)
-		err = s.process.Process(ctx, cmd)
+		err = s.send(ctx, cmd)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return cmd.Val(), nil
+}
+
+// send processes cmd, and returns when it is done or when ctx ends, whichever comes
+// first. go-redis bounds a call by its own timeouts (ReadTimeout, 3s by default) unless
+// the client has ContextTimeoutEnabled, and an AutoPipeliner runs its batches on a
+// context of its own; so, unless the client honors the deadline itself, the call runs
+// in a goroutine of its own (or as a future of the AutoPipeliner) that the caller stops
+// waiting for when ctx ends. The command may still run: its reply, lost to the caller,
+// counts at most once (see the package doc).
+func (s *Store) send(ctx context.Context, cmd noRetry) error {
+	if ap, ok := s.client.(*redis.AutoPipeliner); ok && !ap.IsBlocking() {
+		return ap.Submit(ctx, cmd).WaitContext(ctx) // its Process would not wait for the reply
+	}
+	if ctx.Done() == nil {
+		return s.process.Process(ctx, cmd)
+	}
+	if _, ok := ctx.Deadline(); ok && s.deadlines {
+		return s.process.Process(ctx, cmd)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.process.Process(ctx, cmd) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // noRetry is a command go-redis must not send again once it may have run.
