@@ -162,6 +162,6 @@ func (s *Store) batchScript(reqs []ratelimit.Request, id string) *script {
 	}
 	b.WriteString(batchMain)
 	rs := redis.NewScript(b.String())
-	sc, _ := s.batches.LoadOrStore(id, &script{script: rs, hash: rs.Hash(), src: b.String()})
+	sc, _ := s.batches.LoadOrStore(id, &script{script: rs, source: b.String(), hash: rs.Hash(), src: b.String()})
 	return sc.(*script)
 }

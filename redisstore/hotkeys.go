@@ -235,7 +235,8 @@ type lease struct {
 	until            atomic.Int64 // max(expires, deniedUntil), for the table's prune
 }
 
-// fetch is a call to the next store in flight for a lease; done is closed when it ends.
+// fetch is a call in flight that others wait for (a lease's fetch, a script's load);
+// done is closed when it ends.
 type fetch struct {
 	done chan struct{}
 	err  error

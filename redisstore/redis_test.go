@@ -148,8 +148,8 @@ func TestClockSkew(t *testing.T) {
 	}
 }
 
-// TestScriptFlush: after SCRIPT FLUSH the next decision loads the script with EVAL, once,
-// and counts once.
+// TestScriptFlush: the first decision loads the script, and after SCRIPT FLUSH the next
+// decision loads it again, once, and counts once; the source never goes with a decision.
 func TestScriptFlush(t *testing.T) {
 	client := redistest.Start(t).Client()
 	s := redisstore.New(client)
@@ -166,8 +166,41 @@ func TestScriptFlush(t *testing.T) {
 			t.Fatalf("decision %d: %+v, %v; want allowed with %d left", i, d, err, 9-i)
 		}
 	}
-	if calls := commandCalls(t, client, "eval"); calls != 2 {
-		t.Errorf("EVAL ran %d times; want 2 (the first decision, and the one after the flush)", calls)
+	if loads, evals := commandCalls(t, client, "script|load"), commandCalls(t, client, "eval"); loads != 2 || evals != 0 {
+		t.Errorf("SCRIPT LOAD ran %d times and EVAL %d; want 2 loads (the first decision, and the one after the flush), no EVAL", loads, evals)
+	}
+}
+
+// TestNoScriptHerd: a thousand concurrent first decisions, and as many after SCRIPT
+// FLUSH, load the script once each time instead of each sending its source.
+func TestNoScriptHerd(t *testing.T) {
+	client := redistest.Start(t).Client(func(o *redis.Options) { o.PoolSize = 64 })
+	s := redisstore.New(client)
+	rule := ratelimit.PerHour(1_000_000)
+	herd := func() {
+		var wg sync.WaitGroup
+		for i := range 1000 {
+			wg.Go(func() {
+				if d, err := apply(t, s, tokenbucket.Algorithm(), fmt.Sprint("k", i%50), rule, 1); err != nil || !d.Allowed {
+					t.Errorf("decision %d: %+v, %v", i, d, err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	herd()
+	if loads, evals, shas := commandCalls(t, client, "script|load"), commandCalls(t, client, "eval"), commandCalls(t, client, "evalsha"); loads != 1 || evals != 0 || shas != 1000 {
+		t.Errorf("1000 first decisions: %d SCRIPT LOAD, %d EVAL, %d EVALSHA; want 1, 0, 1000", loads, evals, shas)
+	}
+	if err := client.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	herd()
+	// the decisions sent before the first NOSCRIPT came back meet it, and each is sent again
+	// once the script is loaded: at most 2 EVALSHA per decision, and a load per such wave
+	loads, evals, shas := commandCalls(t, client, "script|load"), commandCalls(t, client, "eval"), commandCalls(t, client, "evalsha")
+	if loads < 2 || loads > 2+64 || evals != 0 || shas > 1000+2*1000 {
+		t.Errorf("1000 decisions after SCRIPT FLUSH: %d SCRIPT LOAD, %d EVAL, %d EVALSHA in all; want 2 to 66 loads, no EVAL, at most 3000 EVALSHA", loads, evals, shas)
 	}
 }
 

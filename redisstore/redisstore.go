@@ -1,8 +1,9 @@
 // Package redisstore is the ratelimit.Store on Redis: one limit shared by every instance
 // of an application, with one atomic round trip per decision.
 //
-// Each decision is one EVALSHA of the algorithm's Lua script (EVAL when the server has
-// not seen the script: after a restart, a failover or SCRIPT FLUSH). The script reads the
+// Each decision is one EVALSHA of the algorithm's Lua script. The store loads each script
+// once (SCRIPT LOAD) before its first use and again when the server has lost it (after a
+// restart, a failover or SCRIPT FLUSH), one load for all the callers waiting. The script reads the
 // key's state, decides exactly as the in-memory step does, writes the state back and sets
 // its TTL, all atomically. Time is the Redis server's (TIME), so instances whose clocks
 // disagree still agree on every decision; WithClock sends the caller's clock instead.
@@ -107,9 +108,13 @@ var _ ratelimit.Store = (*Store)(nil)
 // more than its key names.
 type script struct {
 	script    *redis.Script
+	source    string
 	hash, src any      // the script's SHA and source, boxed once
 	names     []string // "<prefix>:<algorithm>:<part>:" for each of its keys
 	last      atomic.Pointer[ruleArgs]
+	mu        sync.Mutex
+	epoch     atomic.Uint64 // loads that succeeded
+	loading   *fetch        // the load in flight, nil if none
 }
 
 // ruleArgs are what depends only on the rule and the namespace: the ARGV boxed once, and
@@ -252,7 +257,7 @@ func (s *Store) script(alg *ratelimit.Algorithm) *script {
 		return sc.(*script)
 	}
 	rs := redis.NewScript(alg.Script)
-	sc := &script{script: rs, hash: rs.Hash(), src: alg.Script}
+	sc := &script{script: rs, source: alg.Script, hash: rs.Hash(), src: alg.Script}
 	for _, part := range alg.ScriptKeys {
 		sc.names = append(sc.names, s.prefix+":"+alg.Name+":"+part+":")
 	}
@@ -260,8 +265,13 @@ func (s *Store) script(alg *ratelimit.Algorithm) *script {
 	return got.(*script)
 }
 
-// run sends args, an EVALSHA, as a command go-redis never retries, and EVAL when the
-// server does not have the script. A client without Process gets redis.Script.Run.
+// run sends args, an EVALSHA, as a command go-redis never retries. A store's first call
+// of a script loads it (SCRIPT LOAD, on every node of a cluster), and a call that meets
+// NOSCRIPT (after a restart, a failover, SCRIPT FLUSH) loads it again and resends: one
+// load at a time per script, the concurrent callers waiting for it, so that a thousand
+// first calls cost one load, not a thousand copies of the source. Where a load cannot
+// reach the node (a cluster node down, a Ring shard), the call sends the source itself
+// (EVAL). A client without Process gets redis.Script.Run.
 func (s *Store) run(ctx context.Context, sc *script, args []any) (any, error) {
 	if s.process == nil {
 		keys := make([]string, args[2].(int))
@@ -270,11 +280,23 @@ func (s *Store) run(ctx context.Context, sc *script, args []any) (any, error) {
 		}
 		return sc.script.Run(ctx, s.client, keys, args[3+len(keys):]...).Result()
 	}
-	cmd := noRetryCmd(ctx, args)
-	err := s.send(ctx, cmd)
-	// NOSCRIPT is the error code of the reply, its first word; the script did not run.
-	// (HasErrorPrefix allocates, even for a nil error: ask only when there is one.)
-	if err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+	epoch := sc.epoch.Load()
+	loaded := epoch > 0
+	if !loaded {
+		loaded = s.load(ctx, sc, 0)
+		epoch = sc.epoch.Load()
+	}
+	var cmd noRetry
+	var err error
+	if loaded {
+		cmd = noRetryCmd(ctx, args)
+		err = s.send(ctx, cmd)
+		if noScript(err) && s.load(ctx, sc, epoch) { // the script did not run: load it, and again
+			cmd = noRetryCmd(ctx, args)
+			err = s.send(ctx, cmd)
+		}
+	}
+	if !loaded || noScript(err) {
 		args[0], args[1] = "eval", sc.src
 		cmd = noRetryCmd(ctx, args)
 		err = s.send(ctx, cmd)
@@ -285,25 +307,68 @@ func (s *Store) run(ctx context.Context, sc *script, args []any) (any, error) {
 	return cmd.Val(), nil
 }
 
+// noScript reports whether err is NOSCRIPT, the error code of the reply: the script did
+// not run. (HasErrorPrefix allocates, even for a nil error: ask only when there is one.)
+func noScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// load loads sc's script, unless a load has ended since the caller saw epoch; a load in
+// flight is waited for, as long as ctx allows. It reports whether the script is loaded.
+func (s *Store) load(ctx context.Context, sc *script, seen uint64) bool {
+	sc.mu.Lock()
+	if e := sc.epoch.Load(); e != seen {
+		sc.mu.Unlock()
+		return e > 0
+	}
+	if f := sc.loading; f != nil {
+		sc.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.err == nil
+		case <-ctx.Done():
+			return false
+		}
+	}
+	f := &fetch{done: make(chan struct{})}
+	sc.loading = f
+	sc.mu.Unlock()
+	f.err = s.await(ctx, func() error { return s.client.ScriptLoad(ctx, sc.source).Err() })
+	sc.mu.Lock()
+	sc.loading = nil
+	if f.err == nil {
+		sc.epoch.Add(1)
+	}
+	close(f.done)
+	sc.mu.Unlock()
+	return f.err == nil
+}
+
 // send processes cmd, and returns when it is done or when ctx ends, whichever comes
 // first. go-redis bounds a call by its own timeouts (ReadTimeout, 3s by default) unless
 // the client has ContextTimeoutEnabled, and an AutoPipeliner runs its batches on a
 // context of its own; so, unless the client honors the deadline itself, the call runs
-// in a goroutine of its own (or as a future of the AutoPipeliner) that the caller stops
-// waiting for when ctx ends. The command may still run: its reply, lost to the caller,
-// counts at most once (see the package doc).
+// in a goroutine of its own (or as a future of an asynchronous AutoPipeliner) that the
+// caller stops waiting for when ctx ends. The command may still run: its reply, lost to
+// the caller, counts at most once (see the package doc).
 func (s *Store) send(ctx context.Context, cmd noRetry) error {
 	if ap, ok := s.client.(*redis.AutoPipeliner); ok && !ap.IsBlocking() {
 		return ap.Submit(ctx, cmd).WaitContext(ctx) // its Process would not wait for the reply
 	}
+	return s.await(ctx, func() error { return s.process.Process(ctx, cmd) })
+}
+
+// await calls f, a blocking call to the client, and returns when it does or when ctx
+// ends, whichever comes first (see send).
+func (s *Store) await(ctx context.Context, f func() error) error {
 	if ctx.Done() == nil {
-		return s.process.Process(ctx, cmd)
+		return f()
 	}
 	if _, ok := ctx.Deadline(); ok && s.deadlines {
-		return s.process.Process(ctx, cmd)
+		return f()
 	}
 	done := make(chan error, 1)
-	go func() { done <- s.process.Process(ctx, cmd) }()
+	go func() { done <- f() }()
 	select {
 	case err := <-done:
 		return err
