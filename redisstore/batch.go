@@ -96,6 +96,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	reply, err := s.run(ctx, sc, append(args, tail...))
 	if err != nil {
 		if unavailable(err) {
+			s.nodeFailed()
 			return nil, fmt.Errorf("redisstore: batch: %w: %w", ratelimit.ErrUnavailable, err)
 		}
 		return nil, fmt.Errorf("redisstore: batch: %w", err)

@@ -30,6 +30,23 @@
 // store waits for the reply in a goroutine of its own (a future, on an AutoPipeliner) and
 // stops waiting when the context ends, leaving the connection to go-redis's ReadTimeout.
 //
+// # Redis Cluster
+//
+// On a *redis.ClusterClient, every key of one decision sits in one hash slot (see Keys),
+// so a decision is one call to one master. When a master fails, its slots' decisions are
+// errors wrapping ratelimit.ErrUnavailable (a fallback.Store decides them meanwhile)
+// until a replica takes over: the cluster's cluster-node-timeout (Redis's default is 15s)
+// and the failover election set how long that takes. Each such error makes the store ask
+// the client to reload its slot map, so decisions move to the new master as soon as it
+// serves the slots, not at go-redis's next periodic reload. Set on the client:
+//
+//   - ContextTimeoutEnabled: true, so that the caller's deadline bounds each call at the
+//     socket (see Deadlines);
+//   - DialTimeout well under a second (5s by default): a call to a dead master's address
+//     waits for the dial;
+//   - ClusterStateReloadInterval of a few seconds (60s by default), for the slot moves that
+//     no error announces.
+//
 // # Keys
 //
 // The state of limiter key k for an algorithm, in a limiter's namespace, lives in Redis
@@ -224,11 +241,24 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	reply, err := s.run(ctx, sc, args)
 	if err != nil {
 		if unavailable(err) {
+			s.nodeFailed()
 			return ratelimit.Decision{}, fmt.Errorf("redisstore: %s: %w: %w", alg.Name, ratelimit.ErrUnavailable, err)
 		}
 		return ratelimit.Decision{}, fmt.Errorf("redisstore: %s: %w", alg.Name, err)
 	}
 	return decode(reply, a.Limit)
+}
+
+// nodeFailed asks a cluster client to reload its slot map, once a call has failed as a
+// dead or failing-over node fails it. go-redis reloads on MOVED, but a master killed
+// outright answers nothing, and its slots' calls would go on failing until the periodic
+// reload (ClusterStateReloadInterval, 60s by default) even after a replica took over.
+// go-redis runs at most one reload at a time, 200ms apart, so a burst of failures costs
+// a reload or two.
+func (s *Store) nodeFailed() {
+	if c, ok := s.client.(*redis.ClusterClient); ok {
+		c.ReloadState(context.Background())
+	}
 }
 
 // opNames are the ops as the scripts know them, boxed once.

@@ -37,6 +37,9 @@ func openStore(ctx context.Context, cfg storeConfig, m *metrics, log *slog.Logge
 			Addrs: strings.Split(cfg.cluster, ","), ContextTimeoutEnabled: true,
 			DialTimeout: 100 * time.Millisecond, DialerRetries: 1, ReadTimeout: 50 * time.Millisecond,
 			WriteTimeout: 50 * time.Millisecond, PoolTimeout: 10 * time.Millisecond, MaxRetries: -1,
+			// slot moves no error announces; a failed master's slots are reloaded at once by
+			// the store (see redisstore's "Redis Cluster")
+			ClusterStateReloadInterval: 5 * time.Second,
 		})
 		client, closeAll = c, append(closeAll, func() { c.Close() })
 		log.Info("deciding on Redis Cluster", "addrs", cfg.cluster)

@@ -183,33 +183,46 @@ func Addr(t testing.TB) string {
 
 // Cluster is a Redis Cluster of masters without replicas.
 type Cluster struct {
-	Masters []*Server
+	Masters  []*Server
+	Replicas []*Server // one per master with StartClusterWithReplicas, in no particular order
 }
 
 // StartCluster starts a cluster of n masters and waits until every node sees all 16384
 // slots served.
-func StartCluster(t testing.TB, n int) *Cluster {
+func StartCluster(t testing.TB, n int) *Cluster { return startCluster(t, n, 0) }
+
+// StartClusterWithReplicas starts a cluster of n masters, each with one replica, and waits
+// until every node sees all 16384 slots served and knows all 2n nodes.
+func StartClusterWithReplicas(t testing.TB, n int) *Cluster { return startCluster(t, n, 1) }
+
+func startCluster(t testing.TB, n, replicas int) *Cluster {
 	t.Helper()
 	binary(t, "redis-cli")
 	c := &Cluster{}
-	addrs := make([]string, n)
-	for i := range n {
+	var addrs []string
+	for i := range n * (1 + replicas) {
 		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "5000")
-		c.Masters = append(c.Masters, s)
-		addrs[i] = s.Addr
+		if i < n { // redis-cli makes the first n masters
+			c.Masters = append(c.Masters, s)
+		} else {
+			c.Replicas = append(c.Replicas, s)
+		}
+		addrs = append(addrs, s.Addr)
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v: %s", err, out)
 	}
 	deadline := time.Now().Add(StartupTimeout)
-	for _, s := range c.Masters {
+	known := "cluster_known_nodes:" + strconv.Itoa(len(addrs)) + "\r\n"
+	for _, s := range append(c.Masters, c.Replicas...) {
 		client := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 		for {
 			info, err := client.ClusterInfo(context.Background()).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384") {
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384") &&
+				strings.Contains(info, known) {
 				break
 			}
 			if time.Now().After(deadline) {
