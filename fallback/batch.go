@@ -9,6 +9,16 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
+// shareCapacity is the most req's rule, already a share, admits at once; 0 if the share
+// is not a rule the algorithm can count.
+func shareCapacity(req ratelimit.Request) int64 {
+	a, err := req.Algorithm.Prepare(req.Rule, 1)
+	if err != nil {
+		return 0
+	}
+	return a.Limit
+}
+
 var _ ratelimit.BatchStore = (*Store)(nil)
 
 // ApplyAll decides reqs all or none: on the primary within the timeout (atomically when
@@ -40,6 +50,17 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		ds, err := askPrimary(ctx, s, probe, func(pctx context.Context) ([]ratelimit.Decision, error) {
 			return applyAll(pctx, s.primary, reqs)
 		})
+		if err == nil && s.policy == LocalShare {
+			all := true
+			for _, d := range ds {
+				all = all && d.Allowed
+			}
+			for i, d := range ds {
+				if all || !d.Allowed { // when one is denied, none of the others was counted
+					s.mirror(ctx, reqs[i], d)
+				}
+			}
+		}
 		if err == nil || ctx.Err() != nil || errors.Is(err, errors.ErrUnsupported) {
 			return ds, err // the primary cannot batch these keys: the caller takes them one by one
 		}
@@ -79,7 +100,7 @@ func (s *Store) decideAllLocally(ctx context.Context, reqs []ratelimit.Request, 
 	for i, r := range reqs {
 		r.Rule = core.Share(r.Rule, s.instances)
 		shares[i] = r
-		share := max(1, (capacities[i]+s.instances-1)/s.instances)
+		share := shareCapacity(r)
 		ds[i] = ratelimit.Decision{Limit: share, RetryAfter: s.breaker.retryAfter()}
 		fits = fits && r.N <= share
 	}

@@ -8,11 +8,28 @@
 //
 // # While the primary is down
 //
-// With WithInstances(n), each of n instances enforces 1/n of every rule on its secondary
-// (Limit and Burst divided, rounded up, at least 1), so that together they enforce about
-// the whole rule: with 4 instances and a limit of 100, each admits 25. Nothing decided
-// locally is replayed into the primary when it comes back. WithPolicy chooses instead to
-// allow everything (FailOpen) or deny everything (FailClosed) while the primary is down.
+// With WithInstances(n), each of n instances enforces 1/n of every rule on its secondary,
+// never rounded up: Limit and Burst divided by n and rounded down, a share below 1 per
+// Period becoming 1 per a longer Period (2 per second over 5 instances: 1 per 3 seconds
+// each), and Burst at least 1. With 4 instances and a limit of 100, each admits 25.
+// WithPolicy chooses instead to allow everything (FailOpen) or deny everything
+// (FailClosed) while the primary is down.
+//
+// While the primary decides, each instance mirrors its decisions onto its share: an
+// admission takes from the share, a denial (the key spent cluster-wide) empties it. So a
+// share never hands out again what the primary has just admitted, and a breaker that
+// flaps does not let each store admit a full allowance in turn. Nothing decided locally
+// is replayed into the primary when it comes back.
+//
+// The bound. Over any interval, the instances together admit at most what the rule
+// allows on the primary plus the sum of their shares' allowances, each share less what
+// the primary admitted for its instance: so never more than twice the rule, and the
+// whole rule only when the primary had admitted nothing for the instances that then
+// decide locally. When a rule is smaller than n at once (2 at once over 5 instances),
+// each share still holds 1, so n may pass at once. TestBreakerFlaps drives n instances
+// at one small key while the primary fails and heals every half second: they admit 31 in
+// 30s where the rule allows 32 (62 for one instance, 121 for three, before the shares
+// were rounded down and mirrored).
 //
 // # Timeout and breaker
 //
@@ -228,11 +245,40 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		d, err := askPrimary(ctx, s, probe, func(pctx context.Context) (ratelimit.Decision, error) {
 			return s.primary.Apply(pctx, req)
 		})
+		if err == nil && s.policy == LocalShare {
+			s.mirror(ctx, req, d)
+		}
 		if err == nil || ctx.Err() != nil {
 			return d, err
 		}
 	}
 	return s.decideLocally(ctx, req, a.Limit)
+}
+
+// mirror applies to the secondary, on this instance's share, what the primary decided
+// for it, so that when the primary fails the share has already spent what the cluster
+// has: an admission of n takes n from the share if it holds them, a denial (the key is
+// spent cluster-wide) empties it, and a refund or a reset gives back. Without it the
+// primary and the shares each admit a full allowance whenever the breaker flaps.
+func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.Decision) {
+	if req.Op == ratelimit.OpPeek {
+		return
+	}
+	req.Rule = core.Share(req.Rule, s.instances)
+	if req.Op == ratelimit.OpTake {
+		share := shareCapacity(req)
+		if share == 0 || (!d.Allowed && d.Remaining > 0) { // nothing to mirror; or n was too many, the key not spent
+			return
+		}
+		if !d.Allowed {
+			empty := req
+			empty.Op = ratelimit.OpReset
+			s.secondary.Apply(ctx, empty)
+			req.N = share // all of a full share
+		}
+		req.N = min(req.N, share)
+	}
+	s.secondary.Apply(ctx, req) // a denial means the share is already spent
 }
 
 // isNil reports whether s is nil, or a nil pointer in an interface.
@@ -312,7 +358,7 @@ func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capaci
 	default:
 		// this instance's share of the rule; its capacity is the rule's divided likewise
 		req.Rule = core.Share(req.Rule, s.instances)
-		if share := max(1, (capacity+s.instances-1)/s.instances); req.N > share {
+		if share := shareCapacity(req); req.N > share {
 			d = ratelimit.Decision{Limit: share, RetryAfter: s.breaker.retryAfter()} // wait for the primary
 		} else {
 			d, err = s.secondary.Apply(ctx, req)

@@ -5,6 +5,7 @@ package core
 import (
 	_ "embed"
 	"fmt"
+	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
@@ -48,18 +49,34 @@ func Capacity(rule ratelimit.Rule) int64 {
 }
 
 // Share is 1/n of rule, for one of n parts that together enforce it (instances during an
-// outage, shards of a hot key): Limit and Burst divided by n, rounded up, at least 1 (a
-// Burst of 0 stays 0, which means Limit). n below 2 returns the rule unchanged.
+// outage, shards of a hot key), never more: the n shares together never admit more per
+// Period than the rule. Limit is divided by n, rounded down; below 1, the share is 1 per a
+// Period stretched to fit (2 per second over 5 parts: 1 per 3 seconds each). Burst is
+// divided likewise, and is at least 1 (a Burst of 0 stays 0, which means Limit). n below
+// 2 returns the rule unchanged.
 func Share(rule ratelimit.Rule, n int64) ratelimit.Rule {
-	if n <= 1 {
+	if n <= 1 || rule.Limit < 1 || rule.Period <= 0 {
 		return rule
 	}
-	rule.Limit = max(1, (rule.Limit+n-1)/n)
+	if rule.Limit >= n {
+		rule.Limit /= n
+	} else {
+		k := (n + rule.Limit - 1) / rule.Limit // periods per event of the share
+		if rule.Period > maxPeriod/time.Duration(k) {
+			rule.Period = maxPeriod
+		} else {
+			rule.Period *= time.Duration(k)
+		}
+		rule.Limit = 1
+	}
 	if rule.Burst > 0 {
-		rule.Burst = max(1, (rule.Burst+n-1)/n)
+		rule.Burst = max(1, rule.Burst/n)
 	}
 	return rule
 }
+
+// maxPeriod is the longest Period a Rule may have (see Rule.Validate).
+const maxPeriod = 10 * 365 * 24 * time.Hour
 
 // CheckDistinct returns an error if two requests of a batch name the same algorithm,
 // namespace and key: a batch decides each key once.

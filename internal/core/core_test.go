@@ -18,13 +18,42 @@ func TestCapacity(t *testing.T) {
 }
 
 func TestShare(t *testing.T) {
-	if got := core.Share(ratelimit.Rule{Limit: 10, Period: time.Second, Burst: 7}, 4); got != (ratelimit.Rule{Limit: 3, Period: time.Second, Burst: 2}) {
-		t.Errorf("Share = %+v", got)
+	for _, tc := range []struct {
+		rule ratelimit.Rule
+		n    int64
+		want ratelimit.Rule
+	}{
+		{ratelimit.Rule{Limit: 10, Period: time.Second, Burst: 7}, 4, ratelimit.Rule{Limit: 2, Period: time.Second, Burst: 1}},
+		{ratelimit.PerSecond(1), 20, ratelimit.Rule{Limit: 1, Period: 20 * time.Second}},
+		{ratelimit.Rule{Limit: 2, Period: time.Second, Burst: 2}, 5, ratelimit.Rule{Limit: 1, Period: 3 * time.Second, Burst: 1}},
+		{ratelimit.PerSecond(7), 1, ratelimit.PerSecond(7)},
+		{ratelimit.PerDay(1), 10_000, ratelimit.Rule{Limit: 1, Period: 10 * 365 * 24 * time.Hour}},
+	} {
+		if got := core.Share(tc.rule, tc.n); got != tc.want {
+			t.Errorf("Share(%v, %d) = %+v; want %+v", tc.rule, tc.n, got, tc.want)
+		}
 	}
-	if got := core.Share(ratelimit.PerSecond(1), 20); got.Limit != 1 {
-		t.Errorf("Share of 1 among 20 = %+v; want at least 1", got)
-	}
-	if got := core.Share(ratelimit.PerSecond(7), 1); got != ratelimit.PerSecond(7) {
-		t.Errorf("Share among 1 = %+v; want the rule", got)
+}
+
+// TestSharesNeverExceedTheRule: n shares together admit no more per period than the
+// rule, and at once no more than the rule's capacity or n (each share holds at least 1).
+func TestSharesNeverExceedTheRule(t *testing.T) {
+	for limit := int64(1); limit <= 60; limit++ {
+		for _, burst := range []int64{0, 1, limit, 3 * limit} {
+			rule := ratelimit.Rule{Limit: limit, Period: time.Second, Burst: burst}
+			for n := int64(1); n <= 40; n++ {
+				s := core.Share(rule, n)
+				if err := s.Validate(); err != nil {
+					t.Fatalf("Share(%v, %d) = %v: %v", rule, n, s, err)
+				}
+				// n * s.Limit / s.Period <= limit / Period
+				if n*s.Limit*int64(rule.Period) > limit*int64(s.Period) {
+					t.Errorf("Share(%v, %d) = %v: %d of them admit more per second than the rule", rule, n, s, n)
+				}
+				if n*core.Capacity(s) > max(core.Capacity(rule), n) {
+					t.Errorf("Share(%v, %d) = %v: %d of them hold more at once than the rule", rule, n, s, n)
+				}
+			}
+		}
 	}
 }
