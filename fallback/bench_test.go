@@ -15,7 +15,7 @@ func BenchmarkOpenBreaker(b *testing.B) {
 	p := newPrimary()
 	p.fail(errDown)
 	open := fallback.New(p, localstore.New(), fallback.WithInstances(20))
-	for range fallback.DefaultFailures {
+	for range fallback.DefaultMinCalls {
 		open.Apply(context.Background(), req("k", ratelimit.PerSecond(1e6)))
 	}
 	if open.BreakerState() != fallback.Open {

@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,23 +34,83 @@ func (s BreakerState) String() string {
 }
 
 // Breaker configures the circuit breaker. A zero field means its default.
+//
+// The breaker opens when, among the calls of the primary that ended in the last Window,
+// at least MinCalls were made and at least FailureRate of them failed (a timeout, or an
+// error wrapping ratelimit.ErrUnavailable): a rate over a window, as resilience libraries
+// do, so that a burst of callers timing out together under a CPU spike does not open it
+// while the primary answers nearly everyone.
 type Breaker struct {
-	// Failures is how many consecutive failures of the primary open the breaker (5).
-	Failures int
+	// FailureRate is the share of failed calls that opens the breaker, in (0, 1] (0.5).
+	FailureRate float64
+	// MinCalls is how many calls the window must hold before its rate counts (20).
+	MinCalls int
+	// Window is how far back calls count (1s), in 10 slices that age out one by one.
+	Window time.Duration
 	// OpenFor is how long the breaker stays open before it lets a probe through (1s).
 	OpenFor time.Duration
 }
 
-// breaker is a consecutive-failure circuit breaker. Closed, it costs one atomic load per
-// call and reads no clock. Only failures, and calls while open, read the clock.
+const slices = 10
+
+// breaker is a failure-rate circuit breaker. Closed, a call costs a clock read and two
+// atomic adds; the rate is summed only when a call fails.
 type breaker struct {
 	state    atomic.Int32
-	failures atomic.Int64 // consecutive, while closed
 	openedAt atomic.Int64 // UnixNano on clock when it last opened
-	limit    int64
+	rate     float64
+	minCalls int64
+	slice    int64 // Window / slices, in nanoseconds
 	openFor  time.Duration
 	clock    clock.Clock
 	onChange func(from, to BreakerState)
+	mu       sync.Mutex // held to start a new slice
+	window   [slices]struct {
+		start           atomic.Int64 // which slice of time it counts (UnixNano / slice)
+		calls, failures atomic.Int64
+	}
+}
+
+// record counts a call of the primary that ended at now.
+func (b *breaker) record(now int64, failed bool) {
+	i := now / b.slice
+	w := &b.window[i%slices]
+	if w.start.Load() != i {
+		b.mu.Lock()
+		if w.start.Load() != i {
+			w.calls.Store(0)
+			w.failures.Store(0)
+			w.start.Store(i)
+		}
+		b.mu.Unlock()
+	}
+	w.calls.Add(1)
+	if failed {
+		w.failures.Add(1)
+	}
+}
+
+// tripped reports whether the window's failure rate opens the breaker at now.
+func (b *breaker) tripped(now int64) bool {
+	i := now / b.slice
+	var calls, failures int64
+	for j := range b.window {
+		w := &b.window[j]
+		if s := w.start.Load(); s > i-slices && s <= i {
+			calls += w.calls.Load()
+			failures += w.failures.Load()
+		}
+	}
+	return calls >= b.minCalls && float64(failures) >= b.rate*float64(calls)
+}
+
+// forget clears the window, when the breaker closes: the failures before it are history.
+func (b *breaker) forget() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for j := range b.window {
+		b.window[j].start.Store(-1)
+	}
 }
 
 // allow says whether a call may go to the primary, and whether it is the half-open probe.
@@ -71,22 +132,24 @@ func (b *breaker) allow() (ok, probe bool) {
 // success records a decision of the primary.
 func (b *breaker) success(probe bool) {
 	if probe {
-		b.failures.Store(0)
+		b.forget()
 		b.move(HalfOpen, Closed)
-	} else if b.failures.Load() != 0 {
-		b.failures.Store(0)
+		return
 	}
+	b.record(clock.UnixNano(b.clock), false)
 }
 
 // failure records that the primary was unavailable.
 func (b *breaker) failure(probe bool) {
+	now := clock.UnixNano(b.clock)
 	if probe {
-		b.openedAt.Store(clock.UnixNano(b.clock))
+		b.openedAt.Store(now)
 		b.move(HalfOpen, Open)
 		return
 	}
-	if b.failures.Add(1) >= b.limit && BreakerState(b.state.Load()) == Closed {
-		b.openedAt.Store(clock.UnixNano(b.clock))
+	b.record(now, true)
+	if BreakerState(b.state.Load()) == Closed && b.tripped(now) {
+		b.openedAt.Store(now)
 		b.move(Closed, Open)
 	}
 }

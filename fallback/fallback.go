@@ -35,9 +35,13 @@
 //
 // A decision waits for the primary at most the timeout (WithTimeout, 5ms by default),
 // whatever the primary's client does with its context: the call returns at the timeout
-// even if the client keeps waiting in the background. After 5 consecutive failures (a
-// timeout, or an error wrapping ratelimit.ErrUnavailable) the breaker opens: for a second
-// no decision tries the primary, so none pays the timeout. Then a single probe goes to the
+// even if the client keeps waiting in the background. When at least half of the calls of
+// the last second failed (a timeout, or an error wrapping ratelimit.ErrUnavailable), and
+// there were at least 20, the breaker opens (see Breaker): for a second no decision
+// tries the primary, so none pays the timeout. A burst of timeouts among many answers
+// (callers starved of CPU together) does not open it; a primary that is down opens it
+// within about half a second of traffic, and below 20 calls a second it stays closed,
+// each call paying the timeout. Then a single probe goes to the
 // primary; its success closes the breaker, its failure opens it for another second. An
 // error that says nothing about availability (a missing script, say) is answered from the
 // secondary too, but does not count as a failure; neither does a caller that gives up:
@@ -85,9 +89,11 @@ import (
 
 // Defaults of the options.
 const (
-	DefaultTimeout  = 5 * time.Millisecond
-	DefaultFailures = 5
-	DefaultOpenFor  = time.Second
+	DefaultTimeout     = 5 * time.Millisecond
+	DefaultFailureRate = 0.5
+	DefaultMinCalls    = 20
+	DefaultWindow      = time.Second
+	DefaultOpenFor     = time.Second
 )
 
 // Policy is what the store does while the primary cannot decide.
@@ -175,8 +181,14 @@ func WithPolicy(p Policy) Option {
 // WithBreaker configures the circuit breaker; zero fields keep their defaults.
 func WithBreaker(b Breaker) Option {
 	return optionFunc(func(s *Store) {
-		if b.Failures > 0 {
-			s.breaker.limit = int64(b.Failures)
+		if b.FailureRate > 0 && b.FailureRate <= 1 {
+			s.breaker.rate = b.FailureRate
+		}
+		if b.MinCalls > 0 {
+			s.breaker.minCalls = int64(b.MinCalls)
+		}
+		if b.Window >= slices {
+			s.breaker.slice = int64(b.Window / slices)
 		}
 		if b.OpenFor > 0 {
 			s.breaker.openFor = b.OpenFor
@@ -213,7 +225,8 @@ func New(primary, secondary ratelimit.Store, opts ...Option) *Store {
 		timeout:   DefaultTimeout,
 		clock:     clock.NewMonotonic(),
 	}
-	s.breaker.limit, s.breaker.openFor = DefaultFailures, DefaultOpenFor
+	s.breaker.rate, s.breaker.minCalls, s.breaker.openFor = DefaultFailureRate, DefaultMinCalls, DefaultOpenFor
+	s.breaker.slice = int64(DefaultWindow / slices)
 	for _, o := range opts {
 		if o == nil {
 			panic("fallback: New with a nil option")

@@ -76,7 +76,7 @@ func TestBreaker(t *testing.T) {
 	p := newPrimary()
 	var changes []string
 	s := fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk),
-		fallback.WithBreaker(fallback.Breaker{Failures: 3, OpenFor: time.Second}),
+		fallback.WithBreaker(fallback.Breaker{MinCalls: 3, OpenFor: time.Second}),
 		fallback.WithHooks(fallback.Hooks{OnStateChange: func(from, to fallback.BreakerState) {
 			changes = append(changes, from.String()+">"+to.String())
 		}}))
@@ -130,7 +130,7 @@ func TestBreaker(t *testing.T) {
 func TestOneProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newPrimary()
-		s := fallback.New(p, localstore.New(), fallback.WithBreaker(fallback.Breaker{Failures: 1}),
+		s := fallback.New(p, localstore.New(), fallback.WithBreaker(fallback.Breaker{MinCalls: 1}),
 			fallback.WithTimeout(time.Second))
 		rule := ratelimit.PerHour(1000)
 		p.fail(errDown)
@@ -167,15 +167,15 @@ func TestTimeoutBoundsTheWait(t *testing.T) {
 		defer close(release)
 		p.hangUntil(release)
 		s := fallback.New(p, localstore.New(), fallback.WithTimeout(3*time.Millisecond))
-		for i := range 7 {
+		for i := range fallback.DefaultMinCalls + 2 {
 			start := time.Now()
-			d, err := s.Apply(t.Context(), req("k", ratelimit.PerHour(10)))
+			d, err := s.Apply(t.Context(), req("k", ratelimit.PerHour(100)))
 			waited := time.Since(start)
 			if err != nil || !d.Allowed {
 				t.Fatalf("decision %d: %+v, %v", i, d, err)
 			}
 			want := 3 * time.Millisecond
-			if i >= fallback.DefaultFailures {
+			if i >= fallback.DefaultMinCalls {
 				want = 0 // the breaker is open: no wait at all
 			}
 			if waited != want {
@@ -356,5 +356,57 @@ func TestPrimaryPanics(t *testing.T) {
 	}
 	if len(errs) != 1 || !errors.Is(errs[0], ratelimit.ErrUnavailable) || !strings.Contains(errs[0].Error(), "panicked") {
 		t.Errorf("the primary's errors: %v; want one that says it panicked", errs)
+	}
+}
+
+// TestBreakerRate: the breaker opens on the failure rate of the window, with its minimum
+// of calls: a burst of failures among many successes leaves it closed; the same failures
+// once the successes have aged out of the window open it.
+func TestBreakerRate(t *testing.T) {
+	clk := clock.NewFake(limitertest.Start)
+	p := newPrimary()
+	s := fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk),
+		fallback.WithBreaker(fallback.Breaker{FailureRate: 0.5, MinCalls: 20, Window: time.Second}))
+	ctx := context.Background()
+	rule := ratelimit.PerHour(1_000_000)
+	for range 100 {
+		s.Apply(ctx, req("k", rule))
+		clk.Advance(5 * time.Millisecond)
+	}
+	p.fail(errDown)
+	for range 99 { // 99 at once, beside the 100 successes of the last half second
+		s.Apply(ctx, req("k", rule))
+	}
+	if s.BreakerState() != fallback.Closed {
+		t.Fatalf("99 failures beside 100 successes opened the breaker")
+	}
+	s.Apply(ctx, req("k", rule)) // the 100th: half of the window
+	if s.BreakerState() != fallback.Open {
+		t.Fatalf("100 failures beside 100 successes left the breaker %v", s.BreakerState())
+	}
+
+	p.heal()
+	clk.Advance(time.Second)
+	s.Apply(ctx, req("k", rule)) // the probe closes it and forgets the window
+	if s.BreakerState() != fallback.Closed {
+		t.Fatalf("after a good probe: %v", s.BreakerState())
+	}
+	p.fail(errDown)
+	for i := range 19 { // fewer calls than the minimum: closed, whatever the rate
+		s.Apply(ctx, req("k", rule))
+		if s.BreakerState() != fallback.Closed {
+			t.Fatalf("opened after %d calls, under the minimum of 20", i+1)
+		}
+	}
+	clk.Advance(time.Second) // the 19 failures age out
+	for range 19 {
+		s.Apply(ctx, req("k", rule))
+	}
+	if s.BreakerState() != fallback.Closed {
+		t.Fatalf("opened on failures that had left the window")
+	}
+	s.Apply(ctx, req("k", rule))
+	if s.BreakerState() != fallback.Open {
+		t.Fatalf("20 failures of 20 calls in the window left the breaker %v", s.BreakerState())
 	}
 }
