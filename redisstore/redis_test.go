@@ -649,3 +649,43 @@ func TestClusterFailover(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 }
+
+// TestGaveUpNotSent: a decision whose caller gives up while it waits for a connection is
+// never sent: the script does not run, and the key counts only the decisions that did.
+func TestGaveUpNotSent(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, ctxTimeouts := range []bool{false, true} {
+		client := srv.Client(func(o *redis.Options) { o.PoolSize = 1; o.ContextTimeoutEnabled = ctxTimeouts })
+		s := redisstore.New(client, freshPrefix())
+		ctx := context.Background()
+		rule := ratelimit.PerHour(100)
+		if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1); err != nil || !d.Allowed { // the script loaded
+			t.Fatal(d, err)
+		}
+		before, blpops := commandCalls(t, srv.Client(), "evalsha"), commandCalls(t, srv.Client(), "blpop")
+		held := make(chan error, 1)
+		go func() { held <- client.BLPop(ctx, 0, "gate").Err() }() // takes the only connection
+		for commandCalls(t, srv.Client(), "blpop") == blpops {     // until it is there
+			time.Sleep(time.Millisecond) // poll interval
+		}
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		_, err := s.Apply(short, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "k", Rule: rule, N: 1})
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, redis.ErrPoolTimeout) {
+			t.Fatalf("ContextTimeoutEnabled %v: a decision waiting for the only connection: %v; want the deadline", ctxTimeouts, err)
+		}
+		if err := srv.Client().LPush(ctx, "gate", "go").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+		d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1) // after the abandoned one, on the same connection
+		if err != nil || d.Remaining != 98 {
+			t.Errorf("ContextTimeoutEnabled %v: the next decision: %+v, %v; want 98 left (the abandoned one not counted)", ctxTimeouts, d, err)
+		}
+		if n := commandCalls(t, srv.Client(), "evalsha") - before; n != 1 {
+			t.Errorf("ContextTimeoutEnabled %v: %d EVALSHA after the first; want 1 (the abandoned one never sent)", ctxTimeouts, n)
+		}
+	}
+}

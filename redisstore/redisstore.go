@@ -30,6 +30,11 @@
 // store waits for the reply in a goroutine of its own (a future, on an AutoPipeliner) and
 // stops waiting when the context ends, leaving the connection to go-redis's ReadTimeout.
 //
+// A script whose caller has given up is not sent: go-redis waits for a connection only
+// as long as the context allows, the store checks the context again before it hands the
+// command over, and with ContextTimeoutEnabled go-redis refuses to write past the
+// deadline. A script already written when the caller gives up runs.
+//
 // # Redis Cluster
 //
 // On a *redis.ClusterClient, every key of one decision sits in one hash slot (see Keys),
@@ -398,7 +403,13 @@ func (s *Store) await(ctx context.Context, f func() error) error {
 		return f()
 	}
 	done := make(chan error, 1)
-	go func() { done <- f() }()
+	go func() {
+		if err := ctx.Err(); err != nil { // the caller gave up while this waited for a thread
+			done <- err
+			return
+		}
+		done <- f()
+	}()
 	select {
 	case err := <-done:
 		return err
