@@ -57,18 +57,27 @@ func (m *ruleManager) setRows(rows []spec) {
 	m.log.Info("rules loaded", "source", "database", "rules", len(r.rules))
 }
 
-// watchFile reloads path when it changes (checked every check) and every every.
+// watchFile reloads path when it changes (checked every check) and every every. A
+// problem (the file gone, or broken) is logged once, and again only when it changes.
 func watchFile(ctx context.Context, path string, check, every time.Duration, m *ruleManager) {
 	var lastMod time.Time
 	var lastSize int64
 	var lastLoad time.Time
+	var problem string // the last one logged; empty once the file loads again
+	report := func(msg string, err error) {
+		if p := msg + ": " + err.Error(); p != problem {
+			problem = p
+			m.log.Error(msg+"; keeping the old rules", "path", path, "err", err)
+		}
+	}
 	t := time.NewTicker(check)
 	defer t.Stop()
 	for {
 		info, err := os.Stat(path)
 		switch {
 		case err != nil:
-			m.log.Error("cannot read the rules file; keeping the old rules", "path", path, "err", err)
+			report("cannot read the rules file", err)
+			lastMod, lastSize = time.Time{}, -1 // read it again as soon as it is back
 		case !info.ModTime().Equal(lastMod) || info.Size() != lastSize || time.Since(lastLoad) >= every:
 			lastMod, lastSize, lastLoad = info.ModTime(), info.Size(), time.Now()
 			data, err := os.ReadFile(path)
@@ -76,10 +85,11 @@ func watchFile(ctx context.Context, path string, check, every time.Duration, m *
 				var r *Rules
 				if r, err = parseRules(data); err == nil {
 					m.setFile(r)
+					problem = ""
 				}
 			}
 			if err != nil {
-				m.log.Error("bad rules file; keeping the old rules", "path", path, "err", err)
+				report("bad rules file", err)
 			}
 		}
 		select {
@@ -140,7 +150,7 @@ func readRules(ctx context.Context, dsn string) ([]spec, error) {
 		if err := rows.Scan(&s.TenantID, &s.RouteID, &capacity, &refill); err != nil {
 			return nil, err
 		}
-		s.Capacity, s.RefillPerSecond = int64(capacity), int64(refill)
+		s.Capacity, s.RefillPerSecond = count(capacity), count(refill)
 		specs = append(specs, s)
 	}
 	return specs, rows.Err()

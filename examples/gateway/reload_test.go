@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -71,4 +72,41 @@ func TestFileReload(t *testing.T) {
 	if capacity() != 5 {
 		t.Errorf("a broken file changed the rules: capacity %d", capacity())
 	}
+}
+
+// TestFileGoneLogsOnce: a deleted rules file is logged once, not at every check; once it
+// is back and gone again, once more.
+func TestFileGoneLogsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "rules.yaml")
+		if err := os.WriteFile(path, []byte(rulesWith("2")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		initial, err := loadRules(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs syncBuffer
+		m := newRuleManager(initial, slog.New(slog.NewTextHandler(&logs, nil)))
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go watchFile(ctx, path, time.Second, time.Hour, m)
+		gone := func() int { return strings.Count(logs.String(), "cannot read the rules file") }
+
+		os.Remove(path)
+		time.Sleep(time.Minute) // 60 checks, on the bubble's clock
+		if gone() != 1 {
+			t.Fatalf("a deleted file logged %d times in 60 checks; want once", gone())
+		}
+		os.WriteFile(path, []byte(rulesWith("3")), 0o644)
+		time.Sleep(2 * time.Second)
+		if c := m.current.Load().policy("shop-a", "create-order").capacity; c != 3 {
+			t.Fatalf("the file back: capacity %d; want 3", c)
+		}
+		os.Remove(path)
+		time.Sleep(time.Minute)
+		if gone() != 2 {
+			t.Errorf("deleted again: logged %d times in all; want 2", gone())
+		}
+	})
 }

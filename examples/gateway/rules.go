@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,9 +35,22 @@ var algorithms = map[string]*ratelimit.Algorithm{
 type spec struct {
 	TenantID        string `yaml:"tenant_id"`
 	RouteID         string `yaml:"route_id"`
-	Capacity        int64  `yaml:"capacity"`
-	RefillPerSecond int64  `yaml:"refill_per_second"`
+	Capacity        count  `yaml:"capacity"`
+	RefillPerSecond count  `yaml:"refill_per_second"`
 	Algorithm       string `yaml:"algorithm"`
+}
+
+// count is a whole number of requests in the rules file. yaml.v3 would truncate 2.5 into
+// an int64 without a word; a rule that says 2.5 is refused instead.
+type count int64
+
+func (c *count) UnmarshalYAML(node *yaml.Node) error {
+	n, err := strconv.ParseInt(node.Value, 10, 64)
+	if node.Kind != yaml.ScalarNode || err != nil {
+		return fmt.Errorf("line %d: %q is not a whole number of requests", node.Line, node.Value)
+	}
+	*c = count(n)
+	return nil
 }
 
 type routeSpec struct {
@@ -68,7 +84,7 @@ func (s spec) policy() (policy, error) {
 	if s.Capacity < 1 || s.RefillPerSecond < 1 {
 		return policy{}, fmt.Errorf("capacity %d and refill_per_second %d must both be at least 1", s.Capacity, s.RefillPerSecond)
 	}
-	rule := ratelimit.Rule{Limit: s.RefillPerSecond, Period: time.Second, Burst: s.Capacity}
+	rule := ratelimit.Rule{Limit: int64(s.RefillPerSecond), Period: time.Second, Burst: int64(s.Capacity)}
 	a, err := alg.Prepare(rule, 1)
 	if err != nil {
 		return policy{}, err
@@ -95,6 +111,10 @@ func parseRules(data []byte) (*Rules, error) {
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
+	}
+	var more yaml.Node
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("rules: a second YAML document (after ---): one file holds one document")
 	}
 	return f.build(f.Rules)
 }
@@ -123,8 +143,11 @@ func (f file) build(rows []spec) (*Rules, error) {
 		return a.method != "" && b.method == ""
 	})
 	for i, row := range rows {
-		if row.TenantID == "" || !ids[row.RouteID] {
-			return nil, fmt.Errorf("rules: rule %d: a tenant_id and a known route_id are required, not %q", i+1, row.RouteID)
+		if row.TenantID == "" {
+			return nil, fmt.Errorf("rules: rule %d: tenant_id is empty", i+1)
+		}
+		if !ids[row.RouteID] {
+			return nil, fmt.Errorf("rules: rule %d (%s): route_id %q is not a route of the file", i+1, row.TenantID, row.RouteID)
 		}
 		p, err := row.policy()
 		if err != nil {

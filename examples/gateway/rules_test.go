@@ -50,9 +50,26 @@ func TestBadRules(t *testing.T) {
 		`{default: {capacity: 1, refill_per_second: 1}, routes: [{id: x, prefix: nope}]}`,
 		`{default: {capacity: 1, refill_per_second: 1}, typo: 1}`,
 		`default: [`,
+		`default: {capacity: 2.5, refill_per_second: 1}`,
+		`default: {capacity: 2, refill_per_second: 1e3}`,
+		"default: {capacity: 2, refill_per_second: 1}\n---\ndefault: {capacity: 3, refill_per_second: 1}\n",
 	} {
 		if _, err := parseRules([]byte(bad)); err == nil || !strings.HasPrefix(err.Error(), "rules:") {
 			t.Errorf("%s: %v; want an error", bad, err)
+		}
+	}
+}
+
+// TestRuleErrorsSayWhat: each error names the field at fault.
+func TestRuleErrorsSayWhat(t *testing.T) {
+	for bad, want := range map[string]string{
+		`{default: {capacity: 1, refill_per_second: 1}, rules: [{tenant_id: "", route_id: default, capacity: 1, refill_per_second: 1}]}`: "tenant_id is empty",
+		`{default: {capacity: 1, refill_per_second: 1}, rules: [{tenant_id: a, route_id: nowhere, capacity: 1, refill_per_second: 1}]}`:  `route_id "nowhere" is not a route`,
+		`default: {capacity: 2.5, refill_per_second: 1}`:          `"2.5" is not a whole number`,
+		"default: {capacity: 2, refill_per_second: 1}\n---\n{}\n": "a second YAML document",
+	} {
+		if _, err := parseRules([]byte(bad)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want an error saying %q", bad, err, want)
 		}
 	}
 }
