@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/ratelimit-go/ratelimit"
 )
@@ -36,13 +38,28 @@ type limit struct {
 const namespace = "gateway"
 
 func (m *limit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.ToUpper(r.Method) != r.Method {
+		// Methods are case-sensitive (RFC 9110, 9.1), and the routes name upper-case ones:
+		// "post" would skip the POST routes' rules, and an upstream that folds case would
+		// take it for a POST. Refused, as a method the gateway does not implement.
+		writeJSON(w, http.StatusNotImplemented, map[string]string{
+			"error": "method " + strconv.Quote(r.Method) + " is not implemented; method names are case-sensitive"})
+		return
+	}
 	m.once.Do(func() {
 		m.handler = (&ratelimit.Middleware{
 			Key:        m.key,
 			Decide:     m.decide,
 			PolicyName: func(r *http.Request) string { return m.route(r) },
 			KeyError: func(w http.ResponseWriter, r *http.Request, err error) {
-				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": err.Error()})
+				status := http.StatusBadRequest
+				switch {
+				case errors.Is(err, errNoKey):
+					status = http.StatusUnauthorized
+				case errors.Is(err, errKeyTooLong):
+					status = http.StatusRequestHeaderFieldsTooLarge
+				}
+				writeJSON(w, status, map[string]string{"error": err.Error()})
 			},
 			Denied: func(w http.ResponseWriter, r *http.Request, d ratelimit.Decision) {
 				retry, _ := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
@@ -61,12 +78,37 @@ func (m *limit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.handler.ServeHTTP(w, r)
 }
 
-// tenant is the request's X-Api-Key.
+// maxTenantLength bounds an X-Api-Key, in bytes: a key of a megabyte would cost Redis
+// milliseconds a decision and the gateway a megabyte of memory per key.
+const maxTenantLength = 128
+
+var (
+	errNoKey      = errors.New("missing X-Api-Key header")
+	errKeyTooLong = fmt.Errorf("the X-Api-Key header is longer than %d bytes", maxTenantLength)
+)
+
+// tenant is the request's X-Api-Key, made canonical once: exactly one header, without
+// the spaces around it (a header folded over several lines arrives with them), no
+// control characters, at most maxTenantLength bytes. The canonical value is written back
+// to the request, so that the upstream sees the identity the limit counted.
 func tenant(r *http.Request) (string, error) {
-	t := strings.TrimSpace(r.Header.Get("X-Api-Key"))
-	if t == "" {
-		return "", errors.New("missing X-Api-Key header")
+	values := r.Header.Values("X-Api-Key")
+	if len(values) > 1 {
+		return "", errors.New("more than one X-Api-Key header")
 	}
+	t := ""
+	if len(values) == 1 {
+		t = strings.TrimSpace(values[0])
+	}
+	switch {
+	case t == "":
+		return "", errNoKey
+	case len(t) > maxTenantLength:
+		return "", errKeyTooLong
+	case strings.ContainsFunc(t, unicode.IsControl):
+		return "", errors.New("the X-Api-Key header holds a control character")
+	}
+	r.Header.Set("X-Api-Key", t)
 	return t, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -154,5 +155,67 @@ func TestPerClientIP(t *testing.T) {
 	}
 	if again := send("198.51.100.1, 203.0.113.7"); again != "0" {
 		t.Errorf("a spoofed left-hand address moved the client: %s left", again)
+	}
+}
+
+// TestIdentityCanonical: an X-Api-Key padded with spaces (as a folded header arrives) is
+// the same tenant, and the upstream sees it as the limit counted it; two keys, control
+// characters and an oversized key are refused before any decision.
+func TestIdentityCanonical(t *testing.T) {
+	g, upstream := newGateway(t, localstore.New())
+	var seen atomic.Pointer[string]
+	next := g.next
+	g.next = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k := r.Header.Get("X-Api-Key")
+		seen.Store(&k)
+		next.ServeHTTP(w, r)
+	})
+	for i, key := range []string{"shop-a", "shop-a ", "shop-a" + strings.Repeat(" ", 5), "  shop-a\t"} {
+		res := do(g, "POST", "/orders", key)
+		if i < 2 && (res.Code != 200 || *seen.Load() != "shop-a") {
+			t.Errorf("X-Api-Key %q: %d, the upstream saw %q; want 200 and shop-a", key, res.Code, *seen.Load())
+		}
+		if i >= 2 && res.Code != 429 {
+			t.Errorf("X-Api-Key %q: %d; want 429: the same tenant as shop-a, whose 2 are spent", key, res.Code)
+		}
+	}
+	calls := upstream.Load()
+	for key, want := range map[string]int{
+		"shop-a\x00x":                400,
+		"shop\x7f":                   400,
+		strings.Repeat("k", 129):     431,
+		strings.Repeat("k", 900<<10): 431,
+	} {
+		if res := do(g, "POST", "/orders", key); res.Code != want {
+			t.Errorf("X-Api-Key of %d bytes: %d; want %d", len(key), res.Code, want)
+		}
+	}
+	r := httptest.NewRequest("POST", "/orders", nil)
+	r.Header.Add("X-Api-Key", "shop-b")
+	r.Header.Add("X-Api-Key", "shop-c")
+	w := httptest.NewRecorder()
+	g.ServeHTTP(w, r)
+	if w.Code != 400 {
+		t.Errorf("two X-Api-Key headers: %d; want 400", w.Code)
+	}
+	if upstream.Load() != calls {
+		t.Errorf("refused identities reached the upstream")
+	}
+}
+
+// TestMethodCase: a method is matched as HTTP defines it, case-sensitively; "post" does
+// not slip past the POST route's rule to an upstream that folds case: it is refused.
+func TestMethodCase(t *testing.T) {
+	g, upstream := newGateway(t, localstore.New())
+	for _, m := range []string{"post", "Post", "get"} {
+		if res := do(g, m, "/orders", "shop-a"); res.Code != http.StatusNotImplemented {
+			t.Errorf("method %q: %d; want 501", m, res.Code)
+		}
+	}
+	if upstream.Load() != 0 {
+		t.Errorf("a lower-case method reached the upstream")
+	}
+	if res := do(g, "POST", "/orders", "shop-a"); res.Code != 200 || res.Header().Get("X-RateLimit-Limit") != "2" {
+		t.Errorf("POST /orders: %d %v; want shop-a's create-order rule", res.Code, res.Header())
 	}
 }
