@@ -70,12 +70,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		keys := sh.table(r.Algorithm, r.Namespace).keys
 		e := keys[r.Key]
 		if e == nil {
-			if sh.size >= s.perShard {
-				sh.evict(now)
-			}
-			e = &entry{}
-			keys[r.Key] = e
-			sh.size++
+			e = s.add(sh, keys, r.Key, now)
 		}
 		e.state = states[i]
 		e.expires = now + expiry(ds[i].ResetAfter)

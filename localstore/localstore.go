@@ -10,7 +10,8 @@
 //     Decision's ResetAfter has passed) is worth nothing, and each shard drops such keys
 //     in a sweep at most once per sweep interval (WithSweepInterval), run by whichever
 //     decision finds the interval passed. No goroutine runs in the background.
-//   - The number of keys is capped (WithMaxKeys). A new key that finds its shard full
+//   - The number of keys is capped (WithMaxKeys), and so is their memory in bytes
+//     (WithMaxBytes), long keys counting for more. A new key that finds its shard full
 //     evicts the key closest to full among a few sampled, expired keys first. An evicted
 //     key starts over with its full allowance, so under an attack that rotates keys the
 //     cap costs accuracy for the evicted keys, never memory.
@@ -43,12 +44,19 @@ import (
 // Defaults of the options.
 const (
 	DefaultMaxKeys       = 1 << 20
+	DefaultMaxBytes      = 1 << 30
 	DefaultSweepInterval = 10 * time.Second
 )
 
 const (
 	maxShards    = 256
 	evictSamples = 8
+	// keyCost is what a key costs besides its string, as WithMaxBytes counts it: its
+	// entry, its map slot and the string's header (TestMemoryBound measures the total)
+	keyCost = 128
+	// minShardBytes is the least byte budget of a shard: fewer shards, for a small
+	// WithMaxBytes, rather than shards too small for a long key
+	minShardBytes = 64 << 10
 )
 
 // Store is an in-memory ratelimit.Store. It is safe for concurrent use; the zero value is
@@ -59,6 +67,7 @@ type Store struct {
 	shards     []shard
 	mask       uint64
 	perShard   int   // the most keys one shard holds
+	maxBytes   int64 // the most bytes of keys one shard holds (all shards, until New divides)
 	sweepEvery int64 // microseconds
 }
 
@@ -75,6 +84,7 @@ type shardState struct {
 	mu        sync.Mutex
 	tables    []table // one per (algorithm, namespace) used: limiters of different ones keep their keys apart
 	size      int     // keys in all tables
+	bytes     int64   // their cost, as WithMaxBytes counts it
 	nextSweep int64
 }
 
@@ -120,6 +130,20 @@ func WithMaxKeys(n int) Option {
 	})
 }
 
+// WithMaxBytes caps the memory the keys take, in bytes (DefaultMaxBytes by default; less
+// than 1 means the default): each key counts its length plus 128 bytes (its entry, its
+// slot in the map). Past it, a new key evicts others as WithMaxKeys does, so long keys
+// cost memory only up to the cap, however many come. The cap is divided among the
+// shards (at least 64 KiB each); a key longer than its shard's part is still held, alone,
+// so the bound is n plus one such key per shard.
+func WithMaxBytes(n int64) Option {
+	return optionFunc(func(s *Store) {
+		if n >= 1 {
+			s.maxBytes = n
+		}
+	})
+}
+
 // WithSweepInterval sets how often each shard drops keys that are back to full
 // (DefaultSweepInterval by default; 0 or less means the default). A sweep visits every
 // key of one shard, inside that shard's lock.
@@ -137,6 +161,7 @@ func New(opts ...Option) *Store {
 		clock:      clock.NewMonotonic(),
 		seed:       maphash.MakeSeed(),
 		perShard:   DefaultMaxKeys,
+		maxBytes:   DefaultMaxBytes,
 		sweepEvery: DefaultSweepInterval.Microseconds(),
 	}
 	for _, o := range opts {
@@ -147,9 +172,13 @@ func New(opts ...Option) *Store {
 	}
 	maxKeys := s.perShard
 	n := 1 << min(bits.Len(uint(maxKeys))-1, bits.Len(maxShards)-1) // a power of two, at most maxKeys
+	for n > 1 && s.maxBytes/int64(n) < minShardBytes {              // and shards of at least 64 KiB
+		n /= 2
+	}
 	s.shards = make([]shard, n)
 	s.mask = uint64(n - 1)
 	s.perShard = maxKeys / n
+	s.maxBytes = max(1, s.maxBytes/int64(n))
 	return s
 }
 
@@ -194,12 +223,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	switch req.Op {
 	case ratelimit.OpTake:
 		if e == nil {
-			if sh.size >= s.perShard {
-				sh.evict(now)
-			}
-			e = &entry{}
-			t.keys[req.Key] = e
-			sh.size++
+			e = s.add(sh, t.keys, req.Key, now)
 		}
 		d := alg.Step(&e.state, now, args)
 		e.expires = now + expiry(d.ResetAfter)
@@ -212,6 +236,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		if e != nil {
 			delete(t.keys, req.Key)
 			sh.size--
+			sh.bytes -= cost(req.Key)
 			e = nil
 		}
 	case ratelimit.OpPeek:
@@ -227,6 +252,23 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	}
 	return alg.Step(&st, now, args), nil
 }
+
+// add holds a new key in keys, a table of sh, evicting others while the shard is full
+// in keys or in bytes.
+func (s *Store) add(sh *shard, keys map[string]*entry, key string, now int64) *entry {
+	c := cost(key)
+	for sh.size > 0 && (sh.size >= s.perShard || sh.bytes+c > s.maxBytes) {
+		sh.evict(now)
+	}
+	e := &entry{}
+	keys[key] = e
+	sh.size++
+	sh.bytes += c
+	return e
+}
+
+// cost is what a key counts against WithMaxBytes.
+func cost(key string) int64 { return int64(len(key)) + keyCost }
 
 // expiry is how long a state lasts after a decision: until it is back to full, rounded up
 // to a whole millisecond, as a Redis TTL is, so that both stores forget a key at the
@@ -277,6 +319,7 @@ func (sh *shard) sweep(now int64) {
 			if e.expires <= now {
 				delete(t.keys, k)
 				sh.size--
+				sh.bytes -= cost(k)
 			}
 		}
 	}
@@ -304,5 +347,6 @@ func (sh *shard) evict(now int64) {
 	if seen > 0 {
 		delete(largest, victim)
 		sh.size--
+		sh.bytes -= cost(victim)
 	}
 }

@@ -65,6 +65,25 @@ func TestMemoryBound(t *testing.T) {
 	runtime.KeepAlive(s)
 }
 
+// TestByteBound: long keys are held only up to WithMaxBytes, however many come.
+func TestByteBound(t *testing.T) {
+	const maxBytes = 1 << 20
+	before := heapInUse()
+	s := localstore.New(localstore.WithMaxBytes(maxBytes))
+	key := make([]byte, 16<<10)
+	for i := range 2000 { // 32 MiB of keys
+		copy(key, strconv.Itoa(i)+":")
+		allow(t, s, string(key), 1)
+	}
+	if held := int64(s.Len()) * (16<<10 + 128); held > maxBytes || s.Len() < 32 {
+		t.Errorf("%d keys of 16 KiB held (%d bytes); want at most %d bytes, and near it", s.Len(), held, maxBytes)
+	}
+	if retained := heapInUse() - before; retained > 2*maxBytes {
+		t.Errorf("2000 keys of 16 KiB retain %d bytes; want about %d at most", retained, maxBytes)
+	}
+	runtime.KeepAlive(s)
+}
+
 func heapInUse() int64 {
 	runtime.GC()
 	var m runtime.MemStats

@@ -63,7 +63,7 @@ func main() {
 	flag.DurationVar(&c.store.breakerOpen, "breaker-open", time.Second, "how long Redis is left alone after it fails")
 	flag.StringVar(&c.trustedProxies, "trusted-proxies", "", "CIDRs of proxies in front of the gateway; set, limits are also per client IP (from X-Forwarded-For past these proxies)")
 	flag.Parse()
-	c.store.localMaxKeys = 1 << 20
+	c.store.localMaxKeys, c.store.localMaxBytes = 1<<20, 64<<20
 
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

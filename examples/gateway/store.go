@@ -18,12 +18,13 @@ import (
 
 // storeConfig is where decisions are made.
 type storeConfig struct {
-	redisURL     string        // redis://host:port/db; empty: see cluster
-	cluster      string        // host:port,host:port; empty with redisURL: an embedded miniredis
-	instances    int           // gateway instances sharing the limits
-	timeout      time.Duration // the budget of one Redis call
-	breakerOpen  time.Duration
-	localMaxKeys int
+	redisURL      string        // redis://host:port/db; empty: see cluster
+	cluster       string        // host:port,host:port; empty with redisURL: an embedded miniredis
+	instances     int           // gateway instances sharing the limits
+	timeout       time.Duration // the budget of one Redis call
+	breakerOpen   time.Duration
+	localMaxKeys  int
+	localMaxBytes int64
 }
 
 // openStore opens Redis (or starts an embedded miniredis) behind the fallback store, and
@@ -64,7 +65,7 @@ func openStore(ctx context.Context, cfg storeConfig, m *metrics, log *slog.Logge
 		client, closeAll = c, append(closeAll, stop, func() { c.Close() }, mr.Close)
 		log.Info("deciding on an embedded miniredis (use -redis or -redis-cluster for a real one)", "addr", mr.Addr())
 	}
-	store := fallback.New(redisstore.New(client), localstore.New(localstore.WithMaxKeys(cfg.localMaxKeys)),
+	store := fallback.New(redisstore.New(client), localstore.New(localstore.WithMaxKeys(cfg.localMaxKeys), localstore.WithMaxBytes(cfg.localMaxBytes)),
 		fallback.WithInstances(cfg.instances), fallback.WithTimeout(cfg.timeout),
 		fallback.WithBreaker(fallback.Breaker{OpenFor: cfg.breakerOpen}), fallback.WithHooks(m.hooks()))
 	return store, func() {
