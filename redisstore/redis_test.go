@@ -689,3 +689,27 @@ func TestGaveUpNotSent(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadScripts: scripts loaded before the first decision are not loaded again by it,
+// and an unreachable Redis is an error wrapping ErrUnavailable.
+func TestLoadScripts(t *testing.T) {
+	client := redistest.Start(t).Client()
+	s := redisstore.New(client)
+	ctx := context.Background()
+	if err := s.LoadScripts(ctx, tokenbucket.Algorithm(), fixedwindow.Algorithm()); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", ratelimit.PerHour(10), 1); err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	if loads, evals := commandCalls(t, client, "script|load"), commandCalls(t, client, "eval"); loads != 2 || evals != 0 {
+		t.Errorf("%d loads and %d EVAL; want the 2 of LoadScripts and none after", loads, evals)
+	}
+	addr, hangUp := silentServer(t)
+	hangUp() // nothing listens there now
+	down := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer down.Close()
+	if err := redisstore.New(down).LoadScripts(ctx, tokenbucket.Algorithm()); !errors.Is(err, ratelimit.ErrUnavailable) {
+		t.Errorf("LoadScripts with Redis down: %v; want ErrUnavailable", err)
+	}
+}

@@ -342,6 +342,32 @@ func (s *Store) run(ctx context.Context, sc *script, args []any) (any, error) {
 	return cmd.Val(), nil
 }
 
+// LoadScripts loads the scripts of algs into Redis (every master of a cluster) now, so
+// that an application can check Redis and warm the store before it serves: the first
+// decisions then cost one round trip each, not a load too. It returns the first error,
+// wrapped with ratelimit.ErrUnavailable when Redis cannot be reached. Decisions load
+// what they need without it.
+func (s *Store) LoadScripts(ctx context.Context, algs ...*ratelimit.Algorithm) error {
+	for _, alg := range algs {
+		if alg == nil || alg.Script == "" {
+			return errors.New("redisstore: LoadScripts of an algorithm without a script")
+		}
+		sc := s.script(alg)
+		err := s.await(ctx, func() error { return s.client.ScriptLoad(ctx, sc.source).Err() })
+		if err != nil {
+			if unavailable(err) {
+				s.nodeFailed()
+				return fmt.Errorf("redisstore: loading %s: %w: %w", alg.Name, ratelimit.ErrUnavailable, err)
+			}
+			return fmt.Errorf("redisstore: loading %s: %w", alg.Name, err)
+		}
+		sc.mu.Lock()
+		sc.epoch.Add(1)
+		sc.mu.Unlock()
+	}
+	return nil
+}
+
 // noScript reports whether err is NOSCRIPT, the error code of the reply: the script did
 // not run. (HasErrorPrefix allocates, even for a nil error: ask only when there is one.)
 func noScript(err error) bool {
