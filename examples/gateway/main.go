@@ -13,7 +13,13 @@
 // Every response carries X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset,
 // and the IETF draft's RateLimit-Policy and RateLimit; a denied request gets 429 with
 // Retry-After. Decisions go to Redis through a fail-open store: while Redis is down each of
-// -instances gateways enforces its share of every rule in memory.
+// -instances gateways (1 by default: set it to the fleet's size) enforces its share of
+// every rule in memory, and the log says when it switches and why.
+//
+// A misconfiguration stops it at start, with a message: -redis and -redis-cluster
+// together, -redis-cluster at a server without cluster support, -redis at a cluster node,
+// a -rules-dsn that is not postgres://, cannot be reached, or has no rate_limit_rule
+// table. A Redis that does not answer at start does not: the gateway starts on the shares.
 //
 // Rules come from -rules (a YAML file, reloaded when it changes and every -reload; the
 // embedded rules.yaml by default) and, with -rules-dsn, from the PostgreSQL table of
@@ -37,6 +43,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 //go:embed rules.yaml
@@ -58,7 +66,7 @@ func main() {
 	flag.DurationVar(&c.reload, "reload", 30*time.Second, "how often to read the rules again")
 	flag.StringVar(&c.store.redisURL, "redis", "", "Redis URL, redis://host:port (default: an embedded miniredis)")
 	flag.StringVar(&c.store.cluster, "redis-cluster", "", "Redis Cluster nodes, host:port,host:port,...")
-	flag.IntVar(&c.store.instances, "instances", 20, "gateway instances sharing the limits: each enforces 1/n while Redis is down")
+	flag.IntVar(&c.store.instances, "instances", 1, "gateway instances sharing the limits: each enforces 1/n while Redis is down (set it to the fleet's size)")
 	flag.DurationVar(&c.store.timeout, "timeout", 5*time.Millisecond, "the most a decision waits for Redis")
 	flag.DurationVar(&c.store.breakerOpen, "breaker-open", time.Second, "how long Redis is left alone after it fails")
 	flag.StringVar(&c.trustedProxies, "trusted-proxies", "", "CIDRs of proxies in front of the gateway; set, limits are also per client IP (from X-Forwarded-For past these proxies)")
@@ -66,6 +74,7 @@ func main() {
 	c.store.localMaxKeys, c.store.localMaxBytes = 1<<20, 64<<20
 
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	redis.SetLogger(redisLog{log}) // go-redis's own lines, as JSON too
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, c, log); err != nil {
@@ -80,6 +89,18 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		return err
 	}
 	manager := newRuleManager(rules, log)
+	if c.rulesDSN != "" { // read once before serving: a database that cannot serve rules is a misconfiguration
+		if u, err := url.Parse(c.rulesDSN); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			return fmt.Errorf("-rules-dsn: want a postgres:// URL, not %q", c.rulesDSN)
+		}
+		rows, err := readRules(ctx, c.rulesDSN)
+		if err != nil {
+			return fmt.Errorf("-rules-dsn: cannot read the rate_limit_rule table: %w", err)
+		}
+		if !manager.setRows(rows) {
+			return errors.New("-rules-dsn: the table's rules do not fit the rules file (see the log)")
+		}
+	}
 	if c.rulesFile != "" {
 		go watchFile(ctx, c.rulesFile, time.Second, c.reload, manager)
 	}
@@ -136,6 +157,13 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		return err
 	}
 	return nil
+}
+
+// redisLog sends go-redis's log lines to the gateway's log.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "source", "go-redis")
 }
 
 func loadRules(path string) (*Rules, error) {

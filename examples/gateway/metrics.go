@@ -1,7 +1,9 @@
 package main
 
 import (
+	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,8 +49,10 @@ func newMetrics() *metrics {
 	return m
 }
 
-// hooks report the fallback store's events into the metrics.
-func (m *metrics) hooks() fallback.Hooks {
+// hooks report the fallback store's events into the metrics, and log each switch to and
+// from the instances' shares, with the Redis error that caused it.
+func (m *metrics) hooks(log *slog.Logger, instances int) fallback.Hooks {
+	var lastErr atomic.Pointer[error]
 	return fallback.Hooks{
 		OnDecision: func(src fallback.Source, _ time.Duration) {
 			if src == fallback.Primary {
@@ -57,14 +61,27 @@ func (m *metrics) hooks() fallback.Hooks {
 				m.sources.WithLabelValues("fallback").Inc()
 			}
 		},
-		OnPrimaryError: func(_ error, failure bool) {
+		OnPrimaryError: func(err error, failure bool) {
 			if failure {
+				lastErr.Store(&err)
 				m.errors.WithLabelValues("true").Inc()
 			} else {
 				m.errors.WithLabelValues("false").Inc()
 			}
 		},
-		OnStateChange: func(_, to fallback.BreakerState) { m.breaker.Set(float64(to)) },
+		OnStateChange: func(from, to fallback.BreakerState) {
+			m.breaker.Set(float64(to))
+			switch {
+			case to == fallback.Open && from == fallback.Closed:
+				reason := "unknown"
+				if err := lastErr.Load(); err != nil {
+					reason = (*err).Error()
+				}
+				log.Warn("Redis is failing; deciding from this instance's share of each rule", "reason", reason, "instances", instances)
+			case to == fallback.Closed:
+				log.Info("Redis answers again; deciding on Redis")
+			}
+		},
 	}
 }
 

@@ -44,17 +44,19 @@ func (m *ruleManager) setFile(r *Rules) {
 	m.log.Info("rules loaded", "source", "file", "routes", len(r.routes), "rules", len(r.rules))
 }
 
-func (m *ruleManager) setRows(rows []spec) {
+// setRows makes rows the rules in force, and reports whether they were good.
+func (m *ruleManager) setRows(rows []spec) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, err := m.file.withRows(rows)
 	if err != nil {
 		m.log.Error("bad rules in the database; keeping the old rules", "err", err)
-		return
+		return false
 	}
 	m.rows = rows
 	m.current.Store(r)
 	m.log.Info("rules loaded", "source", "database", "rules", len(r.rules))
+	return true
 }
 
 // watchFile reloads path when it changes (checked every check) and every every. A

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -28,10 +29,27 @@ type storeConfig struct {
 }
 
 // openStore opens Redis (or starts an embedded miniredis) behind the fallback store, and
-// returns a function that closes what it opened.
-func openStore(ctx context.Context, cfg storeConfig, m *metrics, log *slog.Logger) (ratelimit.Store, func(), error) {
+// returns a function that closes what it opened. Before it returns, it checks that Redis
+// is what the flags say (a cluster node for -redis-cluster, a plain server for -redis) and
+// loads the scripts, so that the first requests do not pay the connection and the loads
+// and fall back for it. A misconfiguration is an error; a Redis that does not answer is
+// not (the gateway starts on the instances' shares, and logs it).
+func openStore(ctx context.Context, cfg storeConfig, m *metrics, log *slog.Logger) (_ ratelimit.Store, _ func(), err error) {
+	if cfg.redisURL != "" && cfg.cluster != "" {
+		return nil, nil, errors.New("-redis and -redis-cluster are both set: give one")
+	}
 	var client redis.Scripter
 	var closeAll []func()
+	closeStore := func() {
+		for _, f := range closeAll {
+			f()
+		}
+	}
+	defer func() {
+		if err != nil {
+			closeStore()
+		}
+	}()
 	switch {
 	case cfg.cluster != "":
 		c := redis.NewClusterClient(&redis.ClusterOptions{
@@ -65,14 +83,51 @@ func openStore(ctx context.Context, cfg storeConfig, m *metrics, log *slog.Logge
 		client, closeAll = c, append(closeAll, stop, func() { c.Close() }, mr.Close)
 		log.Info("deciding on an embedded miniredis (use -redis or -redis-cluster for a real one)", "addr", mr.Addr())
 	}
-	store := fallback.New(redisstore.New(client), localstore.New(localstore.WithMaxKeys(cfg.localMaxKeys), localstore.WithMaxBytes(cfg.localMaxBytes)),
-		fallback.WithInstances(cfg.instances), fallback.WithTimeout(cfg.timeout),
-		fallback.WithBreaker(fallback.Breaker{OpenFor: cfg.breakerOpen}), fallback.WithHooks(m.hooks()))
-	return store, func() {
-		for _, f := range closeAll {
-			f()
+	rs := redisstore.New(client)
+	start, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := checkRedis(start, client, cfg); err != nil {
+		return nil, nil, err
+	}
+	if err := rs.LoadScripts(start, algorithmList()...); err != nil {
+		if !errors.Is(err, ratelimit.ErrUnavailable) {
+			return nil, nil, err
 		}
-	}, nil
+		log.Warn("Redis does not answer; starting on each instance's share of the rules until it does", "err", err)
+	}
+	store := fallback.New(rs, localstore.New(localstore.WithMaxKeys(cfg.localMaxKeys), localstore.WithMaxBytes(cfg.localMaxBytes)),
+		fallback.WithInstances(cfg.instances), fallback.WithTimeout(cfg.timeout),
+		fallback.WithBreaker(fallback.Breaker{OpenFor: cfg.breakerOpen}), fallback.WithHooks(m.hooks(log, cfg.instances)))
+	return store, closeStore, nil
+}
+
+// checkRedis refuses a Redis that is not what the flags say: -redis-cluster at a server
+// without cluster support (every decision would fail over to the shares, with nothing to
+// say why), or -redis at a cluster node (every key of another node's slots would be
+// refused with MOVED). A Redis that does not answer passes: the fallback covers it.
+func checkRedis(ctx context.Context, client redis.Scripter, cfg storeConfig) error {
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		err := c.Ping(ctx).Err()
+		if err != nil && strings.Contains(err.Error(), "cluster support disabled") {
+			return fmt.Errorf("-redis-cluster %s: not a Redis Cluster node (%w); use -redis", cfg.cluster, err)
+		}
+	case *redis.Client:
+		info, err := c.Info(ctx, "cluster").Result()
+		if err == nil && strings.Contains(info, "cluster_enabled:1") && cfg.redisURL != "" {
+			return fmt.Errorf("-redis %s: a Redis Cluster node; use -redis-cluster with the cluster's nodes", cfg.redisURL)
+		}
+	}
+	return nil
+}
+
+// algorithmList is every algorithm a rule may name.
+func algorithmList() []*ratelimit.Algorithm {
+	list := make([]*ratelimit.Algorithm, 0, len(algorithms))
+	for _, a := range algorithms {
+		list = append(list, a)
+	}
+	return list
 }
 
 // expireKeys moves the embedded miniredis's TTLs with real time (miniredis moves them
