@@ -39,28 +39,24 @@ func TestConformanceCluster(t *testing.T) {
 	})
 }
 
-// The same through go-redis's AutoPipeliner.
+// The same through go-redis's AutoPipeliner, both its faces (the asynchronous one's
+// Process does not wait for the reply).
 func TestConformanceAutoPipeliner(t *testing.T) {
-	ap, err := redistest.Start(t).Client().AutoPipeline()
-	if err != nil {
-		t.Fatal(err)
+	client := redistest.Start(t).Client()
+	for name, open := range map[string]func() (*redis.AutoPipeliner, error){
+		"blocking": client.AutoPipeline, "async": client.AsyncAutoPipeline,
+	} {
+		t.Run(name, func(t *testing.T) {
+			ap, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ap.Close() })
+			limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
+				return redisstore.New(ap, redisstore.WithClock(clk), freshPrefix())
+			})
+		})
 	}
-	t.Cleanup(func() { ap.Close() })
-	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
-		return redisstore.New(ap, redisstore.WithClock(clk), freshPrefix())
-	})
-}
-
-// The same through its asynchronous face, whose Process does not wait for the reply.
-func TestConformanceAsyncAutoPipeliner(t *testing.T) {
-	ap, err := redistest.Start(t).Client().AsyncAutoPipeline()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ap.Close() })
-	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
-		return redisstore.New(ap, redisstore.WithClock(clk), freshPrefix())
-	})
 }
 
 // The same on miniredis, for fast runs without a server.

@@ -48,7 +48,10 @@ func rulesWith(capacity string) string {
 		"rules: [{tenant_id: shop-a, route_id: create-order, capacity: " + capacity + ", refill_per_second: 1}]\n"
 }
 
-func TestFileReload(t *testing.T) {
+// rulesFile writes a rules file, and returns its path and a manager of its rules whose
+// log goes to logs.
+func rulesFile(t *testing.T, logs *syncBuffer) (string, *ruleManager) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(path, []byte(rulesWith("2")), 0o644); err != nil {
 		t.Fatal(err)
@@ -57,8 +60,12 @@ func TestFileReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return path, newRuleManager(initial, slog.New(slog.NewTextHandler(logs, nil)))
+}
+
+func TestFileReload(t *testing.T) {
 	var logs syncBuffer
-	m := newRuleManager(initial, slog.New(slog.NewTextHandler(&logs, nil)))
+	path, m := rulesFile(t, &logs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go watchFile(ctx, path, 10*time.Millisecond, time.Hour, m)
@@ -78,16 +85,8 @@ func TestFileReload(t *testing.T) {
 // is back and gone again, once more.
 func TestFileGoneLogsOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "rules.yaml")
-		if err := os.WriteFile(path, []byte(rulesWith("2")), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		initial, err := loadRules(path)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var logs syncBuffer
-		m := newRuleManager(initial, slog.New(slog.NewTextHandler(&logs, nil)))
+		path, m := rulesFile(t, &logs)
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		go watchFile(ctx, path, time.Second, time.Hour, m)
