@@ -172,10 +172,11 @@ func TestScriptFlush(t *testing.T) {
 }
 
 // TestNoScriptHerd: a thousand concurrent first decisions, and as many after SCRIPT
-// FLUSH, load the script once each time instead of each sending its source.
+// FLUSH, load the script once each time instead of each sending its source. (One call per
+// decision here: coalesced, they would be a few dozen calls.)
 func TestNoScriptHerd(t *testing.T) {
 	client := redistest.Start(t).Client(func(o *redis.Options) { o.PoolSize = 64 })
-	s := redisstore.New(client)
+	s := redisstore.New(client, redisstore.WithMaxBatch(1))
 	rule := ratelimit.PerHour(1_000_000)
 	herd := func() {
 		var wg sync.WaitGroup

@@ -122,6 +122,11 @@ type Store struct {
 	clock     clock.Clock // nil: Redis TIME
 	scripts   sync.Map    // *ratelimit.Algorithm -> *script
 	batches   sync.Map    // the algorithms' names of a batch, in order -> *script
+
+	maxBatch int         // decisions per batch script call; 1: no coalescing
+	one      *node       // the coalescing queue of a *redis.Client
+	nodes    sync.Map    // a cluster's masters (*redis.Client) -> *node
+	noFlags  atomic.Bool // a cluster without script flags: no coalescing
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -130,6 +135,7 @@ var _ ratelimit.Store = (*Store)(nil)
 // more than its key names.
 type script struct {
 	script    *redis.Script
+	alg       string // the algorithm's name, for errors
 	source    string
 	hash, src any      // the script's SHA and source, boxed once
 	names     []string // "<prefix>:<algorithm>:<part>:" for each of its keys
@@ -183,8 +189,9 @@ func New(client redis.Scripter, opts ...Option) *Store {
 	if isNil(client) {
 		panic("redisstore: New with a nil client")
 	}
-	s := &Store{client: client, prefix: DefaultPrefix}
+	s := &Store{client: client, prefix: DefaultPrefix, maxBatch: DefaultMaxBatch}
 	s.process, _ = client.(processor)
+	s.one = &node{to: s.process}
 	switch c := client.(type) {
 	case *redis.Client:
 		s.deadlines = c.Options().ContextTimeoutEnabled
@@ -229,29 +236,43 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
-	sc := s.script(alg)
-	ra := sc.args(req, a)
 	if int(req.Op) >= len(opNames) {
 		return ratelimit.Decision{}, fmt.Errorf("redisstore: unknown op %d", req.Op)
 	}
-	op := opNames[req.Op]
-	// EVALSHA hash numkeys key... n limit period unit rate now op
-	args := make([]any, 3, 3+len(sc.names)+7)
-	args[0], args[1], args[2] = "evalsha", sc.hash, len(sc.names)
+	sc := s.script(alg)
+	ra := sc.args(req, a)
 	pre, post := keyForm(req.Key)
-	for _, name := range sc.names {
-		args = append(args, name+ra.nsForm+pre+req.Key+post)
+	c := call{alg: alg, sc: sc, ra: ra, a: a, op: opNames[req.Op], now: s.now(), key: req.Key, pre: pre, post: post}
+	if s.coalescing() {
+		return s.coalesce(ctx, &c)
 	}
-	args = append(args, a.N, ra.limit, ra.period, ra.unit, ra.rate, s.now(), op)
-	reply, err := s.run(ctx, sc, args)
+	return s.single(ctx, &c)
+}
+
+// single decides one call with its algorithm's own script.
+func (s *Store) single(ctx context.Context, c *call) (ratelimit.Decision, error) {
+	// EVALSHA hash numkeys key... n limit period unit rate now op
+	args := make([]any, 3, 3+len(c.sc.names)+7)
+	args[0], args[1], args[2] = "evalsha", c.sc.hash, len(c.sc.names)
+	for _, name := range c.sc.names {
+		args = append(args, c.name(name))
+	}
+	args = append(args, c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op)
+	reply, err := s.run(ctx, c.sc, args)
 	if err != nil {
-		if unavailable(err) {
-			s.nodeFailed()
-			return ratelimit.Decision{}, fmt.Errorf("redisstore: %s: %w: %w", alg.Name, ratelimit.ErrUnavailable, err)
-		}
-		return ratelimit.Decision{}, fmt.Errorf("redisstore: %s: %w", alg.Name, err)
+		return ratelimit.Decision{}, s.failed(c.sc.alg, err)
 	}
-	return decode(reply, a.Limit)
+	return decode(reply, c.a.Limit)
+}
+
+// failed wraps an error of the client, with ratelimit.ErrUnavailable when Redis cannot
+// decide now (and then asks a cluster client to look at its slot map again).
+func (s *Store) failed(alg string, err error) error {
+	if unavailable(err) {
+		s.nodeFailed()
+		return fmt.Errorf("redisstore: %s: %w: %w", alg, ratelimit.ErrUnavailable, err)
+	}
+	return fmt.Errorf("redisstore: %s: %w", alg, err)
 }
 
 // nodeFailed asks a cluster client to reload its slot map, once a call has failed as a
@@ -292,7 +313,7 @@ func (s *Store) script(alg *ratelimit.Algorithm) *script {
 		return sc.(*script)
 	}
 	rs := redis.NewScript(alg.Script)
-	sc := &script{script: rs, source: alg.Script, hash: rs.Hash(), src: alg.Script}
+	sc := &script{script: rs, alg: alg.Name, source: alg.Script, hash: rs.Hash(), src: alg.Script}
 	for _, part := range alg.ScriptKeys {
 		sc.names = append(sc.names, s.prefix+":"+alg.Name+":"+part+":")
 	}
@@ -308,7 +329,12 @@ func (s *Store) script(alg *ratelimit.Algorithm) *script {
 // reach the node (a cluster node down, a Ring shard), the call sends the source itself
 // (EVAL). A client without Process gets redis.Script.Run.
 func (s *Store) run(ctx context.Context, sc *script, args []any) (any, error) {
-	if s.process == nil {
+	return s.runOn(ctx, s.process, sc, args)
+}
+
+// runOn is run on to, the store's client or one node of its cluster.
+func (s *Store) runOn(ctx context.Context, to processor, sc *script, args []any) (any, error) {
+	if to == nil {
 		keys := make([]string, args[2].(int))
 		for i := range keys {
 			keys[i] = args[3+i].(string)
@@ -325,16 +351,16 @@ func (s *Store) run(ctx context.Context, sc *script, args []any) (any, error) {
 	var err error
 	if loaded {
 		cmd = noRetryCmd(ctx, args)
-		err = s.send(ctx, cmd)
+		err = s.send(ctx, to, cmd)
 		if noScript(err) && s.load(ctx, sc, epoch) { // the script did not run: load it, and again
 			cmd = noRetryCmd(ctx, args)
-			err = s.send(ctx, cmd)
+			err = s.send(ctx, to, cmd)
 		}
 	}
 	if !loaded || noScript(err) {
 		args[0], args[1] = "eval", sc.src
 		cmd = noRetryCmd(ctx, args)
-		err = s.send(ctx, cmd)
+		err = s.send(ctx, to, cmd)
 	}
 	if err != nil {
 		return nil, err
@@ -412,11 +438,11 @@ func (s *Store) load(ctx context.Context, sc *script, seen uint64) bool {
 // in a goroutine of its own (or as a future of an asynchronous AutoPipeliner) that the
 // caller stops waiting for when ctx ends. The command may still run: its reply, lost to
 // the caller, counts at most once (see the package doc).
-func (s *Store) send(ctx context.Context, cmd noRetry) error {
-	if ap, ok := s.client.(*redis.AutoPipeliner); ok && !ap.IsBlocking() {
+func (s *Store) send(ctx context.Context, to processor, cmd noRetry) error {
+	if ap, ok := to.(*redis.AutoPipeliner); ok && !ap.IsBlocking() {
 		return ap.Submit(ctx, cmd).WaitContext(ctx) // its Process would not wait for the reply
 	}
-	return s.await(ctx, func() error { return s.process.Process(ctx, cmd) })
+	return s.await(ctx, func() error { return to.Process(ctx, cmd) })
 }
 
 // await calls f, a blocking call to the client, and returns when it does or when ctx

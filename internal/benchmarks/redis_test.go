@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,16 +20,20 @@ import (
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
-// callers is the number of goroutines deciding at once in the parallel benchmarks.
-const callers = 32
+// callers is the number of goroutines deciding at once in the parallel benchmarks (and
+// BenchmarkRedis runs 256 too); poolSize is each client's pool of connections.
+const (
+	callers  = 32
+	poolSize = 32
+)
 
 func newClient(b *testing.B, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: callers})
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize})
 	b.Cleanup(func() { c.Close() })
 	return c
 }
 
-func oursRedis(pipeline bool) func(*testing.B, string) allowFunc {
+func oursRedis(pipeline bool, opts ...redisstore.Option) func(*testing.B, string) allowFunc {
 	return func(b *testing.B, addr string) allowFunc {
 		var client redis.Scripter = newClient(b, addr)
 		if pipeline {
@@ -40,7 +45,7 @@ func oursRedis(pipeline bool) func(*testing.B, string) allowFunc {
 			client = ap
 		}
 		var l ratelimit.Limiter
-		l, err := tokenbucket.New(redisstore.New(client, redisstore.WithPrefix("ours")), ratelimit.PerSecond(limit))
+		l, err := tokenbucket.New(redisstore.New(client, append(opts, redisstore.WithPrefix("ours"))...), ratelimit.PerSecond(limit))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -54,8 +59,24 @@ func oursRedis(pipeline bool) func(*testing.B, string) allowFunc {
 	}
 }
 
-func redisRate(b *testing.B, addr string) allowFunc {
-	l := redis_rate.NewLimiter(newClient(b, addr))
+func redisRate(b *testing.B, addr string) allowFunc { return redisRateOn(b, newClient(b, addr)) }
+
+// redisRateAutoPipeline is redis_rate on go-redis's AutoPipeliner: its scripts, too, ride
+// pipelines with other callers'.
+func redisRateAutoPipeline(b *testing.B, addr string) allowFunc {
+	ap, err := newClient(b, addr).AutoPipeline()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ap.Close() })
+	return redisRateOn(b, ap)
+}
+
+func redisRateOn(b *testing.B, client redis.Scripter) allowFunc {
+	l := redis_rate.NewLimiter(client.(interface {
+		redis.Scripter
+		Del(ctx context.Context, keys ...string) *redis.IntCmd
+	}))
 	rate := redis_rate.PerSecond(limit)
 	return func(ctx context.Context, key string) bool {
 		r, err := l.Allow(ctx, key, rate)
@@ -109,8 +130,10 @@ func BenchmarkRedis(b *testing.B) {
 		make func(*testing.B, string) allowFunc
 	}{
 		{"ratelimit-tokenbucket", oursRedis(false)},
+		{"ratelimit-tokenbucket-onebyone", oursRedis(false, redisstore.WithMaxBatch(1))},
 		{"ratelimit-tokenbucket-autopipeline", oursRedis(true)},
 		{"redis_rate", redisRate},
+		{"redis_rate-autopipeline", redisRateAutoPipeline},
 		{"ulule-limiter", ululeLimiter},
 		{"throttled", throttledLimiter},
 	} {
@@ -124,25 +147,27 @@ func BenchmarkRedis(b *testing.B) {
 				allow(ctx, keys[0])
 			}
 		})
-		b.Run(impl.name+"/parallel-32callers", func(b *testing.B) {
-			allow := impl.make(b, addr)
-			ctx := context.Background()
-			for _, k := range keys {
-				allow(ctx, k)
-			}
-			var worker atomic.Int64
-			b.SetParallelism(callers / max(1, testingProcs()))
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(worker.Add(1)) * 97
-				for pb.Next() {
-					allow(ctx, keys[i%len(keys)])
-					i++
+		for _, n := range []int{callers, 256} {
+			b.Run(impl.name+"/parallel-"+strconv.Itoa(n)+"callers", func(b *testing.B) {
+				allow := impl.make(b, addr)
+				ctx := context.Background()
+				for _, k := range keys {
+					allow(ctx, k)
 				}
+				var worker atomic.Int64
+				b.SetParallelism(n / max(1, testingProcs()))
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(worker.Add(1)) * 97
+					for pb.Next() {
+						allow(ctx, keys[i%len(keys)])
+						i++
+					}
+				})
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 			})
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
-		})
+		}
 	}
 }
 

@@ -1,0 +1,378 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+)
+
+// Coalescing. One EVALSHA per decision makes Redis pay its per-command cost (parsing,
+// the script's lookup, the reply) and go-redis its own (a pooled connection, a
+// round trip) on every decision. Decisions that arrive while a call to the same node is
+// in flight instead ride the next call together: one script decides each of them,
+// independently and in order, with its own algorithm, rule, n and op, and returns each
+// its own Decision.
+//
+// A decision that finds fewer than maxFlights calls in flight to its node and none
+// waiting goes out at once, alone, as before: no added latency when idle. The others
+// wait for the next call (at most WithMaxBatch of them per call); when a call returns
+// and decisions are waiting, the next one goes out from a goroutine of the node's, and
+// so on until none is left. Each caller waits no longer than its context allows; one
+// that gives up before its call goes out is left out of it, and a call never goes out on
+// a cancelled caller's context. A call whose reply is lost is an error for each of its
+// decisions, never sent again: counted at most once, as alone.
+//
+// On Redis Cluster the decisions are grouped by the master of their keys' slot. A
+// script may declare keys of one slot only, so the batch script declares one (for the
+// routing) and reads the others' names from its arguments, which Redis 7 allows with the
+// script flag allow-cross-slot-keys, for keys the node holds. The script touches every
+// key before it writes any: a key that has moved (MOVED, ASK, a slot migrating) fails
+// the script before any write, and each of its decisions is then retried alone, through
+// the cluster client's redirections. A server without script flags (Redis 6) makes the
+// store decide one by one from then on.
+
+// DefaultMaxBatch is how many decisions one call of the batch script decides at most.
+const DefaultMaxBatch = 128
+
+// maxFlights is how many calls to one node may be in flight at once: two, so that the
+// node has the next batch to run while the reply of one travels back.
+const maxFlights = 2
+
+// WithMaxBatch sets how many waiting decisions one script call decides at most
+// (DefaultMaxBatch by default); 1 turns coalescing off: one call per decision.
+func WithMaxBatch(n int) Option {
+	return optionFunc(func(s *Store) {
+		if n >= 1 {
+			s.maxBatch = n
+		}
+	})
+}
+
+// call is one decision on its way to Redis.
+type call struct {
+	ctx       context.Context
+	alg       *ratelimit.Algorithm
+	sc        *script
+	ra        *ruleArgs
+	a         ratelimit.Args
+	op, now   any
+	key       string
+	pre, post string // the key's form (see keyForm)
+
+	d    ratelimit.Decision
+	err  error
+	done chan struct{} // closed when d and err are set; nil for a call that goes out alone
+}
+
+// name is the Redis key of part (as "<prefix>:<algorithm>:<part>:") for the call's key.
+func (c *call) name(part string) string { return part + c.ra.nsForm + c.pre + c.key + c.post }
+
+// errAlone marks a batch that must be decided one by one: a key moved, a node without
+// script flags.
+var errAlone = errors.New("redisstore: decide alone")
+
+// node is the coalescing queue of one Redis server (the store's client, or one master
+// of a cluster).
+type node struct {
+	to      processor // where its batches go
+	cluster bool
+	mu      sync.Mutex
+	flights int
+	waiting []*call
+}
+
+// coalescing reports whether decisions may ride together: a *redis.Client, or a
+// *redis.ClusterClient on servers with script flags, and WithMaxBatch above 1.
+func (s *Store) coalescing() bool {
+	if s.maxBatch < 2 || s.process == nil {
+		return false
+	}
+	switch s.client.(type) {
+	case *redis.Client:
+		return true
+	case *redis.ClusterClient:
+		return !s.noFlags.Load()
+	}
+	return false
+}
+
+// coalesce decides c alone if its node is idle, else with the next batch to its node.
+func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, error) {
+	n, err := s.node(ctx, c)
+	if err != nil {
+		return s.single(ctx, c) // the cluster client says why, or routes it
+	}
+	n.mu.Lock()
+	if n.flights < maxFlights && len(n.waiting) == 0 {
+		n.flights++
+		n.mu.Unlock()
+		d, err := s.single(ctx, c)
+		s.landed(n)
+		return d, err
+	}
+	c.ctx, c.done = ctx, make(chan struct{})
+	n.waiting = append(n.waiting, c)
+	if n.flights < maxFlights { // a flight ended between the waiting's arrival and now
+		n.flights++
+		batch := n.take(s.maxBatch)
+		n.mu.Unlock()
+		go s.fly(n, batch)
+	} else {
+		n.mu.Unlock()
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return ratelimit.Decision{}, ctx.Err()
+	}
+	if errors.Is(c.err, errAlone) {
+		return s.single(ctx, c)
+	}
+	return c.d, c.err
+}
+
+// landed ends a flight of n: the waiting decisions go out next, from a goroutine.
+func (s *Store) landed(n *node) {
+	n.mu.Lock()
+	if len(n.waiting) == 0 {
+		n.flights--
+		n.mu.Unlock()
+		return
+	}
+	batch := n.take(s.maxBatch)
+	n.mu.Unlock()
+	go s.fly(n, batch)
+}
+
+// take removes up to max waiting calls; n.mu is held.
+func (n *node) take(max int) []*call {
+	k := min(max, len(n.waiting))
+	batch := make([]*call, k)
+	copy(batch, n.waiting)
+	rest := copy(n.waiting, n.waiting[k:])
+	clear(n.waiting[rest:])
+	n.waiting = n.waiting[:rest]
+	return batch
+}
+
+// fly sends batches to n until none is waiting.
+func (s *Store) fly(n *node, batch []*call) {
+	for {
+		s.flyBatch(n, batch)
+		n.mu.Lock()
+		if len(n.waiting) == 0 {
+			n.flights--
+			n.mu.Unlock()
+			return
+		}
+		batch = n.take(s.maxBatch)
+		n.mu.Unlock()
+	}
+}
+
+// flyBatch decides batch in one call of the batch script, and hands each call its answer.
+// Calls whose callers have given up are left out.
+func (s *Store) flyBatch(n *node, batch []*call) {
+	live := batch[:0]
+	for _, c := range batch {
+		if c.ctx.Err() != nil {
+			close(c.done) // its caller has returned ctx.Err()
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := batchContext(live)
+	defer cancel()
+	ds, err := s.decideBatch(ctx, n, live)
+	for i, c := range live {
+		if err != nil {
+			c.err = err
+		} else {
+			c.d, c.err = ds[i].d, ds[i].err
+		}
+		close(c.done)
+	}
+}
+
+// batchContext is the context of a batch's call: no caller's cancellation reaches it,
+// and it ends at the latest of the callers' deadlines (none if one has none).
+func batchContext(batch []*call) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, c := range batch {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return context.Background(), func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.Background(), latest)
+}
+
+type result struct {
+	d   ratelimit.Decision
+	err error
+}
+
+// decideBatch runs the batch script on n for calls.
+func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]result, error) {
+	sc, index := s.batchScriptFor(calls, n.cluster)
+	// EVALSHA hash numkeys [routing key] then per call: step, nkeys, keys..., ARGV of the step
+	args := make([]any, 0, 4+len(calls)*(2+2+7))
+	args = append(args, "evalsha", sc.hash)
+	if n.cluster {
+		args = append(args, 1, calls[0].name(calls[0].sc.names[0]))
+	} else {
+		args = append(args, 0)
+	}
+	for _, c := range calls {
+		args = append(args, index[c.alg], len(c.sc.names))
+		for _, name := range c.sc.names {
+			args = append(args, c.name(name))
+		}
+		args = append(args, c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op)
+	}
+	reply, err := s.runOn(ctx, n.to, sc, args)
+	if err != nil {
+		if n.cluster && alone(err) {
+			if flagsMissing(err) {
+				s.noFlags.Store(true)
+			}
+			return nil, errAlone
+		}
+		return nil, s.failed("batch", err)
+	}
+	vals, ok := reply.([]any)
+	if !ok || len(vals) != 5*len(calls) {
+		return nil, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
+	}
+	out := make([]result, len(calls))
+	for i, c := range calls {
+		out[i].d, out[i].err = decode(vals[5*i:5*i+5], c.a.Limit)
+	}
+	return out, nil
+}
+
+// alone reports whether a cluster batch failed before any write because a key is not
+// the node's (moved, migrating), or because the server cannot run the script's flags:
+// its decisions are retried one by one.
+func alone(err error) bool {
+	if redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") || redis.IsTryAgainError(err) ||
+		redis.HasErrorPrefix(err, "CROSSSLOT") || redis.IsClusterDownError(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "non local key") || strings.Contains(msg, "same slot") ||
+		strings.Contains(msg, "cluster is down") || flagsMissing(err)
+}
+
+// flagsMissing reports whether the server did not understand the script's shebang line:
+// a Redis before 7.
+func flagsMissing(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Error compiling script") || strings.Contains(msg, "shebang")
+}
+
+// node is the queue of c's server: the store's for a single client; on a cluster, the
+// master of c's slot.
+func (s *Store) node(ctx context.Context, c *call) (*node, error) {
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		return s.one, nil
+	}
+	master, err := cc.MasterForKey(ctx, c.name(c.sc.names[0]))
+	if err != nil {
+		return nil, err
+	}
+	if n, ok := s.nodes.Load(master); ok {
+		return n.(*node), nil
+	}
+	got, _ := s.nodes.LoadOrStore(master, &node{to: master, cluster: true})
+	return got.(*node), nil
+}
+
+// batchMainCoalesced decides each call in turn. ARGV, per call: the index of its
+// algorithm's step, its number of keys, its keys' names, then the step's own ARGV. On a
+// cluster every key is touched first, so that a key the node does not hold fails the
+// script before it writes anything.
+const batchMainCoalesced = `
+local calls, a = {}, 1
+while a <= #ARGV do
+  local nkeys = tonumber(ARGV[a + 1])
+  local keys = {}
+  for j = 1, nkeys do keys[j] = ARGV[a + 1 + j] end
+  local b = a + 2 + nkeys
+  calls[#calls + 1] = {tonumber(ARGV[a]), keys,
+    {ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6]}}
+  a = b + 7
+end
+if touchFirst then
+  for i = 1, #calls do
+    for _, k in ipairs(calls[i][2]) do redis.call('EXISTS', k) end
+  end
+end
+local out = {}
+for i = 1, #calls do
+  local d = steps[calls[i][1]](calls[i][2], calls[i][3])
+  for j = 1, 5 do out[#out + 1] = d[j] end
+end
+return out
+`
+
+// batchScriptFor is the batch script of the algorithms of calls, and each one's index
+// among its steps: one script per set of algorithms (in the order of their names), made
+// once, and a variant with script flags for a cluster.
+func (s *Store) batchScriptFor(calls []*call, cluster bool) (*script, map[*ratelimit.Algorithm]int) {
+	var algs []*ratelimit.Algorithm
+	seen := make(map[*ratelimit.Algorithm]int, 2)
+	for _, c := range calls {
+		if _, ok := seen[c.alg]; !ok {
+			seen[c.alg] = 0
+			algs = append(algs, c.alg)
+		}
+	}
+	sort.Slice(algs, func(i, j int) bool {
+		if algs[i].Name != algs[j].Name {
+			return algs[i].Name < algs[j].Name
+		}
+		return s.script(algs[i]).hash.(string) < s.script(algs[j]).hash.(string)
+	})
+	var id strings.Builder
+	if cluster {
+		id.WriteString("cluster")
+	}
+	for i, a := range algs {
+		seen[a] = i + 1
+		id.WriteString(":" + a.Name + ":" + s.script(a).hash.(string))
+	}
+	key := id.String()
+	if sc, ok := s.batches.Load(key); ok {
+		return sc.(*script), seen
+	}
+	var b strings.Builder
+	if cluster {
+		b.WriteString("#!lua flags=allow-cross-slot-keys\nlocal touchFirst = true\n")
+	} else {
+		b.WriteString("local touchFirst = false\n")
+	}
+	b.WriteString("local steps = {}\n")
+	for i, a := range algs {
+		fmt.Fprintf(&b, "steps[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, a.Script)
+	}
+	b.WriteString(batchMainCoalesced)
+	rs := redis.NewScript(b.String())
+	sc, _ := s.batches.LoadOrStore(key, &script{script: rs, alg: "batch", source: b.String(), hash: rs.Hash(), src: b.String()})
+	return sc.(*script), seen
+}

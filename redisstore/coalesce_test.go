@@ -1,0 +1,339 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// step is one decision of a key's sequence in TestCoalescedParity.
+type step struct {
+	req ratelimit.Request
+	d   ratelimit.Decision
+}
+
+// TestCoalescedParity: many keys, each driven by its own goroutine through a random
+// sequence (the five algorithms, rules, n, takes, peeks, refunds and resets), ride
+// together in batches, and every decision is the one localstore gives for the same
+// sequence, and the one a store deciding one call at a time gives.
+func TestCoalescedParity(t *testing.T) {
+	client := redistest.Start(t).Client(func(o *redis.Options) { o.PoolSize = 8 })
+	clk := clock.NewFake(limitertest.Start.Add(1234567 * time.Microsecond))
+	stores := map[string]ratelimit.Store{
+		"coalesced": redisstore.New(client, redisstore.WithClock(clk), redisstore.WithPrefix("co")),
+		"one-by-one": redisstore.New(client, redisstore.WithClock(clk), redisstore.WithPrefix("one"),
+			redisstore.WithMaxBatch(1)),
+	}
+	rules := []ratelimit.Rule{ratelimit.PerSecond(3), ratelimit.PerMinute(10), {Limit: 5, Period: time.Hour, Burst: 9}}
+	const keys, steps = 64, 40
+	seqs := make([][]step, keys)
+	rng := rand.New(rand.NewPCG(7, 7))
+	for k := range seqs {
+		kind := limitertest.Kinds[k%len(limitertest.Kinds)]
+		for range steps {
+			rule := rules[rng.IntN(len(rules))]
+			a, err := kind.Algorithm.Prepare(rule, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := ratelimit.Request{Algorithm: kind.Algorithm, Namespace: "parity", Key: fmt.Sprint("key-", k),
+				Rule: rule, N: 1 + rng.Int64N(a.Limit), Op: ratelimit.Op(rng.IntN(8) / 5 * (1 + rng.IntN(3)))}
+			if req.Op != ratelimit.OpTake {
+				req.N = 1
+			}
+			seqs[k] = append(seqs[k], step{req: req})
+		}
+	}
+	local := localstore.New(localstore.WithClock(clk))
+	for k := range seqs {
+		for i := range seqs[k] {
+			d, err := local.Apply(context.Background(), seqs[k][i].req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs[k][i].d = d
+		}
+	}
+	calls := map[string]int{}
+	for name, s := range stores {
+		before := commandCalls(t, client, "evalsha")
+		t.Run(name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			for k := range seqs {
+				wg.Go(func() {
+					for i, st := range seqs[k] {
+						d, err := s.Apply(context.Background(), st.req)
+						if err != nil || d != st.d {
+							t.Errorf("key %d, step %d (%s %v n %d op %d): %+v, %v; localstore %+v",
+								k, i, st.req.Algorithm.Name, st.req.Rule, st.req.N, st.req.Op, d, err, st.d)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
+		calls[name] = commandCalls(t, client, "evalsha") - before
+	}
+	if calls["one-by-one"] != keys*steps || calls["coalesced"] >= calls["one-by-one"] {
+		t.Errorf("%d decisions: %d script calls one by one, %d coalesced; want as many as decisions, and fewer",
+			keys*steps, calls["one-by-one"], calls["coalesced"])
+	}
+	t.Logf("%d decisions: %d script calls one by one, %d coalesced", keys*steps, calls["one-by-one"], calls["coalesced"])
+}
+
+// TestCoalescedContention: 1000 callers on one key admit exactly its limit, in fewer
+// script calls than decisions.
+func TestCoalescedContention(t *testing.T) {
+	client := redistest.Start(t).Client(func(o *redis.Options) { o.PoolSize = 16 })
+	s := redisstore.New(client)
+	l, err := tokenbucket.New(s, ratelimit.PerHour(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 1000 {
+		wg.Go(func() {
+			<-start
+			d, err := l.Allow(context.Background(), "hot")
+			if err != nil {
+				t.Error(err)
+			}
+			if d.Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	calls := commandCalls(t, client, "evalsha")
+	if admitted.Load() != 100 {
+		t.Errorf("1000 callers on a limit of 100: %d admitted", admitted.Load())
+	}
+	if calls >= 1000 {
+		t.Errorf("1000 decisions took %d script calls; want them coalesced", calls)
+	}
+	t.Logf("1000 decisions in %d script calls", calls)
+}
+
+// TestCoalescedCancel: a caller that gives up while its decision waits for a batch gets
+// its context's error; the others of the batch get their decisions; a caller cancelled
+// before its batch goes out is not counted.
+func TestCoalescedCancel(t *testing.T) {
+	srv := redistest.Start(t)
+	p := startProxy(t, srv.Addr)
+	client := redis.NewClient(&redis.Options{Addr: p.addr, PoolSize: 4})
+	t.Cleanup(func() { client.Close() })
+	s := redisstore.New(client, redisstore.WithPrefix("cancel"))
+	rule := ratelimit.PerHour(1000)
+	take := func(ctx context.Context, key string) (ratelimit.Decision, error) {
+		return s.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1})
+	}
+	if _, err := take(context.Background(), "warm"); err != nil {
+		t.Fatal(err)
+	}
+	p.delayNext.Store(2) // the next two replies take 300ms: both flights of the node are busy
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() { take(context.Background(), fmt.Sprint("slow-", i)) })
+	}
+	for client.PoolStats().TotalConns < 2 || p.delayNext.Load() > 0 { // both in flight
+		time.Sleep(time.Millisecond) // poll interval
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() { _, err := take(ctx, "gives-up"); gaveUp <- err }()
+	kept := make(chan ratelimit.Decision, 1)
+	go func() { d, _ := take(context.Background(), "keeps"); kept <- d }()
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Errorf("a caller cancelled while waiting: %v; want context.Canceled", err)
+	}
+	if d := <-kept; !d.Allowed || d.Remaining != 999 {
+		t.Errorf("the caller beside it: %+v; want its decision", d)
+	}
+	wg.Wait()
+	if d, err := take(context.Background(), "gives-up"); err != nil || d.Remaining != 999 {
+		t.Errorf("the key of the cancelled caller: %+v, %v; want 999 left (never counted)", d, err)
+	}
+}
+
+// masterCalls is how many EVALSHA the masters of cluster have run in all.
+func masterCalls(t *testing.T, cluster *redistest.Cluster) int {
+	n := 0
+	for _, m := range cluster.Masters {
+		c := redis.NewClient(&redis.Options{Addr: m.Addr})
+		n += commandCalls(t, c, "evalsha")
+		c.Close()
+	}
+	return n
+}
+
+// TestCoalescedCluster: on a 3-master cluster, concurrent decisions over keys of every
+// master ride together per master, and each key admits exactly its limit.
+func TestCoalescedCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	s := redisstore.New(cluster.Client(t), redisstore.WithPrefix("cc"))
+	l, err := tokenbucket.New(s, ratelimit.PerHour(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := masterCalls(t, cluster)
+	const keys, each = 60, 8
+	admitted := make([]atomic.Int64, keys)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range keys * each {
+		wg.Go(func() {
+			<-start
+			d, err := l.Allow(context.Background(), fmt.Sprint("tenant-", i%keys))
+			if err != nil {
+				t.Error(err)
+			}
+			if d.Allowed {
+				admitted[i%keys].Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for k := range admitted {
+		if admitted[k].Load() != 5 {
+			t.Errorf("tenant-%d: %d of %d admitted; want 5", k, admitted[k].Load(), each)
+		}
+	}
+	calls := masterCalls(t, cluster) - before
+	if calls >= keys*each {
+		t.Errorf("%d decisions took %d script calls; want them coalesced per master", keys*each, calls)
+	}
+	t.Logf("%d decisions in %d script calls on 3 masters", keys*each, calls)
+}
+
+// TestCoalescedMigration: a slot moves from one master to another (CLUSTER SETSLOT
+// MIGRATING/IMPORTING, MIGRATE of its keys, SETSLOT NODE) while 32 callers decide on its
+// keys: no decision is lost (no key admits more than its limit) and none is counted
+// twice (every key admits its limit, less the decisions that failed).
+func TestCoalescedMigration(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	client := cluster.Client(t)
+	s := redisstore.New(client, redisstore.WithPrefix("mig"))
+	const limit, keys, callers = 150, 8, 32
+	l, err := tokenbucket.New(s, ratelimit.PerHour(limit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	name := func(i int) string { return fmt.Sprintf("{mig}:%d", i) } // one slot for all
+	slot, err := client.ClusterKeySlot(ctx, "mig").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := client.MasterForKey(ctx, "{mig}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dst *redis.Client
+	for _, m := range cluster.Masters {
+		if m.Addr != src.Options().Addr {
+			dst = redis.NewClient(&redis.Options{Addr: m.Addr})
+			defer dst.Close()
+			break
+		}
+	}
+	srcID, dstID := src.ClusterMyID(ctx).Val(), dst.ClusterMyID(ctx).Val()
+
+	var admitted, failed [keys]atomic.Int64
+	var wg sync.WaitGroup
+	var sent atomic.Int64
+	stop := make(chan struct{})
+	for w := range callers {
+		wg.Go(func() {
+			for i := w; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if sent.Add(1) > 2*limit*keys {
+					return
+				}
+				k := i % keys
+				d, err := l.Allow(ctx, name(k))
+				switch {
+				case err != nil:
+					failed[k].Add(1)
+				case d.Allowed:
+					admitted[k].Add(1)
+				}
+			}
+		})
+	}
+	for sent.Load() < limit*keys/4 { // under way
+		time.Sleep(time.Millisecond) // poll interval
+	}
+	host, port := dst.Options().Addr[:strings.LastIndexByte(dst.Options().Addr, ':')], dst.Options().Addr[strings.LastIndexByte(dst.Options().Addr, ':')+1:]
+	must := func(err error) {
+		if err != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatal(err)
+		}
+	}
+	must(dst.Do(ctx, "cluster", "setslot", slot, "importing", srcID).Err())
+	must(src.Do(ctx, "cluster", "setslot", slot, "migrating", dstID).Err())
+	for {
+		ks, err := src.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		must(err)
+		if len(ks) == 0 {
+			break
+		}
+		args := []any{"migrate", host, port, "", 0, 5000, "keys"}
+		for _, k := range ks {
+			args = append(args, k)
+		}
+		must(src.Do(ctx, args...).Err())
+	}
+	for _, m := range cluster.Masters {
+		c := redis.NewClient(&redis.Options{Addr: m.Addr})
+		must(c.Do(ctx, "cluster", "setslot", slot, "node", dstID).Err())
+		c.Close()
+	}
+	moved := sent.Load()
+	wg.Wait()
+	if moved >= 2*limit*keys {
+		t.Errorf("the slot moved after the traffic had ended")
+	}
+	var fails int64
+	for k := range failed {
+		fails += failed[k].Load()
+	}
+	t.Logf("the slot moved while %d of %d decisions had been sent; %d failed", moved, 2*limit*keys, fails)
+	for k := range keys {
+		a, f := admitted[k].Load(), failed[k].Load()
+		if a > limit || a+f < limit {
+			t.Errorf("key %d: %d admitted, %d failed, of %d sent; want at most %d admitted, and %d less the failures at least",
+				k, a, f, 2*limit, limit, limit)
+		}
+	}
+	if d, err := l.Allow(ctx, name(0)); err != nil || d.Allowed {
+		t.Errorf("after the move: %+v, %v; want the key spent, on its new master", d, err)
+	}
+}
