@@ -69,8 +69,11 @@ type call struct {
 
 	d    ratelimit.Decision
 	err  error
-	done chan struct{} // closed when d and err are set; nil for a call that goes out alone
+	done chan struct{} // gets a value when d and err are set (a call that waits for a batch)
 }
+
+// waitingCalls recycles the calls that wait for a batch, with their channels.
+var waitingCalls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 // name is the Redis key of part (as "<prefix>:<algorithm>:<part>:") for the call's key.
 func (c *call) name(part string) string { return part + c.ra.nsForm + c.pre + c.key + c.post }
@@ -118,8 +121,11 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, erro
 		s.landed(n)
 		return d, err
 	}
-	c.ctx, c.done = ctx, make(chan struct{})
-	n.waiting = append(n.waiting, c)
+	w := waitingCalls.Get().(*call)
+	done := w.done
+	*w = *c
+	w.ctx, w.done = ctx, done
+	n.waiting = append(n.waiting, w)
 	if n.flights < maxFlights { // a flight ended between the waiting's arrival and now
 		n.flights++
 		batch := n.take(s.maxBatch)
@@ -129,14 +135,17 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, erro
 		n.mu.Unlock()
 	}
 	select {
-	case <-c.done:
+	case <-w.done:
 	case <-ctx.Done():
-		return ratelimit.Decision{}, ctx.Err()
+		return ratelimit.Decision{}, ctx.Err() // w is left to its batch, not recycled
 	}
-	if errors.Is(c.err, errAlone) {
+	d, err := w.d, w.err
+	*w = call{done: w.done}
+	waitingCalls.Put(w)
+	if errors.Is(err, errAlone) {
 		return s.single(ctx, c)
 	}
-	return c.d, c.err
+	return d, err
 }
 
 // landed ends a flight of n: the waiting decisions go out next, from a goroutine.
@@ -184,7 +193,7 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 	live := batch[:0]
 	for _, c := range batch {
 		if c.ctx.Err() != nil {
-			close(c.done) // its caller has returned ctx.Err()
+			c.done <- struct{}{} // its caller has returned ctx.Err()
 			continue
 		}
 		live = append(live, c)
@@ -201,7 +210,7 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 		} else {
 			c.d, c.err = ds[i].d, ds[i].err
 		}
-		close(c.done)
+		c.done <- struct{}{}
 	}
 }
 
@@ -238,7 +247,11 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 		args = append(args, 0)
 	}
 	for _, c := range calls {
-		args = append(args, index[c.alg], len(c.sc.names))
+		step := 1 // a batch of one algorithm
+		if index != nil {
+			step = index[c.alg]
+		}
+		args = append(args, step, len(c.sc.names))
 		for _, name := range c.sc.names {
 			args = append(args, c.name(name))
 		}
@@ -308,14 +321,22 @@ func (s *Store) node(ctx context.Context, c *call) (*node, error) {
 // cluster every key is touched first, so that a key the node does not hold fails the
 // script before it writes anything.
 const batchMainCoalesced = `
-local calls, a = {}, 1
+local calls, a, clock = {}, 1, nil
 while a <= #ARGV do
   local nkeys = tonumber(ARGV[a + 1])
   local keys = {}
   for j = 1, nkeys do keys[j] = ARGV[a + 1 + j] end
   local b = a + 2 + nkeys
+  local now = ARGV[b + 5]
+  if now == '' then -- the server's time: read once for the batch, one instant for all
+    if not clock then
+      local t = redis.call('TIME')
+      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    now = clock
+  end
   calls[#calls + 1] = {tonumber(ARGV[a]), keys,
-    {ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6]}}
+    {ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], now, ARGV[b + 6]}}
   a = b + 7
 end
 if touchFirst then
@@ -335,14 +356,43 @@ return out
 // among its steps: one script per set of algorithms (in the order of their names), made
 // once, and a variant with script flags for a cluster.
 func (s *Store) batchScriptFor(calls []*call, cluster bool) (*script, map[*ratelimit.Algorithm]int) {
+	same := true
+	for _, c := range calls[1:] {
+		same = same && c.alg == calls[0].alg
+	}
+	if same { // the usual batch: one algorithm, its script made once
+		sc := calls[0].sc
+		p := &sc.batch
+		if cluster {
+			p = &sc.clusterBatch
+		}
+		if b := p.Load(); b != nil {
+			return b, nil
+		}
+		b, _ := s.buildBatchScript([]*ratelimit.Algorithm{calls[0].alg}, cluster)
+		p.Store(b)
+		return b, nil
+	}
+	return s.buildBatchScript(algsOf(calls), cluster)
+}
+
+// algsOf is the distinct algorithms of calls.
+func algsOf(calls []*call) []*ratelimit.Algorithm {
 	var algs []*ratelimit.Algorithm
-	seen := make(map[*ratelimit.Algorithm]int, 2)
+	seen := make(map[*ratelimit.Algorithm]bool, 2)
 	for _, c := range calls {
-		if _, ok := seen[c.alg]; !ok {
-			seen[c.alg] = 0
+		if !seen[c.alg] {
+			seen[c.alg] = true
 			algs = append(algs, c.alg)
 		}
 	}
+	return algs
+}
+
+// buildBatchScript is the batch script of algs (the index of each is its place in algs
+// after sorting, from 1), made once per set.
+func (s *Store) buildBatchScript(algs []*ratelimit.Algorithm, cluster bool) (*script, map[*ratelimit.Algorithm]int) {
+	seen := make(map[*ratelimit.Algorithm]int, len(algs))
 	sort.Slice(algs, func(i, j int) bool {
 		if algs[i].Name != algs[j].Name {
 			return algs[i].Name < algs[j].Name

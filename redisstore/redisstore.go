@@ -140,9 +140,11 @@ type script struct {
 	hash, src any      // the script's SHA and source, boxed once
 	names     []string // "<prefix>:<algorithm>:<part>:" for each of its keys
 	last      atomic.Pointer[ruleArgs]
-	mu        sync.Mutex
-	epoch     atomic.Uint64 // loads that succeeded
-	loading   *fetch        // the load in flight, nil if none
+	// the batch scripts of this algorithm alone, made once (see coalesce.go)
+	batch, clusterBatch atomic.Pointer[script]
+	mu                  sync.Mutex
+	epoch               atomic.Uint64 // loads that succeeded
+	loading             *fetch        // the load in flight, nil if none
 }
 
 // ruleArgs are what depends only on the rule and the namespace: the ARGV boxed once, and
