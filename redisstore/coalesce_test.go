@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -335,5 +336,66 @@ func TestCoalescedMigration(t *testing.T) {
 	}
 	if d, err := l.Allow(ctx, name(0)); err != nil || d.Allowed {
 		t.Errorf("after the move: %+v, %v; want the key spent, on its new master", d, err)
+	}
+}
+
+// TestCoalescedReplyLost: while every reply comes later than the client's read timeout,
+// the calls alone and the batch behind them are errors for each of their decisions, and
+// none is sent again, though the client allows 3 retries: each decision is counted at
+// most once (once if its script ran, not at all if it never left).
+func TestCoalescedReplyLost(t *testing.T) {
+	srv := redistest.Start(t)
+	direct := srv.Client()
+	p := startProxy(t, srv.Addr)
+	client := redis.NewClient(&redis.Options{Addr: p.addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: 3,
+		MinRetryBackoff: time.Millisecond, MaxRetryBackoff: time.Millisecond})
+	t.Cleanup(func() { client.Close() })
+	ctx := context.Background()
+	s := redisstore.New(client, redisstore.WithPrefix("lostb"))
+	rule := ratelimit.PerHour(100)
+	take := func(key string) error {
+		_, err := s.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1})
+		return err
+	}
+	var wg sync.WaitGroup
+	for i := range 30 { // warm up: both scripts loaded, connections open
+		wg.Go(func() { take(fmt.Sprint("warm-", i)) })
+	}
+	wg.Wait()
+	if calls := commandCalls(t, direct, "evalsha"); calls >= 30 {
+		t.Fatalf("the warm-up took %d script calls; want a batch", calls)
+	}
+	before := commandCalls(t, direct, "evalsha")
+	p.delayNext.Store(1 << 20) // every reply from now on
+	errs := make(chan error, 7)
+	for i := range 2 {
+		go func() { errs <- take(fmt.Sprint("flight-", i)) }()
+	}
+	for commandCalls(t, direct, "evalsha") < before+2 { // both flights ran; their replies are held
+		time.Sleep(time.Millisecond) // poll interval
+	}
+	for i := range 5 { // queued behind the flights: one batch
+		go func() { errs <- take(fmt.Sprint("batched-", i)) }()
+	}
+	for range 7 {
+		if err := <-errs; !errors.Is(err, ratelimit.ErrUnavailable) {
+			t.Errorf("a decision whose reply came too late: %v; want ErrUnavailable", err)
+		}
+	}
+	calls := commandCalls(t, direct, "evalsha") - before
+	if calls > 3 {
+		t.Errorf("%d script calls; want at most 3 (two alone, one batch of 5), none sent again", calls)
+	}
+	t.Logf("%d script calls ran, their replies lost", calls)
+	peeker := redisstore.New(direct, redisstore.WithPrefix("lostb"))
+	for _, key := range []string{"flight-0", "flight-1", "batched-0", "batched-1", "batched-2", "batched-3", "batched-4"} {
+		d, err := peeker.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1, Op: ratelimit.OpPeek})
+		want := []int64{98} // a peek answers as a take would: 98 left after one take
+		if strings.HasPrefix(key, "batched") {
+			want = append(want, 99) // or 99 if the batch never left (its connection's handshake timed out)
+		}
+		if err != nil || !slices.Contains(want, d.Remaining) {
+			t.Errorf("%s: a peek gives %+v, %v; want %v left: taken at most once", key, d, err, want)
+		}
 	}
 }

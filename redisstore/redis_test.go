@@ -445,7 +445,17 @@ func startProxy(t *testing.T, server string) *proxy {
 	}
 	p := &proxy{addr: l.Addr().String()}
 	var conns sync.WaitGroup
-	t.Cleanup(func() { l.Close(); conns.Wait() })
+	var mu sync.Mutex
+	var open []net.Conn
+	t.Cleanup(func() { // close what the clients left open, and wait for the copies to end
+		l.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		conns.Wait()
+	})
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -457,6 +467,9 @@ func startProxy(t *testing.T, server string) *proxy {
 				c.Close()
 				continue
 			}
+			mu.Lock()
+			open = append(open, c, s)
+			mu.Unlock()
 			conns.Add(2)
 			go func() { defer conns.Done(); io.Copy(s, c); s.Close() }()
 			go func() {
