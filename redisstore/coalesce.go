@@ -14,30 +14,17 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 )
 
-// Coalescing. One EVALSHA per decision makes Redis pay its per-command cost (parsing,
-// the script's lookup, the reply) and go-redis its own (a pooled connection, a
-// round trip) on every decision. Decisions that arrive while a call to the same node is
-// in flight instead ride the next call together: one script decides each of them,
-// independently and in order, with its own algorithm, rule, n and op, and returns each
-// its own Decision.
-//
-// A decision that finds fewer than maxFlights calls in flight to its node and none
-// waiting goes out at once, alone, as before: no added latency when idle. The others
-// wait for the next call (at most WithMaxBatch of them per call); when a call returns
-// and decisions are waiting, the next one goes out from a goroutine of the node's, and
-// so on until none is left. Each caller waits no longer than its context allows; one
-// that gives up before its call goes out is left out of it, and a call never goes out on
-// a cancelled caller's context. A call whose reply is lost is an error for each of its
-// decisions, never sent again: counted at most once, as alone.
-//
-// On Redis Cluster the decisions are grouped by the master of their keys' slot. A
-// script may declare keys of one slot only, so the batch script declares one (for the
-// routing) and reads the others' names from its arguments, which Redis 7 allows with the
-// script flag allow-cross-slot-keys, for keys the node holds. The script touches every
-// key before it writes any: a key that has moved (MOVED, ASK, a slot migrating) fails
-// the script before any write, and each of its decisions is then retried alone, through
-// the cluster client's redirections. A server without script flags (Redis 6) makes the
-// store decide one by one from then on.
+// Coalescing (see the package doc). A node is the queue of one server: the store's
+// client, or one master of a cluster. A decision that finds fewer than maxFlights calls
+// in flight to its node and none waiting goes out alone, from its caller's goroutine; the
+// others wait in the node's queue, and when a call lands with decisions waiting, the
+// next batch goes out from a goroutine of the node's, and so on until none is left. A
+// batch's call never runs on a caller's context: it ends at the latest of its callers'
+// deadlines. On a cluster the batch script declares one key, for the routing, reads the
+// others' names from its arguments (the allow-cross-slot-keys flag allows keys of other
+// slots on the same node) and touches every key before it writes any, so that a key the
+// node does not hold fails it before any write. A server without script flags (Redis 6)
+// makes the store decide one by one from then on.
 
 // DefaultMaxBatch is how many decisions one call of the batch script decides at most.
 const DefaultMaxBatch = 128

@@ -1,12 +1,14 @@
 // Package redisstore is the ratelimit.Store on Redis: one limit shared by every instance
 // of an application, with one atomic round trip per decision.
 //
-// Each decision is one EVALSHA of the algorithm's Lua script. The store loads each script
-// once (SCRIPT LOAD) before its first use and again when the server has lost it (after a
-// restart, a failover or SCRIPT FLUSH), one load for all the callers waiting. The script reads the
-// key's state, decides exactly as the in-memory step does, writes the state back and sets
-// its TTL, all atomically. Time is the Redis server's (TIME), so instances whose clocks
-// disagree still agree on every decision; WithClock sends the caller's clock instead.
+// A decision is one EVALSHA of the algorithm's Lua script; decisions that arrive while
+// calls to the same server are in flight ride the next call together, one script deciding
+// each of them (see Coalescing). The store loads each script once (SCRIPT LOAD) before
+// its first use and again when the server has lost it (after a restart, a failover or
+// SCRIPT FLUSH), one load for all the callers waiting. The script reads the key's state,
+// decides exactly as the in-memory step does, writes the state back and sets its TTL,
+// all atomically. Time is the Redis server's (TIME), so instances whose clocks disagree
+// still agree on every decision; WithClock sends the caller's clock instead.
 //
 // Peek, refund and reset are one script each too, and a decision under several limits
 // (ratelimit.AllowAll) is one script for all of them when their keys
@@ -21,6 +23,23 @@
 // holds for clients with a Process method (*redis.Client, *redis.ClusterClient,
 // *redis.Ring, *redis.AutoPipeliner); any other Scripter is called through
 // redis.Script.Run, and its own retry policy applies.
+//
+// # Coalescing
+//
+// A decision that finds no more than one call in flight to its server, and none waiting,
+// goes out at once, alone: no latency is added when the store is idle. Decisions that
+// arrive while two calls are in flight wait for the next one, which decides up to
+// WithMaxBatch (128) of them in one script, each independently and in order, with its
+// own algorithm, rule, n and op, exactly as alone. Redis then pays its per-command cost
+// (parsing, the script's lookup, the reply) and go-redis its pool and round trip once per
+// batch instead of once per decision. Each caller waits no longer than its context
+// allows; one that gives up before its batch goes out is left out of it; a batch whose
+// reply is lost is an error for each of its decisions, never sent again. On Redis
+// Cluster the batches are per master (Redis 7's allow-cross-slot-keys script flag); a
+// key that moved fails its batch before anything is written, and its decisions are
+// retried alone. *redis.Client and *redis.ClusterClient coalesce; a Ring, an
+// AutoPipeliner (which pipelines by itself) or another Scripter sends one call per
+// decision. WithMaxBatch(1) turns it off.
 //
 // # Deadlines
 //
