@@ -2,7 +2,9 @@ package benchmarks
 
 import (
 	"context"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -219,6 +221,52 @@ func BenchmarkHotKey(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}
+
+// BenchmarkRedisLatency: decisions offered at a fixed rate, 20,000 a second over 1024
+// keys, each in a goroutine of its own as a server's requests are: the latency of each
+// from the instant it was due (so that a client falling behind shows), p50 and p99, for
+// our store coalescing, ours one call per decision, and redis_rate. Run it with a fixed
+// count: -benchtime 60000x is three seconds of load.
+func BenchmarkRedisLatency(b *testing.B) {
+	addr := redistest.Addr(b)
+	const rate = 20_000
+	for _, impl := range []struct {
+		name string
+		make func(*testing.B, string) allowFunc
+	}{
+		{"ratelimit-tokenbucket", oursRedis(false)},
+		{"ratelimit-tokenbucket-onebyone", oursRedis(false, redisstore.WithMaxBatch(1))},
+		{"redis_rate", redisRate},
+	} {
+		b.Run(impl.name+"/20k-per-second", func(b *testing.B) {
+			allow := impl.make(b, addr)
+			ctx := context.Background()
+			for _, k := range keys {
+				allow(ctx, k)
+			}
+			latency := make([]time.Duration, b.N)
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for sent := 0; sent < b.N; {
+				due := int(time.Since(start) * rate / time.Second) // offered by now
+				for ; sent < min(due+1, b.N); sent++ {
+					i, at := sent, start.Add(time.Duration(sent)*time.Second/rate)
+					wg.Go(func() {
+						allow(ctx, keys[i%len(keys)])
+						latency[i] = time.Since(at)
+					})
+				}
+				time.Sleep(200 * time.Microsecond) // the pace of the offered load
+			}
+			wg.Wait()
+			b.StopTimer()
+			slices.Sort(latency)
+			b.ReportMetric(float64(latency[len(latency)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(latency[len(latency)*99/100].Microseconds()), "p99-µs")
 		})
 	}
 }
