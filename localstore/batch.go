@@ -22,6 +22,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	}
 	args := make([]ratelimit.Args, len(reqs))
 	shardOf := make([]int, len(reqs))
+	hashes := make([]uint64, len(reqs))
 	for i, r := range reqs {
 		if r.Algorithm == nil {
 			return nil, errors.New("localstore: request has no algorithm")
@@ -33,7 +34,8 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if err != nil {
 			return nil, err
 		}
-		args[i], shardOf[i] = a, int(maphash.String(s.seed, r.Key)&s.mask)
+		hashes[i] = maphash.String(s.seed, r.Key)
+		args[i], shardOf[i] = a, int(hashes[i]&s.mask)
 	}
 	if err := core.CheckDistinct("localstore", reqs); err != nil {
 		return nil, err
@@ -56,7 +58,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	all := true
 	for i, r := range reqs {
 		sh := &s.shards[shardOf[i]]
-		if e := sh.table(r.Algorithm, r.Namespace).keys[r.Key]; e != nil && e.expires > now {
+		if e := sh.table(r.Algorithm, r.Namespace).keys.get(hashes[i], r.Key); e != nil && e.expires > now {
 			states[i] = core.Clone(e.state)
 		}
 		ds[i] = r.Algorithm.Step(&states[i], now, args[i])
@@ -67,10 +69,10 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	}
 	for i, r := range reqs {
 		sh := &s.shards[shardOf[i]]
-		keys := sh.table(r.Algorithm, r.Namespace).keys
-		e := keys[r.Key]
+		keys := &sh.table(r.Algorithm, r.Namespace).keys
+		e := keys.get(hashes[i], r.Key)
 		if e == nil {
-			e = s.add(sh, keys, r.Key, now)
+			e = s.add(sh, keys, hashes[i], r.Key, now)
 		}
 		e.state = states[i]
 		e.expires = now + expiry(ds[i].ResetAfter)

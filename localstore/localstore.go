@@ -2,8 +2,9 @@
 // process, for limits that need not be shared across instances, for tests, and as the
 // fallback when Redis is down.
 //
-// Keys live in a sharded map, each shard behind its own mutex, so one decision is one
-// short critical section and decisions on an existing key allocate nothing. Memory is
+// Keys live in shards, each behind its own mutex, so one decision is one short critical
+// section and decisions on an existing key allocate nothing. A key is hashed once: the
+// hash chooses its shard and finds it in the shard's own open-addressing table. Memory is
 // bounded twice over:
 //
 //   - Idle keys expire. A key whose state is back to its full allowance (its last
@@ -17,7 +18,7 @@
 //     cap costs accuracy for the evicted keys, never memory.
 //
 // Each key costs about 120 bytes besides the key string itself: TestMemoryBound drives a
-// million 16-byte keys through a store capped at 100,000 and measures 134 bytes per key.
+// million 16-byte keys through a store capped at 100,000 and measures 148 bytes per key.
 //
 // Time comes from a clock.Clock (WithClock; by default clock.NewMonotonic(), the wall
 // clock at New plus the monotonic time since, which never steps back). Each key's time
@@ -91,7 +92,7 @@ type shardState struct {
 type table struct {
 	alg  *ratelimit.Algorithm
 	ns   string
-	keys map[string]*entry
+	keys index
 	// the last rule decided in this table and its Args: preparing a rule costs a few
 	// divisions, a good part of a decision, and most tables see one rule again and again
 	rule ratelimit.Rule
@@ -194,10 +195,11 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		return ratelimit.Decision{}, errors.New("localstore: request has no algorithm")
 	}
 	now := s.now()
-	sh := &s.shards[maphash.String(s.seed, req.Key)&s.mask]
+	h := maphash.String(s.seed, req.Key) // chooses the shard, and finds the key in it
+	sh := &s.shards[h&s.mask]
 
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	defer sh.mu.Unlock() // deferred: a third party's Step that panics must not leave the shard locked
 	t := sh.table(alg, req.Namespace)
 	args := t.args // the Args of the table's last rule, good if req.Rule is the same
 	if req.Rule != t.rule || req.N < 1 || req.N > args.Limit {
@@ -213,7 +215,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		sh.sweep(now)
 		sh.nextSweep = now + s.sweepEvery
 	}
-	e := t.keys[req.Key]
+	e := t.keys.get(h, req.Key)
 	if e != nil && e.expires <= now { // back to full: what is left counts for nothing, whatever the rule now
 		e.state = ratelimit.State{Log: e.state.Log}
 		if e.state.Log != nil {
@@ -223,7 +225,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	switch req.Op {
 	case ratelimit.OpTake:
 		if e == nil {
-			e = s.add(sh, t.keys, req.Key, now)
+			e = s.add(sh, &t.keys, h, req.Key, now)
 		}
 		d := alg.Step(&e.state, now, args)
 		e.expires = now + expiry(d.ResetAfter)
@@ -234,7 +236,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		}
 	case ratelimit.OpReset:
 		if e != nil {
-			delete(t.keys, req.Key)
+			t.keys.del(h, req.Key)
 			sh.size--
 			sh.bytes -= cost(req.Key)
 			e = nil
@@ -255,13 +257,13 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 
 // add holds a new key in keys, a table of sh, evicting others while the shard is full
 // in keys or in bytes.
-func (s *Store) add(sh *shard, keys map[string]*entry, key string, now int64) *entry {
+func (s *Store) add(sh *shard, keys *index, h uint64, key string, now int64) *entry {
 	c := cost(key)
 	for sh.size > 0 && (sh.size >= s.perShard || sh.bytes+c > s.maxBytes) {
-		sh.evict(now)
+		sh.evict(h, now)
 	}
 	e := &entry{}
-	keys[key] = e
+	keys.put(h, key, e)
 	sh.size++
 	sh.bytes += c
 	return e
@@ -299,7 +301,7 @@ func (sh *shard) table(alg *ratelimit.Algorithm, ns string) *table {
 			return &sh.tables[i]
 		}
 	}
-	sh.tables = append(sh.tables, table{alg: alg, ns: ns, keys: make(map[string]*entry)})
+	sh.tables = append(sh.tables, table{alg: alg, ns: ns})
 	return &sh.tables[len(sh.tables)-1]
 }
 
@@ -314,39 +316,35 @@ func (t *table) prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 
 // sweep drops every key that is back to full.
 func (sh *shard) sweep(now int64) {
-	for _, t := range sh.tables {
-		for k, e := range t.keys {
-			if e.expires <= now {
-				delete(t.keys, k)
-				sh.size--
-				sh.bytes -= cost(k)
-			}
-		}
+	for i := range sh.tables {
+		sh.tables[i].keys.sweep(func(e *entry) bool { return e.expires <= now }, func(k string) {
+			sh.size--
+			sh.bytes -= cost(k)
+		})
 	}
 }
 
 // evict drops one key of the largest table: the first expired one among a few sampled
-// (map iteration starts at a random place), or else the sampled one that will be full
-// soonest.
-func (sh *shard) evict(now int64) {
-	var largest map[string]*entry
-	for _, t := range sh.tables {
-		if len(t.keys) > len(largest) {
-			largest = t.keys
+// (from a place the hash of the key coming in picks), or else the sampled one that will
+// be full soonest.
+func (sh *shard) evict(h uint64, now int64) {
+	var largest *index
+	for i := range sh.tables {
+		if largest == nil || sh.tables[i].keys.n > largest.n {
+			largest = &sh.tables[i].keys
 		}
 	}
-	victim, soonest, seen := "", int64(0), 0
-	for k, e := range largest {
-		if seen == 0 || e.expires < soonest {
-			victim, soonest = k, e.expires
-		}
-		if seen++; soonest <= now || seen == evictSamples {
-			break
-		}
+	if largest == nil || largest.n == 0 {
+		return
 	}
-	if seen > 0 {
-		delete(largest, victim)
-		sh.size--
-		sh.bytes -= cost(victim)
-	}
+	victim, soonest := -1, int64(0)
+	largest.sample(h>>7, evictSamples, func(i int) bool {
+		if e := largest.slots[i].e; victim < 0 || e.expires < soonest {
+			victim, soonest = i, e.expires
+		}
+		return soonest > now
+	})
+	sh.size--
+	sh.bytes -= cost(largest.slots[victim].key)
+	largest.removeAt(victim)
 }
