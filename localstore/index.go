@@ -24,18 +24,26 @@ func (ix *index) home(h uint64) int { return int((h >> 32) & uint64(len(ix.slots
 
 // get is the entry of key, of hash h, or nil.
 func (ix *index) get(h uint64, key string) *entry {
+	if i := ix.find(h, key); i >= 0 {
+		return ix.slots[i].e
+	}
+	return nil
+}
+
+// find is the slot of key, of hash h, or -1.
+func (ix *index) find(h uint64, key string) int {
 	if ix.n == 0 {
-		return nil
+		return -1
 	}
 	h |= used
 	mask := len(ix.slots) - 1
 	for i := ix.home(h); ; i = (i + 1) & mask {
 		s := &ix.slots[i]
 		if s.hash == 0 {
-			return nil
+			return -1
 		}
 		if s.hash == h && s.key == key {
-			return s.e
+			return i
 		}
 	}
 }
@@ -70,21 +78,11 @@ func (ix *index) grow() {
 
 // del forgets key, of hash h, and reports whether the index held it.
 func (ix *index) del(h uint64, key string) bool {
-	if ix.n == 0 {
-		return false
+	i := ix.find(h, key)
+	if i >= 0 {
+		ix.removeAt(i)
 	}
-	h |= used
-	mask := len(ix.slots) - 1
-	for i := ix.home(h); ; i = (i + 1) & mask {
-		s := &ix.slots[i]
-		if s.hash == 0 {
-			return false
-		}
-		if s.hash == h && s.key == key {
-			ix.removeAt(i)
-			return true
-		}
-	}
+	return i >= 0
 }
 
 // removeAt empties slot i, and moves back the keys after it that would no longer be

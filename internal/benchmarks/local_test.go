@@ -109,24 +109,30 @@ func BenchmarkLocal(b *testing.B) {
 				allow(ctx, keys[0])
 			}
 		})
-		b.Run(impl.name+"/parallel-1024keys", func(b *testing.B) {
-			allow := impl.make(b)
-			ctx := context.Background()
-			for _, k := range keys {
-				allow(ctx, k)
-			}
-			var worker atomic.Int64
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(worker.Add(1)) * 97
-				for pb.Next() {
-					allow(ctx, keys[i%len(keys)])
-					i++
-				}
-			})
-		})
+		b.Run(impl.name+"/parallel-1024keys", func(b *testing.B) { overKeys(b, impl.make(b), 0) })
 	}
 }
 
 func testingProcs() int { return runtime.GOMAXPROCS(0) }
+
+// overKeys runs allow in parallel over the 1024 keys, each decided once first: from
+// callers goroutines, or GOMAXPROCS when callers is 0.
+func overKeys(b *testing.B, allow allowFunc, callers int) {
+	ctx := context.Background()
+	for _, k := range keys {
+		allow(ctx, k)
+	}
+	var worker atomic.Int64
+	if callers > 0 {
+		b.SetParallelism(callers / max(1, testingProcs()))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(worker.Add(1)) * 97
+		for pb.Next() {
+			allow(ctx, keys[i%len(keys)])
+			i++
+		}
+	})
+}

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,22 +150,7 @@ func BenchmarkRedis(b *testing.B) {
 		})
 		for _, n := range []int{callers, 256} {
 			b.Run(impl.name+"/parallel-"+strconv.Itoa(n)+"callers", func(b *testing.B) {
-				allow := impl.make(b, addr)
-				ctx := context.Background()
-				for _, k := range keys {
-					allow(ctx, k)
-				}
-				var worker atomic.Int64
-				b.SetParallelism(n / max(1, testingProcs()))
-				b.ReportAllocs()
-				b.ResetTimer()
-				b.RunParallel(func(pb *testing.PB) {
-					i := int(worker.Add(1)) * 97
-					for pb.Next() {
-						allow(ctx, keys[i%len(keys)])
-						i++
-					}
-				})
+				overKeys(b, impl.make(b, addr), n)
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 			})
 		}
@@ -306,22 +290,7 @@ func BenchmarkRedisCluster(b *testing.B) {
 	} {
 		for _, n := range []int{callers, 256} {
 			b.Run(impl.name+"/parallel-"+strconv.Itoa(n)+"callers", func(b *testing.B) {
-				allow := impl.make(b)
-				ctx := context.Background()
-				for _, k := range keys {
-					allow(ctx, k)
-				}
-				var worker atomic.Int64
-				b.SetParallelism(n / max(1, testingProcs()))
-				b.ReportAllocs()
-				b.ResetTimer()
-				b.RunParallel(func(pb *testing.PB) {
-					i := int(worker.Add(1)) * 97
-					for pb.Next() {
-						allow(ctx, keys[i%len(keys)])
-						i++
-					}
-				})
+				overKeys(b, impl.make(b), n)
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 			})
 		}
