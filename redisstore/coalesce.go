@@ -104,9 +104,8 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, erro
 	if n.flights < maxFlights && len(n.waiting) == 0 {
 		n.flights++
 		n.mu.Unlock()
-		d, err := s.single(ctx, c)
-		s.landed(n)
-		return d, err
+		defer s.landed(n) // even if the client panics: a flight that never lands would stall the node
+		return s.single(ctx, c)
 	}
 	w := waitingCalls.Get().(*call)
 	done := w.done
@@ -190,7 +189,7 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 	}
 	ctx, cancel := batchContext(live)
 	defer cancel()
-	ds, err := s.decideBatch(ctx, n, live)
+	ds, err := s.safeDecideBatch(ctx, n, live)
 	for i, c := range live {
 		if err != nil {
 			c.err = err
@@ -199,6 +198,17 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 		}
 		c.done <- struct{}{}
 	}
+}
+
+// safeDecideBatch is decideBatch, with a panic of the client turned into an error for
+// the batch: it runs on a goroutine of the store's, where a panic would end the process.
+func (s *Store) safeDecideBatch(ctx context.Context, n *node, calls []*call) (ds []result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ds, err = nil, fmt.Errorf("redisstore: batch: the client panicked: %v: %w", p, ratelimit.ErrUnavailable)
+		}
+	}()
+	return s.decideBatch(ctx, n, calls)
 }
 
 // batchContext is the context of a batch's call: no caller's cancellation reaches it,

@@ -396,3 +396,57 @@ func TestCoalescedReplyLost(t *testing.T) {
 		}
 	}
 }
+
+// panicHook makes the client panic on every script call while on is set.
+type panicHook struct{ on *atomic.Bool }
+
+func (panicHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h panicHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() && strings.HasPrefix(cmd.Name(), "eval") {
+			panic("the client broke")
+		}
+		return next(ctx, cmd)
+	}
+}
+func (panicHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestCoalescedClientPanics: a client that panics fails the decisions of a batch with
+// ErrUnavailable instead of ending the process from the store's goroutine, and a panic
+// of a call alone leaves no flight counted: once the client is well, decisions go on.
+func TestCoalescedClientPanics(t *testing.T) {
+	client := redistest.Start(t).Client()
+	var on atomic.Bool
+	client.AddHook(panicHook{&on})
+	s := redisstore.New(client)
+	take := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil { // a call alone panics on its caller's goroutine
+				err = fmt.Errorf("panicked: %v", p)
+			}
+		}()
+		_, err = s.Apply(context.Background(), ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "k", Rule: ratelimit.PerHour(1_000_000), N: 1})
+		return err
+	}
+	if err := take(); err != nil {
+		t.Fatal(err)
+	}
+	on.Store(true)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if err := take(); err == nil {
+				t.Error("a decision through a panicking client succeeded")
+			}
+		})
+	}
+	wg.Wait()
+	on.Store(false)
+	for i := range 50 {
+		if err := take(); err != nil {
+			t.Fatalf("decision %d after the client is well: %v", i, err)
+		}
+	}
+}
