@@ -45,18 +45,23 @@ func oursRedis(pipeline bool, opts ...redisstore.Option) func(*testing.B, string
 			b.Cleanup(func() { ap.Close() })
 			client = ap
 		}
-		var l ratelimit.Limiter
-		l, err := tokenbucket.New(redisstore.New(client, append(opts, redisstore.WithPrefix("ours"))...), ratelimit.PerSecond(limit))
+		return oursOn(b, client, opts...)
+	}
+}
+
+// oursOn is our token bucket on client, through the ratelimit.Limiter interface.
+func oursOn(b *testing.B, client redis.Scripter, opts ...redisstore.Option) allowFunc {
+	var l ratelimit.Limiter
+	l, err := tokenbucket.New(redisstore.New(client, append(opts, redisstore.WithPrefix("ours"))...), ratelimit.PerSecond(limit))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func(ctx context.Context, key string) bool {
+		d, err := l.Allow(ctx, key)
 		if err != nil {
 			b.Fatal(err)
 		}
-		return func(ctx context.Context, key string) bool {
-			d, err := l.Allow(ctx, key)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return d.Allowed
-		}
+		return d.Allowed
 	}
 }
 
@@ -266,19 +271,7 @@ func BenchmarkRedisCluster(b *testing.B) {
 		return c
 	}
 	ours := func(opts ...redisstore.Option) func(*testing.B) allowFunc {
-		return func(b *testing.B) allowFunc {
-			l, err := tokenbucket.New(redisstore.New(newCluster(b), append(opts, redisstore.WithPrefix("ours"))...), ratelimit.PerSecond(limit))
-			if err != nil {
-				b.Fatal(err)
-			}
-			return func(ctx context.Context, key string) bool {
-				d, err := l.Allow(ctx, key)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return d.Allowed
-			}
-		}
+		return func(b *testing.B) allowFunc { return oursOn(b, newCluster(b), opts...) }
 	}
 	for _, impl := range []struct {
 		name string
