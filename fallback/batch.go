@@ -98,7 +98,7 @@ func (s *Store) decideAllLocally(ctx context.Context, reqs []ratelimit.Request, 
 	shares := make([]ratelimit.Request, len(reqs))
 	fits := true
 	for i, r := range reqs {
-		r.Rule = core.Share(r.Rule, s.instances)
+		r.Rule = core.Share(r.Rule, s.n())
 		shares[i] = r
 		share := shareCapacity(r)
 		ds[i] = ratelimit.Decision{Limit: share, RetryAfter: s.breaker.retryAfter()}

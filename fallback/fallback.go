@@ -8,7 +8,8 @@
 //
 // # While the primary is down
 //
-// With WithInstances(n), each of n instances enforces 1/n of every rule on its secondary,
+// With WithInstances(n), or WithInstanceCount(f) for a number learned at run time (see
+// redisstore.Members), each of n instances enforces 1/n of every rule on its secondary,
 // never rounded up: Limit and Burst divided by n and rounded down, a share below 1 per
 // Period becoming 1 per a longer Period (2 per second over 5 instances: 1 per 3 seconds
 // each), and Burst at least 1. With 4 instances and a limit of 100, each admits 25.
@@ -141,6 +142,7 @@ type Hooks struct {
 type Store struct {
 	primary, secondary ratelimit.Store
 	instances          int64
+	count              func() int // the instances learned (WithInstanceCount); nil: instances
 	timeout            time.Duration
 	policy             Policy
 	hooks              Hooks
@@ -157,10 +159,18 @@ type optionFunc func(*Store)
 
 func (f optionFunc) apply(s *Store) { f(s) }
 
+// WithInstanceCount makes the number of instances sharing the rule while the primary is
+// down whatever count returns at each decision (less than 1 means 1): the number of
+// instances alive, learned while the primary was up, such as redisstore.Members.Count.
+// It replaces WithInstances.
+func WithInstanceCount(count func() int) Option {
+	return optionFunc(func(s *Store) { s.count = count })
+}
+
 // WithInstances says how many instances share the rule while the primary is down: each
 // enforces 1/n of it (1 by default: the whole rule; less than 1 means 1).
 func WithInstances(n int) Option {
-	return optionFunc(func(s *Store) { s.instances = int64(max(1, n)) })
+	return optionFunc(func(s *Store) { s.instances, s.count = int64(max(1, n)), nil })
 }
 
 // WithTimeout bounds each call of the primary (DefaultTimeout by default; 0 or less means
@@ -277,7 +287,7 @@ func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.D
 	if req.Op == ratelimit.OpPeek {
 		return
 	}
-	req.Rule = core.Share(req.Rule, s.instances)
+	req.Rule = core.Share(req.Rule, s.n())
 	if req.Op == ratelimit.OpTake {
 		share := shareCapacity(req)
 		if share == 0 || (!d.Allowed && d.Remaining > 0) { // nothing to mirror; or n was too many, the key not spent
@@ -292,6 +302,14 @@ func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.D
 		req.N = min(req.N, share)
 	}
 	s.secondary.Apply(ctx, req) // a denial means the share is already spent
+}
+
+// n is the number of instances sharing the rule now.
+func (s *Store) n() int64 {
+	if s.count != nil {
+		return int64(max(1, s.count()))
+	}
+	return s.instances
 }
 
 // isNil reports whether s is nil, or a nil pointer in an interface.
@@ -370,7 +388,7 @@ func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capaci
 		d = ratelimit.Decision{Limit: capacity, RetryAfter: s.breaker.retryAfter()}
 	default:
 		// this instance's share of the rule; its capacity is the rule's divided likewise
-		req.Rule = core.Share(req.Rule, s.instances)
+		req.Rule = core.Share(req.Rule, s.n())
 		if share := shareCapacity(req); req.N > share {
 			d = ratelimit.Decision{Limit: share, RetryAfter: s.breaker.retryAfter()} // wait for the primary
 		} else {

@@ -449,3 +449,31 @@ func TestBreakerFlaps(t *testing.T) {
 		}
 	}
 }
+
+// TestLearnedCount: with a learned instance count of 3, each instance admits a third of
+// the rule while the primary is down; the count is read at each decision.
+func TestLearnedCount(t *testing.T) {
+	p := newPrimary()
+	p.fail(errDown)
+	var count atomic.Int64
+	count.Store(3)
+	s := fallback.New(p, localstore.New(), fallback.WithInstanceCount(func() int { return int(count.Load()) }))
+	admitted := func(key string) int {
+		n := 0
+		for range 100 {
+			if d, err := s.Apply(context.Background(), req(key, ratelimit.PerHour(90))); err != nil {
+				t.Fatal(err)
+			} else if d.Allowed {
+				n++
+			}
+		}
+		return n
+	}
+	if n := admitted("a"); n != 30 {
+		t.Errorf("a learned count of 3: admitted %d of a rule of 90; want 30", n)
+	}
+	count.Store(0) // never divides by 0: 1
+	if n := admitted("b"); n != 90 {
+		t.Errorf("a learned count of 0: admitted %d; want the whole rule, 90", n)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"os/exec"
@@ -10,10 +11,12 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/redisstore"
 )
 
-// TestEndToEnd builds the gateway, runs it on a real redis-server, drives it, kills Redis,
-// and checks that it keeps answering, from each instance's share of the rules.
+// TestEndToEnd builds the gateway, runs it on a real redis-server beside another member of
+// its fleet, drives it, kills Redis, and checks that it keeps answering, from its share of
+// the rules: half, as it learned there were two gateways.
 func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway binary")
@@ -29,7 +32,15 @@ func TestEndToEnd(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	gw := exec.Command(bin, "-addr", addr, "-redis", "redis://"+srv.Addr, "-instances", "2",
+	other := redisstore.NewMembers(srv.Client(), "gateway", redisstore.WithMemberID("the-other-gateway"))
+	if _, err := other.Beat(context.Background()); err != nil { // a member before the gateway starts
+		t.Fatal(err)
+	}
+	beating, stopBeating := context.WithCancel(context.Background())
+	defer stopBeating()
+	go other.Run(beating) // and as long as the test runs
+	// no -instances: the gateway learns that there are 2
+	gw := exec.Command(bin, "-addr", addr, "-redis", "redis://"+srv.Addr,
 		"-timeout", "50ms", "-breaker-open", "200ms")
 	if err := gw.Start(); err != nil {
 		t.Fatal(err)

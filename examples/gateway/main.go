@@ -13,8 +13,10 @@
 // Every response carries X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset,
 // and the IETF draft's RateLimit-Policy and RateLimit; a denied request gets 429 with
 // Retry-After. Decisions go to Redis through a fail-open store: while Redis is down each of
-// -instances gateways (1 by default: set it to the fleet's size) enforces its share of
-// every rule in memory, and the log says when it switches and why.
+// the gateways enforces its share of every rule in memory, and the log says when it
+// switches and why. How many gateways share: by default the number alive, which each
+// learns while Redis is up (every gateway beats in Redis every 2s; see
+// redisstore.Members); -instances N fixes it.
 //
 // A misconfiguration stops it at start, with a message: -redis and -redis-cluster
 // together, -redis-cluster at a server without cluster support, -redis at a cluster node,
@@ -66,7 +68,7 @@ func main() {
 	flag.DurationVar(&c.reload, "reload", 30*time.Second, "how often to read the rules again")
 	flag.StringVar(&c.store.redisURL, "redis", "", "Redis URL, redis://host:port (default: an embedded miniredis)")
 	flag.StringVar(&c.store.cluster, "redis-cluster", "", "Redis Cluster nodes, host:port,host:port,...")
-	flag.IntVar(&c.store.instances, "instances", 1, "gateway instances sharing the limits: each enforces 1/n while Redis is down (set it to the fleet's size)")
+	flag.IntVar(&c.store.instances, "instances", 0, "gateway instances sharing the limits: each enforces 1/n while Redis is down (0: the number alive, learned through Redis)")
 	flag.DurationVar(&c.store.timeout, "timeout", 5*time.Millisecond, "the most a decision waits for Redis")
 	flag.DurationVar(&c.store.breakerOpen, "breaker-open", time.Second, "how long Redis is left alone after it fails")
 	flag.StringVar(&c.trustedProxies, "trusted-proxies", "", "CIDRs of proxies in front of the gateway; set, limits are also per client IP (from X-Forwarded-For past these proxies)")

@@ -51,7 +51,7 @@ func newMetrics() *metrics {
 
 // hooks report the fallback store's events into the metrics, and log each switch to and
 // from the instances' shares, with the Redis error that caused it.
-func (m *metrics) hooks(log *slog.Logger, instances int) fallback.Hooks {
+func (m *metrics) hooks(log *slog.Logger, instances func() int) fallback.Hooks {
 	var lastErr atomic.Pointer[error]
 	return fallback.Hooks{
 		OnDecision: func(src fallback.Source, _ time.Duration) {
@@ -77,7 +77,7 @@ func (m *metrics) hooks(log *slog.Logger, instances int) fallback.Hooks {
 				if err := lastErr.Load(); err != nil {
 					reason = (*err).Error()
 				}
-				log.Warn("Redis is failing; deciding from this instance's share of each rule", "reason", reason, "instances", instances)
+				log.Warn("Redis is failing; deciding from this instance's share of each rule", "reason", reason, "instances", instances())
 			case to == fallback.Closed:
 				log.Info("Redis answers again; deciding on Redis")
 			}

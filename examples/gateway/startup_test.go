@@ -104,7 +104,7 @@ func TestStoreReadyBeforeServing(t *testing.T) {
 func TestFallbackSwitchesLogged(t *testing.T) {
 	var logs syncBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
-	h := newMetrics().hooks(log, 3)
+	h := newMetrics().hooks(log, func() int { return 3 })
 	h.OnPrimaryError(errors.New("dial tcp 10.0.0.9:6379: connect: connection refused"), true)
 	h.OnStateChange(fallback.Closed, fallback.Open)
 	h.OnStateChange(fallback.Open, fallback.HalfOpen)

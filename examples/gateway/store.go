@@ -21,7 +21,7 @@ import (
 type storeConfig struct {
 	redisURL      string        // redis://host:port/db; empty: see cluster
 	cluster       string        // host:port,host:port; empty with redisURL: an embedded miniredis
-	instances     int           // gateway instances sharing the limits
+	instances     int           // gateway instances sharing the limits; 0: learned through Redis
 	timeout       time.Duration // the budget of one Redis call
 	breakerOpen   time.Duration
 	localMaxKeys  int
@@ -95,9 +95,28 @@ func openStore(ctx context.Context, cfg storeConfig, m *metrics, log *slog.Logge
 		}
 		log.Warn("Redis does not answer; starting on each instance's share of the rules until it does", "err", err)
 	}
+	instances := fallback.WithInstances(cfg.instances)
+	count := func() int { return cfg.instances }
+	if cfg.instances < 1 { // learned: each gateway beats in Redis, and counts the live ones
+		members := redisstore.NewMembers(client, "gateway")
+		if _, err := members.Beat(start); err != nil {
+			log.Warn("cannot count the gateways in Redis yet; assuming 1 until it answers", "err", err)
+		}
+		beat, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); members.Run(beat) }()
+		closeAll = append([]func(){func() {
+			stopBeat()
+			<-done
+			leave, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			members.Leave(leave)
+		}}, closeAll...)
+		instances, count = fallback.WithInstanceCount(members.Count), members.Count
+	}
 	store := fallback.New(rs, localstore.New(localstore.WithMaxKeys(cfg.localMaxKeys), localstore.WithMaxBytes(cfg.localMaxBytes)),
-		fallback.WithInstances(cfg.instances), fallback.WithTimeout(cfg.timeout),
-		fallback.WithBreaker(fallback.Breaker{OpenFor: cfg.breakerOpen}), fallback.WithHooks(m.hooks(log, cfg.instances)))
+		instances, fallback.WithTimeout(cfg.timeout),
+		fallback.WithBreaker(fallback.Breaker{OpenFor: cfg.breakerOpen}), fallback.WithHooks(m.hooks(log, count)))
 	return store, closeStore, nil
 }
 

@@ -1,0 +1,173 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+)
+
+// Members counts the live instances of a group (the gateways of one fleet, say) through
+// Redis, so that a fallback.Store divides its rules by the number of instances actually
+// running instead of a number someone must keep true by hand:
+//
+//	members := redisstore.NewMembers(client, "gateway")
+//	go members.Run(ctx)
+//	store := fallback.New(redisstore.New(client), localstore.New(),
+//		fallback.WithInstanceCount(members.Count))
+//
+// Each instance beats every interval (WithBeat, 2s by default): one script adds it to a
+// sorted set with the instant its membership expires (three intervals later), drops the
+// members whose instant has passed, gives the set a TTL and returns how many are left.
+// Count is the last number learned, at least 1; while Redis cannot be reached it stays
+// what it was, so a fallback deciding during an outage divides by the fleet as it was
+// just before. An instance that stops beating (it crashed, or was scaled away) leaves
+// the count within three intervals.
+//
+// The set is one Redis key, "<prefix>:members:{<group>}" (prefix "rl" unless
+// WithMembersPrefix says otherwise).
+type Members struct {
+	client redis.Scripter
+	key    string
+	id     string
+	every  time.Duration
+	clock  clock.Clock // nil: Redis TIME
+	count  atomic.Int64
+}
+
+// MembersOption configures Members.
+type MembersOption interface{ applyMembers(*Members) }
+
+type membersOption func(*Members)
+
+func (f membersOption) applyMembers(m *Members) { f(m) }
+
+// WithBeat sets how often an instance announces itself (2s by default); a member that
+// has not for three of them is gone. 0 or less means the default.
+func WithBeat(d time.Duration) MembersOption {
+	return membersOption(func(m *Members) {
+		if d > 0 {
+			m.every = d
+		}
+	})
+}
+
+// WithMemberID names this instance in the set (a random 16 hex digits by default). Two
+// instances with one name count as one.
+func WithMemberID(id string) MembersOption {
+	return membersOption(func(m *Members) {
+		if id != "" {
+			m.id = id
+		}
+	})
+}
+
+// WithMembersClock sends c's time instead of using Redis TIME, for tests (nil means
+// Redis TIME).
+func WithMembersClock(c clock.Clock) MembersOption {
+	return membersOption(func(m *Members) { m.clock = c })
+}
+
+// WithMembersPrefix starts the set's key with prefix (DefaultPrefix by default).
+func WithMembersPrefix(prefix string) MembersOption {
+	return membersOption(func(m *Members) {
+		if prefix != "" {
+			m.key = strings.NewReplacer("{", "(", "}", ")").Replace(prefix)
+		}
+	})
+}
+
+// NewMembers returns the Members of group on client, counting 1 until its first beat.
+// It makes no call to Redis; Run or Beat does. It panics for a nil client or option.
+func NewMembers(client redis.Scripter, group string, opts ...MembersOption) *Members {
+	if isNil(client) {
+		panic("redisstore: NewMembers with a nil client")
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	m := &Members{client: client, key: DefaultPrefix, id: hex.EncodeToString(b[:]), every: 2 * time.Second}
+	for _, o := range opts {
+		if o == nil {
+			panic("redisstore: NewMembers with a nil option")
+		}
+		o.applyMembers(m)
+	}
+	m.key += ":members:{" + nsEscaper.Replace(group) + "}"
+	m.count.Store(1)
+	return m
+}
+
+// membersScript announces ARGV[1] until ARGV[2] + ARGV[3] (microseconds), drops the
+// members whose instant has passed, keeps the set for as long, and counts the members.
+var membersScript = redis.NewScript(`
+local now = tonumber(ARGV[2])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local ttl = tonumber(ARGV[3])
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('PEXPIRE', KEYS[1], math.floor(ttl / 1000) + 1)
+return redis.call('ZCARD', KEYS[1])
+`)
+
+// Beat announces this instance once and learns how many are alive. On an error the
+// count stays what it was.
+func (m *Members) Beat(ctx context.Context) (int, error) {
+	now := any("")
+	if m.clock != nil {
+		now = m.clock.Now().UnixMicro()
+	}
+	n, err := membersScript.Run(ctx, m.client, []string{m.key}, m.id, now, (3 * m.every).Microseconds()).Int64()
+	if err != nil {
+		if unavailable(err) {
+			return int(m.count.Load()), fmt.Errorf("redisstore: members: %w: %w", ratelimit.ErrUnavailable, err)
+		}
+		return int(m.count.Load()), fmt.Errorf("redisstore: members: %w", err)
+	}
+	if n < 1 {
+		return int(m.count.Load()), fmt.Errorf("%w: members counted %d", ErrUnexpectedReply, n)
+	}
+	m.count.Store(n)
+	return int(n), nil
+}
+
+// Run beats every interval until ctx ends, and returns ctx's error. Errors of a beat
+// (Redis down) are not returned: the count stays, and the next beat tries again.
+func (m *Members) Run(ctx context.Context) error {
+	t := time.NewTicker(m.every)
+	defer t.Stop()
+	for {
+		beat, cancel := context.WithTimeout(ctx, m.every)
+		m.Beat(beat)
+		cancel()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Leave takes this instance out of the set at once (on a clean shutdown), so that the
+// others count without it before its membership expires.
+func (m *Members) Leave(ctx context.Context) error {
+	err := m.client.Eval(ctx, "return redis.call('ZREM', KEYS[1], ARGV[1])", []string{m.key}, m.id).Err()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("redisstore: members: %w", err)
+	}
+	return nil
+}
+
+// Count is the number of live instances last learned, at least 1.
+func (m *Members) Count() int { return int(m.count.Load()) }
