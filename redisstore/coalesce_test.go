@@ -155,9 +155,9 @@ func TestCoalescedCancel(t *testing.T) {
 	for i := range 2 {
 		wg.Go(func() { take(context.Background(), fmt.Sprint("slow-", i)) })
 	}
-	for client.PoolStats().TotalConns < 2 || p.delayNext.Load() > 0 { // both in flight
-		time.Sleep(time.Millisecond) // poll interval
-	}
+	redistest.Eventually(t, "both flights in flight", func() bool {
+		return client.PoolStats().TotalConns >= 2 && p.delayNext.Load() <= 0
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
 	go func() { _, err := take(ctx, "gives-up"); gaveUp <- err }()
@@ -286,9 +286,7 @@ func TestCoalescedMigration(t *testing.T) {
 			}
 		})
 	}
-	for sent.Load() < limit*keys/4 { // under way
-		time.Sleep(time.Millisecond) // poll interval
-	}
+	redistest.Eventually(t, "the traffic under way", func() bool { return sent.Load() >= limit*keys/4 })
 	host, port := dst.Options().Addr[:strings.LastIndexByte(dst.Options().Addr, ':')], dst.Options().Addr[strings.LastIndexByte(dst.Options().Addr, ':')+1:]
 	must := func(err error) {
 		if err != nil {
@@ -374,9 +372,9 @@ func TestCoalescedReplyLost(t *testing.T) {
 	for i := range 2 {
 		go func() { errs <- take(fmt.Sprint("flight-", i)) }()
 	}
-	for commandCalls(t, direct, "evalsha") < before+2 { // both flights ran; their replies are held
-		time.Sleep(time.Millisecond) // poll interval
-	}
+	redistest.Eventually(t, "both flights run, their replies held", func() bool {
+		return commandCalls(t, direct, "evalsha") >= before+2
+	})
 	for i := range 5 { // queued behind the flights: one batch
 		go func() { errs <- take(fmt.Sprint("batched-", i)) }()
 	}

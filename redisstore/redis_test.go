@@ -668,6 +668,7 @@ func TestClusterFailover(t *testing.T) {
 // never sent: the script does not run, and the key counts only the decisions that did.
 func TestGaveUpNotSent(t *testing.T) {
 	srv := redistest.Start(t)
+	admin := srv.Client()
 	for _, ctxTimeouts := range []bool{false, true} {
 		client := srv.Client(func(o *redis.Options) { o.PoolSize = 1; o.ContextTimeoutEnabled = ctxTimeouts })
 		s := redisstore.New(client, freshPrefix())
@@ -676,19 +677,19 @@ func TestGaveUpNotSent(t *testing.T) {
 		if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1); err != nil || !d.Allowed { // the script loaded
 			t.Fatal(d, err)
 		}
-		before, blpops := commandCalls(t, srv.Client(), "evalsha"), commandCalls(t, srv.Client(), "blpop")
+		before, blpops := commandCalls(t, admin, "evalsha"), commandCalls(t, admin, "blpop")
 		held := make(chan error, 1)
 		go func() { held <- client.BLPop(ctx, 0, "gate").Err() }() // takes the only connection
-		for commandCalls(t, srv.Client(), "blpop") == blpops {     // until it is there
-			time.Sleep(time.Millisecond) // poll interval
-		}
+		redistest.Eventually(t, "the BLPOP holding the only connection", func() bool {
+			return commandCalls(t, admin, "blpop") > blpops
+		})
 		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 		_, err := s.Apply(short, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "k", Rule: rule, N: 1})
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, redis.ErrPoolTimeout) {
 			t.Fatalf("ContextTimeoutEnabled %v: a decision waiting for the only connection: %v; want the deadline", ctxTimeouts, err)
 		}
-		if err := srv.Client().LPush(ctx, "gate", "go").Err(); err != nil {
+		if err := admin.LPush(ctx, "gate", "go").Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := <-held; err != nil {
@@ -698,7 +699,7 @@ func TestGaveUpNotSent(t *testing.T) {
 		if err != nil || d.Remaining != 98 {
 			t.Errorf("ContextTimeoutEnabled %v: the next decision: %+v, %v; want 98 left (the abandoned one not counted)", ctxTimeouts, d, err)
 		}
-		if n := commandCalls(t, srv.Client(), "evalsha") - before; n != 1 {
+		if n := commandCalls(t, admin, "evalsha") - before; n != 1 {
 			t.Errorf("ContextTimeoutEnabled %v: %d EVALSHA after the first; want 1 (the abandoned one never sent)", ctxTimeouts, n)
 		}
 	}

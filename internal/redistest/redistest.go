@@ -255,3 +255,17 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	}
 	return client
 }
+
+// Eventually polls cond until it holds, and fails the test if it does not within
+// StartupTimeout: a wait for a real event (a command arrived, a connection taken), never
+// a wait for time to pass.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(StartupTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond) // poll interval
+	}
+}
