@@ -17,7 +17,7 @@
 //     key starts over with its full allowance, so under an attack that rotates keys the
 //     cap costs accuracy for the evicted keys, never memory.
 //
-// Each key costs about 120 bytes besides the key string itself: TestMemoryBound drives a
+// Each key costs about 130 bytes besides the key string itself: TestMemoryBound drives a
 // million 16-byte keys through a store capped at 100,000 and measures 148 bytes per key.
 //
 // Time comes from a clock.Clock (WithClock; by default clock.NewMonotonic(), the wall
