@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -81,7 +80,7 @@ func WithMembersClock(c clock.Clock) MembersOption {
 func WithMembersPrefix(prefix string) MembersOption {
 	return membersOption(func(m *Members) {
 		if prefix != "" {
-			m.key = strings.NewReplacer("{", "(", "}", ")").Replace(prefix)
+			m.key = prefixForm(prefix)
 		}
 	})
 }

@@ -191,10 +191,14 @@ func (f optionFunc) apply(s *Store) { f(s) }
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(s *Store) {
 		if prefix != "" {
-			s.prefix = strings.NewReplacer("{", "(", "}", ")").Replace(prefix)
+			s.prefix = prefixForm(prefix)
 		}
 	})
 }
+
+// prefixForm is prefix with its braces replaced by parentheses: braces would pin every key
+// to one hash slot.
+func prefixForm(prefix string) string { return strings.NewReplacer("{", "(", "}", ")").Replace(prefix) }
 
 // WithClock makes decisions on c's time instead of the Redis server's, for tests, or for
 // applications whose clocks are known to agree. Nil means the server's time.
@@ -400,17 +404,9 @@ func (s *Store) LoadScripts(ctx context.Context, algs ...*ratelimit.Algorithm) e
 			return errors.New("redisstore: LoadScripts of an algorithm without a script")
 		}
 		sc := s.script(alg)
-		err := s.await(ctx, func() error { return s.client.ScriptLoad(ctx, sc.source).Err() })
-		if err != nil {
-			if unavailable(err) {
-				s.nodeFailed()
-				return fmt.Errorf("redisstore: loading %s: %w: %w", alg.Name, ratelimit.ErrUnavailable, err)
-			}
-			return fmt.Errorf("redisstore: loading %s: %w", alg.Name, err)
+		if err := s.loadErr(ctx, sc, sc.epoch.Load()); err != nil {
+			return s.failed("loading "+alg.Name, err)
 		}
-		sc.mu.Lock()
-		sc.epoch.Add(1)
-		sc.mu.Unlock()
 	}
 	return nil
 }
@@ -424,18 +420,27 @@ func noScript(err error) bool {
 // load loads sc's script, unless a load has ended since the caller saw epoch; a load in
 // flight is waited for, as long as ctx allows. It reports whether the script is loaded.
 func (s *Store) load(ctx context.Context, sc *script, seen uint64) bool {
+	return s.loadErr(ctx, sc, seen) == nil
+}
+
+// loadErr is load, with the error of the load that failed (or ctx's, for a caller that
+// stopped waiting for another's load).
+func (s *Store) loadErr(ctx context.Context, sc *script, seen uint64) error {
 	sc.mu.Lock()
 	if e := sc.epoch.Load(); e != seen {
 		sc.mu.Unlock()
-		return e > 0
+		if e == 0 {
+			return errors.New("redisstore: script not loaded")
+		}
+		return nil
 	}
 	if f := sc.loading; f != nil {
 		sc.mu.Unlock()
 		select {
 		case <-f.done:
-			return f.err == nil
+			return f.err
 		case <-ctx.Done():
-			return false
+			return ctx.Err()
 		}
 	}
 	f := &fetch{done: make(chan struct{})}
@@ -449,7 +454,7 @@ func (s *Store) load(ctx context.Context, sc *script, seen uint64) bool {
 	}
 	close(f.done)
 	sc.mu.Unlock()
-	return f.err == nil
+	return f.err
 }
 
 // send processes cmd, and returns when it is done or when ctx ends, whichever comes
