@@ -52,6 +52,10 @@ type Request struct {
 	Rule      Rule
 	N         int64 // events to admit (or to refund), all or none
 	Op        Op    // OpTake unless said otherwise
+	// Lease names the lease a request of an in-flight limit acquires (OpTake), releases
+	// (OpRefund) or extends (OpExtend); 0 for the rate algorithms. Stores copy it into
+	// Args.Lease, and into the script's ARGV.
+	Lease int64
 }
 
 // Op is what a Request does to its key.
@@ -69,6 +73,11 @@ const (
 	// OpReset forgets the key: its next decision sees it full. Its Decision is what OpPeek
 	// with N = 1 gives after it.
 	OpReset
+	// OpExtend renews Request.Lease for another Period from now, for algorithms of leases
+	// (Algorithm.Extend); stores refuse it for the others. Its Decision is what OpPeek
+	// with N = 1 gives after it, except Allowed, which says whether the lease was still
+	// held (and is now extended): a lease released, or expired, stays gone.
+	OpExtend
 )
 
 // Algorithm is one rate-limiting algorithm as stores see it: the integers it needs from a
@@ -76,17 +85,19 @@ const (
 // per (Algorithm, Namespace, Key), so limiters of different algorithms can share a store
 // and keys.
 //
-// The five algorithms of this module each export theirs from their package.
+// The five algorithms of this module each export theirs from their package;
+// InFlightAlgorithm is the in-flight limit's.
 type Algorithm struct {
 	// Name is short and stable ("tokenbucket"); stores may use it in their keys.
 	Name string
 
 	// Script is the Lua source of the step, for stores that run it server-side: given the
 	// Args as ARGV (N, Limit, Period, Unit, Rate, then the time in microseconds or an empty
-	// string for the server's clock, then the Op: "take" or empty, "peek", "refund" or
-	// "reset"), it reads and writes the state in KEYS and returns {allowed (0 or 1),
-	// remaining, retry after, reset after, delay}, durations in microseconds. Its state
-	// is back to full, and may expire, after reset after.
+	// string for the server's clock, then the Op: "take" or empty, "peek", "refund",
+	// "reset" or "extend", then Request.Lease in decimal), it reads and writes the state
+	// in KEYS and returns {allowed (0 or 1), remaining, retry after, reset after, delay},
+	// durations in microseconds. Its state is back to full, and may expire, after reset
+	// after.
 	Script string
 
 	// ScriptKeys names the keys the Script uses for one limiter key, in the order of KEYS.
@@ -103,8 +114,16 @@ type Algorithm struct {
 	// zero State.
 	Step func(st *State, now int64, a Args) Decision
 
-	// Refund gives a.N events back to st at now, never above its full allowance.
+	// Refund gives a.N events back to st at now, never above its full allowance. For an
+	// algorithm of leases, it releases the lease a.Lease.
 	Refund func(st *State, now int64, a Args)
+
+	// Extend is set only by an algorithm of leases (the in-flight limit of
+	// InFlightLimiter), whose state is a set of leases, each expiring by itself: it renews
+	// the lease a.Lease so that it expires no sooner than a.Period after now, and reports
+	// whether st held it. Stores refuse OpExtend for an algorithm without it, and the
+	// decorators that cache or split a key's decisions pass leases straight through.
+	Extend func(st *State, now int64, a Args) bool
 
 	// Prefetchable says that events may be taken ahead, in a batch, and admitted later one
 	// by one (redisstore.Prefetch does): a Decision carries no Delay that paces each
@@ -123,6 +142,7 @@ type Args struct {
 	Period int64 // Rule.Period in microseconds
 	Unit   int64 // algorithm-defined (the size of one event in Level's units, or a tick)
 	Rate   int64 // algorithm-defined (Level's units gained or drained per microsecond)
+	Lease  int64 // Request.Lease, copied by the store after Prepare
 }
 
 // State is one key's state as a Store keeps it for Step. The zero State is a key never

@@ -12,7 +12,10 @@
 // redisstore.Members), each of n instances enforces 1/n of every rule on its secondary,
 // never rounded up: Limit and Burst divided by n and rounded down, a share below 1 per
 // Period becoming 1 per a longer Period (2 per second over 5 instances: 1 per 3 seconds
-// each), and Burst at least 1. With 4 instances and a limit of 100, each admits 25.
+// each), and Burst at least 1. With 4 instances and a limit of 100, each admits 25. An
+// in-flight limit (ratelimit.InFlightLimiter) is divided likewise, at least one lease
+// each; the leases taken on the primary are mirrored onto the share (below), so that
+// their releases and extensions find them there while the primary is down.
 // WithPolicy chooses instead to allow everything (FailOpen) or deny everything
 // (FailClosed) while the primary is down.
 //
@@ -282,16 +285,25 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 // for it, so that when the primary fails the share has already spent what the cluster
 // has: an admission of n takes n from the share if it holds them, a denial (the key is
 // spent cluster-wide) empties it, and a refund or a reset gives back. Without it the
-// primary and the shares each admit a full allowance whenever the breaker flaps.
+// primary and the shares each admit a full allowance whenever the breaker flaps. The
+// leases of an in-flight limit are mirrored one by one, with their ids, so that a
+// release or an extension finds its lease on the share too; a denial leaves the share's
+// leases alone.
 func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.Decision) {
 	if req.Op == ratelimit.OpPeek {
 		return
 	}
-	req.Rule = core.Share(req.Rule, s.n())
+	req.Rule = s.share(req)
+	if req.Op == ratelimit.OpExtend && !d.Allowed {
+		return // a lease the primary no longer holds: the share's copy expires by itself
+	}
 	if req.Op == ratelimit.OpTake {
 		share := shareCapacity(req)
 		if share == 0 || (!d.Allowed && d.Remaining > 0) { // nothing to mirror; or n was too many, the key not spent
 			return
+		}
+		if !d.Allowed && req.Algorithm.Extend != nil {
+			return // the share's leases are those of requests in progress: they stay
 		}
 		if !d.Allowed {
 			empty := req
@@ -302,6 +314,18 @@ func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.D
 		req.N = min(req.N, share)
 	}
 	s.secondary.Apply(ctx, req) // a denial means the share is already spent
+}
+
+// share is this instance's share of req's rule: 1/n of it (core.Share), or for an
+// in-flight limit 1/n of its leases, rounded down but at least one, each living as long
+// as on the primary.
+func (s *Store) share(req ratelimit.Request) ratelimit.Rule {
+	if req.Algorithm.Extend == nil {
+		return core.Share(req.Rule, s.n())
+	}
+	r := req.Rule
+	r.Limit = max(1, r.Limit/s.n())
+	return r
 }
 
 // n is the number of instances sharing the rule now.
@@ -388,7 +412,7 @@ func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capaci
 		d = ratelimit.Decision{Limit: capacity, RetryAfter: s.breaker.retryAfter()}
 	default:
 		// this instance's share of the rule; its capacity is the rule's divided likewise
-		req.Rule = core.Share(req.Rule, s.n())
+		req.Rule = s.share(req)
 		if share := shareCapacity(req); req.N > share {
 			d = ratelimit.Decision{Limit: share, RetryAfter: s.breaker.retryAfter()} // wait for the primary
 		} else {

@@ -27,8 +27,8 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if r.Algorithm == nil {
 			return nil, errors.New("localstore: request has no algorithm")
 		}
-		if r.Op != ratelimit.OpTake {
-			return nil, errors.New("localstore: ApplyAll only takes")
+		if r.Op != ratelimit.OpTake || r.Algorithm.Extend != nil {
+			return nil, errors.New("localstore: ApplyAll only takes, and no leases")
 		}
 		a, err := r.Algorithm.Prepare(r.Rule, r.N)
 		if err != nil {

@@ -208,7 +208,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 			return ratelimit.Decision{}, err
 		}
 	}
-	args.N = req.N
+	args.N, args.Lease = req.N, req.Lease
 	// the step gets the caller's now, and the key's own latest instant in its state: a
 	// clock that stepped back is held per key, and durations count from the caller's clock
 	if now >= sh.nextSweep || now < sh.nextSweep-2*s.sweepEvery { // due, or the clock stepped back
@@ -241,18 +241,37 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 			sh.bytes -= cost(req.Key)
 			e = nil
 		}
+	case ratelimit.OpExtend:
+		if alg.Extend == nil {
+			return ratelimit.Decision{}, fmt.Errorf("localstore: %s has no leases to extend", alg.Name)
+		}
+		held := e != nil && alg.Extend(&e.state, now, args)
+		d := peek(alg, e, now, args, true)
+		d.Allowed = held
+		if held {
+			e.expires = max(e.expires, now+expiry(d.ResetAfter))
+		}
+		return d, nil
 	case ratelimit.OpPeek:
+		return peek(alg, e, now, args, false), nil
 	default:
 		return ratelimit.Decision{}, fmt.Errorf("localstore: unknown op %d", req.Op)
 	}
-	if req.Op != ratelimit.OpPeek {
-		args.N = 1 // refund and reset answer as a peek of 1
+	return peek(alg, e, now, args, true), nil
+}
+
+// peek is the Decision of a take of args on e's state (a fresh state when e is nil),
+// changing nothing. After a refund, a reset or an extension (after) it is the answer, as
+// a peek of 1, of a new lease.
+func peek(alg *ratelimit.Algorithm, e *entry, now int64, args ratelimit.Args, after bool) ratelimit.Decision {
+	if after {
+		args.N, args.Lease = 1, 0
 	}
 	var st ratelimit.State
 	if e != nil {
 		st = core.Clone(e.state)
 	}
-	return alg.Step(&st, now, args), nil
+	return alg.Step(&st, now, args)
 }
 
 // add holds a new key in keys, a table of sh, evicting others while the shard is full

@@ -32,7 +32,7 @@ end
 local out, all = {}, true
 for i = 1, #steps do
   local dry = {unpack(argvs[i])}
-  dry[8] = 'dry'
+  dry[7] = 'peek' -- the decision a take would give, writing nothing
   local d = steps[i](keys[i], dry)
   for j = 1, 5 do out[(i - 1) * 5 + j] = d[j] end
   if d[1] == 0 then all = false end
@@ -66,8 +66,8 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if alg == nil || alg.Script == "" || len(alg.ScriptKeys) == 0 {
 			return nil, errors.New("redisstore: request has no algorithm with a script")
 		}
-		if r.Op != ratelimit.OpTake {
-			return nil, errors.New("redisstore: ApplyAll only takes")
+		if r.Op != ratelimit.OpTake || r.Algorithm.Extend != nil {
+			return nil, errors.New("redisstore: ApplyAll only takes, and no leases")
 		}
 		a, err := alg.Prepare(r.Rule, r.N)
 		if err != nil {

@@ -236,7 +236,7 @@ type result struct {
 func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]result, error) {
 	sc, index := s.batchScriptFor(calls, n.cluster)
 	// EVALSHA hash numkeys [routing key] then per call: step, nkeys, keys..., ARGV of the step
-	args := make([]any, 0, 4+len(calls)*(2+2+7))
+	args := make([]any, 0, 4+len(calls)*(2+2+8))
 	args = append(args, "evalsha", sc.hash)
 	if n.cluster {
 		args = append(args, 1, calls[0].name(calls[0].sc.names[0]))
@@ -252,7 +252,7 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 		for _, name := range c.sc.names {
 			args = append(args, c.name(name))
 		}
-		args = append(args, c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op)
+		args = append(args, c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op, c.a.Lease)
 	}
 	reply, err := s.runOn(ctx, n.to, sc, args)
 	if err != nil {
@@ -333,8 +333,8 @@ while a <= #ARGV do
     now = clock
   end
   calls[#calls + 1] = {tonumber(ARGV[a]), keys,
-    {ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], now, ARGV[b + 6]}}
-  a = b + 7
+    {ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], now, ARGV[b + 6], ARGV[b + 7]}}
+  a = b + 8
 end
 if touchFirst then
   for i = 1, #calls do

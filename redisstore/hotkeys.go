@@ -134,8 +134,11 @@ func newHotConfig[O any](name string, next ratelimit.Store, opts []O, apply func
 	return c
 }
 
+// handles reports whether a decorator works on req, or passes it straight through: the
+// leases of an in-flight limit always pass, as a lease must be released where it was
+// taken, and a release on another instance frees it before any RetryAfter.
 func (c *hotConfig) handles(req ratelimit.Request) bool {
-	return req.Algorithm != nil && (c.only == nil || c.only(req))
+	return req.Algorithm != nil && req.Algorithm.Extend == nil && (c.only == nil || c.only(req))
 }
 
 type algKey struct {

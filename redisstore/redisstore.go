@@ -264,6 +264,10 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if int(req.Op) >= len(opNames) {
 		return ratelimit.Decision{}, fmt.Errorf("redisstore: unknown op %d", req.Op)
 	}
+	if req.Op == ratelimit.OpExtend && alg.Extend == nil {
+		return ratelimit.Decision{}, fmt.Errorf("redisstore: %s has no leases to extend", alg.Name)
+	}
+	a.Lease = req.Lease
 	sc := s.script(alg)
 	ra := sc.args(req, a)
 	pre, post := keyForm(req.Key)
@@ -276,13 +280,13 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 
 // single decides one call with its algorithm's own script.
 func (s *Store) single(ctx context.Context, c *call) (ratelimit.Decision, error) {
-	// EVALSHA hash numkeys key... n limit period unit rate now op
-	args := make([]any, 3, 3+len(c.sc.names)+7)
+	// EVALSHA hash numkeys key... n limit period unit rate now op lease
+	args := make([]any, 3, 3+len(c.sc.names)+8)
 	args[0], args[1], args[2] = "evalsha", c.sc.hash, len(c.sc.names)
 	for _, name := range c.sc.names {
 		args = append(args, c.name(name))
 	}
-	args = append(args, c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op)
+	args = append(args, c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op, c.a.Lease)
 	reply, err := s.run(ctx, c.sc, args)
 	if err != nil {
 		return ratelimit.Decision{}, s.failed(c.sc.alg, err)
@@ -313,7 +317,8 @@ func (s *Store) nodeFailed() {
 }
 
 // opNames are the ops as the scripts know them, boxed once.
-var opNames = [...]any{ratelimit.OpTake: "", ratelimit.OpPeek: "peek", ratelimit.OpRefund: "refund", ratelimit.OpReset: "reset"}
+var opNames = [...]any{ratelimit.OpTake: "", ratelimit.OpPeek: "peek", ratelimit.OpRefund: "refund",
+	ratelimit.OpReset: "reset", ratelimit.OpExtend: "extend"}
 
 // args are the rule's and the namespace's boxed ARGV and key form, made once while they
 // stay the same (most scripts see one rule and namespace again and again).

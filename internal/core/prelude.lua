@@ -19,9 +19,9 @@ end
 -- rounded to a double, is never within its rounding error of the next integer.
 
 -- op: take (empty), peek (the decision take gives, writing nothing), refund or reset. A
--- batch runs each request first with ARGV[8] = 'dry', then for real if all are allowed.
+-- batch runs each request first as a peek, then as a take if all are allowed.
 local op = ARGV[7] or ''
-local dry = op == 'peek' or ARGV[8] == 'dry'
+local dry = op == 'peek'
 if op == 'reset' then -- forget the key; answer as a peek of 1 on a fresh key
   if not dry then
     redis.call('DEL', unpack(KEYS))

@@ -38,6 +38,39 @@ func (l *Log) Push(at, n int64) {
 	l.size++
 }
 
+// Append appends e as an entry of its own, never merged, in whatever order: for a Log
+// used as a set (the leases of an in-flight limit), not as a queue in time order.
+func (l *Log) Append(e Event) {
+	if l.size == len(l.buf) {
+		l.grow()
+	}
+	l.buf[(l.head+l.size)%len(l.buf)] = e
+	l.size++
+}
+
+// Set replaces the i-th entry.
+func (l *Log) Set(i int, e Event) { l.buf[(l.head+i)%len(l.buf)] = e }
+
+// Expire removes every entry whose At is at or before t, keeping the others in order.
+func (l *Log) Expire(t int64) {
+	kept := 0
+	for i := 0; i < l.size; i++ {
+		if e := l.At(i); e.At > t {
+			l.Set(kept, e)
+			kept++
+		}
+	}
+	l.size = kept
+}
+
+// Remove removes the i-th entry, keeping the others in order.
+func (l *Log) Remove(i int) {
+	for ; i < l.size-1; i++ {
+		l.Set(i, l.At(i+1))
+	}
+	l.size--
+}
+
 // Clear empties the Log, keeping its memory.
 func (l *Log) Clear() { l.head, l.size = 0, 0 }
 

@@ -80,6 +80,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("algorithms share keys apart", func(t *testing.T) { testAlgorithmsApart(t, newStore) })
 	t.Run("several limits at once", func(t *testing.T) { testMulti(t, newStore) })
 	t.Run("several limits at once, concurrently", func(t *testing.T) { testMultiConcurrent(t, newStore) })
+	t.Run("in flight", func(t *testing.T) { testInFlight(t, newStore) })
 }
 
 func setup(t *testing.T, newStore NewStore, k Kind, rule ratelimit.Rule) (ratelimit.Limiter, *clock.Fake) {

@@ -1,0 +1,333 @@
+package ratelimit
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit/internal/eventlog"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
+)
+
+// InFlightLimiter limits the requests in progress per key, where a rate limit counts the
+// requests started: at most limit leases of a key are held at once, across every instance
+// that shares the store. Acquire a lease before the work, Release it after:
+//
+//	inflight, err := ratelimit.NewInFlight(store, 20, 30*time.Second) // 20 in progress
+//	...
+//	lease, d, err := inflight.Acquire(ctx, tenant)
+//	if err == nil && lease == nil {
+//		// 20 requests of the tenant are in progress: reject this one
+//	}
+//	defer lease.Release(context.WithoutCancel(ctx))
+//
+// A lease expires by itself a lease duration after it was acquired or last extended, so
+// the leases of a holder that crashed, or of an instance that lost its connection, come
+// back without anyone releasing them; work that may outlast the duration extends its
+// lease (Lease.Extend; Middleware does it for the requests it holds). Releasing twice, or
+// after the lease expired, changes nothing, and never frees another holder's lease.
+//
+// Every store runs it: localstore in memory, redisstore on Redis (one script per
+// acquire, release and extend; each key's TTL follows its latest lease), and fallback,
+// whose share while Redis is down is the limit divided by the instances, at least one
+// lease each. The decorators of redisstore that cache or split decisions (Prefetch,
+// Shard, BlockCache) pass leases straight through.
+//
+// It is safe for concurrent use.
+type InFlightLimiter struct {
+	base  *AlgorithmLimiter
+	lease time.Duration
+}
+
+// NewInFlight returns an InFlightLimiter of limit leases per key on store, each expiring
+// lease after it is acquired or extended. lease must be between 1ms and 10 years, in
+// whole microseconds, and limit between 1 and 2^52, or the error wraps ErrInvalidRule.
+// Options are those of every limiter: its keys are in the namespace "<limit>/<lease>"
+// ("20/30s"), as a rule's, unless WithNamespace names one.
+func NewInFlight(store Store, limit int64, lease time.Duration, opts ...Option) (*InFlightLimiter, error) {
+	base, err := NewAlgorithmLimiter(store, &inflight, Rule{Limit: limit, Period: lease}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &InFlightLimiter{base: base, lease: lease}, nil
+}
+
+// Limit is the most leases of a key held at once.
+func (l *InFlightLimiter) Limit() int64 { return l.base.rule.Limit }
+
+// LeaseDuration is how long a lease lives after it is acquired or extended.
+func (l *InFlightLimiter) LeaseDuration() time.Duration { return l.lease }
+
+// Acquire takes one of key's leases, or says that all of them are held. Allowed, the
+// Lease is held until released or expired; denied, it is nil (its Release is harmless)
+// and the Decision says so: Remaining is 0, and RetryAfter the time until the oldest
+// lease expires if no one releases it, which is only the latest a lease can come back
+// (a release frees one at once). Limit is the limit, Remaining the leases left after
+// this one, ResetAfter the time until every lease held has expired.
+func (l *InFlightLimiter) Acquire(ctx context.Context, key string) (*Lease, Decision, error) {
+	return l.acquire(ctx, key, l.base.rule)
+}
+
+// AcquireLimit is Acquire with limit leases instead of the limiter's own: for a limit
+// chosen per call (a route's, a tenant's plan). The key's leases are counted in the
+// limiter's namespace whatever the limit, so lowering it admits no one until the leases
+// held are fewer than the new limit. An invalid limit returns an error wrapping
+// ErrInvalidRule and acquires nothing.
+func (l *InFlightLimiter) AcquireLimit(ctx context.Context, key string, limit int64) (*Lease, Decision, error) {
+	return l.acquire(ctx, key, Rule{Limit: limit, Period: l.lease})
+}
+
+func (l *InFlightLimiter) acquire(ctx context.Context, key string, rule Rule) (*Lease, Decision, error) {
+	id := newLeaseID()
+	d, err := l.base.store.Apply(ctx, Request{Algorithm: &inflight, Namespace: l.base.namespace, Key: key,
+		Rule: rule, N: 1, Lease: id})
+	if err != nil || !d.Allowed {
+		return nil, d, err
+	}
+	return &Lease{limiter: l, key: key, rule: rule, id: id}, d, nil
+}
+
+// Wait acquires one of key's leases, waiting while all of them are held, until ctx ends.
+// A release on another instance wakes no one, so a waiter asks the store again after a
+// pause that starts at a millisecond and doubles up to 100ms (never beyond the oldest
+// lease's expiry), with jitter. When ctx has a deadline that comes before the next try, it
+// returns at once with an error that matches context.DeadlineExceeded. An error of the
+// store is returned as it is.
+func (l *InFlightLimiter) Wait(ctx context.Context, key string) (*Lease, error) {
+	pause := time.Millisecond
+	for {
+		lease, d, err := l.Acquire(ctx, key)
+		if err != nil || lease != nil {
+			return lease, err
+		}
+		wait := min(pause, max(d.RetryAfter, time.Millisecond))
+		wait = wait/2 + rand.N(wait/2+1) // jitter, so that waiters do not ask in step
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+			return nil, fmt.Errorf("ratelimit: waiting for a lease of %q would pass the context deadline: %w",
+				key, context.DeadlineExceeded)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return nil, err
+		}
+		pause = min(2*pause, maxWaitPause)
+	}
+}
+
+// maxWaitPause is the longest pause of Wait between two tries.
+const maxWaitPause = 100 * time.Millisecond
+
+// Peek is the Decision Acquire would give now, acquiring nothing.
+func (l *InFlightLimiter) Peek(ctx context.Context, key string) (Decision, error) {
+	return l.base.store.Apply(ctx, Request{Algorithm: &inflight, Namespace: l.base.namespace, Key: key,
+		Rule: l.base.rule, N: 1, Op: OpPeek})
+}
+
+// Reset forgets every lease of key: their holders' releases and extensions then change
+// nothing.
+func (l *InFlightLimiter) Reset(ctx context.Context, key string) error {
+	_, err := l.base.store.Apply(ctx, Request{Algorithm: &inflight, Namespace: l.base.namespace, Key: key,
+		Rule: l.base.rule, N: 1, Op: OpReset})
+	return err
+}
+
+// Lease is one lease of an InFlightLimiter's key, held from Acquire until Release or its
+// expiry. A nil *Lease, which a denied Acquire returns, holds nothing: its Release and
+// Extend do nothing. It is safe for concurrent use.
+type Lease struct {
+	limiter *InFlightLimiter
+	key     string
+	rule    Rule
+	id      int64
+}
+
+// Key is the key the lease is of.
+func (x *Lease) Key() string {
+	if x == nil {
+		return ""
+	}
+	return x.key
+}
+
+// Release gives the lease back, so that another request of its key may start. A lease
+// released already, or expired, changes nothing. Release with a context that outlives
+// the work's own (context.WithoutCancel), or a request that was cancelled would keep its
+// lease until it expires. An error means the store could not be told (the lease then
+// expires by itself).
+func (x *Lease) Release(ctx context.Context) error {
+	if x == nil {
+		return nil
+	}
+	_, err := x.apply(ctx, OpRefund)
+	return err
+}
+
+// Extend renews the lease for another lease duration from now, and reports whether it
+// was still held: false if it had been released, had expired (another request may have
+// its place now), or its key was reset. Work that may outlast the lease duration extends
+// its lease well before it expires (Middleware extends every half duration).
+func (x *Lease) Extend(ctx context.Context) (bool, error) {
+	if x == nil {
+		return false, nil
+	}
+	d, err := x.apply(ctx, OpExtend)
+	return err == nil && d.Allowed, err
+}
+
+func (x *Lease) apply(ctx context.Context, op Op) (Decision, error) {
+	return x.limiter.base.store.Apply(ctx, Request{Algorithm: &inflight, Namespace: x.limiter.base.namespace,
+		Key: x.key, Rule: x.rule, N: 1, Op: op, Lease: x.id})
+}
+
+// keepAlive extends the lease every half lease duration, each time within timeout of
+// ctx's values (not of its end), until stop is called or the lease is found gone.
+func (x *Lease) keepAlive(ctx context.Context, timeout time.Duration) (stop func()) {
+	if x == nil {
+		return func() {}
+	}
+	every := max(x.limiter.lease/2, time.Millisecond)
+	ctx = context.WithoutCancel(ctx)
+	var mu sync.Mutex
+	var t *time.Timer
+	stopped := false
+	mu.Lock()
+	t = time.AfterFunc(every, func() {
+		ectx, cancel := context.WithTimeout(ctx, timeout)
+		held, err := x.Extend(ectx)
+		cancel()
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped && (held || err != nil) { // an error: the store may be back by the next one
+			t.Reset(every)
+		}
+	})
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
+}
+
+// newLeaseID is a random lease id, never 0. Ids are unique per key in practice: two
+// leases of a key sharing one needs a collision of 63 random bits among the leases held.
+func newLeaseID() int64 {
+	for {
+		if id := rand.Int64(); id != 0 {
+			return id
+		}
+	}
+}
+
+// InFlightAlgorithm is the in-flight limit as stores see it: an algorithm of leases (see
+// Algorithm.Extend), for redisstore.LoadScripts and third-party stores.
+func InFlightAlgorithm() *Algorithm { return &inflight }
+
+var inflight = Algorithm{
+	Name:       "inflight",
+	Script:     inflightScript,
+	ScriptKeys: []string{"leases"},
+	Prepare:    prepareInFlight,
+	Step:       acquireLease,
+	Refund:     releaseLease,
+	Extend:     extendLease,
+}
+
+//go:embed inflight.lua
+var inflightScript string
+
+// The in-flight limit's state: Log holds the leases, At each one's expiry and N its id
+// (unordered, at most Limit of them while the limit stays); Level is their number.
+
+func prepareInFlight(rule Rule, n int64) (Args, error) {
+	if err := rule.Validate(); err != nil {
+		return Args{}, fmt.Errorf("inflight: %w", err)
+	}
+	switch {
+	case n < 1:
+		return Args{}, fmt.Errorf("inflight: n = %d: %w", n, ErrInvalidN)
+	case n > 1:
+		return Args{}, fmt.Errorf("inflight: n = %d: a lease is one request in progress: %w", n, ErrNExceedsLimit)
+	}
+	return Args{N: 1, Limit: rule.Limit, Period: rule.Period.Microseconds()}, nil
+}
+
+// expireLeases drops the leases expired at now.
+func expireLeases(st *State, now int64) {
+	if st.Log == nil {
+		st.Log = &eventlog.Log{}
+	}
+	st.Log.Expire(now)
+}
+
+// findLease is the index of lease id in log, or -1; the lease 0 is never found (each
+// take without an id holds a lease of its own).
+func findLease(log *eventlog.Log, id int64) int {
+	if id == 0 {
+		return -1
+	}
+	for i := 0; i < log.Len(); i++ {
+		if log.At(i).N == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// acquireLease takes a lease a.Lease for a.Period, if fewer than a.Limit are held (a
+// lease held already is renewed).
+func acquireLease(st *State, now int64, a Args) Decision {
+	expireLeases(st, now)
+	allowed := true
+	if i := findLease(st.Log, a.Lease); i >= 0 {
+		renew(st.Log, i, now+a.Period)
+	} else if int64(st.Log.Len()) < a.Limit {
+		st.Log.Append(eventlog.Event{At: now + a.Period, N: a.Lease})
+	} else {
+		allowed = false
+	}
+	st.Level = int64(st.Log.Len())
+	d := Decision{Allowed: allowed, Limit: a.Limit, Remaining: max(0, a.Limit-st.Level)}
+	if st.Log.Len() > 0 {
+		first, last := st.Log.At(0).At, st.Log.At(0).At
+		for i := 1; i < st.Log.Len(); i++ {
+			at := st.Log.At(i).At
+			first, last = min(first, at), max(last, at)
+		}
+		if !allowed {
+			d.RetryAfter = mathx.Micros(first - now)
+		}
+		d.ResetAfter = mathx.Micros(last - now)
+	}
+	return d
+}
+
+// renew sets the expiry of the i-th lease to at, unless it expires later already.
+func renew(log *eventlog.Log, i int, at int64) {
+	e := log.At(i)
+	e.At = max(e.At, at)
+	log.Set(i, e)
+}
+
+// releaseLease drops the lease a.Lease, if held.
+func releaseLease(st *State, now int64, a Args) {
+	expireLeases(st, now)
+	if i := findLease(st.Log, a.Lease); i >= 0 {
+		st.Log.Remove(i)
+	}
+	st.Level = int64(st.Log.Len())
+}
+
+// extendLease renews the lease a.Lease, if held, to expire a.Period after now.
+func extendLease(st *State, now int64, a Args) bool {
+	expireLeases(st, now)
+	st.Level = int64(st.Log.Len())
+	i := findLease(st.Log, a.Lease)
+	if i >= 0 {
+		renew(st.Log, i, now+a.Period)
+	}
+	return i >= 0
+}

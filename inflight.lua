@@ -1,0 +1,82 @@
+-- The in-flight limit, as acquireLease, releaseLease and extendLease in inflight.go.
+-- KEYS[1]: the key's leases, a sorted set of lease ids scored by their expiry (us since
+-- the Unix epoch); its TTL is the latest expiry's. ARGV: n (1), limit, period (the lease
+-- duration, us), unit, rate (unused), now (us; empty for Redis TIME), op, lease id.
+local max, tonumber = math.max, tonumber
+local limit, period = tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = tonumber(ARGV[6])
+if not now then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+local op, lease, key = ARGV[7] or '', ARGV[8] or '0', KEYS[1]
+local function int(x) -- an integer as Redis must read it: never in exponent notation
+  return string.format('%.0f', x)
+end
+local after = '(' .. int(now) -- scores after now: the leases alive
+
+if op == 'reset' then -- forget every lease; answer as a peek
+  redis.call('DEL', key)
+  op = 'peek'
+end
+local dry = op == 'peek'
+if not dry then
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now))
+end
+
+-- the expiry of the lease id if it is alive, else false; the lease 0 is never held
+local function alive(id)
+  if id == '0' then return false end
+  local at = tonumber(redis.call('ZSCORE', key, id))
+  if at and at > now then return at end
+  return false
+end
+
+local until_, wrote, extended = now + period, false, 0
+if op == 'refund' or op == 'extend' then -- then answer as a peek of a new lease
+  local at = alive(lease)
+  if at and op == 'refund' then
+    redis.call('ZREM', key, lease)
+  elseif at then
+    extended = 1
+    if until_ > at then
+      redis.call('ZADD', key, int(until_), lease)
+      wrote = true
+    end
+  end
+  lease, dry = '0', true
+end
+
+-- a take (a peek when dry): renew the lease held, or add it if there is room
+local held = redis.call('ZCOUNT', key, after, '+inf')
+local at = alive(lease)
+local allowed, added = 0, false
+if at then
+  allowed = 1
+  if not dry and until_ > at then
+    redis.call('ZADD', key, int(until_), lease)
+    wrote = true
+  end
+elseif held < limit then
+  allowed, added = 1, true
+  if not dry then
+    redis.call('ZADD', key, int(until_), lease)
+    wrote = true
+  end
+end
+
+local retry, reset = 0, 0
+local last = redis.call('ZREVRANGEBYSCORE', key, '+inf', after, 'WITHSCORES', 'LIMIT', 0, 1)
+local latest = last[2] and tonumber(last[2]) -- the latest expiry written
+if wrote then
+  redis.call('PEXPIRE', key, max(1, -math.floor(-(latest - now) / 1000)))
+end
+if added then held = held + 1 end
+if added or at then latest = max(latest or 0, until_) end
+if allowed == 0 and held > 0 then -- until the first lease expires
+  local first = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  retry = tonumber(first[2]) - now
+end
+if latest then reset = latest - now end
+if op == 'extend' then allowed = extended end
+return {allowed, max(0, limit - held), retry, reset, 0}
