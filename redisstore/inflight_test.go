@@ -1,0 +1,194 @@
+package redisstore_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+)
+
+// inFlightParity drives the same random leases (acquires, releases, extensions, peeks,
+// resets, limits per call) through localstore and redis on one fake clock, and requires
+// identical decisions. Time moves in multiples of step.
+func inFlightParity(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, step time.Duration, steps int) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore}
+	alg := ratelimit.InFlightAlgorithm()
+	ops := []ratelimit.Op{ratelimit.OpTake, ratelimit.OpTake, ratelimit.OpTake, ratelimit.OpRefund, ratelimit.OpRefund,
+		ratelimit.OpExtend, ratelimit.OpPeek}
+	ctx := context.Background()
+	for i := range steps {
+		if rng.IntN(3) == 0 {
+			clk.Advance(time.Duration(rng.IntN(20)) * step)
+		}
+		req := ratelimit.Request{
+			Algorithm: alg,
+			Key:       "key" + strconv.Itoa(rng.IntN(3)),
+			Rule:      ratelimit.Rule{Limit: 1 + rng.Int64N(6), Period: time.Duration(10+rng.IntN(30)) * step},
+			N:         1,
+			Op:        ops[rng.IntN(len(ops))],
+			Lease:     1 + rng.Int64N(12), // few ids, so that releases and extensions find theirs
+		}
+		if rng.IntN(200) == 0 {
+			req.Op = ratelimit.OpReset
+		}
+		local, err := stores[0].Apply(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		remote, err := stores[1].Apply(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if local != remote {
+			t.Fatalf("step %d, %s op %d lease %d limit %d lease %v at %v:\n localstore %+v\n     redis %+v",
+				i, req.Key, req.Op, req.Lease, req.Rule.Limit, req.Rule.Period, clk.Now().Sub(limitertest.Start), local, remote)
+		}
+	}
+}
+
+// On miniredis, whose TTLs move with the fake clock, leases may be short.
+func TestInFlightParityMiniredis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { client.Close() })
+	clk := clock.NewFake(limitertest.Start)
+	store := &ttlClock{redisstore.New(client, redisstore.WithClock(clk), freshPrefix()), mr, clk, clk.Now()}
+	inFlightParity(t, store, clk, 997*time.Microsecond, 5000)
+}
+
+// On a real Redis, whose TTLs run on real time, each step is 100ms of the fake clock and
+// no lease is shorter than a second, far more than the real time the run takes.
+func TestInFlightParity(t *testing.T) {
+	client := redistest.Start(t).Client()
+	clk := clock.NewFake(limitertest.Start)
+	inFlightParity(t, redisstore.New(client, redisstore.WithClock(clk), freshPrefix()), clk, 100*time.Millisecond, 2000)
+}
+
+// Each key's leases are one sorted set under the key's hash tag, whose TTL follows its
+// latest lease, and which is gone once every lease has expired or been released.
+func TestInFlightKeysAndTTL(t *testing.T) {
+	client := redistest.Start(t).Client()
+	ctx := context.Background()
+	clk := clock.NewFake(limitertest.Start)
+	l, err := ratelimit.NewInFlight(redisstore.New(client, redisstore.WithClock(clk), redisstore.WithPrefix("ttl")),
+		5, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pttl := func(name string) time.Duration {
+		t.Helper()
+		d, err := client.PTTL(ctx, name).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	first, _, err := l.Acquire(ctx, "tenant")
+	if err != nil || first == nil {
+		t.Fatalf("Acquire = %v, %v", first, err)
+	}
+	keys, err := client.Keys(ctx, "ttl:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 || !strings.HasSuffix(keys[0], ":{tenant}") || !strings.HasPrefix(keys[0], "ttl:inflight:leases:") {
+		t.Fatalf("keys = %q; want one ttl:inflight:leases:<namespace>:{tenant}", keys)
+	}
+	name := keys[0]
+	if got := pttl(name); got <= 9*time.Second || got > 10*time.Second {
+		t.Errorf("TTL after the first lease = %v; want its 10s", got)
+	}
+	clk.Advance(4 * time.Second)
+	second, _, err := l.Acquire(ctx, "tenant")
+	if err != nil || second == nil {
+		t.Fatalf("Acquire = %v, %v", second, err)
+	}
+	if got := pttl(name); got <= 9*time.Second || got > 10*time.Second {
+		t.Errorf("TTL after a later lease = %v; want 10s again (the latest lease's)", got)
+	}
+	clk.Advance(4 * time.Second)
+	if held, err := first.Extend(ctx); err != nil || !held {
+		t.Fatalf("Extend = %v, %v", held, err)
+	}
+	if got := pttl(name); got <= 9*time.Second || got > 10*time.Second {
+		t.Errorf("TTL after an extension = %v; want 10s (the extended lease's)", got)
+	}
+	if n, err := client.ZCard(ctx, name).Result(); err != nil || n != 2 {
+		t.Errorf("ZCARD = %d, %v; want 2 leases", n, err)
+	}
+	for _, x := range []*ratelimit.Lease{first, second} {
+		if err := x.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := client.Exists(ctx, name).Result(); err != nil || n != 0 {
+		t.Errorf("after every release, EXISTS = %d, %v; want the key gone", n, err)
+	}
+}
+
+// A Redis restarted empty loses the leases it held, and no more: the limit then admits
+// that many more (the holders are still at work), the old leases' releases free nobody's
+// place, and each release of a new lease lets exactly one more in.
+func TestInFlightRedisRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
+	ctx := context.Background()
+	l, err := ratelimit.NewInFlight(redisstore.New(client, freshPrefix()), 10, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquire := func(n int) (got []*ratelimit.Lease) {
+		t.Helper()
+		for range n {
+			lease, _, err := l.Acquire(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lease != nil {
+				got = append(got, lease)
+			}
+		}
+		return got
+	}
+	before := acquire(4)
+	if len(before) != 4 {
+		t.Fatalf("admitted %d of 4", len(before))
+	}
+	srv.Kill()
+	srv.Restart()
+	redistest.Eventually(t, "the store deciding again", func() bool {
+		_, err := l.Peek(ctx, "k")
+		return err == nil
+	})
+	after := acquire(15)
+	if len(after) != 10 {
+		t.Fatalf("after the restart, 15 acquires admitted %d; want the whole limit, 10", len(after))
+	}
+	for _, x := range before {
+		if err := x.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := acquire(5); len(got) != 0 {
+		t.Fatalf("releases of leases lost in the restart let %d in; want 0", len(got))
+	}
+	if err := after[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := acquire(5); len(got) != 1 {
+		t.Fatalf("one release let %d in; want 1", len(got))
+	}
+}
