@@ -32,12 +32,13 @@ import (
 // come back) and RateLimit (remaining and reset). A denied one also carries Retry-After,
 // in whole seconds rounded up, so a client that waits that long is not early. A request
 // admitted by a shaping algorithm (the leaky bucket) is held for its Decision.Delay
-// before it is passed on.
+// before it is passed on. With InFlight, it also bounds the requests of a key in progress
+// at once, each holding a lease until its handler returns.
 //
 // Fields left nil have the defaults written beside them. A Middleware must not be changed
 // once Wrap has been called; it is safe for concurrent use.
 type Middleware struct {
-	// Limiter decides each request, with n = 1. Required unless Decide is set.
+	// Limiter decides each request, with n = 1. Required unless Decide or InFlight is set.
 	Limiter Limiter
 
 	// Key is the limiter key of a request: a client IP (see ClientIP), an API key, a
@@ -74,7 +75,29 @@ type Middleware struct {
 	// nil, every request goes on: rate limiting never takes a service down. A request
 	// whose client has gone away is dropped without calling it.
 	Error func(w http.ResponseWriter, r *http.Request, err error) (pass bool)
+
+	// InFlight, when set, also bounds the requests of a key in progress at once: a
+	// request the rate limit admits (every request, without Limiter and Decide) holds one
+	// of its key's leases while the handler serves it, extended every half lease duration
+	// while it runs and released when it returns, even if it panics. A request that finds
+	// every lease held gets InFlightDenied's answer; a failure of InFlight's store goes to
+	// Error, as the rate limit's does. The rate limit has counted a request that is then
+	// denied for being one too many in progress.
+	InFlight *InFlightLimiter
+
+	// InFlightLimit, when set, is the in-flight limit of a request (a route's, say)
+	// instead of InFlight's own; 0 or less means none for this request.
+	InFlightLimit func(r *http.Request) int64
+
+	// InFlightDenied answers a request that found every lease of its key held, after
+	// Retry-After is set to 1 second (a lease may come back at any moment): by default 429
+	// Too Many Requests with a one-line text body. Set it to answer 503 instead, say.
+	InFlightDenied func(w http.ResponseWriter, r *http.Request, d Decision)
 }
+
+// leaseTimeout bounds Middleware's releases and extensions, which outlive the request's
+// context: a store that does not answer loses only the lease, which expires by itself.
+const leaseTimeout = time.Second
 
 const defaultMaxKeyLength = 256
 
@@ -89,8 +112,8 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		panic("ratelimit: Middleware.Wrap of a nil handler")
 	case m.Key == nil:
 		panic("ratelimit: Middleware without a Key function")
-	case m.Limiter == nil && m.Decide == nil:
-		panic("ratelimit: Middleware without a Limiter or a Decide function")
+	case m.Limiter == nil && m.Decide == nil && m.InFlight == nil:
+		panic("ratelimit: Middleware without a Limiter, a Decide function or an InFlight limiter")
 	}
 	cfg := *m // later changes to m do not race with requests
 	if cfg.MaxKeyLength <= 0 {
@@ -112,13 +135,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		return
 	}
+	if m.Limiter == nil && m.Decide == nil {
+		m.serveInFlight(w, r, key, next)
+		return
+	}
 	d, rule, err := m.decide(r, key)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client is gone
 		}
 		if m.Error == nil || m.Error(w, r, err) {
-			next.ServeHTTP(w, r)
+			m.serveInFlight(w, r, key, next)
 		}
 		return
 	}
@@ -140,6 +167,45 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if d.Delay > 0 && sleep(r.Context(), d.Delay) != nil {
 		return // the client left while its request was held
 	}
+	m.serveInFlight(w, r, key, next)
+}
+
+// serveInFlight serves r holding one of key's leases, when there is an in-flight limit.
+func (m *Middleware) serveInFlight(w http.ResponseWriter, r *http.Request, key string, next http.Handler) {
+	if m.InFlight == nil {
+		next.ServeHTTP(w, r)
+		return
+	}
+	limit := m.InFlight.Limit()
+	if m.InFlightLimit != nil {
+		if limit = m.InFlightLimit(r); limit <= 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+	}
+	lease, d, err := m.InFlight.AcquireLimit(r.Context(), key, limit)
+	switch {
+	case err != nil:
+		if r.Context().Err() == nil && (m.Error == nil || m.Error(w, r, err)) {
+			next.ServeHTTP(w, r)
+		}
+		return
+	case lease == nil:
+		w.Header().Set("Retry-After", "1")
+		if m.InFlightDenied != nil {
+			m.InFlightDenied(w, r, d)
+		} else {
+			http.Error(w, "too many requests in progress; retry after 1s", http.StatusTooManyRequests)
+		}
+		return
+	}
+	stop := lease.keepAlive(r.Context(), leaseTimeout)
+	defer func() {
+		stop()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), leaseTimeout)
+		lease.Release(ctx) // an error: the lease expires by itself
+		cancel()
+	}()
 	next.ServeHTTP(w, r)
 }
 

@@ -477,3 +477,71 @@ func TestLearnedCount(t *testing.T) {
 		t.Errorf("a learned count of 0: admitted %d; want the whole rule, 90", n)
 	}
 }
+
+// An in-flight limit while the primary is down: each of n instances holds limit/n leases,
+// at least one; the leases taken while the primary was up are mirrored onto the share
+// with their ids, so that their releases and extensions find them there.
+func TestInFlightShare(t *testing.T) {
+	ctx := context.Background()
+	p := newPrimary()
+	p.fail(errDown)
+	holds := func(s ratelimit.Store, limit int64) int {
+		l, err := ratelimit.NewInFlight(s, limit, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for range 20 {
+			if lease, _, err := l.Acquire(ctx, "k"); err != nil {
+				t.Fatal(err)
+			} else if lease != nil {
+				n++
+			}
+		}
+		return n
+	}
+	if n := holds(fallback.New(p, localstore.New(), fallback.WithInstances(3)), 10); n != 3 {
+		t.Errorf("a limit of 10 over 3 instances: one held %d leases; want 3", n)
+	}
+	if n := holds(fallback.New(p, localstore.New(), fallback.WithInstances(20)), 10); n != 1 {
+		t.Errorf("a limit of 10 over 20 instances: one held %d leases; want 1", n)
+	}
+
+	clk := clock.NewFake(limitertest.Start)
+	p = newPrimary()
+	s := fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithInstances(2),
+		fallback.WithBreaker(fallback.Breaker{MinCalls: 1000})) // closed: every call asks the primary
+	l, err := ratelimit.NewInFlight(s, 4, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leases []*ratelimit.Lease
+	for range 3 { // on the primary; the share (2) mirrors the first two
+		lease, _, err := l.Acquire(ctx, "k")
+		if err != nil || lease == nil {
+			t.Fatalf("Acquire on the primary = %v, %v", lease, err)
+		}
+		leases = append(leases, lease)
+	}
+	p.fail(errDown)
+	if lease, d, err := l.Acquire(ctx, "k"); err != nil || lease != nil {
+		t.Fatalf("with the share full of mirrored leases, Acquire = %v, %+v, %v; want denied", lease, d, err)
+	}
+	clk.Advance(30 * time.Second)
+	if held, err := leases[0].Extend(ctx); err != nil || !held {
+		t.Errorf("extending a mirrored lease on the share = %v, %v; want held", held, err)
+	}
+	if held, err := leases[2].Extend(ctx); err != nil || held {
+		t.Errorf("extending a lease the share never held = %v, %v; want not held", held, err)
+	}
+	if err := leases[1].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if lease, _, err := l.Acquire(ctx, "k"); err != nil || lease == nil {
+		t.Errorf("after a release on the share, Acquire = %v, %v; want a lease", lease, err)
+	}
+	clk.Advance(45 * time.Second) // leases[1]'s place was retaken at 30s; leases[0] extended to 90s
+	if lease, _, err := l.Acquire(ctx, "k"); err != nil || lease != nil {
+		t.Errorf("at 75s, with an extended lease and one of 30s held, Acquire = %v, %v; want denied", lease, err)
+	}
+}
