@@ -12,9 +12,12 @@
 // from the route table of the rules; each (tenant, route) gets its rule, or the default.
 // Every response carries X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset,
 // and the IETF draft's RateLimit-Policy and RateLimit; a denied request gets 429 with
-// Retry-After. Decisions go to Redis through a fail-open store: while Redis is down each of
-// the gateways enforces its share of every rule in memory, and the log says when it
-// switches and why. How many gateways share: by default the number alive, which each
+// Retry-After. A rule may also bound the requests of its (tenant, route) in progress at
+// once (in_flight): each such request holds a lease in Redis while the upstream serves
+// it (extended while it runs, expiring -lease after a gateway that died), and one too
+// many gets 429. Decisions go to Redis through a fail-open store: while Redis is down
+// each of the gateways enforces its share of every rule in memory, and the log says when
+// it switches and why. How many gateways share: by default the number alive, which each
 // learns while Redis is up (every gateway beats in Redis every 2s; see
 // redisstore.Members); -instances N fixes it.
 //
@@ -30,6 +33,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -56,6 +60,7 @@ type config struct {
 	addr, upstream, rulesFile, rulesDSN string
 	reload                              time.Duration
 	trustedProxies                      string
+	lease                               time.Duration
 	store                               storeConfig
 }
 
@@ -71,6 +76,7 @@ func main() {
 	flag.IntVar(&c.store.instances, "instances", 0, "gateway instances sharing the limits: each enforces 1/n while Redis is down (0: the number alive, learned through Redis)")
 	flag.DurationVar(&c.store.timeout, "timeout", 5*time.Millisecond, "the most a decision waits for Redis")
 	flag.DurationVar(&c.store.breakerOpen, "breaker-open", time.Second, "how long Redis is left alone after it fails")
+	flag.DurationVar(&c.lease, "lease", defaultLease, "how long a request's in-flight lease lives unless extended: a gateway that dies gives its leases back after it (0: 30s)")
 	flag.StringVar(&c.trustedProxies, "trusted-proxies", "", "CIDRs of proxies in front of the gateway; set, limits are also per client IP (from X-Forwarded-For past these proxies)")
 	flag.Parse()
 	c.store.localMaxKeys, c.store.localMaxBytes = 1<<20, 64<<20
@@ -129,7 +135,12 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err != nil || target.Host == "" {
 		return fmt.Errorf("-upstream %q: not a URL", c.upstream)
 	}
-	lim := &limit{next: httputil.NewSingleHostReverseProxy(target), store: store, rules: &manager.current, metrics: m, log: log}
+	inflight, err := newInFlight(store, cmp.Or(c.lease, defaultLease))
+	if err != nil {
+		return fmt.Errorf("-lease: %w", err)
+	}
+	lim := &limit{next: httputil.NewSingleHostReverseProxy(target), store: store, rules: &manager.current, metrics: m,
+		log: log, inflight: inflight}
 	if c.trustedProxies != "" {
 		trusted, err := parsePrefixes(c.trustedProxies)
 		if err != nil {

@@ -28,6 +28,9 @@ type limit struct {
 	trusted []netip.Prefix // set: limits per (tenant, route, client IP) past these proxies
 	metrics *metrics
 	log     *slog.Logger
+	// inflight holds the leases of the routes with an in_flight limit (with
+	// defaultLease when nil)
+	inflight *ratelimit.InFlightLimiter
 
 	once     sync.Once
 	handler  http.Handler
@@ -36,6 +39,17 @@ type limit struct {
 
 // namespace keeps the gateway's keys apart from any other limiter on the same Redis.
 const namespace = "gateway"
+
+// newInFlight is the gateway's in-flight limiter on store: each request's limit is its
+// rule's in_flight, per (tenant, route) key, in the gateway's namespace.
+func newInFlight(store ratelimit.Store, lease time.Duration) (*ratelimit.InFlightLimiter, error) {
+	return ratelimit.NewInFlight(store, 1, lease, ratelimit.WithNamespace(namespace))
+}
+
+// defaultLease is how long a request's in-flight lease lives unless extended (the
+// middleware extends it every half of that while the request runs): the leases of a
+// gateway that dies come back after it.
+const defaultLease = 30 * time.Second
 
 func (m *limit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.ToUpper(r.Method) != r.Method {
@@ -47,7 +61,23 @@ func (m *limit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.once.Do(func() {
+		if m.inflight == nil {
+			m.inflight, _ = newInFlight(m.store, defaultLease) // valid: an error is only for a nil store
+		}
 		m.handler = (&ratelimit.Middleware{
+			InFlight: m.inflight,
+			InFlightLimit: func(r *http.Request) int64 {
+				t, _ := tenant(r) // the key has checked it
+				return m.rules.Load().policy(t, m.route(r)).inFlight
+			},
+			InFlightDenied: func(w http.ResponseWriter, r *http.Request, d ratelimit.Decision) {
+				route := m.route(r)
+				m.metrics.decisions.WithLabelValues(route, "in_flight_denied").Inc()
+				writeJSON(w, http.StatusTooManyRequests, map[string]any{
+					"error": "too many requests in progress", "route": route, "in_flight_limit": d.Limit,
+					"retry_after_seconds": 1,
+				})
+			},
 			Key:        m.key,
 			Decide:     m.decide,
 			PolicyName: func(r *http.Request) string { return m.route(r) },

@@ -219,3 +219,61 @@ func TestMethodCase(t *testing.T) {
 		t.Errorf("POST /orders: %d %v; want shop-a's create-order rule", res.Code, res.Header())
 	}
 }
+
+// TestInFlightRoute: a rule's in_flight bounds its (tenant, route)'s requests in progress
+// at once; one too many gets a JSON 429, counted; other tenants and routes are not held.
+func TestInFlightRoute(t *testing.T) {
+	rules, err := parseRules([]byte(`
+default: {capacity: 100, refill_per_second: 100}
+routes:
+  - {id: export, prefix: /export}
+rules:
+  - {tenant_id: shop-a, route_id: export, capacity: 100, refill_per_second: 100, in_flight: 2}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var current atomic.Pointer[Rules]
+	current.Store(rules)
+	started, release := make(chan struct{}, 10), make(chan struct{})
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("slow") != "" {
+			started <- struct{}{}
+			<-release
+		}
+		w.Write([]byte("ok"))
+	})
+	g := &limit{next: next, store: localstore.New(), rules: &current, metrics: newMetrics(),
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	done := make(chan int, 2)
+	for range 2 {
+		go func() { done <- do(g, "GET", "/export?slow=1", "shop-a").Code }()
+		<-started
+	}
+	res := do(g, "GET", "/export", "shop-a")
+	if res.Code != http.StatusTooManyRequests || res.Header().Get("Retry-After") != "1" ||
+		!strings.Contains(res.Body.String(), `"error":"too many requests in progress"`) ||
+		!strings.Contains(res.Body.String(), `"in_flight_limit":2`) {
+		t.Errorf("a third export in progress: %d %v %s; want a JSON 429", res.Code, res.Header(), res.Body)
+	}
+	if res := do(g, "GET", "/export", "shop-b"); res.Code != 200 {
+		t.Errorf("another tenant: %d", res.Code)
+	}
+	if res := do(g, "GET", "/other", "shop-a"); res.Code != 200 {
+		t.Errorf("another route: %d", res.Code)
+	}
+	close(release)
+	for range 2 {
+		if code := <-done; code != 200 {
+			t.Errorf("a slow export: %d", code)
+		}
+	}
+	if res := do(g, "GET", "/export", "shop-a"); res.Code != 200 {
+		t.Errorf("after the slow ones ended: %d; want 200", res.Code)
+	}
+	metrics := httptest.NewRecorder()
+	g.metrics.handler().ServeHTTP(metrics, httptest.NewRequest("GET", "/metrics", nil))
+	if want := `ratelimit_decisions_total{outcome="in_flight_denied",route="export"} 1`; !strings.Contains(metrics.Body.String(), want) {
+		t.Errorf("metrics hold no %q", want)
+	}
+}

@@ -76,10 +76,13 @@ func testPostgresReload(t *testing.T, every time.Duration, withTrigger bool) {
 		return m.current.Load().policy("shop-a", "create-order").capacity == 20
 	})
 
-	if _, err := conn.Exec(ctx, `INSERT INTO rate_limit_rule (tenant_id, route_id, capacity, refill_per_second) VALUES ('shop-c', 'create-order', 3, 1)`); err != nil {
+	if _, err := conn.Exec(ctx, `INSERT INTO rate_limit_rule (tenant_id, route_id, capacity, refill_per_second, in_flight) VALUES ('shop-c', 'create-order', 3, 1, 7)`); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the inserted rule", func() bool { return capacity() == 3 })
+	if p := m.current.Load().policy("shop-c", "create-order"); p.inFlight != 7 {
+		t.Errorf("in_flight of the inserted rule: %d; want 7", p.inFlight)
+	}
 	if _, err := conn.Exec(ctx, `UPDATE rate_limit_rule SET capacity = 9, updated_at = now() WHERE tenant_id = 'shop-c'`); err != nil {
 		t.Fatal(err)
 	}

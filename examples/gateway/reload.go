@@ -141,18 +141,18 @@ func readRules(ctx context.Context, dsn string) ([]spec, error) {
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	rows, err := conn.Query(ctx, `SELECT tenant_id, route_id, capacity, refill_per_second FROM rate_limit_rule ORDER BY id`)
+	rows, err := conn.Query(ctx, `SELECT tenant_id, route_id, capacity, refill_per_second, in_flight FROM rate_limit_rule ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
 	specs := []spec{} // not nil: a database with no rules still replaces the file's rules
 	for rows.Next() {
 		var s spec
-		var capacity, refill int32
-		if err := rows.Scan(&s.TenantID, &s.RouteID, &capacity, &refill); err != nil {
+		var capacity, refill, inFlight int32
+		if err := rows.Scan(&s.TenantID, &s.RouteID, &capacity, &refill, &inFlight); err != nil {
 			return nil, err
 		}
-		s.Capacity, s.RefillPerSecond = count(capacity), count(refill)
+		s.Capacity, s.RefillPerSecond, s.InFlight = count(capacity), count(refill), count(inFlight)
 		specs = append(specs, s)
 	}
 	return specs, rows.Err()

@@ -38,6 +38,7 @@ type spec struct {
 	Capacity        count  `yaml:"capacity"`
 	RefillPerSecond count  `yaml:"refill_per_second"`
 	Algorithm       string `yaml:"algorithm"`
+	InFlight        count  `yaml:"in_flight"` // requests in progress at once; 0: no such limit
 }
 
 // count is a whole number of requests in the rules file. yaml.v3 would truncate 2.5 into
@@ -70,6 +71,7 @@ type policy struct {
 	alg      *ratelimit.Algorithm
 	rule     ratelimit.Rule
 	capacity int64 // what the rule allows at once
+	inFlight int64 // the requests in progress at once; 0: no limit
 }
 
 func (s spec) policy() (policy, error) {
@@ -84,12 +86,15 @@ func (s spec) policy() (policy, error) {
 	if s.Capacity < 1 || s.RefillPerSecond < 1 {
 		return policy{}, fmt.Errorf("capacity %d and refill_per_second %d must both be at least 1", s.Capacity, s.RefillPerSecond)
 	}
+	if s.InFlight < 0 {
+		return policy{}, fmt.Errorf("in_flight %d is negative (0, or no in_flight, means no such limit)", s.InFlight)
+	}
 	rule := ratelimit.Rule{Limit: int64(s.RefillPerSecond), Period: time.Second, Burst: int64(s.Capacity)}
 	a, err := alg.Prepare(rule, 1)
 	if err != nil {
 		return policy{}, err
 	}
-	return policy{alg: alg, rule: rule, capacity: a.Limit}, nil
+	return policy{alg: alg, rule: rule, capacity: a.Limit, inFlight: int64(s.InFlight)}, nil
 }
 
 type route struct {

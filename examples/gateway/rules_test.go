@@ -10,8 +10,11 @@ func TestEmbeddedRulesParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := r.policy("shop-a", "search"); p.alg != algorithms["slidingwindow"] || p.capacity != 25 {
+	if p := r.policy("shop-a", "search"); p.alg != algorithms["slidingwindow"] || p.capacity != 25 || p.inFlight != 0 {
 		t.Errorf("shop-a search: %+v", p)
+	}
+	if p := r.policy("shop-a", "create-order"); p.inFlight != 1 {
+		t.Errorf("shop-a create-order: in flight %d; want 1", p.inFlight)
 	}
 }
 
@@ -53,6 +56,8 @@ func TestBadRules(t *testing.T) {
 		`default: {capacity: 2.5, refill_per_second: 1}`,
 		`default: {capacity: 2, refill_per_second: 1e3}`,
 		"default: {capacity: 2, refill_per_second: 1}\n---\ndefault: {capacity: 3, refill_per_second: 1}\n",
+		`default: {capacity: 2, refill_per_second: 1, in_flight: -1}`,
+		`default: {capacity: 2, refill_per_second: 1, in_flight: 1.5}`,
 	} {
 		if _, err := parseRules([]byte(bad)); err == nil || !strings.HasPrefix(err.Error(), "rules:") {
 			t.Errorf("%s: %v; want an error", bad, err)
@@ -66,6 +71,7 @@ func TestRuleErrorsSayWhat(t *testing.T) {
 		`{default: {capacity: 1, refill_per_second: 1}, rules: [{tenant_id: "", route_id: default, capacity: 1, refill_per_second: 1}]}`: "tenant_id is empty",
 		`{default: {capacity: 1, refill_per_second: 1}, rules: [{tenant_id: a, route_id: nowhere, capacity: 1, refill_per_second: 1}]}`:  `route_id "nowhere" is not a route`,
 		`default: {capacity: 2.5, refill_per_second: 1}`:          `"2.5" is not a whole number`,
+		`default: {capacity: 2, refill_per_second: 1, in_flight: -3}`: "in_flight -3 is negative",
 		"default: {capacity: 2, refill_per_second: 1}\n---\n{}\n": "a second YAML document",
 	} {
 		if _, err := parseRules([]byte(bad)); err == nil || !strings.Contains(err.Error(), want) {

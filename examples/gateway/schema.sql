@@ -7,9 +7,12 @@ CREATE TABLE IF NOT EXISTS rate_limit_rule (
     route_id           VARCHAR(64)  NOT NULL,
     capacity           INT          NOT NULL CHECK (capacity > 0),
     refill_per_second  INT          NOT NULL CHECK (refill_per_second > 0),
+    in_flight          INT          NOT NULL DEFAULT 0 CHECK (in_flight >= 0), -- 0: no limit
     updated_at         TIMESTAMPTZ  NOT NULL DEFAULT now(),
     UNIQUE (tenant_id, route_id)
 );
+-- a table made before in_flight: requests in progress at once per (tenant, route)
+ALTER TABLE rate_limit_rule ADD COLUMN IF NOT EXISTS in_flight INT NOT NULL DEFAULT 0 CHECK (in_flight >= 0);
 
 CREATE OR REPLACE FUNCTION rate_limit_rule_notify() RETURNS trigger AS $$
 BEGIN

@@ -84,7 +84,7 @@ func TestStoreReadyBeforeServing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := fmt.Sprintf("cmdstat_script|load:calls=%d,", len(algorithms)); !strings.Contains(info, want) {
+	if want := fmt.Sprintf("cmdstat_script|load:calls=%d,", len(algorithmList())); !strings.Contains(info, want) {
 		t.Errorf("before any request, commandstats hold no %q:\n%s", want, info)
 	}
 	srv.Kill()

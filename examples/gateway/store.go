@@ -140,9 +140,10 @@ func checkRedis(ctx context.Context, client redis.Scripter, cfg storeConfig) err
 	return nil
 }
 
-// algorithmList is every algorithm a rule may name.
+// algorithmList is every algorithm a rule may name, and the in-flight limit's.
 func algorithmList() []*ratelimit.Algorithm {
-	list := make([]*ratelimit.Algorithm, 0, len(algorithms))
+	list := make([]*ratelimit.Algorithm, 0, len(algorithms)+1)
+	list = append(list, ratelimit.InFlightAlgorithm())
 	for _, a := range algorithms {
 		list = append(list, a)
 	}
