@@ -39,7 +39,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
-	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/eventlog"
 )
 
 // Defaults of the options.
@@ -87,6 +87,9 @@ type shardState struct {
 	size      int     // keys in all tables
 	bytes     int64   // their cost, as WithMaxBytes counts it
 	nextSweep int64
+	// a copy of a key's state and log for a peek, so that a peek allocates nothing
+	scratch    ratelimit.State
+	scratchLog eventlog.Log
 }
 
 type table struct {
@@ -246,32 +249,40 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 			return ratelimit.Decision{}, fmt.Errorf("localstore: %s has no leases to extend", alg.Name)
 		}
 		held := e != nil && alg.Extend(&e.state, now, args)
-		d := peek(alg, e, now, args, true)
+		d := sh.peek(alg, e, now, args, true)
 		d.Allowed = held
 		if held {
 			e.expires = max(e.expires, now+expiry(d.ResetAfter))
 		}
 		return d, nil
 	case ratelimit.OpPeek:
-		return peek(alg, e, now, args, false), nil
+		return sh.peek(alg, e, now, args, false), nil
 	default:
 		return ratelimit.Decision{}, fmt.Errorf("localstore: unknown op %d", req.Op)
 	}
-	return peek(alg, e, now, args, true), nil
+	return sh.peek(alg, e, now, args, true), nil
 }
 
 // peek is the Decision of a take of args on e's state (a fresh state when e is nil),
 // changing nothing. After a refund, a reset or an extension (after) it is the answer, as
 // a peek of 1, of a new lease.
-func peek(alg *ratelimit.Algorithm, e *entry, now int64, args ratelimit.Args, after bool) ratelimit.Decision {
+// sh.mu is held.
+func (sh *shard) peek(alg *ratelimit.Algorithm, e *entry, now int64, args ratelimit.Args, after bool) ratelimit.Decision {
 	if after {
 		args.N, args.Lease = 1, 0
 	}
-	var st ratelimit.State
+	st := &sh.scratch
+	*st = ratelimit.State{}
 	if e != nil {
-		st = core.Clone(e.state)
+		*st = e.state
 	}
-	return alg.Step(&st, now, args)
+	if st.Log != nil {
+		sh.scratchLog.CopyFrom(st.Log)
+	} else {
+		sh.scratchLog.Clear() // for an algorithm that keeps a log, a fresh one
+	}
+	st.Log = &sh.scratchLog
+	return alg.Step(st, now, args)
 }
 
 // add holds a new key in keys, a table of sh, evicting others while the shard is full

@@ -98,6 +98,19 @@ func (l *Log) Pop() Event {
 	return e
 }
 
+// CopyFrom makes l a copy of src, reusing l's memory: for a scratch Log, copied into
+// again and again.
+func (l *Log) CopyFrom(src *Log) {
+	if cap(l.buf) < src.size {
+		l.buf = make([]Event, max(4, src.size))
+	}
+	l.buf = l.buf[:cap(l.buf)]
+	for i := 0; i < src.size; i++ {
+		l.buf[i] = src.At(i)
+	}
+	l.head, l.size = 0, src.size
+}
+
 // Clone returns a copy of l that shares no memory with it; nil for nil.
 func (l *Log) Clone() *Log {
 	if l == nil {
