@@ -70,9 +70,9 @@ func TestRuleErrorsSayWhat(t *testing.T) {
 	for bad, want := range map[string]string{
 		`{default: {capacity: 1, refill_per_second: 1}, rules: [{tenant_id: "", route_id: default, capacity: 1, refill_per_second: 1}]}`: "tenant_id is empty",
 		`{default: {capacity: 1, refill_per_second: 1}, rules: [{tenant_id: a, route_id: nowhere, capacity: 1, refill_per_second: 1}]}`:  `route_id "nowhere" is not a route`,
-		`default: {capacity: 2.5, refill_per_second: 1}`:          `"2.5" is not a whole number`,
+		`default: {capacity: 2.5, refill_per_second: 1}`:              `"2.5" is not a whole number`,
 		`default: {capacity: 2, refill_per_second: 1, in_flight: -3}`: "in_flight -3 is negative",
-		"default: {capacity: 2, refill_per_second: 1}\n---\n{}\n": "a second YAML document",
+		"default: {capacity: 2, refill_per_second: 1}\n---\n{}\n":     "a second YAML document",
 	} {
 		if _, err := parseRules([]byte(bad)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v; want an error saying %q", bad, err, want)
