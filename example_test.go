@@ -133,6 +133,25 @@ func ExampleMiddleware() {
 
 // Behind a load balancer at 10.0.0.0/8, the client is the address it saw, not what the
 // client wrote into X-Forwarded-For itself.
+func ExampleInFlightLimiter() {
+	ctx := context.Background()
+	// at most 2 requests of a tenant in progress; a lease not released comes back after 30s
+	inflight, _ := ratelimit.NewInFlight(localstore.New(), 2, 30*time.Second)
+	first, _, _ := inflight.Acquire(ctx, "tenant-42")
+	second, _, _ := inflight.Acquire(ctx, "tenant-42")
+	third, d, _ := inflight.Acquire(ctx, "tenant-42")
+	fmt.Println(third == nil, d.Remaining) // all held: no lease
+
+	first.Release(ctx) // the work is done; releasing twice would change nothing
+	third, _, _ = inflight.Acquire(ctx, "tenant-42")
+	fmt.Println(third != nil)
+	second.Release(ctx)
+	third.Release(ctx)
+	// Output:
+	// true 0
+	// true
+}
+
 func ExampleClientIP() {
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "10.0.0.5:41000"

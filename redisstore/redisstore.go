@@ -10,9 +10,10 @@
 // all atomically. Time is the Redis server's (TIME), so instances whose clocks disagree
 // still agree on every decision; WithClock sends the caller's clock instead.
 //
-// Peek, refund and reset are one script each too, and a decision under several limits
-// (ratelimit.AllowAll) is one script for all of them when their keys
-// share a hash tag (see ApplyAll).
+// Peek, refund and reset are one script each too, as are the acquire, release and
+// extension of a lease of an in-flight limit (ratelimit.InFlightLimiter), and a decision
+// under several limits (ratelimit.AllowAll) is one script for all of them when their
+// keys share a hash tag (see ApplyAll).
 //
 // # Never counted twice
 //
@@ -79,7 +80,8 @@
 //	<prefix>:<algorithm>:<part>:<namespace>:<form of k>
 //
 // where prefix is "rl" by default (WithPrefix), algorithm is its Name ("tokenbucket"),
-// part names one of its keys ("state", and "log" for the sliding log), and namespace is
+// part names one of its keys ("state", "log" for the sliding log, "leases" for the
+// in-flight limit), and namespace is
 // the limiter's (its rule's, "100/1s", unless ratelimit.WithNamespace names it), with "%",
 // ":", "{" and "}" escaped as in ratelimit.Key. The form of k keeps every key distinct and
 // all parts of one key in one Redis Cluster hash slot, whatever the namespace:
@@ -97,7 +99,8 @@
 // A key's state is a string "T:L:A" in decimal: the latest instant the key has seen (in
 // microseconds since the Unix epoch), and the algorithm's Level and Aux (see each
 // algorithm's package doc); the sliding log keeps its events in a list beside it, as
-// pairs (instant, count), oldest first.
+// pairs (instant, count), oldest first. An in-flight limit's key is a sorted set alone:
+// each lease's id, scored by its expiry in microseconds, with the TTL of the latest.
 //
 // Every write sets a TTL: the time until the key is back to its full allowance, rounded
 // up to a whole millisecond and never 0. Idle keys vanish and come back full, and a key

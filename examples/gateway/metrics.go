@@ -17,7 +17,7 @@ import (
 // carries the tenant: with 100,000 tenants that would be 100,000 series per metric.
 type metrics struct {
 	registry  *prometheus.Registry
-	decisions *prometheus.CounterVec // by route and outcome (allowed, denied, error)
+	decisions *prometheus.CounterVec // by route and outcome (allowed, denied, error, in_flight_denied)
 	latency   prometheus.Histogram   // time to decide, in seconds
 	sources   *prometheus.CounterVec // decisions by store: redis or fallback
 	errors    *prometheus.CounterVec // Redis errors, by whether they count against Redis
