@@ -264,9 +264,8 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 }
 
 // peek is the Decision of a take of args on e's state (a fresh state when e is nil),
-// changing nothing. After a refund, a reset or an extension (after) it is the answer, as
-// a peek of 1, of a new lease.
-// sh.mu is held.
+// changing nothing, on the shard's scratch copy; sh.mu is held. After a refund, a reset
+// or an extension (after) it is the answer, as a peek of 1, of a new lease.
 func (sh *shard) peek(alg *ratelimit.Algorithm, e *entry, now int64, args ratelimit.Args, after bool) ratelimit.Decision {
 	if after {
 		args.N, args.Lease = 1, 0

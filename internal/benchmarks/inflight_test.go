@@ -89,14 +89,3 @@ func BenchmarkInFlight(b *testing.B) {
 		})
 	}
 }
-
-// serial runs allow on one key, one call after another.
-func serial(b *testing.B, allow allowFunc) {
-	ctx := context.Background()
-	allow(ctx, keys[0])
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		allow(ctx, keys[0])
-	}
-}

@@ -99,21 +99,23 @@ func localImplementations(b *testing.B) []struct {
 // BenchmarkLocal: in-memory decisions, one key serially and 1024 keys in parallel.
 func BenchmarkLocal(b *testing.B) {
 	for _, impl := range localImplementations(b) {
-		b.Run(impl.name+"/serial-1key", func(b *testing.B) {
-			allow := impl.make(b)
-			ctx := context.Background()
-			allow(ctx, keys[0])
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				allow(ctx, keys[0])
-			}
-		})
+		b.Run(impl.name+"/serial-1key", func(b *testing.B) { serial(b, impl.make(b)) })
 		b.Run(impl.name+"/parallel-1024keys", func(b *testing.B) { overKeys(b, impl.make(b), 0) })
 	}
 }
 
 func testingProcs() int { return runtime.GOMAXPROCS(0) }
+
+// serial runs allow on one key, one call after another.
+func serial(b *testing.B, allow allowFunc) {
+	ctx := context.Background()
+	allow(ctx, keys[0])
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		allow(ctx, keys[0])
+	}
+}
 
 // overKeys runs allow in parallel over the 1024 keys, each decided once first: from
 // callers goroutines, or GOMAXPROCS when callers is 0.

@@ -143,16 +143,7 @@ func BenchmarkRedis(b *testing.B) {
 		{"ulule-limiter", ululeLimiter},
 		{"throttled", throttledLimiter},
 	} {
-		b.Run(impl.name+"/serial-1key", func(b *testing.B) {
-			allow := impl.make(b, addr)
-			ctx := context.Background()
-			allow(ctx, keys[0])
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				allow(ctx, keys[0])
-			}
-		})
+		b.Run(impl.name+"/serial-1key", func(b *testing.B) { serial(b, impl.make(b, addr)) })
 		for _, n := range []int{callers, 256} {
 			b.Run(impl.name+"/parallel-"+strconv.Itoa(n)+"callers", func(b *testing.B) {
 				overKeys(b, impl.make(b, addr), n)
