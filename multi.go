@@ -52,14 +52,42 @@ func AllowAll(ctx context.Context, n int64, parts ...Part) (Decision, error) {
 		}
 		reqs[i] = Request{Algorithm: l.alg, Namespace: l.namespace, Key: p.Key, Rule: l.rule, N: n}
 	}
-	if err := distinct(reqs); err != nil {
-		return Decision{}, err
-	}
-	ds, err := applyAll(ctx, store, reqs)
+	ds, err := ApplyAll(ctx, store, reqs)
 	if err != nil {
 		return Decision{}, err
 	}
 	return combine(ds), nil
+}
+
+// ApplyAll takes reqs on store all or none, as AllowAll does for its parts, and returns
+// each request's Decision as it would be alone (a request that would be allowed alone
+// says so even when another denies and nothing was counted): for an application that
+// builds its own Requests, one limit per rule of a rule engine, say. The requests must
+// be takes of distinct (algorithm, namespace, key) triples. On a BatchStore that can
+// decide them together it is one atomic decision; otherwise they are taken one by one
+// and, when one is denied, those taken before are refunded.
+func ApplyAll(ctx context.Context, store Store, reqs []Request) ([]Decision, error) {
+	if store == nil {
+		return nil, errors.New("ratelimit: ApplyAll on a nil store")
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	for i, r := range reqs {
+		if r.Algorithm == nil || r.Op != OpTake {
+			return nil, fmt.Errorf("ratelimit: ApplyAll: request %d is not a take of an algorithm", i)
+		}
+	}
+	if err := distinct(reqs); err != nil {
+		return nil, err
+	}
+	if bs, ok := store.(BatchStore); ok {
+		ds, err := bs.ApplyAll(ctx, reqs)
+		if !errors.Is(err, errors.ErrUnsupported) {
+			return ds, err
+		}
+	}
+	return applyEach(ctx, store, reqs)
 }
 
 // sameStore is a == b, without the panic of == on values of an uncomparable type: such a
@@ -79,22 +107,11 @@ func distinct(reqs []Request) error {
 	for _, r := range reqs {
 		k := id{r.Algorithm, r.Namespace, r.Key}
 		if seen[k] {
-			return fmt.Errorf("ratelimit: AllowAll: %s key %q of namespace %q appears twice", r.Algorithm.Name, r.Key, r.Namespace)
+			return fmt.Errorf("ratelimit: %s key %q of namespace %q appears twice in one decision", r.Algorithm.Name, r.Key, r.Namespace)
 		}
 		seen[k] = true
 	}
 	return nil
-}
-
-// applyAll decides reqs on store at once if it can, else one by one.
-func applyAll(ctx context.Context, store Store, reqs []Request) ([]Decision, error) {
-	if bs, ok := store.(BatchStore); ok {
-		ds, err := bs.ApplyAll(ctx, reqs)
-		if !errors.Is(err, errors.ErrUnsupported) {
-			return ds, err
-		}
-	}
-	return applyEach(ctx, store, reqs)
 }
 
 // applyEach takes reqs one by one on store and, when one is denied, refunds those taken
@@ -125,10 +142,7 @@ func applyEach(ctx context.Context, store Store, reqs []Request) ([]Decision, er
 				return nil, err
 			}
 		}
-		for j := range i {
-			ds[j].Allowed = false
-		}
-		return ds, nil
+		return ds, nil // those refunded say, as on a BatchStore, that they would be allowed alone
 	}
 	return ds, nil
 }

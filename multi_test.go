@@ -1,0 +1,51 @@
+package ratelimit_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// onlyApply hides a store's ApplyAll: ApplyAll then takes one by one, with refunds.
+type onlyApply struct{ ratelimit.Store }
+
+// ApplyAll returns each request's own Decision, all or none, on a BatchStore and on a
+// store without batches alike.
+func TestApplyAll(t *testing.T) {
+	ctx := context.Background()
+	for name, store := range map[string]ratelimit.Store{"batch": localstore.New(), "one by one": onlyApply{localstore.New()}} {
+		t.Run(name, func(t *testing.T) {
+			alg := tokenbucket.Algorithm()
+			reqs := []ratelimit.Request{
+				{Algorithm: alg, Key: "a", Rule: ratelimit.PerHour(5), N: 2},
+				{Algorithm: alg, Key: "b", Rule: ratelimit.PerHour(3), N: 2},
+			}
+			ds, err := ratelimit.ApplyAll(ctx, store, reqs)
+			if err != nil || len(ds) != 2 || !ds[0].Allowed || !ds[1].Allowed || ds[0].Remaining != 3 || ds[1].Remaining != 1 {
+				t.Fatalf("first = %+v, %v; want both allowed, 3 and 1 left", ds, err)
+			}
+			ds, err = ratelimit.ApplyAll(ctx, store, reqs) // b has 1 left: denied, and a not counted
+			if err != nil || !ds[0].Allowed || ds[1].Allowed || ds[1].Remaining != 1 {
+				t.Fatalf("second = %+v, %v; want a allowed alone, b denied with 1 left", ds, err)
+			}
+			if d, err := store.Apply(ctx, ratelimit.Request{Algorithm: alg, Key: "a", Rule: ratelimit.PerHour(5), N: 3}); err != nil || !d.Allowed {
+				t.Errorf("a after a denied ApplyAll = %+v, %v; want its 3 left", d, err)
+			}
+			for _, bad := range [][]ratelimit.Request{
+				{reqs[0], reqs[0]},
+				{{Key: "x", N: 1}},
+				{{Algorithm: alg, Key: "x", Rule: ratelimit.PerHour(1), N: 1, Op: ratelimit.OpPeek}},
+			} {
+				if _, err := ratelimit.ApplyAll(ctx, store, bad); err == nil {
+					t.Errorf("ApplyAll(%+v): no error", bad)
+				}
+			}
+		})
+	}
+	if _, err := ratelimit.ApplyAll(ctx, nil, nil); err == nil {
+		t.Error("ApplyAll on a nil store: no error")
+	}
+}
