@@ -1,0 +1,277 @@
+package envoyrules
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+)
+
+// Status is the answer for one descriptor of a request.
+type Status struct {
+	Match      *Match // the limit it fell under; nil for none (none found, unlimited or replaced)
+	Unlimited  bool
+	OverLimit  bool          // the limit denies it (never in shadow mode)
+	Remaining  uint32        // what the limit has left; math.MaxUint32 when unlimited
+	ResetAfter time.Duration // until the limit is whole again
+	Hits       Hits          // what this decision adds to the rule's metrics
+}
+
+// Hits are the service's counters of one rule, for one decision: every hit, and those
+// within the limit, near it (past the near-limit ratio), over it, and over it in shadow
+// mode (counted over and shadow, and answered OK).
+type Hits struct {
+	Total, Within, Near, Over, Shadow uint64
+}
+
+// Result is the answer for a request.
+type Result struct {
+	OverLimit bool // the request is denied
+	Statuses  []Status
+}
+
+// Tightest is the status the rate limit headers describe, as the service picks it: the
+// first descriptor over its limit, else the limited one with the least remaining.
+func (r Result) Tightest() (Status, bool) {
+	best, found := Status{}, false
+	for _, s := range r.Statuses {
+		if s.Match == nil {
+			continue
+		}
+		if s.OverLimit {
+			return s, true
+		}
+		if !found || s.Remaining < best.Remaining {
+			best, found = s, true
+		}
+	}
+	return best, found
+}
+
+// Decider decides requests' descriptors on a store.
+type Decider struct {
+	Store ratelimit.Store
+	// NearLimitRatio is the part of a limit past which hits count as near it; 0.8 when 0,
+	// as in the service.
+	NearLimitRatio float64
+}
+
+// Namespace is the namespace of a domain's limits on the store.
+func Namespace(domain string) string { return "envoy/" + domain }
+
+// Decide decides descriptors of domain d with hits each (0 counts as 1, as in the
+// service), all or none: every limited descriptor's limit is taken in one atomic
+// decision where the store can (ratelimit.ApplyAll), and a request that one of them
+// denies consumes nothing from the others. As in the service: unlimited descriptors and
+// those without a limit are OK; a rule named in another matched rule's replaces is not
+// applied; quota-mode descriptors deny the request only when every one of them is over
+// (then nothing is consumed either); shadow-mode descriptors are decided and counted
+// after the others, and never deny. An error is the store's.
+func (dc *Decider) Decide(ctx context.Context, d *Domain, descriptors [][]Entry, hits uint32) (Result, error) {
+	n := int64(max(1, hits))
+	res := Result{Statuses: make([]Status, len(descriptors))}
+	replaced := map[string]bool{}
+	for i, desc := range descriptors {
+		m := d.Match(desc)
+		if m == nil {
+			continue
+		}
+		for _, r := range m.Replaces {
+			replaced[r] = true
+		}
+		if m.Unlimited {
+			res.Statuses[i] = Status{Unlimited: true, Remaining: math.MaxUint32}
+			continue
+		}
+		res.Statuses[i].Match = m
+	}
+	var enforced, quota, shadow []int
+	for i := range res.Statuses {
+		switch m := res.Statuses[i].Match; {
+		case m == nil:
+		case m.Name != "" && replaced[m.Name]:
+			res.Statuses[i].Match = nil
+		case m.ShadowMode:
+			shadow = append(shadow, i)
+		case m.QuotaMode:
+			quota = append(quota, i)
+		default:
+			enforced = append(enforced, i)
+		}
+	}
+	taken, ok, err := dc.takeAll(ctx, &res, enforced, n)
+	if err != nil {
+		return Result{}, err
+	}
+	if ok && len(quota) > 0 {
+		over := 0
+		for _, i := range quota {
+			if err := dc.decide(ctx, &res.Statuses[i], n, ratelimit.OpTake); err != nil {
+				return Result{}, err
+			}
+			if res.Statuses[i].OverLimit {
+				over++
+			} else {
+				taken = append(taken, i)
+			}
+		}
+		if over == len(quota) { // every quota descriptor is over: the request is, and gives back
+			ok = false
+			for _, i := range taken {
+				if err := dc.decide(ctx, &Status{Match: res.Statuses[i].Match}, n, ratelimit.OpRefund); err != nil {
+					return Result{}, err
+				}
+			}
+		}
+	} else {
+		for _, i := range quota {
+			if err := dc.decide(ctx, &res.Statuses[i], n, ratelimit.OpPeek); err != nil {
+				return Result{}, err
+			}
+		}
+	}
+	op := ratelimit.OpTake
+	if !ok {
+		op = ratelimit.OpPeek
+	}
+	for _, i := range shadow {
+		if err := dc.decide(ctx, &res.Statuses[i], n, op); err != nil {
+			return Result{}, err
+		}
+	}
+	res.OverLimit = !ok
+	return res, nil
+}
+
+// takeAll takes n under the limits of the statuses at idx, all or none, and reports the
+// indexes taken and whether all were allowed.
+func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64) ([]int, bool, error) {
+	if len(idx) == 0 {
+		return nil, true, nil
+	}
+	type counter struct {
+		alg     *ratelimit.Algorithm
+		key     string
+		request int
+	}
+	var reqs []ratelimit.Request
+	of := make([]int, len(idx)) // the request of each status; two descriptors of one counter share one
+	seen := map[counter]int{}
+	doomed := false // a limit of 0, or hits more than the limit can hold: denied without asking
+	for j, i := range idx {
+		m := res.Statuses[i].Match
+		c := counter{alg: m.Algorithm, key: m.Key}
+		if r, dup := seen[c]; dup {
+			of[j] = r
+			reqs[r].N += n
+		} else {
+			seen[c], of[j] = len(reqs), len(reqs)
+			reqs = append(reqs, ratelimit.Request{Algorithm: m.Algorithm, Namespace: m.namespace, Key: m.Key, Rule: m.Rule, N: n})
+		}
+	}
+	for j, i := range idx {
+		r := reqs[of[j]]
+		if r.Rule.Limit == 0 {
+			doomed = true
+			res.Statuses[i].deny(n)
+			continue
+		}
+		if _, err := r.Algorithm.Prepare(r.Rule, r.N); errors.Is(err, ratelimit.ErrNExceedsLimit) {
+			doomed = true
+			res.Statuses[i].deny(n)
+		}
+	}
+	var ds []ratelimit.Decision
+	var err error
+	if doomed { // only what each stands at, for its status
+		ds = make([]ratelimit.Decision, len(reqs))
+		for k, r := range reqs {
+			if r.Rule.Limit == 0 {
+				continue
+			}
+			r.Op, r.N = ratelimit.OpPeek, 1
+			if ds[k], err = dc.Store.Apply(ctx, r); err != nil {
+				return nil, false, err
+			}
+		}
+	} else if ds, err = ratelimit.ApplyAll(ctx, dc.Store, reqs); err != nil {
+		return nil, false, err
+	}
+	all := !doomed
+	for _, d := range ds {
+		all = all && d.Allowed
+	}
+	var taken []int
+	for j, i := range idx {
+		s := &res.Statuses[i]
+		if s.OverLimit { // doomed above
+			continue
+		}
+		s.record(ds[of[j]], n, dc.ratio())
+		if all {
+			taken = append(taken, i)
+		}
+	}
+	return taken, all, nil
+}
+
+// decide applies op with n under s's limit, and records the outcome in s.
+func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op ratelimit.Op) error {
+	m := s.Match
+	if m.Rule.Limit == 0 {
+		if op != ratelimit.OpRefund {
+			s.deny(n)
+		}
+		return nil
+	}
+	req := ratelimit.Request{Algorithm: m.Algorithm, Namespace: m.namespace, Key: m.Key, Rule: m.Rule, N: n, Op: op}
+	if _, err := m.Algorithm.Prepare(m.Rule, n); errors.Is(err, ratelimit.ErrNExceedsLimit) {
+		s.deny(n)
+		return nil
+	}
+	d, err := dc.Store.Apply(ctx, req)
+	if err != nil || op == ratelimit.OpRefund {
+		return err
+	}
+	s.record(d, n, dc.ratio())
+	return nil
+}
+
+func (dc *Decider) ratio() float64 {
+	if dc.NearLimitRatio <= 0 {
+		return 0.8
+	}
+	return dc.NearLimitRatio
+}
+
+// deny records n hits over s's limit, decided without the store.
+func (s *Status) deny(n int64) {
+	s.Hits.Total += uint64(n)
+	s.Hits.Over += uint64(n)
+	if s.Match.ShadowMode {
+		s.Hits.Shadow += uint64(n)
+	} else {
+		s.OverLimit = true
+	}
+}
+
+// record sets s from the store's Decision for n hits, and counts them.
+func (s *Status) record(d ratelimit.Decision, n int64, ratio float64) {
+	s.Remaining = uint32(min(d.Remaining, math.MaxUint32))
+	s.ResetAfter = d.ResetAfter
+	if s.ResetAfter == 0 && !d.Allowed {
+		s.ResetAfter = d.RetryAfter
+	}
+	if !d.Allowed {
+		s.deny(n)
+		return
+	}
+	s.Hits.Total += uint64(n)
+	s.Hits.Within += uint64(n)
+	near := int64(math.Floor(float64(d.Limit) * ratio))
+	if used := d.Limit - d.Remaining; used > near {
+		s.Hits.Near += uint64(min(n, used-near))
+	}
+}
