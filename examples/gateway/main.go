@@ -51,6 +51,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
 )
 
 //go:embed rules.yaml
@@ -61,7 +63,7 @@ type config struct {
 	reload                              time.Duration
 	trustedProxies                      string
 	lease                               time.Duration
-	store                               storeConfig
+	store                               backend.Config
 }
 
 func main() {
@@ -71,15 +73,15 @@ func main() {
 	flag.StringVar(&c.rulesFile, "rules", "", "YAML rules file, reloaded when it changes (default: the embedded rules.yaml)")
 	flag.StringVar(&c.rulesDSN, "rules-dsn", "", "PostgreSQL URL of the rate_limit_rule table (postgres://...)")
 	flag.DurationVar(&c.reload, "reload", 30*time.Second, "how often to read the rules again")
-	flag.StringVar(&c.store.redisURL, "redis", "", "Redis URL, redis://host:port (default: an embedded miniredis)")
-	flag.StringVar(&c.store.cluster, "redis-cluster", "", "Redis Cluster nodes, host:port,host:port,...")
-	flag.IntVar(&c.store.instances, "instances", 0, "gateway instances sharing the limits: each enforces 1/n while Redis is down (0: the number alive, learned through Redis)")
-	flag.DurationVar(&c.store.timeout, "timeout", 5*time.Millisecond, "the most a decision waits for Redis")
-	flag.DurationVar(&c.store.breakerOpen, "breaker-open", time.Second, "how long Redis is left alone after it fails")
+	flag.StringVar(&c.store.RedisURL, "redis", "", "Redis URL, redis://host:port (default: an embedded miniredis)")
+	flag.StringVar(&c.store.Cluster, "redis-cluster", "", "Redis Cluster nodes, host:port,host:port,...")
+	flag.IntVar(&c.store.Instances, "instances", 0, "gateway instances sharing the limits: each enforces 1/n while Redis is down (0: the number alive, learned through Redis)")
+	flag.DurationVar(&c.store.Timeout, "timeout", 5*time.Millisecond, "the most a decision waits for Redis")
+	flag.DurationVar(&c.store.BreakerOpen, "breaker-open", time.Second, "how long Redis is left alone after it fails")
 	flag.DurationVar(&c.lease, "lease", defaultLease, "how long a request's in-flight lease lives unless extended: a gateway that dies gives its leases back after it (0: 30s)")
 	flag.StringVar(&c.trustedProxies, "trusted-proxies", "", "CIDRs of proxies in front of the gateway; set, limits are also per client IP (from X-Forwarded-For past these proxies)")
 	flag.Parse()
-	c.store.localMaxKeys, c.store.localMaxBytes = 1<<20, 64<<20
+	c.store.LocalMaxKeys, c.store.LocalMaxBytes = 1<<20, 64<<20
 
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	redis.SetLogger(redisLog{log}) // go-redis's own lines, as JSON too
@@ -156,7 +158,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	srv := &http.Server{Addr: c.addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("gateway listening", "addr", c.addr, "upstream", c.upstream, "instances", c.store.instances)
+	log.Info("gateway listening", "addr", c.addr, "upstream", c.upstream, "instances", c.store.Instances)
 
 	select {
 	case err := <-errc:

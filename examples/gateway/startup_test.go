@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
 	"github.com/ratelimit-go/ratelimit/fallback"
 	"github.com/ratelimit-go/ratelimit/internal/redistest"
 )
@@ -21,7 +22,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 func startupError(t *testing.T, c config) error {
 	t.Helper()
 	c.addr = "127.0.0.1:0"
-	c.store.timeout, c.store.breakerOpen, c.store.localMaxKeys, c.store.localMaxBytes = 5*time.Millisecond, time.Second, 1000, 1<<20
+	c.store.Timeout, c.store.BreakerOpen, c.store.LocalMaxKeys, c.store.LocalMaxBytes = 5*time.Millisecond, time.Second, 1000, 1<<20
 	c.reload = time.Hour
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -40,8 +41,8 @@ func TestMisconfigurationStops(t *testing.T) {
 		c    config
 		want string
 	}{
-		{"both Redis flags", config{store: storeConfig{redisURL: "redis://" + plain.Addr, cluster: plain.Addr}}, "both set"},
-		{"-redis-cluster at a plain server", config{store: storeConfig{cluster: plain.Addr}}, "not a Redis Cluster node"},
+		{"both Redis flags", config{store: backend.Config{RedisURL: "redis://" + plain.Addr, Cluster: plain.Addr}}, "both set"},
+		{"-redis-cluster at a plain server", config{store: backend.Config{Cluster: plain.Addr}}, "not a Redis Cluster node"},
 		{"-rules-dsn of another scheme", config{rulesDSN: "mysql://root@127.0.0.1/rules"}, "want a postgres:// URL"},
 		{"-rules-dsn unreachable", config{rulesDSN: "postgres://nobody@127.0.0.1:1/rules?connect_timeout=2"}, "cannot read the rate_limit_rule table"},
 	} {
@@ -53,7 +54,7 @@ func TestMisconfigurationStops(t *testing.T) {
 	}
 	t.Run("-redis at a cluster node", func(t *testing.T) {
 		cluster := redistest.StartCluster(t, 3)
-		err := startupError(t, config{store: storeConfig{redisURL: "redis://" + cluster.Masters[0].Addr}})
+		err := startupError(t, config{store: backend.Config{RedisURL: "redis://" + cluster.Masters[0].Addr}})
 		if err == nil || !strings.Contains(err.Error(), "use -redis-cluster") {
 			t.Errorf("%v; want an error saying to use -redis-cluster", err)
 		}
@@ -73,8 +74,8 @@ func TestMisconfigurationStops(t *testing.T) {
 // Redis that does not answer at start is not an error (the gateway starts on the shares).
 func TestStoreReadyBeforeServing(t *testing.T) {
 	srv := redistest.Start(t)
-	cfg := storeConfig{redisURL: "redis://" + srv.Addr, instances: 1, timeout: 5 * time.Millisecond,
-		breakerOpen: time.Second, localMaxKeys: 1000, localMaxBytes: 1 << 20}
+	cfg := backend.Config{RedisURL: "redis://" + srv.Addr, Instances: 1, Timeout: 5 * time.Millisecond,
+		BreakerOpen: time.Second, LocalMaxKeys: 1000, LocalMaxBytes: 1 << 20}
 	_, closeStore, err := openStore(context.Background(), cfg, newMetrics(), quiet())
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +105,7 @@ func TestStoreReadyBeforeServing(t *testing.T) {
 func TestFallbackSwitchesLogged(t *testing.T) {
 	var logs syncBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
-	h := newMetrics().hooks(log, func() int { return 3 })
+	h := newMetrics().store.Hooks(log, func() int { return 3 })
 	h.OnPrimaryError(errors.New("dial tcp 10.0.0.9:6379: connect: connection refused"), true)
 	h.OnStateChange(fallback.Closed, fallback.Open)
 	h.OnStateChange(fallback.Open, fallback.HalfOpen)

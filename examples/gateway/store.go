@@ -2,142 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"strings"
-	"time"
-
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-go/ratelimit"
-	"github.com/ratelimit-go/ratelimit/fallback"
-	"github.com/ratelimit-go/ratelimit/localstore"
-	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
 )
 
-// storeConfig is where decisions are made.
-type storeConfig struct {
-	redisURL      string        // redis://host:port/db; empty: see cluster
-	cluster       string        // host:port,host:port; empty with redisURL: an embedded miniredis
-	instances     int           // gateway instances sharing the limits; 0: learned through Redis
-	timeout       time.Duration // the budget of one Redis call
-	breakerOpen   time.Duration
-	localMaxKeys  int
-	localMaxBytes int64
-}
-
-// openStore opens Redis (or starts an embedded miniredis) behind the fallback store, and
-// returns a function that closes what it opened. Before it returns, it checks that Redis
-// is what the flags say (a cluster node for -redis-cluster, a plain server for -redis) and
-// loads the scripts, so that the first requests do not pay the connection and the loads
-// and fall back for it. A misconfiguration is an error; a Redis that does not answer is
-// not (the gateway starts on the instances' shares, and logs it).
-func openStore(ctx context.Context, cfg storeConfig, m *metrics, log *slog.Logger) (_ ratelimit.Store, _ func(), err error) {
-	if cfg.redisURL != "" && cfg.cluster != "" {
-		return nil, nil, errors.New("-redis and -redis-cluster are both set: give one")
-	}
-	var client redis.Scripter
-	var closeAll []func()
-	closeStore := func() {
-		for _, f := range closeAll {
-			f()
-		}
-	}
-	defer func() {
-		if err != nil {
-			closeStore()
-		}
-	}()
-	switch {
-	case cfg.cluster != "":
-		c := redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: strings.Split(cfg.cluster, ","), ContextTimeoutEnabled: true,
-			DialTimeout: 100 * time.Millisecond, DialerRetries: 1, ReadTimeout: 50 * time.Millisecond,
-			WriteTimeout: 50 * time.Millisecond, PoolTimeout: 10 * time.Millisecond, MaxRetries: -1,
-			// slot moves no error announces; a failed master's slots are reloaded at once by
-			// the store (see redisstore's "Redis Cluster")
-			ClusterStateReloadInterval: 5 * time.Second,
-		})
-		client, closeAll = c, append(closeAll, func() { c.Close() })
-		log.Info("deciding on Redis Cluster", "addrs", cfg.cluster)
-	case cfg.redisURL != "":
-		opts, err := redis.ParseURL(cfg.redisURL)
-		if err != nil {
-			return nil, nil, fmt.Errorf("-redis: %w", err)
-		}
-		opts.ContextTimeoutEnabled, opts.MaxRetries, opts.DialerRetries = true, -1, 1
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = 100*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
-		opts.PoolTimeout = 10 * time.Millisecond
-		c := redis.NewClient(opts)
-		client, closeAll = c, append(closeAll, func() { c.Close() })
-		log.Info("deciding on Redis", "addr", opts.Addr)
-	default:
-		mr := miniredis.NewMiniRedis()
-		if err := mr.Start(); err != nil {
-			return nil, nil, fmt.Errorf("embedded miniredis: %w", err)
-		}
-		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-		stop := expireKeys(ctx, mr)
-		client, closeAll = c, append(closeAll, stop, func() { c.Close() }, mr.Close)
-		log.Info("deciding on an embedded miniredis (use -redis or -redis-cluster for a real one)", "addr", mr.Addr())
-	}
-	rs := redisstore.New(client)
-	start, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	if err := checkRedis(start, client, cfg); err != nil {
-		return nil, nil, err
-	}
-	if err := rs.LoadScripts(start, algorithmList()...); err != nil {
-		if !errors.Is(err, ratelimit.ErrUnavailable) {
-			return nil, nil, err
-		}
-		log.Warn("Redis does not answer; starting on each instance's share of the rules until it does", "err", err)
-	}
-	instances := fallback.WithInstances(cfg.instances)
-	count := func() int { return cfg.instances }
-	if cfg.instances < 1 { // learned: each gateway beats in Redis, and counts the live ones
-		members := redisstore.NewMembers(client, "gateway")
-		if _, err := members.Beat(start); err != nil {
-			log.Warn("cannot count the gateways in Redis yet; assuming 1 until it answers", "err", err)
-		}
-		beat, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() { defer close(done); members.Run(beat) }()
-		closeAll = append([]func(){func() {
-			stopBeat()
-			<-done
-			leave, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			members.Leave(leave)
-		}}, closeAll...)
-		instances, count = fallback.WithInstanceCount(members.Count), members.Count
-	}
-	store := fallback.New(rs, localstore.New(localstore.WithMaxKeys(cfg.localMaxKeys), localstore.WithMaxBytes(cfg.localMaxBytes)),
-		instances, fallback.WithTimeout(cfg.timeout),
-		fallback.WithBreaker(fallback.Breaker{OpenFor: cfg.breakerOpen}), fallback.WithHooks(m.hooks(log, count)))
-	return store, closeStore, nil
-}
-
-// checkRedis refuses a Redis that is not what the flags say: -redis-cluster at a server
-// without cluster support (every decision would fail over to the shares, with nothing to
-// say why), or -redis at a cluster node (every key of another node's slots would be
-// refused with MOVED). A Redis that does not answer passes: the fallback covers it.
-func checkRedis(ctx context.Context, client redis.Scripter, cfg storeConfig) error {
-	switch c := client.(type) {
-	case *redis.ClusterClient:
-		err := c.Ping(ctx).Err()
-		if err != nil && strings.Contains(err.Error(), "cluster support disabled") {
-			return fmt.Errorf("-redis-cluster %s: not a Redis Cluster node (%w); use -redis", cfg.cluster, err)
-		}
-	case *redis.Client:
-		info, err := c.Info(ctx, "cluster").Result()
-		if err == nil && strings.Contains(info, "cluster_enabled:1") && cfg.redisURL != "" {
-			return fmt.Errorf("-redis %s: a Redis Cluster node; use -redis-cluster with the cluster's nodes", cfg.redisURL)
-		}
-	}
-	return nil
+// openStore opens the gateway's store (see backend.Open): the gateways beat under
+// "gateway", and every algorithm a rule may name is loaded before serving.
+func openStore(ctx context.Context, cfg backend.Config, m *metrics, log *slog.Logger) (ratelimit.Store, func(), error) {
+	cfg.Members, cfg.Algorithms = "gateway", algorithmList()
+	return backend.Open(ctx, cfg, m.store, log)
 }
 
 // algorithmList is every algorithm a rule may name, and the in-flight limit's.
@@ -148,27 +23,4 @@ func algorithmList() []*ratelimit.Algorithm {
 		list = append(list, a)
 	}
 	return list
-}
-
-// expireKeys moves the embedded miniredis's TTLs with real time (miniredis moves them
-// only when told), so that idle keys expire as on Redis.
-func expireKeys(ctx context.Context, mr *miniredis.Miniredis) func() {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		last := time.Now()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-t.C:
-				mr.FastForward(now.Sub(last))
-				last = now
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
 }

@@ -1,0 +1,169 @@
+// Package backend opens where the examples' servers decide: Redis, a Redis Cluster or an
+// embedded miniredis, behind the fallback store, checked and warmed before serving, with
+// the fallback's Prometheus metrics and log lines.
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/fallback"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+)
+
+// Config is where decisions are made.
+type Config struct {
+	RedisURL      string        // redis://host:port/db; empty: see Cluster
+	Cluster       string        // host:port,host:port; empty with RedisURL: an embedded miniredis
+	Instances     int           // instances sharing the limits; 0: learned through Redis
+	Timeout       time.Duration // the budget of one Redis call
+	BreakerOpen   time.Duration
+	LocalMaxKeys  int
+	LocalMaxBytes int64
+	Members       string                 // the name the instances beat under in Redis ("gateway")
+	Algorithms    []*ratelimit.Algorithm // loaded into Redis before serving
+}
+
+// Open opens Redis (or starts an embedded miniredis) behind the fallback store, and
+// returns a function that closes what it opened. Before it returns, it checks that Redis
+// is what the flags say (a cluster node for -redis-cluster, a plain server for -redis) and
+// loads the scripts, so that the first requests do not pay the connection and the loads
+// and fall back for it. A misconfiguration is an error; a Redis that does not answer is
+// not (the server starts on the instances' shares, and logs it).
+func Open(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (_ ratelimit.Store, _ func(), err error) {
+	if cfg.RedisURL != "" && cfg.Cluster != "" {
+		return nil, nil, errors.New("-redis and -redis-cluster are both set: give one")
+	}
+	var client redis.Scripter
+	var closeAll []func()
+	closeStore := func() {
+		for _, f := range closeAll {
+			f()
+		}
+	}
+	defer func() {
+		if err != nil {
+			closeStore()
+		}
+	}()
+	switch {
+	case cfg.Cluster != "":
+		c := redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: strings.Split(cfg.Cluster, ","), ContextTimeoutEnabled: true,
+			DialTimeout: 100 * time.Millisecond, DialerRetries: 1, ReadTimeout: 50 * time.Millisecond,
+			WriteTimeout: 50 * time.Millisecond, PoolTimeout: 10 * time.Millisecond, MaxRetries: -1,
+			// slot moves no error announces; a failed master's slots are reloaded at once by
+			// the store (see redisstore's "Redis Cluster")
+			ClusterStateReloadInterval: 5 * time.Second,
+		})
+		client, closeAll = c, append(closeAll, func() { c.Close() })
+		log.Info("deciding on Redis Cluster", "addrs", cfg.Cluster)
+	case cfg.RedisURL != "":
+		opts, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-redis: %w", err)
+		}
+		opts.ContextTimeoutEnabled, opts.MaxRetries, opts.DialerRetries = true, -1, 1
+		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = 100*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
+		opts.PoolTimeout = 10 * time.Millisecond
+		c := redis.NewClient(opts)
+		client, closeAll = c, append(closeAll, func() { c.Close() })
+		log.Info("deciding on Redis", "addr", opts.Addr)
+	default:
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			return nil, nil, fmt.Errorf("embedded miniredis: %w", err)
+		}
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+		stop := expireKeys(ctx, mr)
+		client, closeAll = c, append(closeAll, stop, func() { c.Close() }, mr.Close)
+		log.Info("deciding on an embedded miniredis (use -redis or -redis-cluster for a real one)", "addr", mr.Addr())
+	}
+	rs := redisstore.New(client)
+	start, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := checkRedis(start, client, cfg); err != nil {
+		return nil, nil, err
+	}
+	if err := rs.LoadScripts(start, cfg.Algorithms...); err != nil {
+		if !errors.Is(err, ratelimit.ErrUnavailable) {
+			return nil, nil, err
+		}
+		log.Warn("Redis does not answer; starting on each instance's share of the rules until it does", "err", err)
+	}
+	instances := fallback.WithInstances(cfg.Instances)
+	count := func() int { return cfg.Instances }
+	if cfg.Instances < 1 { // learned: each instance beats in Redis, and counts the live ones
+		members := redisstore.NewMembers(client, cfg.Members)
+		if _, err := members.Beat(start); err != nil {
+			log.Warn("cannot count the instances in Redis yet; assuming 1 until it answers", "err", err)
+		}
+		beat, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); members.Run(beat) }()
+		closeAll = append([]func(){func() {
+			stopBeat()
+			<-done
+			leave, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			members.Leave(leave)
+		}}, closeAll...)
+		instances, count = fallback.WithInstanceCount(members.Count), members.Count
+	}
+	store := fallback.New(rs, localstore.New(localstore.WithMaxKeys(cfg.LocalMaxKeys), localstore.WithMaxBytes(cfg.LocalMaxBytes)),
+		instances, fallback.WithTimeout(cfg.Timeout),
+		fallback.WithBreaker(fallback.Breaker{OpenFor: cfg.BreakerOpen}), fallback.WithHooks(m.Hooks(log, count)))
+	return store, closeStore, nil
+}
+
+// checkRedis refuses a Redis that is not what the flags say: -redis-cluster at a server
+// without cluster support (every decision would fail over to the shares, with nothing to
+// say why), or -redis at a cluster node (every key of another node's slots would be
+// refused with MOVED). A Redis that does not answer passes: the fallback covers it.
+func checkRedis(ctx context.Context, client redis.Scripter, cfg Config) error {
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		err := c.Ping(ctx).Err()
+		if err != nil && strings.Contains(err.Error(), "cluster support disabled") {
+			return fmt.Errorf("-redis-cluster %s: not a Redis Cluster node (%w); use -redis", cfg.Cluster, err)
+		}
+	case *redis.Client:
+		info, err := c.Info(ctx, "cluster").Result()
+		if err == nil && strings.Contains(info, "cluster_enabled:1") && cfg.RedisURL != "" {
+			return fmt.Errorf("-redis %s: a Redis Cluster node; use -redis-cluster with the cluster's nodes", cfg.RedisURL)
+		}
+	}
+	return nil
+}
+
+// expireKeys moves the embedded miniredis's TTLs with real time (miniredis moves them
+// only when told), so that idle keys expire as on Redis.
+func expireKeys(ctx context.Context, mr *miniredis.Miniredis) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				mr.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
