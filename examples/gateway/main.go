@@ -26,6 +26,11 @@
 // a -rules-dsn that is not postgres://, cannot be reached, or has no rate_limit_rule
 // table. A Redis that does not answer at start does not: the gateway starts on the shares.
 //
+// With -envoy-rules, the limits come instead from rules in the format of Envoy's rate
+// limit service (see examples/rls): a request's descriptors are its api_key (the
+// tenant), route, path and method, as the file's descriptor tree names them, decided
+// all or none.
+//
 // Rules come from -rules (a YAML file, reloaded when it changes and every -reload; the
 // embedded rules.yaml by default) and, with -rules-dsn, from the PostgreSQL table of
 // schema.sql (read every -reload, and at once on NOTIFY). /metrics serves Prometheus
@@ -60,6 +65,7 @@ var defaultRules []byte
 
 type config struct {
 	addr, upstream, rulesFile, rulesDSN string
+	envoyRules                          string
 	reload                              time.Duration
 	trustedProxies                      string
 	lease                               time.Duration
@@ -71,6 +77,7 @@ func main() {
 	flag.StringVar(&c.addr, "addr", ":8080", "address to listen on")
 	flag.StringVar(&c.upstream, "upstream", "", "URL of the service behind the gateway (default: a built-in demo service)")
 	flag.StringVar(&c.rulesFile, "rules", "", "YAML rules file, reloaded when it changes (default: the embedded rules.yaml)")
+	flag.StringVar(&c.envoyRules, "envoy-rules", "", "rules in the format of Envoy's rate limit service (a file, or a directory, one domain), reloaded when they change; the request's descriptors are its api_key, route, path and method")
 	flag.StringVar(&c.rulesDSN, "rules-dsn", "", "PostgreSQL URL of the rate_limit_rule table (postgres://...)")
 	flag.DurationVar(&c.reload, "reload", 30*time.Second, "how often to read the rules again")
 	flag.StringVar(&c.store.RedisURL, "redis", "", "Redis URL, redis://host:port (default: an embedded miniredis)")
@@ -143,6 +150,12 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	}
 	lim := &limit{next: httputil.NewSingleHostReverseProxy(target), store: store, rules: &manager.current, metrics: m,
 		log: log, inflight: inflight}
+	if c.envoyRules != "" {
+		if lim.envoy, err = newEnvoyRules(c.envoyRules, store); err != nil {
+			return fmt.Errorf("-envoy-rules: %w", err)
+		}
+		go lim.envoy.watch(ctx, c.envoyRules, log)
+	}
 	if c.trustedProxies != "" {
 		trusted, err := parsePrefixes(c.trustedProxies)
 		if err != nil {

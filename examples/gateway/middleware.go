@@ -28,6 +28,8 @@ type limit struct {
 	trusted []netip.Prefix // set: limits per (tenant, route, client IP) past these proxies
 	metrics *metrics
 	log     *slog.Logger
+	// envoy, when set, decides instead of the rules' own limits (-envoy-rules)
+	envoy *envoyRules
 	// inflight holds the leases of the routes with an in_flight limit (with
 	// defaultLease when nil)
 	inflight *ratelimit.InFlightLimiter
@@ -165,13 +167,8 @@ func (m *limit) key(r *http.Request) (string, error) {
 func (m *limit) decide(r *http.Request, key string) (ratelimit.Decision, ratelimit.Rule, error) {
 	t, _ := tenant(r) // key has checked it
 	route := m.route(r)
-	p := m.rules.Load().policy(t, route)
-	l, err := m.limiter(p.alg)
-	if err != nil {
-		return ratelimit.Decision{}, p.rule, err
-	}
 	start := time.Now()
-	d, err := l.AllowRule(r.Context(), key, p.rule, 1)
+	d, rule, err := m.decideUnder(r, key, t, route)
 	m.metrics.latency.Observe(time.Since(start).Seconds())
 	if err == nil {
 		outcome := "allowed"
@@ -180,6 +177,21 @@ func (m *limit) decide(r *http.Request, key string) (ratelimit.Decision, ratelim
 		}
 		m.metrics.decisions.WithLabelValues(route, outcome).Inc()
 	}
+	return d, rule, err
+}
+
+// decideUnder decides r under the Envoy rules, when there are, or else under the rule
+// of (tenant, route), with the limiter of its algorithm.
+func (m *limit) decideUnder(r *http.Request, key, tenant, route string) (ratelimit.Decision, ratelimit.Rule, error) {
+	if m.envoy != nil {
+		return m.envoy.decide(r, tenant, route)
+	}
+	p := m.rules.Load().policy(tenant, route)
+	l, err := m.limiter(p.alg)
+	if err != nil {
+		return ratelimit.Decision{}, p.rule, err
+	}
+	d, err := l.AllowRule(r.Context(), key, p.rule, 1)
 	return d, p.rule, err
 }
 

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -275,5 +277,50 @@ rules:
 	g.metrics.handler().ServeHTTP(metrics, httptest.NewRequest("GET", "/metrics", nil))
 	if want := `ratelimit_decisions_total{outcome="in_flight_denied",route="export"} 1`; !strings.Contains(metrics.Body.String(), want) {
 		t.Errorf("metrics hold no %q", want)
+	}
+}
+
+// TestEnvoyRules: with -envoy-rules, a request's descriptors are its api_key, route,
+// path and method as the file's tree names them, decided all or none.
+func TestEnvoyRules(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(path, []byte(`
+domain: public-api
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: path
+    value: /login
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	store := localstore.New(localstore.WithClock(clk))
+	g, upstream := newGateway(t, store)
+	var err error
+	if g.envoy, err = newEnvoyRules(path, store); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if res := do(g, "POST", "/login", "shop-a"); res.Code != 200 {
+			t.Fatalf("login %d: %d", i+1, res.Code)
+		}
+	}
+	res := do(g, "POST", "/login", "shop-b") // 5 a minute on /login, for everyone
+	if res.Code != http.StatusTooManyRequests || res.Header().Get("X-RateLimit-Limit") != "5" || res.Header().Get("Retry-After") != "60" {
+		t.Errorf("a sixth login: %d %v; want 429 under /login's 5 a minute", res.Code, res.Header())
+	}
+	res = do(g, "GET", "/orders", "shop-b") // shop-b's own 100 lost nothing to the denied login
+	if res.Code != 200 || res.Header().Get("X-RateLimit-Remaining") != "99" {
+		t.Errorf("shop-b elsewhere: %d %v; want 200 with 99 of its 100 left", res.Code, res.Header())
+	}
+	if upstream.Load() != 6 {
+		t.Errorf("upstream saw %d requests; want 6", upstream.Load())
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("domain: d\ndescriptors:\n  - {key: remote_address, rate_limit: {unit: second, requests_per_unit: 1}}\n"), 0o644)
+	if _, err := newEnvoyRules(bad, store); err == nil || !strings.Contains(err.Error(), "remote_address") {
+		t.Errorf("a key the gateway cannot fill: %v", err)
 	}
 }
