@@ -75,7 +75,7 @@ func TestBreaker(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
 	p := newPrimary()
 	var changes []string
-	s := fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk),
+	s := fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk), fallback.WithTimeout(time.Minute),
 		fallback.WithBreaker(fallback.Breaker{MinCalls: 3, OpenFor: time.Second}),
 		fallback.WithHooks(fallback.Hooks{OnStateChange: func(from, to fallback.BreakerState) {
 			changes = append(changes, from.String()+">"+to.String())
@@ -219,7 +219,7 @@ func TestOtherErrors(t *testing.T) {
 	p := newPrimary()
 	p.fail(errors.New("ERR Error running script: a bug"))
 	var failures []bool
-	s := fallback.New(p, localstore.New(), fallback.WithHooks(fallback.Hooks{
+	s := fallback.New(p, localstore.New(), fallback.WithTimeout(time.Minute), fallback.WithHooks(fallback.Hooks{
 		OnPrimaryError: func(_ error, failure bool) { failures = append(failures, failure) },
 	}))
 	for range 10 {
@@ -286,7 +286,7 @@ func TestHooks(t *testing.T) {
 	p := newPrimary()
 	var mu sync.Mutex
 	sources := map[fallback.Source]int{}
-	s := fallback.New(p, localstore.New(), fallback.WithHooks(fallback.Hooks{
+	s := fallback.New(p, localstore.New(), fallback.WithTimeout(time.Minute), fallback.WithHooks(fallback.Hooks{
 		OnDecision: func(src fallback.Source, latency time.Duration) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -365,7 +365,7 @@ func TestPrimaryPanics(t *testing.T) {
 func TestBreakerRate(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
 	p := newPrimary()
-	s := fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk),
+	s := fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk), fallback.WithTimeout(time.Minute),
 		fallback.WithBreaker(fallback.Breaker{FailureRate: 0.5, MinCalls: 20, Window: time.Second}))
 	ctx := context.Background()
 	rule := ratelimit.PerHour(1_000_000)
@@ -423,7 +423,7 @@ func TestBreakerFlaps(t *testing.T) {
 		var instances []*fallback.Store
 		for range n {
 			instances = append(instances, fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk),
-				fallback.WithInstances(n), fallback.WithBreaker(fallback.Breaker{OpenFor: 100 * time.Millisecond})))
+				fallback.WithTimeout(time.Minute), fallback.WithInstances(n), fallback.WithBreaker(fallback.Breaker{OpenFor: 100 * time.Millisecond})))
 		}
 		rule := ratelimit.Rule{Limit: 1, Period: time.Second, Burst: 2}
 		admitted := 0
@@ -509,7 +509,7 @@ func TestInFlightShare(t *testing.T) {
 
 	clk := clock.NewFake(limitertest.Start)
 	p = newPrimary()
-	s := fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithInstances(2),
+	s := fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithInstances(2), fallback.WithTimeout(time.Minute),
 		fallback.WithBreaker(fallback.Breaker{MinCalls: 1000})) // closed: every call asks the primary
 	l, err := ratelimit.NewInFlight(s, 4, time.Minute)
 	if err != nil {

@@ -32,7 +32,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 // serve serves s on a free port of the loopback and returns a client of it, both closed
 // when the test ends.
-func serve(t *testing.T, s *server) rlsv3.RateLimitServiceClient {
+func serve(t testing.TB, s *server) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -45,7 +45,7 @@ func serve(t *testing.T, s *server) rlsv3.RateLimitServiceClient {
 	return client(t, lis.Addr().String())
 }
 
-func client(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
+func client(t testing.TB, addr string) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
