@@ -42,10 +42,11 @@ func serve(t testing.TB, s *server) rlsv3.RateLimitServiceClient {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
-	return client(t, lis.Addr().String())
+	return newClient(t, lis.Addr().String())
 }
 
-func client(t testing.TB, addr string) rlsv3.RateLimitServiceClient {
+// newClient is a client of the server at addr, closed when the test ends.
+func newClient(t testing.TB, addr string) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
