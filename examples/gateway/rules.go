@@ -13,23 +13,14 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ratelimit-go/ratelimit"
-	"github.com/ratelimit-go/ratelimit/fixedwindow"
-	"github.com/ratelimit-go/ratelimit/leakybucket"
-	"github.com/ratelimit-go/ratelimit/slidinglog"
-	"github.com/ratelimit-go/ratelimit/slidingwindow"
-	"github.com/ratelimit-go/ratelimit/tokenbucket"
+	"github.com/ratelimit-go/ratelimit/examples/internal/envoyrules"
 )
 
 // defaultRoute is the route of a request that matches no route of the table.
 const defaultRoute = "default"
 
-var algorithms = map[string]*ratelimit.Algorithm{
-	"tokenbucket":   tokenbucket.Algorithm(),
-	"leakybucket":   leakybucket.Algorithm(),
-	"fixedwindow":   fixedwindow.Algorithm(),
-	"slidingwindow": slidingwindow.Algorithm(),
-	"slidinglog":    slidinglog.Algorithm(),
-}
+// algorithms are the algorithms a rule may name, by name.
+var algorithms = envoyrules.Algorithms
 
 // spec is one rule as written: in the YAML file, or a row of rate_limit_rule.
 type spec struct {

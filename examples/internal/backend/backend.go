@@ -6,6 +6,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -19,6 +20,16 @@ import (
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 )
+
+// Flags registers the store's flags on fs, into c: -redis, -redis-cluster, -instances,
+// -timeout and -breaker-open, the same for every server of the examples.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.RedisURL, "redis", "", "Redis URL, redis://host:port (default: an embedded miniredis)")
+	fs.StringVar(&c.Cluster, "redis-cluster", "", "Redis Cluster nodes, host:port,host:port,...")
+	fs.IntVar(&c.Instances, "instances", 0, "instances sharing the limits: each enforces 1/n while Redis is down (0: the number alive, learned through Redis)")
+	fs.DurationVar(&c.Timeout, "timeout", 5*time.Millisecond, "the most a decision waits for Redis")
+	fs.DurationVar(&c.BreakerOpen, "breaker-open", time.Second, "how long Redis is left alone after it fails")
+}
 
 // Config is where decisions are made.
 type Config struct {
