@@ -375,3 +375,52 @@ func TestChains(t *testing.T) {
 		t.Errorf("chains %q; want %q", got, want)
 	}
 }
+
+// Every key the service accepts loads: names and replaces, a limit of 0 (everything
+// over), quota_mode, detailed_metric, metadata (accepted, not used), nested and
+// unlimited descriptors, a leading document marker.
+func TestEveryKeyOfTheService(t *testing.T) {
+	d := parse(t, `---
+domain: rl
+descriptors:
+  - key: category
+    value: account
+    rate_limit:
+      replaces: [{name: per_user}, {name: other}]
+      unit: minute
+      requests_per_unit: 4
+  - key: source
+    value: proxy
+    descriptors:
+      - {key: destination, value: blocked, rate_limit: {name: blocked_limit, unit: minute, requests_per_unit: 0}}
+      - {key: destination, rate_limit: {name: per_user, unit: minute, requests_per_unit: 2}}
+      - key: user
+        rate_limit: {unlimited: true}
+  - key: unspecified
+    detailed_metric: true
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: service
+    value: one
+    quota_mode: true
+    rate_limit: {unit: month, requests_per_unit: 1}
+    metadata:
+      service_with_quota: {name: one, tags: [a, b]}
+`)
+	f := &fixture{t: t, dc: &Decider{Store: localstore.New()}, d: d}
+	if r := f.decide(1, "source=proxy,destination=blocked"); !r.OverLimit || r.Statuses[0].Hits.Over != 1 {
+		t.Errorf("a limit of 0: %+v; want over", r)
+	}
+	if r := f.decide(1, "source=proxy,user=u"); r.OverLimit || !r.Statuses[0].Unlimited {
+		t.Errorf("nested unlimited: %+v", r)
+	}
+	if m := d.Match(desc("service=one")); m == nil || !m.QuotaMode || m.Unit != "month" || m.Rule.Period != 30*24*time.Hour {
+		t.Errorf("quota_mode, a month: %+v", m)
+	}
+	// category replaces per_user: with both, only category's 4 a minute applies
+	for range 3 {
+		if r := f.decide(1, "category=account", "source=proxy,destination=x"); r.OverLimit || r.Statuses[1].Match != nil {
+			t.Fatalf("replaced: %+v", r)
+		}
+	}
+}
