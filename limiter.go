@@ -23,6 +23,8 @@
 // (AllowRule), peeks (the Decision AllowN would give, consuming nothing), refunds (gives
 // back events taken before) and resets a key. AllowAll decides under several limits at
 // once, all or none. Middleware limits net/http handlers, with the usual headers.
+// InFlightLimiter bounds the requests of a key in progress at once, with leases that
+// expire by themselves, on the same stores.
 //
 // Time inside the library has microsecond resolution and comes from the store: a
 // clock.Clock for localstore, Redis's own clock for redisstore. No algorithm reads the
