@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
@@ -77,4 +78,34 @@ func (r Rule) String() string {
 		return fmt.Sprintf("%d per %v, burst %d", r.Limit, r.Period, r.Burst)
 	}
 	return fmt.Sprintf("%d per %v", r.Limit, r.Period)
+}
+
+// Share is part/whole of the rule, for one of several parts that enforce it together
+// (regions splitting a limit 70/30, say): Limit and Burst times part/whole, rounded
+// down, and the same Period, so that the parts together never admit more than the rule
+// in any window of any algorithm. part and whole must satisfy 1 <= part <= whole. A share
+// whose Limit, or Burst when it is set, rounds down to 0 is an error wrapping
+// ErrInvalidRule: the rule is too small to split so, and rounding each part up to 1
+// would let the parts admit more than the rule.
+func (r Rule) Share(part, whole int64) (Rule, error) {
+	if err := r.Validate(); err != nil {
+		return Rule{}, err
+	}
+	if part < 1 || part > whole {
+		return Rule{}, fmt.Errorf("%w: a share of %d/%d: want 1 <= part <= whole", ErrInvalidRule, part, whole)
+	}
+	s := Rule{Limit: mulDiv(r.Limit, part, whole), Period: r.Period, Burst: mulDiv(r.Burst, part, whole)}
+	if s.Limit < 1 || (r.Burst > 0 && s.Burst < 1) {
+		return Rule{}, fmt.Errorf("%w: %v is too small to split: %d/%d of it is %v", ErrInvalidRule, r, part, whole,
+			Rule{Limit: s.Limit, Period: s.Period, Burst: s.Burst})
+	}
+	return s, nil
+}
+
+// mulDiv is x*part/whole rounded down, for 0 <= x and 1 <= part <= whole, without
+// overflow.
+func mulDiv(x, part, whole int64) int64 {
+	hi, lo := bits.Mul64(uint64(x), uint64(part))
+	q, _ := bits.Div64(hi, lo, uint64(whole)) // hi < whole: the quotient is at most x
+	return int64(q)
 }
