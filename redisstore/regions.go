@@ -1,0 +1,460 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+)
+
+// Regions splits every limit between regions that each decide on a Redis of their own
+// (a gateway in Europe and one in the US cannot reach one Redis within 2ms), in
+// proportion to where the traffic is, and moves the proportions as the traffic moves:
+//
+//	regions, err := redisstore.NewRegions("eu", map[string]redis.Scripter{"eu": euClient, "us": usClient})
+//	go regions.Run(ctx)
+//	limiter, err := tokenbucket.New(regions.Store(redisstore.New(euClient)), rule)
+//
+// # Weights
+//
+// Each region enforces its weight of every rule (Rule.Share, in thousandths), per
+// family of limits (a request's namespace unless WithRegionFamily says otherwise), so
+// that the regions together never admit more than the rule: the shares are rounded
+// down, and a rule too small to split is an error (wrapping ratelimit.ErrInvalidRule).
+// Weights start equal.
+//
+// # Demand and rebalancing
+//
+// Every take is counted as demand (admitted or denied) in memory, and each instance adds
+// its counts to its own region's Redis every second (one HINCRBY per family, into a hash
+// per interval). Every interval (WithRegionInterval, 5 minutes by default), one instance
+// of the leader region (the first name in order; one instance, by a lock in its Redis)
+// reads each region's demand of the interval just ended and moves each family's weights
+// toward the regions' shares of it: by at most a step (WithRegionStep, 100 thousandths),
+// never below a floor per region (WithRegionFloor, 100 thousandths). It writes each
+// region's new weight into that region's own Redis, lowered weights first, and stops at
+// the first region it cannot reach: so the weights in force never add up to more than
+// the whole. A raised weight takes effect only after a grace (WithRegionGrace, three
+// seconds), by which time every instance of the lowered regions has read its lowered
+// weight (instances read theirs every second). A leader that cannot read every region's
+// demand leaves every weight as it is: a region cut off keeps its last weights.
+//
+// The bound: at any instant the weights in force add up to at most the whole, as long as
+// every instance reads its weights within the grace. A window of a rule in which no
+// weight moves sees the regions admit at most the rule, as one limiter on one Redis
+// would; a window in which they move, at most the rule plus the moves' step of it (a
+// region may have spent its old, larger share before its weight went down, and another
+// spend its new one after its went up): with the default step, 1.1 times the rule. An
+// instance that cannot reach its own Redis keeps the weights it last read, and decides
+// as its store does (the fallback store's shares, say).
+//
+// Nothing of it is on a request's path but a map lookup and an atomic add. Run does the
+// reading, the counting and the rebalancing in the background; Flush, Refresh and
+// Rebalance do one round each, for tests and for applications that schedule their own.
+type Regions struct {
+	self    string
+	names   []string // sorted; names[0] leads
+	clients map[string]redis.Scripter
+	prefix  string
+	family  func(ratelimit.Request) string
+
+	interval, grace, refresh, flush time.Duration
+	floor, step                     int64
+	clock                           clock.Clock
+
+	weights atomic.Pointer[map[string]weight] // this region's, by family
+	mu      sync.Mutex
+	demand  map[string]*atomic.Int64 // takes since the last flush, by family
+}
+
+// weight is one family's weight in this region: old until effective, then new (a raised
+// weight waits for its grace; a lowered one is in force at once).
+type weight struct {
+	bucket    int64 // the interval it was decided for
+	old, new  int64 // thousandths
+	effective int64 // UnixNano
+}
+
+// RegionsOption configures Regions.
+type RegionsOption interface{ applyRegions(*Regions) }
+
+type regionsOption func(*Regions)
+
+func (f regionsOption) applyRegions(r *Regions) { f(r) }
+
+// WithRegionInterval sets how often the weights move (5 minutes by default), and the
+// interval whose demand each move reads.
+func WithRegionInterval(d time.Duration) RegionsOption {
+	return regionsOption(func(r *Regions) {
+		if d > 0 {
+			r.interval = d
+		}
+	})
+}
+
+// WithRegionStep bounds how far a weight moves in one interval, in thousandths (100 by
+// default).
+func WithRegionStep(thousandths int64) RegionsOption {
+	return regionsOption(func(r *Regions) {
+		if thousandths > 0 {
+			r.step = thousandths
+		}
+	})
+}
+
+// WithRegionFloor is the least weight of a region, in thousandths (100 by default), so
+// that a region whose traffic stopped can still serve when it comes back. It is lowered
+// to an equal share when the regions are too many for it.
+func WithRegionFloor(thousandths int64) RegionsOption {
+	return regionsOption(func(r *Regions) {
+		if thousandths >= 0 {
+			r.floor = thousandths
+		}
+	})
+}
+
+// WithRegionGrace sets how long a raised weight waits before it is in force (3s by
+// default): longer than it takes every instance to read its weights (every second).
+func WithRegionGrace(d time.Duration) RegionsOption {
+	return regionsOption(func(r *Regions) {
+		if d > 0 {
+			r.grace = d
+		}
+	})
+}
+
+// WithRegionFamily sets the family of a request, whose weights move together (its
+// namespace by default: every key of a limiter moves with the others). Keep the families
+// few: each is a field of a hash in every region's Redis.
+func WithRegionFamily(f func(ratelimit.Request) string) RegionsOption {
+	return regionsOption(func(r *Regions) {
+		if f != nil {
+			r.family = f
+		}
+	})
+}
+
+// WithRegionsClock sets the clock of intervals and graces (the system's by default).
+func WithRegionsClock(c clock.Clock) RegionsOption {
+	return regionsOption(func(r *Regions) {
+		if c != nil {
+			r.clock = c
+		}
+	})
+}
+
+// WithRegionsPrefix starts the keys of the demand, the weights and the lock with prefix
+// (DefaultPrefix by default).
+func WithRegionsPrefix(prefix string) RegionsOption {
+	return regionsOption(func(r *Regions) {
+		if prefix != "" {
+			r.prefix = prefixForm(prefix)
+		}
+	})
+}
+
+// NewRegions returns the Regions of self among clients, one client per region's Redis
+// (self's included). It makes no call to Redis. The error says what is wrong with the
+// regions: fewer than two, self not among them, a nil client.
+func NewRegions(self string, clients map[string]redis.Scripter, opts ...RegionsOption) (*Regions, error) {
+	if len(clients) < 2 {
+		return nil, fmt.Errorf("redisstore: regions: %d region(s); a split needs two or more", len(clients))
+	}
+	if _, ok := clients[self]; !ok {
+		return nil, fmt.Errorf("redisstore: regions: %q is not one of the regions", self)
+	}
+	r := &Regions{self: self, clients: clients, prefix: DefaultPrefix,
+		family:   func(req ratelimit.Request) string { return req.Namespace },
+		interval: 5 * time.Minute, grace: 3 * time.Second, refresh: time.Second, flush: time.Second,
+		floor: 100, step: 100, clock: clock.Real{}, demand: map[string]*atomic.Int64{}}
+	for name, c := range clients {
+		if isNil(c) {
+			return nil, fmt.Errorf("redisstore: regions: region %q has a nil client", name)
+		}
+		r.names = append(r.names, name)
+	}
+	slices.Sort(r.names)
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("redisstore: regions: a nil option")
+		}
+		o.applyRegions(r)
+	}
+	r.floor = min(r.floor, 1000/int64(len(r.names)))
+	empty := map[string]weight{}
+	r.weights.Store(&empty)
+	return r, nil
+}
+
+// Weight is this region's weight of family now, in thousandths.
+func (r *Regions) Weight(family string) int64 {
+	w, ok := (*r.weights.Load())[family]
+	if !ok {
+		return 1000 / int64(len(r.names))
+	}
+	if r.clock.Now().UnixNano() < w.effective {
+		return min(w.old, w.new)
+	}
+	return w.new
+}
+
+// Store wraps next, this region's store, so that each request is decided under this
+// region's weight of its rule, and each take counts as demand.
+func (r *Regions) Store(next ratelimit.Store) ratelimit.Store { return &regionStore{r, next} }
+
+type regionStore struct {
+	r    *Regions
+	next ratelimit.Store
+}
+
+func (s *regionStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	fam := s.r.family(req)
+	share, err := req.Rule.Share(s.r.Weight(fam), 1000)
+	if err != nil {
+		return ratelimit.Decision{}, fmt.Errorf("redisstore: region %s: %w", s.r.self, err)
+	}
+	if req.Op == ratelimit.OpTake && req.N > 0 {
+		s.r.count(fam, req.N)
+	}
+	req.Rule = share
+	return s.next.Apply(ctx, req)
+}
+
+func (r *Regions) count(family string, n int64) {
+	r.mu.Lock()
+	c := r.demand[family]
+	if c == nil {
+		c = new(atomic.Int64)
+		r.demand[family] = c
+	}
+	r.mu.Unlock()
+	c.Add(n)
+}
+
+// bucket is the index of the interval of now.
+func (r *Regions) bucket(now time.Time) int64 { return now.UnixNano() / int64(r.interval) }
+
+func (r *Regions) demandKey(bucket int64) string {
+	return r.prefix + ":regions:{demand}:" + strconv.FormatInt(bucket, 10)
+}
+
+func (r *Regions) weightsKey() string { return r.prefix + ":regions:{weights}" }
+
+// flushScript adds ARGV[2k+1] to field ARGV[2k] for each pair after ARGV[1], the TTL in ms.
+const flushScript = `
+for i = 2, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1`
+
+// Flush adds the demand counted since the last flush to this region's Redis. What it
+// cannot add is kept for the next flush.
+func (r *Regions) Flush(ctx context.Context) error {
+	args := []any{(3 * r.interval).Milliseconds()}
+	taken := map[string]int64{}
+	r.mu.Lock()
+	for fam, c := range r.demand {
+		if n := c.Swap(0); n > 0 {
+			taken[fam] = n
+			args = append(args, fam, n)
+		}
+	}
+	r.mu.Unlock()
+	if len(taken) == 0 {
+		return nil
+	}
+	err := r.clients[r.self].Eval(ctx, flushScript, []string{r.demandKey(r.bucket(r.clock.Now()))}, args...).Err()
+	if err != nil {
+		for fam, n := range taken {
+			r.count(fam, n)
+		}
+		return fmt.Errorf("redisstore: region %s: flushing its demand: %w", r.self, err)
+	}
+	return nil
+}
+
+// Refresh reads this region's weights from its Redis; on an error the weights read
+// before stay in force.
+func (r *Regions) Refresh(ctx context.Context) error {
+	m, err := r.readWeights(ctx, r.self)
+	if err != nil {
+		return fmt.Errorf("redisstore: region %s: reading its weights: %w", r.self, err)
+	}
+	r.weights.Store(&m)
+	return nil
+}
+
+func (r *Regions) readWeights(ctx context.Context, region string) (map[string]weight, error) {
+	v, err := r.clients[region].Eval(ctx, "return redis.call('HGETALL', KEYS[1])", []string{r.weightsKey()}).StringSlice()
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]weight, len(v)/2)
+	for i := 0; i+1 < len(v); i += 2 {
+		var w weight
+		if _, err := fmt.Sscanf(v[i+1], "%d:%d:%d:%d", &w.bucket, &w.old, &w.new, &w.effective); err == nil {
+			m[v[i]] = w
+		}
+	}
+	return m, nil
+}
+
+// setWeightScript sets field ARGV[1] to ARGV[3] unless it holds a decision for bucket
+// ARGV[2] or a later one.
+const setWeightScript = `
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur and tonumber(string.match(cur, '^(%d+):')) >= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1`
+
+// Rebalance moves the weights for the interval now in, from the demand of the one
+// before, if this region leads and no other instance has done it; see Regions. It
+// returns the weights it wrote, by family and region, or nil when it had nothing to do,
+// and an error when a region could not be read or written (then nothing, or only
+// lowered weights, were written).
+func (r *Regions) Rebalance(ctx context.Context) (map[string]map[string]int64, error) {
+	if r.self != r.names[0] {
+		return nil, nil
+	}
+	now := r.clock.Now()
+	k := r.bucket(now)
+	lock := r.prefix + ":regions:{lock}:" + strconv.FormatInt(k, 10)
+	got, err := r.clients[r.self].Eval(ctx, "return redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1])",
+		[]string{lock}, (2 * r.interval).Milliseconds()).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("redisstore: regions: taking the lock: %w", err)
+	}
+	if got == nil {
+		return nil, nil // another instance has it
+	}
+	demand := map[string]map[string]int64{} // family -> region -> takes
+	current := map[string]map[string]weight{}
+	for _, name := range r.names {
+		v, err := r.clients[name].Eval(ctx, "return redis.call('HGETALL', KEYS[1])", []string{r.demandKey(k - 1)}).StringSlice()
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: regions: reading %s's demand: %w", name, err)
+		}
+		for i := 0; i+1 < len(v); i += 2 {
+			n, _ := strconv.ParseInt(v[i+1], 10, 64)
+			if demand[v[i]] == nil {
+				demand[v[i]] = map[string]int64{}
+			}
+			demand[v[i]][name] = n
+		}
+		if current[name], err = r.readWeights(ctx, name); err != nil {
+			return nil, fmt.Errorf("redisstore: regions: reading %s's weights: %w", name, err)
+		}
+	}
+	out := map[string]map[string]int64{}
+	type write struct {
+		region, family string
+		w              weight
+	}
+	var lowered, raised []write
+	for fam, d := range demand {
+		cur := map[string]int64{}
+		for _, name := range r.names {
+			cur[name] = 1000 / int64(len(r.names))
+			if w, ok := current[name][fam]; ok {
+				cur[name] = w.new
+			}
+		}
+		next := r.move(cur, d)
+		out[fam] = next
+		for _, name := range r.names {
+			w := weight{bucket: k, old: cur[name], new: next[name], effective: now.UnixNano()}
+			if next[name] > cur[name] {
+				w.effective += int64(r.grace)
+				raised = append(raised, write{name, fam, w})
+			} else {
+				lowered = append(lowered, write{name, fam, w})
+			}
+		}
+	}
+	for _, wr := range append(lowered, raised...) {
+		val := fmt.Sprintf("%d:%d:%d:%d", wr.w.bucket, wr.w.old, wr.w.new, wr.w.effective)
+		if err := r.clients[wr.region].Eval(ctx, setWeightScript, []string{r.weightsKey()}, wr.family, k, val).Err(); err != nil {
+			return out, fmt.Errorf("redisstore: regions: writing %s's weight of %s (the weights raised after it are not written): %w",
+				wr.region, wr.family, err)
+		}
+	}
+	return out, nil
+}
+
+// move is the weights after one interval: each region's current weight moved toward its
+// share of demand, by at most the step, at least the floor, adding up to at most 1000.
+func (r *Regions) move(cur, demand map[string]int64) map[string]int64 {
+	total := int64(0)
+	for _, name := range r.names {
+		total += demand[name]
+	}
+	next := map[string]int64{}
+	sum := int64(0)
+	for _, name := range r.names {
+		target := cur[name]
+		if total > 0 {
+			target = demand[name] * 1000 / total
+		}
+		target = max(target, r.floor)
+		w := cur[name] + max(-r.step, min(r.step, target-cur[name]))
+		next[name] = max(w, r.floor)
+		sum += next[name]
+	}
+	for _, name := range slices.Backward(r.names) { // more than the whole: take back from the raised ones
+		if sum <= 1000 {
+			break
+		}
+		if back := min(sum-1000, next[name]-max(cur[name], r.floor)); back > 0 {
+			next[name] -= back
+			sum -= back
+		}
+	}
+	return next
+}
+
+// Run keeps the region's weights and demand in step with Redis until ctx ends: it reads
+// the weights and adds the demand every second, and rebalances once an interval, a few
+// seconds into it, when this region leads. Errors leave things as they were, and are
+// tried again on the next round.
+func (r *Regions) Run(ctx context.Context) {
+	t := time.NewTicker(r.refresh)
+	defer t.Stop()
+	last := int64(-1)
+	for {
+		rc, cancel := context.WithTimeout(ctx, r.refresh)
+		r.Refresh(rc)
+		r.Flush(rc)
+		now := r.clock.Now()
+		if k := r.bucket(now); k != last && now.UnixNano()-k*int64(r.interval) >= int64(2*r.flush) {
+			if _, err := r.Rebalance(rc); err == nil {
+				last = k
+			}
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			r.Flush(context.WithoutCancel(ctx))
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// String describes the regions and this one's weights, for logs.
+func (r *Regions) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "region %s of %s", r.self, strings.Join(r.names, ","))
+	for fam, w := range *r.weights.Load() {
+		fmt.Fprintf(&b, "; %s %d/1000", fam, w.new)
+	}
+	return b.String()
+}
