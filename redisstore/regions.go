@@ -30,8 +30,9 @@ import (
 // Each region enforces its weight of every rule (Rule.Share, in thousandths), per
 // family of limits (a request's namespace unless WithRegionFamily says otherwise), so
 // that the regions together never admit more than the rule: the shares are rounded
-// down, and a rule too small to split is an error (wrapping ratelimit.ErrInvalidRule).
-// Weights start equal.
+// down, and a rule too small to split is an error (wrapping ratelimit.ErrInvalidRule),
+// but for an in-flight limit (ratelimit.InFlightLimiter), where each region holds at
+// least one lease. Weights start equal.
 //
 // # Demand and rebalancing
 //
@@ -219,7 +220,12 @@ type regionStore struct {
 
 func (s *regionStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	fam := s.r.family(req)
-	share, err := req.Rule.Share(s.r.Weight(fam), 1000)
+	w := s.r.Weight(fam)
+	share, err := req.Rule.Share(w, 1000)
+	if err != nil && req.Algorithm != nil && req.Algorithm.Extend != nil && req.Rule.Validate() == nil {
+		share, err = req.Rule, nil // an in-flight limit: at least one lease per region, as the fallback's shares
+		share.Limit = max(1, share.Limit*w/1000)
+	}
 	if err != nil {
 		return ratelimit.Decision{}, fmt.Errorf("redisstore: region %s: %w", s.r.self, err)
 	}
@@ -434,7 +440,8 @@ func (r *Regions) Run(ctx context.Context) {
 		r.Refresh(rc)
 		r.Flush(rc)
 		now := r.clock.Now()
-		if k := r.bucket(now); k != last && now.UnixNano()-k*int64(r.interval) >= int64(2*r.flush) {
+		settle := min(2*r.flush, r.interval/2) // the last flushes of the interval before have landed
+		if k := r.bucket(now); k != last && now.UnixNano()-k*int64(r.interval) >= int64(settle) {
 			if _, err := r.Rebalance(rc); err == nil {
 				last = k
 			}

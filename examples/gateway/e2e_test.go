@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
 	"github.com/ratelimit-go/ratelimit/internal/redistest"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 )
@@ -96,4 +98,49 @@ func TestEndToEnd(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Error("the gateway did not stop within 15s of SIGTERM")
 	}
+}
+
+// TestRegionsEndToEnd: a gateway of region eu, beside region us's Redis, moves its share
+// of every rule toward its traffic: all of it comes to eu, so eu's share grows from a
+// half, and its responses' X-RateLimit-Limit with it.
+func TestRegionsEndToEnd(t *testing.T) {
+	eu, us := redistest.Start(t), redistest.Start(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, config{addr: addr, reload: time.Hour,
+			regions: regionsConfig{self: "eu", list: "eu=redis://" + eu.Addr + ",us=redis://" + us.Addr, every: time.Second},
+			store: backend.Config{Instances: 1, Timeout: 50 * time.Millisecond, BreakerOpen: time.Second,
+				LocalMaxKeys: 1000, LocalMaxBytes: 1 << 20}}, quiet())
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	limit := func() string {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/anything", nil)
+		req.Header.Set("X-Api-Key", "shop-z")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return ""
+		}
+		res.Body.Close()
+		return res.Header.Get("X-RateLimit-Limit")
+	}
+	eventually(t, "the gateway to answer", func() bool { return limit() != "" })
+	if got := limit(); got != "10" {
+		t.Fatalf("X-RateLimit-Limit %q at first; want 10, half of the default burst of 20", got)
+	}
+	eventually(t, "eu's share to grow with its traffic", func() bool {
+		n, _ := strconv.Atoi(limit())
+		return n > 10
+	})
 }

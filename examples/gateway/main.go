@@ -26,6 +26,10 @@
 // a -rules-dsn that is not postgres://, cannot be reached, or has no rate_limit_rule
 // table. A Redis that does not answer at start does not: the gateway starts on the shares.
 //
+// With -region and -regions, every limit is split between regions that each decide on a
+// Redis of their own (see redisstore.Regions): each region's gateways enforce its share
+// of every rule, and the shares move toward the regions' traffic every -rebalance.
+//
 // With -envoy-rules, the limits come instead from rules in the format of Envoy's rate
 // limit service (see examples/rls): a request's descriptors are its api_key (the
 // tenant), route, path and method, as the file's descriptor tree names them, decided
@@ -69,6 +73,7 @@ type config struct {
 	reload                              time.Duration
 	trustedProxies                      string
 	lease                               time.Duration
+	regions                             regionsConfig
 	store                               backend.Config
 }
 
@@ -81,6 +86,9 @@ func main() {
 	flag.StringVar(&c.rulesDSN, "rules-dsn", "", "PostgreSQL URL of the rate_limit_rule table (postgres://...)")
 	flag.DurationVar(&c.reload, "reload", 30*time.Second, "how often to read the rules again")
 	c.store.Flags(flag.CommandLine)
+	flag.StringVar(&c.regions.self, "region", "", "this gateway's region, one of -regions: every limit is split between the regions by their traffic")
+	flag.StringVar(&c.regions.list, "regions", "", "the regions and their Redis: eu=redis://host:6379,us=redis://host:6380 (with -region)")
+	flag.DurationVar(&c.regions.every, "rebalance", 5*time.Minute, "how often the regions' shares move toward their traffic (with -region)")
 	flag.DurationVar(&c.lease, "lease", defaultLease, "how long a request's in-flight lease lives unless extended: a gateway that dies gives its leases back after it (0: 30s)")
 	flag.StringVar(&c.trustedProxies, "trusted-proxies", "", "CIDRs of proxies in front of the gateway; set, limits are also per client IP (from X-Forwarded-For past these proxies)")
 	flag.Parse()
@@ -121,12 +129,39 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		go watchPostgres(ctx, c.rulesDSN, c.reload, manager)
 	}
 
+	var regionURLs map[string]string
+	if c.regions.self != "" || c.regions.list != "" {
+		if c.regions.self == "" || c.regions.list == "" {
+			return errors.New("-region and -regions go together")
+		}
+		if c.store.RedisURL != "" || c.store.Cluster != "" {
+			return errors.New("-region decides on its own region's Redis, from -regions: leave -redis and -redis-cluster out")
+		}
+		if regionURLs, err = parseRegions(c.regions.list); err != nil {
+			return err
+		}
+		if c.store.RedisURL = regionURLs[c.regions.self]; c.store.RedisURL == "" {
+			return fmt.Errorf("-region %q is not one of -regions (%s)", c.regions.self, regionNames(regionURLs))
+		}
+	}
 	m := newMetrics()
 	store, closeStore, err := openStore(ctx, c.store, m, log)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
+	if regionURLs != nil {
+		regions, closeRegions, err := openRegions(c.regions, regionURLs)
+		if err != nil {
+			return err
+		}
+		defer closeRegions()
+		store = regions.Store(store)
+		go regions.Run(ctx)
+		go watchWeight(ctx, regions, c.regions.self, m.registry, log)
+		log.Info("splitting every limit between regions by their traffic", "region", c.regions.self,
+			"regions", regionNames(regionURLs), "rebalance", c.regions.every)
+	}
 
 	if c.upstream == "" {
 		addr, stopDemo, err := demoUpstream()

@@ -45,6 +45,12 @@ func TestMisconfigurationStops(t *testing.T) {
 		{"-redis-cluster at a plain server", config{store: backend.Config{Cluster: plain.Addr}}, "not a Redis Cluster node"},
 		{"-rules-dsn of another scheme", config{rulesDSN: "mysql://root@127.0.0.1/rules"}, "want a postgres:// URL"},
 		{"-rules-dsn unreachable", config{rulesDSN: "postgres://nobody@127.0.0.1:1/rules?connect_timeout=2"}, "cannot read the rate_limit_rule table"},
+		{"-region alone", config{regions: regionsConfig{self: "eu"}}, "go together"},
+		{"-region not among -regions", config{regions: regionsConfig{self: "ap", list: "eu=redis://" + plain.Addr + ",us=redis://" + plain.Addr}}, "not one of -regions"},
+		{"-regions of one", config{regions: regionsConfig{self: "eu", list: "eu=redis://" + plain.Addr}}, "two or more"},
+		{"-regions malformed", config{regions: regionsConfig{self: "eu", list: "eu:" + plain.Addr}}, "is not name=redis://host:port"},
+		{"-region with -redis", config{regions: regionsConfig{self: "eu", list: "eu=redis://" + plain.Addr + ",us=redis://" + plain.Addr},
+			store: backend.Config{RedisURL: "redis://" + plain.Addr}}, "leave -redis"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := startupError(t, tc.c); err == nil || !strings.Contains(err.Error(), tc.want) {
