@@ -160,7 +160,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		go regions.Run(ctx)
 		go watchWeight(ctx, regions, c.regions.self, m.registry, log)
 		log.Info("splitting every limit between regions by their traffic", "region", c.regions.self,
-			"regions", regionNames(regionURLs), "rebalance", c.regions.every)
+			"regions", regionNames(regionURLs), "rebalance", c.regions.every.String())
 	}
 
 	if c.upstream == "" {
