@@ -322,8 +322,10 @@ if cur and tonumber(string.match(cur, '^(%d+):')) >= tonumber(ARGV[2]) then retu
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 return 1`
 
-// Rebalance moves the weights for the interval now in, from the demand of the one
-// before, if this region leads and no other instance has done it; see Regions. It
+// Rebalance moves the weights for the interval now in (the one begun two seconds ago, or
+// half an interval when that is shorter, so that the last flushes of the one before have
+// landed), from the demand of the one before, if this region leads and no other
+// instance has done it; see Regions. It
 // returns the weights it wrote, by family and region, or nil when it had nothing to do,
 // and an error when a region could not be read or written (then nothing, or only
 // lowered weights, were written).
@@ -332,7 +334,7 @@ func (r *Regions) Rebalance(ctx context.Context) (map[string]map[string]int64, e
 		return nil, nil
 	}
 	now := r.clock.Now()
-	k := r.bucket(now)
+	k := r.bucket(now.Add(-r.settle())) // the interval begun a settle ago: the demand before it has landed
 	lock := r.prefix + ":regions:{lock}:" + strconv.FormatInt(k, 10)
 	got, err := r.clients[r.self].Eval(ctx, "return redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1])",
 		[]string{lock}, (2 * r.interval).Milliseconds()).Result()
@@ -427,25 +429,22 @@ func (r *Regions) move(cur, demand map[string]int64) map[string]int64 {
 	return next
 }
 
+// settle is how far into an interval its rebalancing waits, for the last flushes of the
+// interval before to land: two flushes, or half an interval when that is shorter.
+func (r *Regions) settle() time.Duration { return min(2*r.flush, r.interval/2) }
+
 // Run keeps the region's weights and demand in step with Redis until ctx ends: it reads
-// the weights and adds the demand every second, and rebalances once an interval, a few
+// the weights and adds the demand every second, and rebalances once an interval, two
 // seconds into it, when this region leads. Errors leave things as they were, and are
 // tried again on the next round.
 func (r *Regions) Run(ctx context.Context) {
 	t := time.NewTicker(r.refresh)
 	defer t.Stop()
-	last := int64(-1)
 	for {
 		rc, cancel := context.WithTimeout(ctx, r.refresh)
 		r.Refresh(rc)
 		r.Flush(rc)
-		now := r.clock.Now()
-		settle := min(2*r.flush, r.interval/2) // the last flushes of the interval before have landed
-		if k := r.bucket(now); k != last && now.UnixNano()-k*int64(r.interval) >= int64(settle) {
-			if _, err := r.Rebalance(rc); err == nil {
-				last = k
-			}
-		}
+		r.Rebalance(rc) // once an interval: the lock refuses the rest
 		cancel()
 		select {
 		case <-ctx.Done():
