@@ -236,6 +236,35 @@ func (s *regionStore) Apply(ctx context.Context, req ratelimit.Request) (ratelim
 	return s.next.Apply(ctx, req)
 }
 
+// ApplyAll decides reqs all or none, each under this region's weight of its rule, when
+// the region's store can (a ratelimit.BatchStore); otherwise it returns an error matching
+// errors.ErrUnsupported, having counted nothing, and ratelimit.ApplyAll takes them one
+// by one.
+func (s *regionStore) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+	bs, ok := s.next.(ratelimit.BatchStore)
+	if !ok {
+		return nil, fmt.Errorf("redisstore: region %s: its store decides no batches: %w", s.r.self, errors.ErrUnsupported)
+	}
+	scaled := make([]ratelimit.Request, len(reqs))
+	for i, req := range reqs {
+		share, err := req.Rule.Share(s.r.Weight(s.r.family(req)), 1000)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: region %s: %w", s.r.self, err)
+		}
+		scaled[i] = req
+		scaled[i].Rule = share
+	}
+	ds, err := bs.ApplyAll(ctx, scaled)
+	if err == nil || !errors.Is(err, errors.ErrUnsupported) {
+		for _, req := range reqs {
+			if req.Op == ratelimit.OpTake && req.N > 0 {
+				s.r.count(s.r.family(req), req.N)
+			}
+		}
+	}
+	return ds, err
+}
+
 func (r *Regions) count(family string, n int64) {
 	r.mu.Lock()
 	c := r.demand[family]

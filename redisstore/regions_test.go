@@ -213,3 +213,30 @@ func TestRegionsBadInput(t *testing.T) {
 		t.Errorf("1 a second split in two: %v; want ErrInvalidRule", err)
 	}
 }
+
+// Several limits at once through a region: all or none, each under the region's share.
+func TestRegionsApplyAll(t *testing.T) {
+	c := redistest.Start(t).Client()
+	r, err := redisstore.NewRegions("eu", map[string]redis.Scripter{"eu": c, "us": c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := r.Store(redisstore.New(c, freshPrefix()))
+	alg := fixedwindow.Algorithm()
+	reqs := []ratelimit.Request{
+		{Algorithm: alg, Namespace: "a", Key: "k", Rule: ratelimit.PerHour(10), N: 5},
+		{Algorithm: alg, Namespace: "b", Key: "k", Rule: ratelimit.PerHour(100), N: 5},
+	}
+	ds, err := ratelimit.ApplyAll(context.Background(), store, reqs)
+	if err != nil || !ds[0].Allowed || ds[0].Limit != 5 || ds[0].Remaining != 0 || ds[1].Limit != 50 {
+		t.Fatalf("first = %+v, %v; want both allowed under half of each rule", ds, err)
+	}
+	ds, err = ratelimit.ApplyAll(context.Background(), store, reqs)
+	if err != nil || ds[0].Allowed || !ds[1].Allowed {
+		t.Fatalf("second = %+v, %v; want a denied, b allowed alone", ds, err)
+	}
+	ds, err = ratelimit.ApplyAll(context.Background(), store, reqs[1:])
+	if err != nil || !ds[0].Allowed || ds[0].Remaining != 40 {
+		t.Fatalf("b alone = %+v, %v; want allowed with 40 left (the denied batch took nothing)", ds, err)
+	}
+}
