@@ -134,8 +134,8 @@ func (l *InFlightLimiter) Reset(ctx context.Context, key string) error {
 }
 
 // Lease is one lease of an InFlightLimiter's key, held from Acquire until Release or its
-// expiry. A nil *Lease, which a denied Acquire returns, holds nothing: its Release and
-// Extend do nothing. It is safe for concurrent use.
+// expiry. A nil *Lease, which a denied Acquire returns, holds nothing (nor does a zero
+// Lease): its Release and Extend do nothing. It is safe for concurrent use.
 type Lease struct {
 	limiter *InFlightLimiter
 	key     string
@@ -157,7 +157,7 @@ func (x *Lease) Key() string {
 // lease until it expires. An error means the store could not be told (the lease then
 // expires by itself).
 func (x *Lease) Release(ctx context.Context) error {
-	if x == nil {
+	if x == nil || x.limiter == nil {
 		return nil
 	}
 	_, err := x.apply(ctx, OpRefund)
@@ -169,7 +169,7 @@ func (x *Lease) Release(ctx context.Context) error {
 // its place now), or its key was reset. Work that may outlast the lease duration extends
 // its lease well before it expires (Middleware extends every half duration).
 func (x *Lease) Extend(ctx context.Context) (bool, error) {
-	if x == nil {
+	if x == nil || x.limiter == nil {
 		return false, nil
 	}
 	d, err := x.apply(ctx, OpExtend)

@@ -132,6 +132,8 @@ func testInFlightDecisions(t *testing.T, newStore NewStore) {
 	f.acquire("k", ok(2, 10*s))
 	f.release(e)
 	f.release(nil) // a denied Acquire's lease
+	f.release(&ratelimit.Lease{})
+	f.extend(&ratelimit.Lease{}, false)
 	if held, err := (*ratelimit.Lease)(nil).Extend(context.Background()); held || err != nil {
 		t.Errorf("nil lease: Extend = %v, %v", held, err)
 	}
