@@ -38,8 +38,7 @@ import (
 //
 // It is safe for concurrent use.
 type InFlightLimiter struct {
-	base  *AlgorithmLimiter
-	lease time.Duration
+	base *AlgorithmLimiter // of the in-flight algorithm, whose rule is the limit and the lease duration
 }
 
 // NewInFlight returns an InFlightLimiter of limit leases per key on store, each expiring
@@ -52,14 +51,14 @@ func NewInFlight(store Store, limit int64, lease time.Duration, opts ...Option) 
 	if err != nil {
 		return nil, err
 	}
-	return &InFlightLimiter{base: base, lease: lease}, nil
+	return &InFlightLimiter{base: base}, nil
 }
 
 // Limit is the most leases of a key held at once.
 func (l *InFlightLimiter) Limit() int64 { return l.base.rule.Limit }
 
 // LeaseDuration is how long a lease lives after it is acquired or extended.
-func (l *InFlightLimiter) LeaseDuration() time.Duration { return l.lease }
+func (l *InFlightLimiter) LeaseDuration() time.Duration { return l.base.rule.Period }
 
 // Acquire takes one of key's leases, or says that all of them are held. Allowed, the
 // Lease is held until released or expired; denied, it is nil (its Release is harmless)
@@ -77,7 +76,7 @@ func (l *InFlightLimiter) Acquire(ctx context.Context, key string) (*Lease, Deci
 // held are fewer than the new limit. An invalid limit returns an error wrapping
 // ErrInvalidRule and acquires nothing.
 func (l *InFlightLimiter) AcquireLimit(ctx context.Context, key string, limit int64) (*Lease, Decision, error) {
-	return l.acquire(ctx, key, Rule{Limit: limit, Period: l.lease})
+	return l.acquire(ctx, key, Rule{Limit: limit, Period: l.base.rule.Period})
 }
 
 func (l *InFlightLimiter) acquire(ctx context.Context, key string, rule Rule) (*Lease, Decision, error) {
@@ -121,17 +120,12 @@ const maxWaitPause = 100 * time.Millisecond
 
 // Peek is the Decision Acquire would give now, acquiring nothing.
 func (l *InFlightLimiter) Peek(ctx context.Context, key string) (Decision, error) {
-	return l.base.store.Apply(ctx, Request{Algorithm: &inflight, Namespace: l.base.namespace, Key: key,
-		Rule: l.base.rule, N: 1, Op: OpPeek})
+	return l.base.PeekN(ctx, key, 1)
 }
 
 // Reset forgets every lease of key: their holders' releases and extensions then change
 // nothing.
-func (l *InFlightLimiter) Reset(ctx context.Context, key string) error {
-	_, err := l.base.store.Apply(ctx, Request{Algorithm: &inflight, Namespace: l.base.namespace, Key: key,
-		Rule: l.base.rule, N: 1, Op: OpReset})
-	return err
-}
+func (l *InFlightLimiter) Reset(ctx context.Context, key string) error { return l.base.Reset(ctx, key) }
 
 // Lease is one lease of an InFlightLimiter's key, held from Acquire until Release or its
 // expiry. A nil *Lease, which a denied Acquire returns, holds nothing (nor does a zero
@@ -187,7 +181,7 @@ func (x *Lease) keepAlive(ctx context.Context, timeout time.Duration) (stop func
 	if x == nil {
 		return func() {}
 	}
-	every := max(x.limiter.lease/2, time.Millisecond)
+	every := max(x.rule.Period/2, time.Millisecond)
 	ctx = context.WithoutCancel(ctx)
 	var mu sync.Mutex
 	var t *time.Timer
