@@ -323,9 +323,7 @@ func (s *Store) share(req ratelimit.Request) ratelimit.Rule {
 	if req.Algorithm.Extend == nil {
 		return core.Share(req.Rule, s.n())
 	}
-	r := req.Rule
-	r.Limit = max(1, r.Limit/s.n())
-	return r
+	return core.ShareLeases(req.Rule, 1, s.n())
 }
 
 // n is the number of instances sharing the rule now.

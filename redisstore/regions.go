@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // Regions splits every limit between regions that each decide on a Redis of their own
@@ -74,8 +75,7 @@ type Regions struct {
 	clock                           clock.Clock
 
 	weights atomic.Pointer[map[string]weight] // this region's, by family
-	mu      sync.Mutex
-	demand  map[string]*atomic.Int64 // takes since the last flush, by family
+	demand  sync.Map                          // family -> *atomic.Int64: takes since the last flush
 }
 
 // weight is one family's weight in this region: old until effective, then new (a raised
@@ -177,7 +177,7 @@ func NewRegions(self string, clients map[string]redis.Scripter, opts ...RegionsO
 	r := &Regions{self: self, clients: clients, prefix: DefaultPrefix,
 		family:   func(req ratelimit.Request) string { return req.Namespace },
 		interval: 5 * time.Minute, grace: 3 * time.Second, refresh: time.Second, flush: time.Second,
-		floor: 100, step: 100, clock: clock.Real{}, demand: map[string]*atomic.Int64{}}
+		floor: 100, step: 100, clock: clock.Real{}}
 	for name, c := range clients {
 		if isNil(c) {
 			return nil, fmt.Errorf("redisstore: regions: region %q has a nil client", name)
@@ -220,20 +220,29 @@ type regionStore struct {
 
 func (s *regionStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	fam := s.r.family(req)
-	w := s.r.Weight(fam)
-	share, err := req.Rule.Share(w, 1000)
-	if err != nil && req.Algorithm != nil && req.Algorithm.Extend != nil && req.Rule.Validate() == nil {
-		share, err = req.Rule, nil // an in-flight limit: at least one lease per region, as the fallback's shares
-		share.Limit = max(1, share.Limit*w/1000)
-	}
+	share, err := s.share(req, fam)
 	if err != nil {
-		return ratelimit.Decision{}, fmt.Errorf("redisstore: region %s: %w", s.r.self, err)
+		return ratelimit.Decision{}, err
 	}
 	if req.Op == ratelimit.OpTake && req.N > 0 {
 		s.r.count(fam, req.N)
 	}
 	req.Rule = share
 	return s.next.Apply(ctx, req)
+}
+
+// share is this region's weight of req's rule: exact (Rule.Share), or for an in-flight
+// limit at least one lease, as the fallback's shares.
+func (s *regionStore) share(req ratelimit.Request, family string) (ratelimit.Rule, error) {
+	w := s.r.Weight(family)
+	if req.Algorithm != nil && req.Algorithm.Extend != nil {
+		return core.ShareLeases(req.Rule, w, 1000), nil
+	}
+	share, err := req.Rule.Share(w, 1000)
+	if err != nil {
+		return ratelimit.Rule{}, fmt.Errorf("redisstore: region %s: %w", s.r.self, err)
+	}
+	return share, nil
 }
 
 // ApplyAll decides reqs all or none, each under this region's weight of its rule, when
@@ -247,9 +256,9 @@ func (s *regionStore) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([
 	}
 	scaled := make([]ratelimit.Request, len(reqs))
 	for i, req := range reqs {
-		share, err := req.Rule.Share(s.r.Weight(s.r.family(req)), 1000)
+		share, err := s.share(req, s.r.family(req))
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: region %s: %w", s.r.self, err)
+			return nil, err
 		}
 		scaled[i] = req
 		scaled[i].Rule = share
@@ -265,15 +274,13 @@ func (s *regionStore) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([
 	return ds, err
 }
 
+// count adds n takes of family to the demand: no lock once the family has a counter.
 func (r *Regions) count(family string, n int64) {
-	r.mu.Lock()
-	c := r.demand[family]
-	if c == nil {
-		c = new(atomic.Int64)
-		r.demand[family] = c
+	c, ok := r.demand.Load(family)
+	if !ok {
+		c, _ = r.demand.LoadOrStore(family, new(atomic.Int64))
 	}
-	r.mu.Unlock()
-	c.Add(n)
+	c.(*atomic.Int64).Add(n)
 }
 
 // bucket is the index of the interval of now.
@@ -296,14 +303,13 @@ return 1`
 func (r *Regions) Flush(ctx context.Context) error {
 	args := []any{(3 * r.interval).Milliseconds()}
 	taken := map[string]int64{}
-	r.mu.Lock()
-	for fam, c := range r.demand {
-		if n := c.Swap(0); n > 0 {
-			taken[fam] = n
+	r.demand.Range(func(fam, c any) bool {
+		if n := c.(*atomic.Int64).Swap(0); n > 0 {
+			taken[fam.(string)] = n
 			args = append(args, fam, n)
 		}
-	}
-	r.mu.Unlock()
+		return true
+	})
 	if len(taken) == 0 {
 		return nil
 	}

@@ -75,6 +75,21 @@ func Share(rule ratelimit.Rule, n int64) ratelimit.Rule {
 	return rule
 }
 
+// ShareLeases is part/whole of an in-flight limit (ratelimit.InFlightLimiter) for one of
+// the parts that enforce it together (instances during an outage, regions): its leases
+// scaled and rounded down, but at least one, so that every part can serve, each lease
+// living as long as in the whole. A rule with no lease (an invalid one) is returned as
+// it is, for Prepare to refuse.
+func ShareLeases(rule ratelimit.Rule, part, whole int64) ratelimit.Rule {
+	if share, err := rule.Share(part, whole); err == nil {
+		return share
+	}
+	if rule.Validate() == nil && part >= 1 && part <= whole { // fewer than one lease: one
+		rule.Limit, rule.Burst = 1, 0
+	}
+	return rule
+}
+
 // maxPeriod is the longest Period a Rule may have (see Rule.Validate).
 const maxPeriod = 10 * 365 * 24 * time.Hour
 

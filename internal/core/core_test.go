@@ -57,3 +57,17 @@ func TestSharesNeverExceedTheRule(t *testing.T) {
 		}
 	}
 }
+
+// ShareLeases scales an in-flight limit exactly, but never below one lease, and leaves
+// an invalid rule invalid.
+func TestShareLeases(t *testing.T) {
+	lease := 30 * time.Second
+	for _, c := range []struct {
+		limit, part, whole, want int64
+	}{{10, 1, 3, 3}, {10, 700, 1000, 7}, {1, 1, 20, 1}, {2, 300, 1000, 1}, {0, 1, 2, 0}, {10, 0, 2, 10}} {
+		got := core.ShareLeases(ratelimit.Rule{Limit: c.limit, Period: lease}, c.part, c.whole)
+		if got.Limit != c.want || got.Period != lease {
+			t.Errorf("%d leases, %d/%d: %v; want %d leases of %v", c.limit, c.part, c.whole, got, c.want, lease)
+		}
+	}
+}
