@@ -6,6 +6,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
+	"github.com/ratelimit-go/ratelimit/examples/internal/envoyrules"
 )
 
 // openStore opens the gateway's store (see backend.Open): the gateways beat under
@@ -17,10 +18,5 @@ func openStore(ctx context.Context, cfg backend.Config, m *metrics, log *slog.Lo
 
 // algorithmList is every algorithm a rule may name, and the in-flight limit's.
 func algorithmList() []*ratelimit.Algorithm {
-	list := make([]*ratelimit.Algorithm, 0, len(algorithms)+1)
-	list = append(list, ratelimit.InFlightAlgorithm())
-	for _, a := range algorithms {
-		list = append(list, a)
-	}
-	return list
+	return append([]*ratelimit.Algorithm{ratelimit.InFlightAlgorithm()}, envoyrules.AlgorithmList()...)
 }

@@ -41,7 +41,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
 	"github.com/ratelimit-go/ratelimit/examples/internal/envoyrules"
 )
@@ -79,7 +78,7 @@ func run(ctx context.Context, c config, log *slog.Logger, ready func(grpcAddr, h
 		return fmt.Errorf("-rules: %w", err)
 	}
 	m := newMetrics()
-	c.store.Members, c.store.Algorithms = "rls", algorithms()
+	c.store.Members, c.store.Algorithms = "rls", envoyrules.AlgorithmList()
 	c.store.LocalMaxKeys, c.store.LocalMaxBytes = 1<<20, 64<<20
 	store, closeStore, err := backend.Open(ctx, c.store, backend.NewMetrics(m.registry), log)
 	if err != nil {
@@ -152,13 +151,4 @@ func loadRules(path string) (*envoyrules.Config, error) {
 		return nil, err
 	}
 	return envoyrules.New(d)
-}
-
-// algorithms are those a rule may name, loaded into Redis before serving.
-func algorithms() []*ratelimit.Algorithm {
-	list := make([]*ratelimit.Algorithm, 0, len(envoyrules.Algorithms))
-	for _, a := range envoyrules.Algorithms {
-		list = append(list, a)
-	}
-	return list
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -36,14 +37,6 @@ func newServer(store ratelimit.Store, rules *envoyrules.Config, m *metrics, head
 	s := &server{decider: envoyrules.Decider{Store: store}, metrics: m, headers: headers, log: log}
 	s.rules.Store(rules)
 	return s
-}
-
-// units are the service's units by name.
-var units = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
-	"second": rlsv3.RateLimitResponse_RateLimit_SECOND, "minute": rlsv3.RateLimitResponse_RateLimit_MINUTE,
-	"hour": rlsv3.RateLimitResponse_RateLimit_HOUR, "day": rlsv3.RateLimitResponse_RateLimit_DAY,
-	"week": rlsv3.RateLimitResponse_RateLimit_WEEK, "month": rlsv3.RateLimitResponse_RateLimit_MONTH,
-	"year": rlsv3.RateLimitResponse_RateLimit_YEAR,
 }
 
 // ShouldRateLimit decides a request's descriptors under the rules of its domain, all or
@@ -139,7 +132,7 @@ func descriptorStatus(st envoyrules.Status) *rlsv3.RateLimitResponse_DescriptorS
 	out := &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code: rlsv3.RateLimitResponse_OK,
 		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: st.Match.Name, RequestsPerUnit: st.Match.RequestsPerUnit,
-			Unit: units[st.Match.Unit]},
+			Unit: rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(st.Match.Unit)])},
 		LimitRemaining:     st.Remaining,
 		DurationUntilReset: durationpb.New(st.ResetAfter),
 	}

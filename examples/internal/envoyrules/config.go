@@ -49,6 +49,21 @@ var Algorithms = map[string]*ratelimit.Algorithm{
 	"slidinglog":    slidinglog.Algorithm(),
 }
 
+// AlgorithmList is Algorithms' values, in the order of their names: for
+// redisstore.LoadScripts before serving.
+func AlgorithmList() []*ratelimit.Algorithm {
+	names := make([]string, 0, len(Algorithms))
+	for n := range Algorithms {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	list := make([]*ratelimit.Algorithm, len(names))
+	for i, n := range names {
+		list[i] = Algorithms[n]
+	}
+	return list
+}
+
 // DefaultAlgorithm is the algorithm of a rule that names none: the service's own.
 const DefaultAlgorithm = "fixedwindow"
 

@@ -152,9 +152,8 @@ func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64)
 		return nil, true, nil
 	}
 	type counter struct {
-		alg     *ratelimit.Algorithm
-		key     string
-		request int
+		alg *ratelimit.Algorithm
+		key string
 	}
 	var reqs []ratelimit.Request
 	of := make([]int, len(idx)) // the request of each status; two descriptors of one counter share one
@@ -172,13 +171,7 @@ func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64)
 		}
 	}
 	for j, i := range idx {
-		r := reqs[of[j]]
-		if r.Rule.Limit == 0 {
-			doomed = true
-			res.Statuses[i].deny(n)
-			continue
-		}
-		if _, err := r.Algorithm.Prepare(r.Rule, r.N); errors.Is(err, ratelimit.ErrNExceedsLimit) {
+		if r := reqs[of[j]]; neverFits(r.Algorithm, r.Rule, r.N) {
 			doomed = true
 			res.Statuses[i].deny(n)
 		}
@@ -220,23 +213,29 @@ func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64)
 // decide applies op with n under s's limit, and records the outcome in s.
 func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op ratelimit.Op) error {
 	m := s.Match
-	if m.Rule.Limit == 0 {
-		if op != ratelimit.OpRefund {
+	if neverFits(m.Algorithm, m.Rule, n) {
+		if op != ratelimit.OpRefund { // a refund of what was never taken: nothing to give back
 			s.deny(n)
 		}
 		return nil
 	}
 	req := ratelimit.Request{Algorithm: m.Algorithm, Namespace: m.namespace, Key: m.Key, Rule: m.Rule, N: n, Op: op}
-	if _, err := m.Algorithm.Prepare(m.Rule, n); errors.Is(err, ratelimit.ErrNExceedsLimit) {
-		s.deny(n)
-		return nil
-	}
 	d, err := dc.Store.Apply(ctx, req)
 	if err != nil || op == ratelimit.OpRefund {
 		return err
 	}
 	s.record(d, n, dc.ratio())
 	return nil
+}
+
+// neverFits reports whether n hits can never be admitted under rule: a limit of 0 (the
+// service's way to deny everything), or more hits than the limit can ever hold.
+func neverFits(alg *ratelimit.Algorithm, rule ratelimit.Rule, n int64) bool {
+	if rule.Limit == 0 {
+		return true
+	}
+	_, err := alg.Prepare(rule, n)
+	return errors.Is(err, ratelimit.ErrNExceedsLimit)
 }
 
 func (dc *Decider) ratio() float64 {

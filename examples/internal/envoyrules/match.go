@@ -1,6 +1,7 @@
 package envoyrules
 
 import (
+	"cmp"
 	"strings"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -93,7 +94,7 @@ func (d *Domain) Match(entries []Entry) *Match {
 			b.WriteString(d.Name)
 			for i, e := range entries {
 				b.WriteString("." + e.Key)
-				if v := cmpOr(shared[i], e.Value); v != "" {
+				if v := cmp.Or(shared[i], e.Value); v != "" {
 					b.WriteString("_" + v)
 				}
 			}
@@ -102,17 +103,10 @@ func (d *Domain) Match(entries []Entry) *Match {
 	}
 	parts := make([]string, 0, 2*len(entries))
 	for i, e := range entries {
-		parts = append(parts, e.Key, cmpOr(shared[i], e.Value))
+		parts = append(parts, e.Key, cmp.Or(shared[i], e.Value))
 	}
 	m.Key = ratelimit.TaggedKey(parts[1], parts...)
 	return m
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // wildcardMatch reports whether value matches a pattern split on its *s, each * any run of
