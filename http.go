@@ -141,10 +141,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	d, rule, err := m.decide(r, key)
 	if err != nil {
-		if r.Context().Err() != nil {
-			return // the client is gone
-		}
-		if m.Error == nil || m.Error(w, r, err) {
+		if m.passes(w, r, err) {
 			m.serveInFlight(w, r, key, next)
 		}
 		return
@@ -186,7 +183,7 @@ func (m *Middleware) serveInFlight(w http.ResponseWriter, r *http.Request, key s
 	lease, d, err := m.InFlight.AcquireLimit(r.Context(), key, limit)
 	switch {
 	case err != nil:
-		if r.Context().Err() == nil && (m.Error == nil || m.Error(w, r, err)) {
+		if m.passes(w, r, err) {
 			next.ServeHTTP(w, r)
 		}
 		return
@@ -207,6 +204,12 @@ func (m *Middleware) serveInFlight(w http.ResponseWriter, r *http.Request, key s
 		cancel()
 	}()
 	next.ServeHTTP(w, r)
+}
+
+// passes says whether a request whose limiter failed with err goes on: not when its
+// client is gone; else as Error says, or yes without it.
+func (m *Middleware) passes(w http.ResponseWriter, r *http.Request, err error) bool {
+	return r.Context().Err() == nil && (m.Error == nil || m.Error(w, r, err))
 }
 
 func (m *Middleware) decide(r *http.Request, key string) (Decision, Rule, error) {
