@@ -344,7 +344,7 @@ func (panicking) Apply(context.Context, ratelimit.Request) (ratelimit.Decision, 
 // from the secondary and the process lives.
 func TestPrimaryPanics(t *testing.T) {
 	var errs []error
-	s := fallback.New(panicking{}, localstore.New(), fallback.WithHooks(fallback.Hooks{
+	s := fallback.New(panicking{}, localstore.New(), fallback.WithTimeout(time.Minute), fallback.WithHooks(fallback.Hooks{
 		OnPrimaryError: func(err error, failure bool) { errs = append(errs, err) },
 	}))
 	l, err := tokenbucket.New(s, ratelimit.PerSecond(1))
