@@ -23,7 +23,8 @@ type AlgorithmLimiter struct {
 	alg       *Algorithm
 	rule      Rule
 	namespace string
-	limit     int64 // the largest n the rule can ever allow
+	limit     int64    // the largest n the rule can ever allow
+	take      TakeFunc // AllowN's and AllowRule's path: the store's, when it is a BindStore, or Apply
 }
 
 var _ Limiter = (*AlgorithmLimiter)(nil)
@@ -62,6 +63,17 @@ func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule, opts ...Option)
 		}
 		o.apply(l)
 	}
+	if b, ok := store.(BindStore); ok {
+		l.take = b.Bind(alg, l.namespace)
+	} else {
+		ns, limit := l.namespace, l.limit
+		l.take = func(ctx context.Context, key string, r Rule, n int64) (Decision, error) {
+			if r == rule && (n < 1 || n > limit) { // the store is not asked
+				return Decision{}, badN(alg, rule, n)
+			}
+			return store.Apply(ctx, Request{Algorithm: alg, Namespace: ns, Key: key, Rule: r, N: n})
+		}
+	}
 	return l, nil
 }
 
@@ -82,12 +94,9 @@ func (l *AlgorithmLimiter) Allow(ctx context.Context, key string) (Decision, err
 
 // AllowN admits n events for key, all or none. n must be between 1 and the most the rule
 // allows at once (Decision.Limit), or the error wraps ErrInvalidN or ErrNExceedsLimit and
-// the store is not asked.
+// nothing is consumed.
 func (l *AlgorithmLimiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	if n < 1 || n > l.limit {
-		return Decision{}, l.badN(n)
-	}
-	return l.store.Apply(ctx, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: n})
+	return l.take(ctx, key, l.rule, n) // which validates n as Apply does
 }
 
 // AllowRule is AllowN under rule instead of the limiter's own: for a rule chosen per call
@@ -97,14 +106,15 @@ func (l *AlgorithmLimiter) AllowN(ctx context.Context, key string, n int64) (Dec
 // returns an error wrapping ErrInvalidRule, ErrInvalidN or ErrNExceedsLimit and consumes
 // nothing.
 func (l *AlgorithmLimiter) AllowRule(ctx context.Context, key string, rule Rule, n int64) (Decision, error) {
-	return l.store.Apply(ctx, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: rule, N: n})
+	return l.take(ctx, key, rule, n)
 }
 
-// badN is the error for an n out of range, as Prepare, the one place that words it, has it.
-func (l *AlgorithmLimiter) badN(n int64) error {
-	_, err := l.alg.Prepare(l.rule, n)
+// badN is the error for an n out of range of rule, as Prepare, the one place that words
+// it, has it.
+func badN(alg *Algorithm, rule Rule, n int64) error {
+	_, err := alg.Prepare(rule, n)
 	if err == nil { // cannot happen for an n out of range; never return a nil error here
-		err = fmt.Errorf("%s: n = %d: %w", l.alg.Name, n, ErrInvalidN)
+		err = fmt.Errorf("%s: n = %d: %w", alg.Name, n, ErrInvalidN)
 	}
 	return err
 }
@@ -131,7 +141,7 @@ func (l *AlgorithmLimiter) Reset(ctx context.Context, key string) error {
 
 func (l *AlgorithmLimiter) do(ctx context.Context, key string, n int64, op Op) (Decision, error) {
 	if n < 1 || n > l.limit {
-		return Decision{}, l.badN(n)
+		return Decision{}, badN(l.alg, l.rule, n)
 	}
 	return l.store.Apply(ctx, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: n, Op: op})
 }

@@ -42,6 +42,21 @@ type BatchStore interface {
 	ApplyAll(ctx context.Context, reqs []Request) ([]Decision, error)
 }
 
+// BindStore is a Store that can find once what every take of one limiter shares, so
+// that each call pays only for its key: AlgorithmLimiter binds its algorithm and
+// namespace when it is made, when its store is a BindStore, and sends AllowN and
+// AllowRule through the TakeFunc; every other call goes through Apply. localstore is a
+// BindStore.
+type BindStore interface {
+	Store
+	// Bind returns the takes of alg in namespace.
+	Bind(alg *Algorithm, namespace string) TakeFunc
+}
+
+// TakeFunc is what Apply does for a Request of OpTake of n on key under rule, with the
+// Algorithm and Namespace that BindStore.Bind was given, and no Lease.
+type TakeFunc func(ctx context.Context, key string, rule Rule, n int64) (Decision, error)
+
 // Request is one decision asked of a Store.
 type Request struct {
 	Algorithm *Algorithm

@@ -37,6 +37,10 @@ func NewMonotonic() Monotonic {
 // Now returns the wall time at creation plus the monotonic time since.
 func (m Monotonic) Now() time.Time { return m.base.Add(time.Since(m.base)) }
 
+// Start is the instant the clock started at, with its monotonic reading: Now() is
+// Start().Add(time.Since(Start())).
+func (m Monotonic) Start() time.Time { return m.base }
+
 // UnixNano is Now().UnixNano(), without building a time.Time.
 func (m Monotonic) UnixNano() int64 { return m.baseNano + int64(time.Since(m.base)) }
 

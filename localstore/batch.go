@@ -23,6 +23,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	args := make([]ratelimit.Args, len(reqs))
 	shardOf := make([]int, len(reqs))
 	hashes := make([]uint64, len(reqs))
+	spaces := make([]*space, len(reqs))
 	for i, r := range reqs {
 		if r.Algorithm == nil {
 			return nil, errors.New("localstore: request has no algorithm")
@@ -35,6 +36,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 			return nil, err
 		}
 		hashes[i] = maphash.String(s.seed, r.Key)
+		spaces[i] = s.space(r.Algorithm, r.Namespace)
 		args[i], shardOf[i] = a, int(hashes[i]&s.mask)
 	}
 	if err := core.CheckDistinct("localstore", reqs); err != nil {
@@ -58,7 +60,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	all := true
 	for i, r := range reqs {
 		sh := &s.shards[shardOf[i]]
-		if e := sh.table(r.Algorithm, r.Namespace).keys.get(hashes[i], r.Key); e != nil && e.expires > now {
+		if e := sh.table(spaces[i]).keys.get(hashes[i], r.Key); e != nil && e.expires > now {
 			states[i] = core.Clone(e.state)
 		}
 		ds[i] = r.Algorithm.Step(&states[i], now, args[i])
@@ -69,7 +71,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	}
 	for i, r := range reqs {
 		sh := &s.shards[shardOf[i]]
-		keys := &sh.table(r.Algorithm, r.Namespace).keys
+		keys := &sh.table(spaces[i]).keys
 		e := keys.get(hashes[i], r.Key)
 		if e == nil {
 			e = s.add(sh, keys, hashes[i], r.Key, now)

@@ -22,12 +22,20 @@ const used = 1 << 63
 // as its low bits chose the shard.
 func (ix *index) home(h uint64) int { return int((h >> 32) & uint64(len(ix.slots)-1)) }
 
-// get is the entry of key, of hash h, or nil.
+// get is the entry of key, of hash h, or nil: find, small enough to be inlined.
 func (ix *index) get(h uint64, key string) *entry {
-	if i := ix.find(h, key); i >= 0 {
-		return ix.slots[i].e
+	if ix.n == 0 {
+		return nil
 	}
-	return nil
+	h |= used
+	mask := uint64(len(ix.slots) - 1)
+	for i := (h >> 32) & mask; ; i = (i + 1) & mask {
+		if s := &ix.slots[i]; s.hash == h && s.key == key {
+			return s.e
+		} else if s.hash == 0 {
+			return nil
+		}
+	}
 }
 
 // find is the slot of key, of hash h, or -1.

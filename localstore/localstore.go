@@ -34,6 +34,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -63,13 +64,32 @@ const (
 // Store is an in-memory ratelimit.Store. It is safe for concurrent use; the zero value is
 // not usable, call New.
 type Store struct {
-	clock      clock.Clock
+	clock clock.Clock
+	// the clock when it is a Monotonic, read without its interface: the sum of
+	// Monotonic.UnixNano
+	isMono    bool
+	monoStart time.Time
+	monoNano  int64
+
 	seed       maphash.Seed
 	shards     []shard
 	mask       uint64
 	perShard   int   // the most keys one shard holds
 	maxBytes   int64 // the most bytes of keys one shard holds (all shards, until New divides)
 	sweepEvery int64 // microseconds
+
+	// every (algorithm, namespace) the store has seen; a space's ordinal is the index of
+	// its table in each shard's tables
+	spaces   atomic.Pointer[[]*space]
+	spacesMu sync.Mutex // serializes additions to spaces
+}
+
+// space is one (algorithm, namespace): its keys are apart from every other space's.
+type space struct {
+	alg  *ratelimit.Algorithm
+	ns   string
+	ord  int
+	take ratelimit.TakeFunc // its takes without a lease (Store.newTake)
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -83,9 +103,9 @@ type shard struct {
 
 type shardState struct {
 	mu        sync.Mutex
-	tables    []table // one per (algorithm, namespace) used: limiters of different ones keep their keys apart
-	size      int     // keys in all tables
-	bytes     int64   // their cost, as WithMaxBytes counts it
+	tables    []*table // by space ordinal; nil for a space this shard has not seen
+	size      int      // keys in all tables
+	bytes     int64    // their cost, as WithMaxBytes counts it
 	nextSweep int64
 	// a copy of a key's state and log for a peek, so that a peek allocates nothing
 	scratch    ratelimit.State
@@ -94,7 +114,6 @@ type shardState struct {
 
 type table struct {
 	alg  *ratelimit.Algorithm
-	ns   string
 	keys index
 	// the last rule decided in this table and its Args: preparing a rule costs a few
 	// divisions, a good part of a decision, and most tables see one rule again and again
@@ -174,6 +193,9 @@ func New(opts ...Option) *Store {
 		}
 		o.apply(s)
 	}
+	if m, ok := s.clock.(clock.Monotonic); ok {
+		s.isMono, s.monoStart, s.monoNano = true, m.Start(), m.Start().UnixNano()
+	}
 	maxKeys := s.perShard
 	n := 1 << min(bits.Len(uint(maxKeys))-1, bits.Len(maxShards)-1) // a power of two, at most maxKeys
 	for n > 1 && s.maxBytes/int64(n) < minShardBytes {              // and shards of at least 64 KiB
@@ -190,6 +212,15 @@ func New(opts ...Option) *Store {
 // resets (req.Op). It returns ctx.Err() if ctx has ended, and the error of
 // req.Algorithm.Prepare for an invalid rule or n.
 func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+	if req.Op == ratelimit.OpTake && req.Lease == 0 { // the common case, without a call more than needed
+		if sp := findSpace(s.spaces.Load(), req.Algorithm, req.Namespace); sp != nil {
+			return sp.take(ctx, req.Key, req.Rule, req.N)
+		}
+	}
+	return s.apply(ctx, req)
+}
+
+func (s *Store) apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}
@@ -197,14 +228,18 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if alg == nil {
 		return ratelimit.Decision{}, errors.New("localstore: request has no algorithm")
 	}
+	sp := s.space(alg, req.Namespace)
+	if req.Op == ratelimit.OpTake && req.Lease == 0 {
+		return sp.take(ctx, req.Key, req.Rule, req.N)
+	}
 	now := s.now()
-	h := maphash.String(s.seed, req.Key) // chooses the shard, and finds the key in it
+	h := maphash.String(s.seed, req.Key)
 	sh := &s.shards[h&s.mask]
 
 	sh.mu.Lock()
-	defer sh.mu.Unlock() // deferred: a third party's Step that panics must not leave the shard locked
-	t := sh.table(alg, req.Namespace)
-	args := t.args // the Args of the table's last rule, good if req.Rule is the same
+	defer sh.mu.Unlock() // as in take
+	t := sh.table(sp)
+	args := t.args
 	if req.Rule != t.rule || req.N < 1 || req.N > args.Limit {
 		var err error
 		if args, err = t.prepare(req.Rule, req.N); err != nil {
@@ -212,21 +247,9 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		}
 	}
 	args.N, args.Lease = req.N, req.Lease
-	// the step gets the caller's now, and the key's own latest instant in its state: a
-	// clock that stepped back is held per key, and durations count from the caller's clock
-	if now >= sh.nextSweep || now < sh.nextSweep-2*s.sweepEvery { // due, or the clock stepped back
-		sh.sweep(now)
-		sh.nextSweep = now + s.sweepEvery
-	}
-	e := t.keys.get(h, req.Key)
-	if e != nil && e.expires <= now { // back to full: what is left counts for nothing, whatever the rule now
-		e.state = ratelimit.State{Log: e.state.Log}
-		if e.state.Log != nil {
-			e.state.Log.Clear()
-		}
-	}
+	e := s.lookup(sh, t, h, req.Key, now)
 	switch req.Op {
-	case ratelimit.OpTake:
+	case ratelimit.OpTake: // of a lease; the others take in sp.take
 		if e == nil {
 			e = s.add(sh, &t.keys, h, req.Key, now)
 		}
@@ -261,6 +284,87 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		return ratelimit.Decision{}, fmt.Errorf("localstore: unknown op %d", req.Op)
 	}
 	return sh.peek(alg, e, now, args, true), nil
+}
+
+// lookup is the entry of key, of hash h, in t, a table of sh, or nil; sh.mu is held. It
+// runs the shard's sweep when one is due, and empties an entry back to full.
+func (s *Store) lookup(sh *shard, t *table, h uint64, key string, now int64) *entry {
+	// the step gets the caller's now, and the key's own latest instant in its state: a
+	// clock that stepped back is held per key, and durations count from the caller's clock
+	if now >= sh.nextSweep || now < sh.nextSweep-2*s.sweepEvery { // due, or the clock stepped back
+		sh.sweep(now)
+		sh.nextSweep = now + s.sweepEvery
+	}
+	e := t.keys.get(h, key)
+	if e != nil && e.expires <= now {
+		e.reset()
+	}
+	return e
+}
+
+// reset empties a state back to full: what is left counts for nothing, whatever the rule
+// now.
+func (e *entry) reset() {
+	e.state = ratelimit.State{Log: e.state.Log}
+	if e.state.Log != nil {
+		e.state.Log.Clear()
+	}
+}
+
+// Bind returns the takes of alg in namespace, with the (algorithm, namespace) found
+// once: the limiters of every algorithm package call it when they are made
+// (ratelimit.BindStore).
+func (s *Store) Bind(alg *ratelimit.Algorithm, namespace string) ratelimit.TakeFunc {
+	return s.space(alg, namespace).take
+}
+
+// newTake returns the takes of sp: Apply's path for a take, and a bound limiter's. The
+// whole decision is written out in this one function, as each call on the way would cost
+// a good part of it. (Not inlined: a copy of the closure inlined into addSpace is
+// compiled with less inlined into it.)
+//
+//go:noinline
+func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
+	return func(ctx context.Context, key string, rule ratelimit.Rule, n int64) (ratelimit.Decision, error) {
+		if err := ctx.Err(); err != nil {
+			return ratelimit.Decision{}, err
+		}
+		if sp.alg == nil {
+			return ratelimit.Decision{}, errors.New("localstore: request has no algorithm")
+		}
+		var now int64
+		if s.isMono { // s.now(), without its call
+			now = (s.monoNano + int64(time.Since(s.monoStart))) / 1000
+		} else {
+			now = s.now()
+		}
+		h := maphash.String(s.seed, key) // chooses the shard, and finds the key in it
+		sh := &s.shards[h&s.mask]
+		sh.mu.Lock()
+		defer sh.mu.Unlock() // deferred: a third party's Step that panics must not leave the shard locked
+		t := sh.table(sp)
+		args := t.args // the Args of the table's last rule, good if rule is the same
+		if rule != t.rule || n < 1 || n > args.Limit {
+			var err error
+			if args, err = t.prepare(rule, n); err != nil {
+				return ratelimit.Decision{}, err
+			}
+		}
+		args.N = n
+		if now >= sh.nextSweep || now < sh.nextSweep-2*s.sweepEvery { // as lookup does
+			sh.sweep(now)
+			sh.nextSweep = now + s.sweepEvery
+		}
+		e := t.keys.get(h, key)
+		if e == nil {
+			e = s.add(sh, &t.keys, h, key, now)
+		} else if e.expires <= now {
+			e.reset()
+		}
+		d := sp.alg.Step(&e.state, now, args)
+		e.expires = now + expiry(d.ResetAfter)
+		return d, nil
+	}
 }
 
 // peek is the Decision of a take of args on e's state (a fresh state when e is nil),
@@ -308,8 +412,14 @@ func expiry(reset time.Duration) int64 {
 	return (reset.Microseconds() + 999) / 1000 * 1000
 }
 
-// now reads the clock in microseconds (the default clock without building a time.Time).
-func (s *Store) now() int64 { return clock.UnixNano(s.clock) / 1000 }
+// now reads the clock in microseconds (the default clock without its interface or a
+// time.Time).
+func (s *Store) now() int64 {
+	if s.isMono {
+		return (s.monoNano + int64(time.Since(s.monoStart))) / 1000
+	}
+	return clock.UnixNano(s.clock) / 1000
+}
 
 // Len is the number of keys held, expired ones not yet swept included.
 func (s *Store) Len() int {
@@ -323,15 +433,61 @@ func (s *Store) Len() int {
 	return n
 }
 
-// table is the table of (alg, ns).
-func (sh *shard) table(alg *ratelimit.Algorithm, ns string) *table {
-	for i := range sh.tables {
-		if sh.tables[i].alg == alg && sh.tables[i].ns == ns {
-			return &sh.tables[i]
+// space is the space of (alg, ns), added the first time it is asked for.
+func (s *Store) space(alg *ratelimit.Algorithm, ns string) *space {
+	if sp := findSpace(s.spaces.Load(), alg, ns); sp != nil {
+		return sp
+	}
+	return s.addSpace(alg, ns)
+}
+
+func (s *Store) addSpace(alg *ratelimit.Algorithm, ns string) *space {
+	s.spacesMu.Lock()
+	defer s.spacesMu.Unlock()
+	old := s.spaces.Load()
+	if sp := findSpace(old, alg, ns); sp != nil {
+		return sp
+	}
+	var spaces []*space
+	if old != nil {
+		spaces = *old
+	}
+	sp := &space{alg: alg, ns: ns, ord: len(spaces)}
+	sp.take = s.newTake(sp)
+	spaces = append(spaces[:len(spaces):len(spaces)], sp) // a new array: readers may hold the old one
+	s.spaces.Store(&spaces)
+	return sp
+}
+
+func findSpace(spaces *[]*space, alg *ratelimit.Algorithm, ns string) *space {
+	if spaces == nil {
+		return nil
+	}
+	for _, sp := range *spaces {
+		if sp.alg == alg && sp.ns == ns {
+			return sp
 		}
 	}
-	sh.tables = append(sh.tables, table{alg: alg, ns: ns})
-	return &sh.tables[len(sh.tables)-1]
+	return nil
+}
+
+// table is this shard's table of sp; sh.mu is held.
+func (sh *shard) table(sp *space) *table {
+	if sp.ord < len(sh.tables) {
+		if t := sh.tables[sp.ord]; t != nil {
+			return t
+		}
+	}
+	return sh.addTable(sp)
+}
+
+func (sh *shard) addTable(sp *space) *table {
+	if sp.ord >= len(sh.tables) {
+		sh.tables = append(sh.tables, make([]*table, sp.ord+1-len(sh.tables))...)
+	}
+	t := &table{alg: sp.alg}
+	sh.tables[sp.ord] = t
+	return t
 }
 
 // prepare is t.alg.Prepare(rule, n), remembered for the next request with the same rule.
@@ -345,8 +501,11 @@ func (t *table) prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 
 // sweep drops every key that is back to full.
 func (sh *shard) sweep(now int64) {
-	for i := range sh.tables {
-		sh.tables[i].keys.sweep(func(e *entry) bool { return e.expires <= now }, func(k string) {
+	for _, t := range sh.tables {
+		if t == nil {
+			continue
+		}
+		t.keys.sweep(func(e *entry) bool { return e.expires <= now }, func(k string) {
 			sh.size--
 			sh.bytes -= cost(k)
 		})
@@ -358,9 +517,9 @@ func (sh *shard) sweep(now int64) {
 // be full soonest.
 func (sh *shard) evict(h uint64, now int64) {
 	var largest *index
-	for i := range sh.tables {
-		if largest == nil || sh.tables[i].keys.n > largest.n {
-			largest = &sh.tables[i].keys
+	for _, t := range sh.tables {
+		if t != nil && (largest == nil || t.keys.n > largest.n) {
+			largest = &t.keys
 		}
 	}
 	if largest == nil || largest.n == 0 {

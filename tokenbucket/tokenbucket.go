@@ -72,21 +72,36 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 }
 
 func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
-	lag := advance(st, now, a)
 	full := a.Limit * a.Unit
-	d := ratelimit.Decision{Limit: a.Limit}
-	need := a.N * a.Unit
-	if st.Level >= need {
-		st.Level -= need
-		d.Allowed = true
+	level, t := st.Level, st.Time
+	if st.Aux == a.Unit && t < now { // the common case: advance as advance does, on locals
+		level = mathx.AddCapped(min(level, full), now-t, a.Rate, full)
+		t = now
 	} else {
-		d.RetryAfter = mathx.Micros(lag + mathx.CeilDiv(need-st.Level, a.Rate))
+		advance(st, now, a)
+		level, t = st.Level, st.Time
 	}
-	d.Remaining = st.Level / a.Unit
-	if st.Level < full {
-		d.ResetAfter = mathx.Micros(lag + mathx.CeilDiv(full-st.Level, a.Rate))
+	st.Time = t
+	lag := t - now
+	allowed, retry := false, int64(0)
+	if need := a.N * a.Unit; level >= need {
+		level -= need
+		allowed = true
+	} else {
+		retry = lag + mathx.CeilDiv(need-level, a.Rate)
 	}
-	return d
+	st.Level = level
+	reset := int64(0)
+	if level < full {
+		reset = lag + mathx.CeilDiv(full-level, a.Rate)
+	}
+	return ratelimit.Decision{
+		Allowed:    allowed,
+		Limit:      a.Limit,
+		Remaining:  int64(uint64(level) / uint64(a.Unit)), // both positive: an unsigned division is cheaper
+		RetryAfter: mathx.Micros(retry),
+		ResetAfter: mathx.Micros(reset),
+	}
 }
 
 // refund puts n tokens back, up to the capacity.
