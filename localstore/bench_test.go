@@ -2,6 +2,8 @@ package localstore_test
 
 import (
 	"context"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,7 +11,6 @@ import (
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/internal/limitertest"
 	"github.com/ratelimit-go/ratelimit/localstore"
-	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
 // BenchmarkApply is one decision on an existing key, for every algorithm, straight on the
@@ -37,16 +38,54 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
-func BenchmarkLimiterAllow(b *testing.B) {
-	l, err := tokenbucket.New(localstore.New(), ratelimit.PerSecond(1000))
-	if err != nil {
-		b.Fatal(err)
+// BenchmarkAlgorithms compares the five algorithms as an application calls them: each
+// one's limiter (1000 a second) on a store of its own, one key serially and 1024 keys
+// from every processor. Run it on your own machine:
+//
+//	go test -run '^$' -bench Algorithms -benchmem ./localstore
+func BenchmarkAlgorithms(b *testing.B) {
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "tenant-" + strconv.Itoa(i) + ":route"
 	}
 	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := l.Allow(ctx, "tenant-1:route"); err != nil {
-			b.Fatal(err)
+	for _, k := range limitertest.Kinds {
+		newLimiter := func(b *testing.B) ratelimit.Limiter {
+			l, err := k.New(localstore.New(), ratelimit.PerSecond(1000))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, key := range keys {
+				if _, err := l.Allow(ctx, key); err != nil {
+					b.Fatal(err)
+				}
+			}
+			return l
 		}
+		b.Run(k.Name+"/serial-1key", func(b *testing.B) {
+			l := newLimiter(b)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := l.Allow(ctx, keys[0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(k.Name+"/parallel-1024keys", func(b *testing.B) {
+			l := newLimiter(b)
+			var worker atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(worker.Add(1)) * 97 // each worker from its own place
+				for pb.Next() {
+					if _, err := l.Allow(ctx, keys[i%len(keys)]); err != nil {
+						b.Error(err)
+						return
+					}
+					i++
+				}
+			})
+		})
 	}
 }

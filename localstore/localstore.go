@@ -78,10 +78,23 @@ type Store struct {
 	maxBytes   int64 // the most bytes of keys one shard holds (all shards, until New divides)
 	sweepEvery int64 // microseconds
 
-	// every (algorithm, namespace) the store has seen; a space's ordinal is the index of
-	// its table in each shard's tables
-	spaces   atomic.Pointer[[]*space]
-	spacesMu sync.Mutex // serializes additions to spaces
+	// every (algorithm, namespace) the store has seen, numbered from 0 in order: the
+	// first fewSpaces in a list that a decision scans, the others in a map
+	spaces     atomic.Pointer[[]*space]
+	moreSpaces sync.Map // spaceKey -> *space
+	spacesMu   sync.Mutex
+	nSpaces    int // under spacesMu
+}
+
+// fewSpaces is how many spaces (most stores have one or two) are found by a scan and keep
+// their tables in each shard's slice, at their ordinal; the store keeps any more in maps,
+// so that a store of a great many namespaces neither scans them nor gives every shard a
+// slot for each.
+const fewSpaces = 16
+
+type spaceKey struct {
+	alg *ratelimit.Algorithm
+	ns  string
 }
 
 // space is one (algorithm, namespace): its keys are apart from every other space's.
@@ -103,9 +116,10 @@ type shard struct {
 
 type shardState struct {
 	mu        sync.Mutex
-	tables    []*table // by space ordinal; nil for a space this shard has not seen
-	size      int      // keys in all tables
-	bytes     int64    // their cost, as WithMaxBytes counts it
+	tables    []*table          // by space ordinal, of the first fewSpaces; nil for one this shard has not seen
+	more      map[*space]*table // of the others
+	size      int               // keys in all tables
+	bytes     int64             // their cost, as WithMaxBytes counts it
 	nextSweep int64
 	// a copy of a key's state and log for a peek, so that a peek allocates nothing
 	scratch    ratelimit.State
@@ -342,7 +356,13 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 		sh := &s.shards[h&s.mask]
 		sh.mu.Lock()
 		defer sh.mu.Unlock() // deferred: a third party's Step that panics must not leave the shard locked
-		t := sh.table(sp)
+		var t *table         // sh.table(sp), its fast path inlined
+		if sp.ord < len(sh.tables) {
+			t = sh.tables[sp.ord]
+		}
+		if t == nil {
+			t = sh.otherTable(sp)
+		}
 		args := t.args // the Args of the table's last rule, good if rule is the same
 		if rule != t.rule || n < 1 || n > args.Limit {
 			var err error
@@ -442,18 +462,30 @@ func (s *Store) space(alg *ratelimit.Algorithm, ns string) *space {
 }
 
 func (s *Store) addSpace(alg *ratelimit.Algorithm, ns string) *space {
+	key := spaceKey{alg, ns}
+	if sp, ok := s.moreSpaces.Load(key); ok {
+		return sp.(*space)
+	}
 	s.spacesMu.Lock()
 	defer s.spacesMu.Unlock()
 	old := s.spaces.Load()
 	if sp := findSpace(old, alg, ns); sp != nil {
 		return sp
 	}
+	if sp, ok := s.moreSpaces.Load(key); ok {
+		return sp.(*space)
+	}
+	sp := &space{alg: alg, ns: ns, ord: s.nSpaces}
+	sp.take = s.newTake(sp)
+	s.nSpaces++
+	if sp.ord >= fewSpaces {
+		s.moreSpaces.Store(key, sp)
+		return sp
+	}
 	var spaces []*space
 	if old != nil {
 		spaces = *old
 	}
-	sp := &space{alg: alg, ns: ns, ord: len(spaces)}
-	sp.take = s.newTake(sp)
 	spaces = append(spaces[:len(spaces):len(spaces)], sp) // a new array: readers may hold the old one
 	s.spaces.Store(&spaces)
 	return sp
@@ -473,21 +505,43 @@ func findSpace(spaces *[]*space, alg *ratelimit.Algorithm, ns string) *space {
 
 // table is this shard's table of sp; sh.mu is held.
 func (sh *shard) table(sp *space) *table {
-	if sp.ord < len(sh.tables) {
-		if t := sh.tables[sp.ord]; t != nil {
-			return t
-		}
+	if ord := sp.ord; ord < len(sh.tables) && sh.tables[ord] != nil {
+		return sh.tables[ord]
 	}
-	return sh.addTable(sp)
+	return sh.otherTable(sp)
 }
 
-func (sh *shard) addTable(sp *space) *table {
+// otherTable is table's slow path: a table of the many, or one the shard has not made.
+func (sh *shard) otherTable(sp *space) *table {
+	if sp.ord >= fewSpaces {
+		if t := sh.more[sp]; t != nil {
+			return t
+		}
+		if sh.more == nil {
+			sh.more = make(map[*space]*table)
+		}
+		t := &table{alg: sp.alg}
+		sh.more[sp] = t
+		return t
+	}
 	if sp.ord >= len(sh.tables) {
 		sh.tables = append(sh.tables, make([]*table, sp.ord+1-len(sh.tables))...)
 	}
 	t := &table{alg: sp.alg}
 	sh.tables[sp.ord] = t
 	return t
+}
+
+// eachTable calls f with every table of the shard; sh.mu is held.
+func (sh *shard) eachTable(f func(*table)) {
+	for _, t := range sh.tables {
+		if t != nil {
+			f(t)
+		}
+	}
+	for _, t := range sh.more {
+		f(t)
+	}
 }
 
 // prepare is t.alg.Prepare(rule, n), remembered for the next request with the same rule.
@@ -501,14 +555,16 @@ func (t *table) prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 
 // sweep drops every key that is back to full.
 func (sh *shard) sweep(now int64) {
-	for _, t := range sh.tables {
-		if t == nil {
-			continue
-		}
+	sh.eachTable(func(t *table) {
 		t.keys.sweep(func(e *entry) bool { return e.expires <= now }, func(k string) {
 			sh.size--
 			sh.bytes -= cost(k)
 		})
+	})
+	for sp, t := range sh.more { // a table of the many is made again when needed
+		if t.keys.n == 0 {
+			delete(sh.more, sp)
+		}
 	}
 }
 
@@ -517,11 +573,11 @@ func (sh *shard) sweep(now int64) {
 // be full soonest.
 func (sh *shard) evict(h uint64, now int64) {
 	var largest *index
-	for _, t := range sh.tables {
-		if t != nil && (largest == nil || t.keys.n > largest.n) {
+	sh.eachTable(func(t *table) {
+		if largest == nil || t.keys.n > largest.n {
 			largest = &t.keys
 		}
-	}
+	})
 	if largest == nil || largest.n == 0 {
 		return
 	}

@@ -163,3 +163,43 @@ func TestNewRejectsNilOption(t *testing.T) {
 	}()
 	localstore.New(nil)
 }
+
+// TestManyNamespaces: past the few (algorithm, namespace) pairs a decision finds by a
+// scan, the others live in maps; a limiter's takes and Apply's still count together in
+// each namespace, and apart from every other.
+func TestManyNamespaces(t *testing.T) {
+	clk := clock.NewFake(start)
+	s := localstore.New(localstore.WithClock(clk))
+	ctx := context.Background()
+	rule := ratelimit.PerMinute(2)
+	limiters := make([]*tokenbucket.Limiter, 50)
+	for i := range limiters {
+		l, err := tokenbucket.New(s, rule, ratelimit.WithNamespace("ns-"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		limiters[i] = l
+	}
+	for i, l := range limiters {
+		if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed || d.Remaining != 1 {
+			t.Fatalf("namespace %d: first take = %+v, %v; want allowed, 1 left", i, d, err)
+		}
+		d, err := s.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Namespace: "ns-" + strconv.Itoa(i), Key: "k", Rule: rule, N: 1})
+		if err != nil || !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("namespace %d: Apply after the limiter = %+v, %v; want allowed, 0 left", i, d, err)
+		}
+		if d, err := l.Allow(ctx, "k"); err != nil || d.Allowed {
+			t.Fatalf("namespace %d: third take = %+v, %v; want denied", i, d, err)
+		}
+	}
+	if n := s.Len(); n != len(limiters) {
+		t.Errorf("Len = %d; want one key per namespace, %d", n, len(limiters))
+	}
+	clk.Advance(time.Minute) // every key back to full, and swept with its table
+	if d, err := limiters[40].Allow(ctx, "k"); err != nil || !d.Allowed || d.Remaining != 1 {
+		t.Errorf("after a minute: %+v, %v; want allowed, 1 left", d, err)
+	}
+	if n := s.Len(); n != 1 {
+		t.Errorf("Len after the sweep = %d; want 1", n)
+	}
+}
