@@ -7,7 +7,7 @@ end
 T = t
 if op == 'refund' then
   L = max(0, L - n)
-  refunded()
+  n, dry = refunded(KEYS[1], state, dry, T, L, A)
 end
 local ending = (floor(t / period) + 1) * period
 
@@ -21,5 +21,5 @@ remaining = max(0, limit - L)
 if L > 0 then
   reset = ending - now
 end
-save(reset)
+save(KEYS[1], dry, T, L, A, reset)
 return {allowed, remaining, retry, reset, delay}

@@ -17,7 +17,7 @@ end
 local lag = t - now
 if op == 'refund' then
   L = max(0, L - n * unit)
-  refunded()
+  n, dry = refunded(KEYS[1], state, dry, T, L, A)
 end
 
 local need = n * unit
@@ -32,5 +32,5 @@ remaining = floor((full - L) / unit)
 if L > 0 then
   reset = lag - floor(-L / rate)
 end
-save(reset)
+save(KEYS[1], dry, T, L, A, reset)
 return {allowed, remaining, retry, reset, delay}

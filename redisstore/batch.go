@@ -157,10 +157,11 @@ func (s *Store) batchScript(reqs []ratelimit.Request, id string) *script {
 		return sc.(*script)
 	}
 	var b strings.Builder
-	b.WriteString("local steps = {}\n")
+	algs := make([]*ratelimit.Algorithm, len(reqs))
 	for i, r := range reqs {
-		fmt.Fprintf(&b, "steps[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, r.Algorithm.Script)
+		algs[i] = r.Algorithm
 	}
+	writeSteps(&b, algs)
 	b.WriteString(batchMain)
 	rs := redis.NewScript(b.String())
 	sc, _ := s.batches.LoadOrStore(id, &script{script: rs, source: b.String(), hash: rs.Hash(), src: b.String()})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // Coalescing (see the package doc). A node is the queue of one server: the store's
@@ -227,6 +229,15 @@ func batchContext(batch []*call) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.Background(), latest)
 }
 
+// profile is what calls of a batch may share: their step, their rule's arguments, the
+// time, the op and the lease (0 but for in-flight limits).
+type profile struct {
+	step, nkeys               int
+	limit, period, unit, rate any
+	now, op                   any
+	lease                     int64
+}
+
 type result struct {
 	d   ratelimit.Decision
 	err error
@@ -235,24 +246,38 @@ type result struct {
 // decideBatch runs the batch script on n for calls.
 func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]result, error) {
 	sc, index := s.batchScriptFor(calls, n.cluster)
-	// EVALSHA hash numkeys [routing key] then per call: step, nkeys, keys..., ARGV of the step
-	args := make([]any, 0, 4+len(calls)*(2+2+8))
+	// the profiles (what calls share) first, each call's index in them with the call
+	profiles := make([]profile, 0, 2)
+	of := make([]int, len(calls))
+	for i, c := range calls {
+		step := 1 // a batch of one algorithm
+		if index != nil {
+			step = index[c.alg]
+		}
+		p := profile{step, len(c.sc.names), c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op, c.a.Lease}
+		of[i] = slices.Index(profiles, p)
+		if of[i] < 0 {
+			of[i] = len(profiles)
+			profiles = append(profiles, p)
+		}
+	}
+	// EVALSHA hash numkeys [routing key] nprofiles profiles... then per call: its profile, n, keys...
+	args := make([]any, 0, 5+len(profiles)*9+len(calls)*3)
 	args = append(args, "evalsha", sc.hash)
 	if n.cluster {
 		args = append(args, 1, calls[0].name(calls[0].sc.names[0]))
 	} else {
 		args = append(args, 0)
 	}
-	for _, c := range calls {
-		step := 1 // a batch of one algorithm
-		if index != nil {
-			step = index[c.alg]
-		}
-		args = append(args, step, len(c.sc.names))
+	args = append(args, len(profiles))
+	for _, p := range profiles {
+		args = append(args, p.step, p.nkeys, p.limit, p.period, p.unit, p.rate, p.now, p.op, p.lease)
+	}
+	for i, c := range calls {
+		args = append(args, of[i]+1, c.a.N)
 		for _, name := range c.sc.names {
 			args = append(args, c.name(name))
 		}
-		args = append(args, c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op, c.a.Lease)
 	}
 	reply, err := s.runOn(ctx, n.to, sc, args)
 	if err != nil {
@@ -313,38 +338,76 @@ func (s *Store) node(ctx context.Context, c *call) (*node, error) {
 	return got.(*node), nil
 }
 
-// batchMainCoalesced decides each call in turn. ARGV, per call: the index of its
-// algorithm's step, its number of keys, its keys' names, then the step's own ARGV. On a
-// cluster every key is touched first, so that a key the node does not hold fails the
-// script before it writes anything.
+// batchMainCoalesced decides each call in turn. Redis pays for every argument of a
+// call (most of a decision's cost, in a batch), so what calls share is sent once: ARGV is
+// the number of profiles, then each profile (the index of its algorithm's step, its
+// number of keys, then limit, period, unit, rate, now, op and lease as a single step's
+// ARGV), then per call the index of its profile, its n and its keys' names. The state of
+// each call's first key is read ahead, for the steps that take it (readsAhead): with one
+// MGET on a single server; on a cluster, where one command may not span slots, with one
+// MGET per key in the pass that touches every key first, so that a key the node does not
+// hold fails the script before it writes anything. A key a batch names twice is read
+// ahead only for its first call; the later ones read it after the earlier writes. Every
+// step gets the batch's own KEYS and ARGV tables, filled anew for each call.
 const batchMainCoalesced = `
-local calls, a, clock = {}, 1, nil
-while a <= #ARGV do
-  local nkeys = tonumber(ARGV[a + 1])
-  local keys = {}
-  for j = 1, nkeys do keys[j] = ARGV[a + 1 + j] end
-  local b = a + 2 + nkeys
-  local now = ARGV[b + 5]
+local clock, profiles, a = nil, {}, 2
+for p = 1, tonumber(ARGV[1]) do
+  local now = ARGV[a + 6]
   if now == '' then -- the server's time: read once for the batch, one instant for all
     if not clock then
       local t = redis.call('TIME')
       clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
     now = clock
+  else
+    now = tonumber(now)
   end
-  calls[#calls + 1] = {tonumber(ARGV[a]), keys,
-    {ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], now, ARGV[b + 6], ARGV[b + 7]}}
-  a = b + 8
+  profiles[p] = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+    tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), now, ARGV[a + 7], ARGV[a + 8]}
+  a = a + 9
 end
+-- each call: its profile, its n, where its keys start in ARGV; no table of its own
+local prof, ns, at, ahead, seen, nc, last = {}, {}, {}, {}, {}, 0, #ARGV
+while a <= last do
+  local p = profiles[tonumber(ARGV[a])]
+  local k = ARGV[a + 2]
+  nc = nc + 1
+  prof[nc], ns[nc], at[nc] = p, tonumber(ARGV[a + 1]), a + 2
+  if readsAhead[p[1]] and not seen[k] then ahead[#ahead + 1] = nc end
+  seen[k] = true
+  a = a + 2 + p[2]
+end
+local pre = {}
 if touchFirst then
-  for i = 1, #calls do
-    for _, k in ipairs(calls[i][2]) do redis.call('EXISTS', k) end
+  local wants = {}
+  for _, i in ipairs(ahead) do wants[i] = true end
+  for i = 1, nc do
+    for j = 0, prof[i][2] - 1 do
+      local k = ARGV[at[i] + j]
+      if j == 0 and wants[i] then
+        pre[i] = redis.call('MGET', k)[1]
+      else
+        redis.call('EXISTS', k)
+      end
+    end
   end
+elseif #ahead > 0 then
+  local names = {}
+  for j, i in ipairs(ahead) do names[j] = ARGV[at[i]] end
+  local states = redis.call('MGET', unpack(names))
+  for j, i in ipairs(ahead) do pre[i] = states[j] end
 end
-local out = {}
-for i = 1, #calls do
-  local d = steps[calls[i][1]](calls[i][2], calls[i][3])
-  for j = 1, 5 do out[#out + 1] = d[j] end
+-- every step gets the same two tables, filled anew for each call
+local out, o, keys, argv = {}, 0, {}, {}
+for i = 1, nc do
+  local p, from = prof[i], at[i]
+  for j = 1, p[2] do keys[j] = ARGV[from + j - 1] end
+  for j = p[2] + 1, #keys do keys[j] = nil end
+  argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[9] =
+    ns[i], p[3], p[4], p[5], p[6], p[7], p[8], p[9], pre[i]
+  local d = steps[p[1]](keys, argv)
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = d[1], d[2], d[3], d[4], d[5]
+  o = o + 5
 end
 return out
 `
@@ -371,6 +434,24 @@ func (s *Store) batchScriptFor(calls []*call, cluster bool) (*script, map[*ratel
 		return b, nil
 	}
 	return s.buildBatchScript(algsOf(calls), cluster)
+}
+
+// writeSteps writes the steps of a batch script: steps[i], the step of algs[i] as a
+// function of its KEYS and ARGV, and readsAhead[i], whether it takes the state of its
+// first key from ARGV[9]. The prelude's helpers, the same for every algorithm of this
+// module, are written once before them.
+func writeSteps(b *strings.Builder, algs []*ratelimit.Algorithm) {
+	b.WriteString("local steps, readsAhead = {}, {}\n")
+	wroteOnce := false
+	for i, a := range algs {
+		once, step := core.BatchParts(a.Script)
+		if once != "" && !wroteOnce {
+			b.WriteString(once)
+			wroteOnce = true
+		}
+		fmt.Fprintf(b, "steps[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, step)
+		fmt.Fprintf(b, "readsAhead[%d] = %t\n", i+1, once != "")
+	}
 }
 
 // algsOf is the distinct algorithms of calls.
@@ -414,10 +495,7 @@ func (s *Store) buildBatchScript(algs []*ratelimit.Algorithm, cluster bool) (*sc
 	} else {
 		b.WriteString("local touchFirst = false\n")
 	}
-	b.WriteString("local steps = {}\n")
-	for i, a := range algs {
-		fmt.Fprintf(&b, "steps[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, a.Script)
-	}
+	writeSteps(&b, algs)
 	b.WriteString(batchMainCoalesced)
 	rs := redis.NewScript(b.String())
 	sc, _ := s.batches.LoadOrStore(key, &script{script: rs, alg: "batch", source: b.String(), hash: rs.Hash(), src: b.String()})

@@ -1,9 +1,6 @@
 -- The sliding log, as step in slidinglog.go: KEYS[2] is the log, a list of pairs
 -- (instant, count) oldest first; L is the sum of the counts.
 local log = KEYS[2]
-local function int(x) -- an integer as Redis must store it: never in exponent notation
-  return string.format('%.0f', x)
-end
 local entries = redis.call('LLEN', log) / 2
 if entries == 0 then L = 0 end
 local t = now
@@ -37,7 +34,7 @@ if op == 'refund' then -- take back up to n of the newest events (a refund is ne
     end
     left, L = left - take, L - take
   end
-  refunded()
+  n, dry = refunded(KEYS[1], state, dry, T, L, A)
 end
 
 local newestAt = false
@@ -75,8 +72,8 @@ remaining = max(0, limit - L)
 if newestAt then
   reset = newestAt + period - now
   if not dry then
-    redis.call('PEXPIRE', log, max(1, -floor(-reset / 1000)))
+    redis.call('PEXPIRE', log, int(max(1, -floor(-reset / 1000))))
   end
 end
-save(reset)
+save(KEYS[1], dry, T, L, A, reset)
 return {allowed, remaining, retry, reset, delay}

@@ -10,7 +10,7 @@ end
 T = t
 if op == 'refund' then
   L = max(0, L - n)
-  refunded()
+  n, dry = refunded(KEYS[1], state, dry, T, L, A)
 end
 local start = floor(t / period) * period
 local ticks = floor(period / unit)
@@ -34,5 +34,5 @@ if L > 0 then
 elseif A > 0 then
   reset = start + period - now
 end
-save(reset)
+save(KEYS[1], dry, T, L, A, reset)
 return {allowed, remaining, retry, reset, delay}

@@ -17,7 +17,7 @@ end
 local lag = t - now
 if op == 'refund' then
   L = min(full, L + n * unit)
-  refunded()
+  n, dry = refunded(KEYS[1], state, dry, T, L, A)
 end
 
 local need = n * unit
@@ -31,5 +31,5 @@ remaining = floor(L / unit)
 if L < full then
   reset = lag - floor(-(full - L) / rate)
 end
-save(reset)
+save(KEYS[1], dry, T, L, A, reset)
 return {allowed, remaining, retry, reset, delay}

@@ -5,6 +5,7 @@ package core
 import (
 	_ "embed"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -16,6 +17,24 @@ var prelude string
 
 // Script is an algorithm's Lua step after the prelude that every step shares.
 func Script(step string) string { return prelude + step }
+
+// ReadsAhead reports whether script is one of Script's, whose prelude takes the state of
+// KEYS[1] from ARGV[9] when a batch has read it ahead.
+func ReadsAhead(script string) bool { return strings.HasPrefix(script, prelude) }
+
+// stepMark ends the part of the prelude that a batch of steps runs once.
+const stepMark = "-- the step: the part above is a batch's once, this part each call's\n"
+
+// BatchParts splits one of Script's scripts into what a batch script runs once (the
+// prelude's helpers, shared by every step) and what it runs per call. Any other script
+// is all step.
+func BatchParts(script string) (once, step string) {
+	if !ReadsAhead(script) {
+		return "", script
+	}
+	i := strings.Index(prelude, stepMark) + len(stepMark)
+	return prelude[:i], script[i:]
+}
 
 // CheckN returns an error unless 1 <= n <= limit.
 func CheckN(name string, n, limit int64) error {
