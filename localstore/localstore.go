@@ -65,11 +65,12 @@ const (
 // not usable, call New.
 type Store struct {
 	clock clock.Clock
-	// the clock when it is a Monotonic, read without its interface: the sum of
-	// Monotonic.UnixNano
+	// the clock when it is a Monotonic (the sum of Monotonic.UnixNano) or a Coarse, read
+	// without its interface
 	isMono    bool
 	monoStart time.Time
 	monoNano  int64
+	coarse    *clock.Coarse
 
 	seed       maphash.Seed
 	shards     []shard
@@ -207,8 +208,11 @@ func New(opts ...Option) *Store {
 		}
 		o.apply(s)
 	}
-	if m, ok := s.clock.(clock.Monotonic); ok {
-		s.isMono, s.monoStart, s.monoNano = true, m.Start(), m.Start().UnixNano()
+	switch c := s.clock.(type) {
+	case clock.Monotonic:
+		s.isMono, s.monoStart, s.monoNano = true, c.Start(), c.Start().UnixNano()
+	case *clock.Coarse:
+		s.coarse = c
 	}
 	maxKeys := s.perShard
 	n := 1 << min(bits.Len(uint(maxKeys))-1, bits.Len(maxShards)-1) // a power of two, at most maxKeys
@@ -346,9 +350,11 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 		if sp.alg == nil {
 			return ratelimit.Decision{}, errors.New("localstore: request has no algorithm")
 		}
-		var now int64
-		if s.isMono { // s.now(), without its call
+		var now int64 // s.now(), without its call
+		if s.isMono {
 			now = (s.monoNano + int64(time.Since(s.monoStart))) / 1000
+		} else if s.coarse != nil {
+			now = s.coarse.UnixNano() / 1000
 		} else {
 			now = s.now()
 		}
