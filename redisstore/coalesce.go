@@ -230,12 +230,12 @@ func batchContext(batch []*call) (context.Context, context.CancelFunc) {
 }
 
 // profile is what calls of a batch may share: their step, their rule's arguments, the
-// time, the op and the lease (0 but for in-flight limits).
+// time, the op and the lease (0 for a rate limit; "" for an in-flight limit, whose calls
+// each send their own).
 type profile struct {
 	step, nkeys               int
 	limit, period, unit, rate any
-	now, op                   any
-	lease                     int64
+	now, op, lease            any
 }
 
 type result struct {
@@ -254,7 +254,11 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 		if index != nil {
 			step = index[c.alg]
 		}
-		p := profile{step, len(c.sc.names), c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op, c.a.Lease}
+		var lease any = int64(0) // shared by the calls of a rate limit
+		if c.a.Lease != 0 {
+			lease = "" // each call sends its own
+		}
+		p := profile{step, len(c.sc.names), c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op, lease}
 		of[i] = slices.Index(profiles, p)
 		if of[i] < 0 {
 			of[i] = len(profiles)
@@ -262,7 +266,7 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 		}
 	}
 	// EVALSHA hash numkeys [routing key] nprofiles profiles... then per call: its profile, n, keys...
-	args := make([]any, 0, 5+len(profiles)*9+len(calls)*3)
+	args := make([]any, 0, 5+len(profiles)*9+len(calls)*4)
 	args = append(args, "evalsha", sc.hash)
 	if n.cluster {
 		args = append(args, 1, calls[0].name(calls[0].sc.names[0]))
@@ -275,6 +279,9 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 	}
 	for i, c := range calls {
 		args = append(args, of[i]+1, c.a.N)
+		if c.a.Lease != 0 {
+			args = append(args, c.a.Lease)
+		}
 		for _, name := range c.sc.names {
 			args = append(args, c.name(name))
 		}
@@ -342,7 +349,8 @@ func (s *Store) node(ctx context.Context, c *call) (*node, error) {
 // call (most of a decision's cost, in a batch), so what calls share is sent once: ARGV is
 // the number of profiles, then each profile (the index of its algorithm's step, its
 // number of keys, then limit, period, unit, rate, now, op and lease as a single step's
-// ARGV), then per call the index of its profile, its n and its keys' names. The state of
+// ARGV; an empty lease when each call has its own), then per call the index of its
+// profile, its n, its lease if it has its own, and its keys' names. The state of
 // each call's first key is read ahead, for the steps that take it (readsAhead): with one
 // MGET on a single server; on a cluster, where one command may not span slots, with one
 // MGET per key in the pass that touches every key first, so that a key the node does not
@@ -366,16 +374,21 @@ for p = 1, tonumber(ARGV[1]) do
     tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), now, ARGV[a + 7], ARGV[a + 8]}
   a = a + 9
 end
--- each call: its profile, its n, where its keys start in ARGV; no table of its own
-local prof, ns, at, ahead, seen, nc, last = {}, {}, {}, {}, {}, 0, #ARGV
+-- each call: its profile, its n, its lease, where its keys start in ARGV; no table of
+-- its own
+local prof, ns, leases, at, ahead, seen, nc, last = {}, {}, {}, {}, {}, {}, 0, #ARGV
 while a <= last do
   local p = profiles[tonumber(ARGV[a])]
-  local k = ARGV[a + 2]
+  local from, lease = a + 2, p[9]
+  if lease == '' then -- a lease of its own, after n
+    from, lease = a + 3, ARGV[a + 2]
+  end
+  local k = ARGV[from]
   nc = nc + 1
-  prof[nc], ns[nc], at[nc] = p, tonumber(ARGV[a + 1]), a + 2
+  prof[nc], ns[nc], leases[nc], at[nc] = p, tonumber(ARGV[a + 1]), lease, from
   if readsAhead[p[1]] and not seen[k] then ahead[#ahead + 1] = nc end
   seen[k] = true
-  a = a + 2 + p[2]
+  a = from + p[2]
 end
 local pre = {}
 if touchFirst then
@@ -404,7 +417,7 @@ for i = 1, nc do
   for j = 1, p[2] do keys[j] = ARGV[from + j - 1] end
   for j = p[2] + 1, #keys do keys[j] = nil end
   argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[9] =
-    ns[i], p[3], p[4], p[5], p[6], p[7], p[8], p[9], pre[i]
+    ns[i], p[3], p[4], p[5], p[6], p[7], p[8], leases[i], pre[i]
   local d = steps[p[1]](keys, argv)
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = d[1], d[2], d[3], d[4], d[5]
   o = o + 5
