@@ -230,15 +230,10 @@ func New(opts ...Option) *Store {
 // resets (req.Op). It returns ctx.Err() if ctx has ended, and the error of
 // req.Algorithm.Prepare for an invalid rule or n.
 func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
-	if req.Op == ratelimit.OpTake && req.Lease == 0 { // the common case, without a call more than needed
-		if sp := findSpace(s.spaces.Load(), req.Algorithm, req.Namespace); sp != nil {
-			return sp.take(ctx, req.Key, req.Rule, req.N)
-		}
+	sp := findSpace(s.spaces.Load(), req.Algorithm, req.Namespace)
+	if sp != nil && req.Op == ratelimit.OpTake && req.Lease == 0 { // the common case, in one call
+		return sp.take(ctx, req.Key, req.Rule, req.N)
 	}
-	return s.apply(ctx, req)
-}
-
-func (s *Store) apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}
@@ -246,7 +241,9 @@ func (s *Store) apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if alg == nil {
 		return ratelimit.Decision{}, errors.New("localstore: request has no algorithm")
 	}
-	sp := s.space(alg, req.Namespace)
+	if sp == nil { // not among the few, or not yet made
+		sp = s.space(alg, req.Namespace)
+	}
 	if req.Op == ratelimit.OpTake && req.Lease == 0 {
 		return sp.take(ctx, req.Key, req.Rule, req.N)
 	}
