@@ -25,8 +25,8 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	hashes := make([]uint64, len(reqs))
 	spaces := make([]*space, len(reqs))
 	for i, r := range reqs {
-		if r.Algorithm == nil {
-			return nil, errors.New("localstore: request has no algorithm")
+		if err := checkAlgorithm(r.Algorithm); err != nil {
+			return nil, err
 		}
 		if r.Op != ratelimit.OpTake || r.Algorithm.Extend != nil {
 			return nil, errors.New("localstore: ApplyAll only takes, and no leases")

@@ -238,8 +238,8 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		return ratelimit.Decision{}, err
 	}
 	alg := req.Algorithm
-	if alg == nil {
-		return ratelimit.Decision{}, errors.New("localstore: request has no algorithm")
+	if err := checkAlgorithm(alg); err != nil {
+		return ratelimit.Decision{}, err
 	}
 	if sp == nil { // not among the few, or not yet made
 		sp = s.space(alg, req.Namespace)
@@ -330,7 +330,24 @@ func (e *entry) reset() {
 // once: the limiters of every algorithm package call it when they are made
 // (ratelimit.BindStore).
 func (s *Store) Bind(alg *ratelimit.Algorithm, namespace string) ratelimit.TakeFunc {
+	if err := checkAlgorithm(alg); err != nil {
+		return func(context.Context, string, ratelimit.Rule, int64) (ratelimit.Decision, error) {
+			return ratelimit.Decision{}, err
+		}
+	}
 	return s.space(alg, namespace).take
+}
+
+// checkAlgorithm is the error for an algorithm this store cannot run, or nil: a space is
+// made only for one it can.
+func checkAlgorithm(alg *ratelimit.Algorithm) error {
+	if alg == nil {
+		return errors.New("localstore: request has no algorithm")
+	}
+	if alg.Prepare == nil || alg.Step == nil || alg.Refund == nil {
+		return fmt.Errorf("localstore: algorithm %q has no Prepare, Step or Refund", alg.Name)
+	}
+	return nil
 }
 
 // newTake returns the takes of sp: Apply's path for a take, and a bound limiter's. The
@@ -343,9 +360,6 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 	return func(ctx context.Context, key string, rule ratelimit.Rule, n int64) (ratelimit.Decision, error) {
 		if err := ctx.Err(); err != nil {
 			return ratelimit.Decision{}, err
-		}
-		if sp.alg == nil {
-			return ratelimit.Decision{}, errors.New("localstore: request has no algorithm")
 		}
 		var now int64 // s.now(), without its call
 		if s.isMono {

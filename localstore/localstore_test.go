@@ -203,3 +203,29 @@ func TestManyNamespaces(t *testing.T) {
 		t.Errorf("Len after the sweep = %d; want 1", n)
 	}
 }
+
+// TestIncompleteAlgorithm: an algorithm without a function the store runs is an error on
+// every path, never a panic, and takes no room.
+func TestIncompleteAlgorithm(t *testing.T) {
+	s := localstore.New()
+	ctx := context.Background()
+	noRefund := *tokenbucket.Algorithm()
+	noRefund.Refund = nil
+	for _, alg := range []*ratelimit.Algorithm{nil, &noRefund} {
+		for _, op := range []ratelimit.Op{ratelimit.OpTake, ratelimit.OpPeek, ratelimit.OpRefund, ratelimit.OpReset} {
+			req := ratelimit.Request{Algorithm: alg, Key: "k", Rule: ratelimit.PerSecond(1), N: 1, Op: op}
+			if _, err := s.Apply(ctx, req); err == nil {
+				t.Errorf("Apply(%v, op %d): no error", alg, op)
+			}
+		}
+		if _, err := s.Bind(alg, "ns")(ctx, "k", ratelimit.PerSecond(1), 1); err == nil {
+			t.Errorf("Bind(%v): a take without an error", alg)
+		}
+		if _, err := s.ApplyAll(ctx, []ratelimit.Request{{Algorithm: alg, Key: "k", Rule: ratelimit.PerSecond(1), N: 1}}); err == nil {
+			t.Errorf("ApplyAll(%v): no error", alg)
+		}
+	}
+	if n := s.Len(); n != 0 {
+		t.Errorf("Len = %d; want 0", n)
+	}
+}
