@@ -306,10 +306,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 func (s *Store) lookup(sh *shard, t *table, h uint64, key string, now int64) *entry {
 	// the step gets the caller's now, and the key's own latest instant in its state: a
 	// clock that stepped back is held per key, and durations count from the caller's clock
-	if now >= sh.nextSweep || now < sh.nextSweep-2*s.sweepEvery { // due, or the clock stepped back
-		sh.sweep(now)
-		sh.nextSweep = now + s.sweepEvery
-	}
+	sh.sweepIfDue(now, s.sweepEvery)
 	e := t.keys.get(h, key)
 	if e != nil && e.expires <= now {
 		e.reset()
@@ -388,10 +385,7 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 			}
 		}
 		args.N = n
-		if now >= sh.nextSweep || now < sh.nextSweep-2*s.sweepEvery { // as lookup does
-			sh.sweep(now)
-			sh.nextSweep = now + s.sweepEvery
-		}
+		sh.sweepIfDue(now, s.sweepEvery)
 		e := t.keys.get(h, key)
 		if e == nil {
 			e = s.add(sh, &t.keys, h, key, now)
@@ -568,6 +562,15 @@ func (t *table) prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 		t.rule, t.args = rule, a
 	}
 	return a, err
+}
+
+// sweepIfDue sweeps the shard when its sweep is due, or the clock stepped back; sh.mu
+// is held.
+func (sh *shard) sweepIfDue(now, every int64) {
+	if now >= sh.nextSweep || now < sh.nextSweep-2*every {
+		sh.sweep(now)
+		sh.nextSweep = now + every
+	}
 }
 
 // sweep drops every key that is back to full.
