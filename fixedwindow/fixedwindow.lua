@@ -22,4 +22,3 @@ if L > 0 then
   reset = ending - now
 end
 save(KEYS[1], dry, T, L, A, reset)
-return {allowed, remaining, retry, reset, delay}

@@ -33,4 +33,3 @@ if L > 0 then
   reset = lag - floor(-L / rate)
 end
 save(KEYS[1], dry, T, L, A, reset)
-return {allowed, remaining, retry, reset, delay}

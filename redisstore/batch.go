@@ -33,13 +33,13 @@ local out, all = {}, true
 for i = 1, #steps do
   local dry = {unpack(argvs[i])}
   dry[7] = 'peek' -- the decision a take would give, writing nothing
-  local d = steps[i](keys[i], dry)
+  local d = {steps[i](keys[i], dry)}
   for j = 1, 5 do out[(i - 1) * 5 + j] = d[j] end
   if d[1] == 0 then all = false end
 end
 if all then
   for i = 1, #steps do
-    local d = steps[i](keys[i], argvs[i])
+    local d = {steps[i](keys[i], argvs[i])}
     for j = 1, 5 do out[(i - 1) * 5 + j] = d[j] end
   end
 end

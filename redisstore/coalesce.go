@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"sort"
 	"strings"
@@ -229,11 +230,12 @@ func batchContext(batch []*call) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.Background(), latest)
 }
 
-// profile is what calls of a batch may share: their step, their rule's arguments, the
-// time, the op and the lease (0 for a rate limit; "" for an in-flight limit, whose calls
-// each send their own).
+// profile is what calls of a batch may share: their step, their n and rule's arguments,
+// the time, the op and the lease (0 for a rate limit; "" for an in-flight limit, whose
+// calls each send their own).
 type profile struct {
 	step, nkeys               int
+	n                         int64
 	limit, period, unit, rate any
 	now, op, lease            any
 }
@@ -258,33 +260,45 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 		if c.a.Lease != 0 {
 			lease = "" // each call sends its own
 		}
-		p := profile{step, len(c.sc.names), c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op, lease}
+		p := profile{step, len(c.sc.names), c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op, lease}
 		of[i] = slices.Index(profiles, p)
 		if of[i] < 0 {
 			of[i] = len(profiles)
 			profiles = append(profiles, p)
 		}
 	}
-	// EVALSHA hash numkeys [routing key] nprofiles profiles... then per call: its profile, n, keys...
-	args := make([]any, 0, 5+len(profiles)*9+len(calls)*4)
+	// EVALSHA hash numkeys [routing key] nprofiles distinct profiles... then per call:
+	// [its profile], [its lease], its keys...
+	args := make([]any, 0, 6+len(profiles)*10+len(calls)*3)
 	args = append(args, "evalsha", sc.hash)
 	if n.cluster {
 		args = append(args, 1, calls[0].name(calls[0].sc.names[0]))
 	} else {
 		args = append(args, 0)
 	}
-	args = append(args, len(profiles))
+	args = append(args, len(profiles), 0)
+	distinctAt := len(args) - 1
 	for _, p := range profiles {
-		args = append(args, p.step, p.nkeys, p.limit, p.period, p.unit, p.rate, p.now, p.op, p.lease)
+		args = append(args, p.step, p.nkeys, p.n, p.limit, p.period, p.unit, p.rate, p.now, p.op, p.lease)
 	}
+	var firsts firstKeys
 	for i, c := range calls {
-		args = append(args, of[i]+1, c.a.N)
+		if len(profiles) > 1 {
+			args = append(args, of[i]+1)
+		}
 		if c.a.Lease != 0 {
 			args = append(args, c.a.Lease)
 		}
-		for _, name := range c.sc.names {
-			args = append(args, c.name(name))
+		for j, name := range c.sc.names {
+			key := c.name(name)
+			if j == 0 {
+				firsts.add(s.seed, key)
+			}
+			args = append(args, key)
 		}
+	}
+	if firsts.distinct() {
+		args[distinctAt] = 1
 	}
 	reply, err := s.runOn(ctx, n.to, sc, args)
 	if err != nil {
@@ -306,6 +320,44 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 	}
 	return out, nil
 }
+
+// firstKeys tells whether the first keys of a batch's calls are distinct, as far as their
+// hashes tell, so that the batch script need not find out with a table of them: a
+// batch that names a key twice (or two keys of one hash, or more keys than it holds) is
+// "not known distinct", and the script then reads ahead only each key's first call.
+type firstKeys struct {
+	hashes [2 * DefaultMaxBatch]uint64 // open addressing; 0 is an empty slot
+	n      int
+	dup    bool
+}
+
+func (f *firstKeys) add(seed maphash.Seed, key string) {
+	if f.dup {
+		return
+	}
+	if f.n >= len(f.hashes)/2 {
+		f.dup = true // too many to tell cheaply
+		return
+	}
+	h := maphash.String(seed, key)
+	if h == 0 {
+		h = 1
+	}
+	mask := uint64(len(f.hashes) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		switch f.hashes[i] {
+		case 0:
+			f.hashes[i] = h
+			f.n++
+			return
+		case h:
+			f.dup = true
+			return
+		}
+	}
+}
+
+func (f *firstKeys) distinct() bool { return !f.dup }
 
 // alone reports whether a cluster batch failed before any write because a key is not
 // the node's (moved, migrating), or because the server cannot run the script's flags:
@@ -347,20 +399,22 @@ func (s *Store) node(ctx context.Context, c *call) (*node, error) {
 
 // batchMainCoalesced decides each call in turn. Redis pays for every argument of a
 // call (most of a decision's cost, in a batch), so what calls share is sent once: ARGV is
-// the number of profiles, then each profile (the index of its algorithm's step, its
-// number of keys, then limit, period, unit, rate, now, op and lease as a single step's
-// ARGV; an empty lease when each call has its own), then per call the index of its
-// profile, its n, its lease if it has its own, and its keys' names. The state of
+// the number of profiles, whether the calls' first keys are known to be distinct ("1")
+// or not ("0"), then each profile (the index of its algorithm's step, its number of keys,
+// then n, limit, period, unit, rate, now, op and lease as a single step's ARGV; an empty
+// lease when each call has its own), then per call the index of its profile (only when
+// there are several), its lease if it has its own, and its keys' names. The state of
 // each call's first key is read ahead, for the steps that take it (readsAhead): with one
 // MGET on a single server; on a cluster, where one command may not span slots, with one
 // MGET per key in the pass that touches every key first, so that a key the node does not
 // hold fails the script before it writes anything. A key a batch names twice is read
 // ahead only for its first call; the later ones read it after the earlier writes. Every
-// step gets the batch's own KEYS and ARGV tables, filled anew for each call.
+// step gets the batch's own KEYS and ARGV tables, filled anew for each call, and returns
+// its five values.
 const batchMainCoalesced = `
-local clock, profiles, a = nil, {}, 2
+local clock, profiles, a = nil, {}, 3
 for p = 1, tonumber(ARGV[1]) do
-  local now = ARGV[a + 6]
+  local now = ARGV[a + 7]
   if now == '' then -- the server's time: read once for the batch, one instant for all
     if not clock then
       local t = redis.call('TIME')
@@ -371,24 +425,34 @@ for p = 1, tonumber(ARGV[1]) do
     now = tonumber(now)
   end
   profiles[p] = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
-    tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), now, ARGV[a + 7], ARGV[a + 8]}
-  a = a + 9
+    tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), now, ARGV[a + 8], ARGV[a + 9]}
+  a = a + 10
 end
--- each call: its profile, its n, its lease, where its keys start in ARGV; no table of
--- its own
-local prof, ns, leases, at, ahead, seen, nc, last = {}, {}, {}, {}, {}, {}, 0, #ARGV
+local only = #profiles == 1 and profiles[1] -- the usual batch: no index per call
+local distinct = ARGV[2] == '1'
+-- each call: its profile, its lease, where its keys start in ARGV; no table of its own
+local prof, leases, at, ahead, na, seen, nc, last = {}, {}, {}, {}, 0, {}, 0, #ARGV
 while a <= last do
-  local p = profiles[tonumber(ARGV[a])]
-  local from, lease = a + 2, p[9]
-  if lease == '' then -- a lease of its own, after n
-    from, lease = a + 3, ARGV[a + 2]
+  local p = only
+  if not p then
+    p = profiles[tonumber(ARGV[a])]
+    a = a + 1
   end
-  local k = ARGV[from]
+  local lease = p[10]
+  if lease == '' then -- a lease of its own
+    lease = ARGV[a]
+    a = a + 1
+  end
   nc = nc + 1
-  prof[nc], ns[nc], leases[nc], at[nc] = p, tonumber(ARGV[a + 1]), lease, from
-  if readsAhead[p[1]] and not seen[k] then ahead[#ahead + 1] = nc end
-  seen[k] = true
-  a = from + p[2]
+  prof[nc], leases[nc], at[nc] = p, lease, a
+  if distinct then
+    if readsAhead[p[1]] then na = na + 1; ahead[na] = nc end
+  else
+    local k = ARGV[a]
+    if readsAhead[p[1]] and not seen[k] then na = na + 1; ahead[na] = nc end
+    seen[k] = true
+  end
+  a = a + p[2]
 end
 local pre = {}
 if touchFirst then
@@ -404,22 +468,22 @@ if touchFirst then
       end
     end
   end
-elseif #ahead > 0 then
+elseif na > 0 then
   local names = {}
-  for j, i in ipairs(ahead) do names[j] = ARGV[at[i]] end
+  for j = 1, na do names[j] = ARGV[at[ahead[j]]] end
   local states = redis.call('MGET', unpack(names))
-  for j, i in ipairs(ahead) do pre[i] = states[j] end
+  for j = 1, na do pre[ahead[j]] = states[j] end
 end
 -- every step gets the same two tables, filled anew for each call
-local out, o, keys, argv = {}, 0, {}, {}
+local out, o, keys, argv, nk = {}, 0, {}, {}, 0
 for i = 1, nc do
   local p, from = prof[i], at[i]
   for j = 1, p[2] do keys[j] = ARGV[from + j - 1] end
-  for j = p[2] + 1, #keys do keys[j] = nil end
+  for j = p[2] + 1, nk do keys[j] = nil end
+  nk = p[2]
   argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[9] =
-    ns[i], p[3], p[4], p[5], p[6], p[7], p[8], leases[i], pre[i]
-  local d = steps[p[1]](keys, argv)
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = d[1], d[2], d[3], d[4], d[5]
+    p[3], p[4], p[5], p[6], p[7], p[8], p[9], leases[i], pre[i]
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = steps[p[1]](keys, argv)
   o = o + 5
 end
 return out
@@ -450,9 +514,10 @@ func (s *Store) batchScriptFor(calls []*call, cluster bool) (*script, map[*ratel
 }
 
 // writeSteps writes the steps of a batch script: steps[i], the step of algs[i] as a
-// function of its KEYS and ARGV, and readsAhead[i], whether it takes the state of its
-// first key from ARGV[9]. The prelude's helpers, the same for every algorithm of this
-// module, are written once before them.
+// function of its KEYS and ARGV that returns the five values of its Decision, and
+// readsAhead[i], whether it takes the state of its first key from ARGV[9]. The prelude's
+// helpers, the same for every algorithm of this module, are written once before them; a
+// step that is not this module's returns its table, unpacked by a function around it.
 func writeSteps(b *strings.Builder, algs []*ratelimit.Algorithm) {
 	b.WriteString("local steps, readsAhead = {}, {}\n")
 	wroteOnce := false
@@ -462,7 +527,12 @@ func writeSteps(b *strings.Builder, algs []*ratelimit.Algorithm) {
 			b.WriteString(once)
 			wroteOnce = true
 		}
-		fmt.Fprintf(b, "steps[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, step)
+		if once != "" {
+			fmt.Fprintf(b, "steps[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, step)
+		} else {
+			fmt.Fprintf(b, "do\nlocal step = function(KEYS, ARGV)\n%s\nend\n"+
+				"steps[%d] = function(KEYS, ARGV) return unpack(step(KEYS, ARGV), 1, 5) end\nend\n", step, i+1)
+		}
 		fmt.Fprintf(b, "readsAhead[%d] = %t\n", i+1, once != "")
 	}
 }

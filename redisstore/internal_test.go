@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"net"
 	"strings"
@@ -113,4 +114,30 @@ func TestUnavailable(t *testing.T) {
 			t.Errorf("unavailable(%v) = true", err)
 		}
 	}
+}
+
+// TestFirstKeys: a batch's keys are "distinct" only when no two are the same; past what
+// the table holds, they are not known distinct.
+func TestFirstKeys(t *testing.T) {
+	seed := maphash.MakeSeed()
+	check := func(name string, keys []string, want bool) {
+		t.Helper()
+		var f firstKeys
+		for _, k := range keys {
+			f.add(seed, k)
+		}
+		if f.distinct() != want {
+			t.Errorf("%s: distinct %t; want %t", name, f.distinct(), want)
+		}
+	}
+	var many []string
+	for i := range DefaultMaxBatch {
+		many = append(many, fmt.Sprint("key-", i))
+	}
+	check("none", nil, true)
+	check("one", []string{"a"}, true)
+	check("distinct", many, true)
+	check("a key twice", append(many[:10:10], "key-3"), false)
+	check("the last twice", append(many[:len(many):len(many)], many[len(many)-1]), false)
+	check("more than the table holds", append(many[:len(many):len(many)], "x"), false)
 }

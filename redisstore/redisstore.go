@@ -111,6 +111,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"net"
 	"reflect"
@@ -145,10 +146,11 @@ type Store struct {
 	scripts   sync.Map    // *ratelimit.Algorithm -> *script
 	batches   sync.Map    // the algorithms' names of a batch, in order -> *script
 
-	maxBatch int         // decisions per batch script call; 1: no coalescing
-	one      *node       // the coalescing queue of a *redis.Client
-	nodes    sync.Map    // a cluster's masters (*redis.Client) -> *node
-	noFlags  atomic.Bool // a cluster without script flags: no coalescing
+	maxBatch int          // decisions per batch script call; 1: no coalescing
+	one      *node        // the coalescing queue of a *redis.Client
+	nodes    sync.Map     // a cluster's masters (*redis.Client) -> *node
+	noFlags  atomic.Bool  // a cluster without script flags: no coalescing
+	seed     maphash.Seed // of the hashes that tell a batch's keys apart
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -217,7 +219,7 @@ func New(client redis.Scripter, opts ...Option) *Store {
 	if isNil(client) {
 		panic("redisstore: New with a nil client")
 	}
-	s := &Store{client: client, prefix: DefaultPrefix, maxBatch: DefaultMaxBatch}
+	s := &Store{client: client, prefix: DefaultPrefix, maxBatch: DefaultMaxBatch, seed: maphash.MakeSeed()}
 	s.process, _ = client.(processor)
 	s.one = &node{to: s.process}
 	switch c := client.(type) {

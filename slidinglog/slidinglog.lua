@@ -76,4 +76,3 @@ if newestAt then
   end
 end
 save(KEYS[1], dry, T, L, A, reset)
-return {allowed, remaining, retry, reset, delay}

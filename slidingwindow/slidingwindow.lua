@@ -35,4 +35,3 @@ elseif A > 0 then
   reset = start + period - now
 end
 save(KEYS[1], dry, T, L, A, reset)
-return {allowed, remaining, retry, reset, delay}

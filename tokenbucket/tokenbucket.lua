@@ -32,4 +32,3 @@ if L < full then
   reset = lag - floor(-(full - L) / rate)
 end
 save(KEYS[1], dry, T, L, A, reset)
-return {allowed, remaining, retry, reset, delay}

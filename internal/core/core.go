@@ -15,25 +15,37 @@ import (
 //go:embed prelude.lua
 var prelude string
 
-// Script is an algorithm's Lua step after the prelude that every step shares.
-func Script(step string) string { return prelude + step }
+// Script is an algorithm's Lua step between the prelude that every step shares and the
+// reply every step ends with: the five values of its Decision, as a table (see reply).
+func Script(step string) string { return prelude + step + reply }
+
+// reply ends every step of Script: allowed (0 or 1), remaining, retry after, reset after
+// and delay (us). A batch's step returns the five values themselves (batchReply): a table
+// a decision costs the server more than the rest of the reply.
+const (
+	reply      = "return {allowed, remaining, retry, reset, delay}\n"
+	batchReply = "return allowed, remaining, retry, reset, delay\n"
+)
 
 // ReadsAhead reports whether script is one of Script's, whose prelude takes the state of
 // KEYS[1] from ARGV[9] when a batch has read it ahead.
-func ReadsAhead(script string) bool { return strings.HasPrefix(script, prelude) }
+func ReadsAhead(script string) bool {
+	return strings.HasPrefix(script, prelude) && strings.HasSuffix(script, reply)
+}
 
 // stepMark ends the part of the prelude that a batch of steps runs once.
 const stepMark = "-- the step: the part above is a batch's once, this part each call's\n"
 
 // BatchParts splits one of Script's scripts into what a batch script runs once (the
-// prelude's helpers, shared by every step) and what it runs per call. Any other script
-// is all step.
+// prelude's helpers, shared by every step) and what it runs per call, which returns its
+// Decision's five values rather than a table of them. Any other script is all step, as
+// it is.
 func BatchParts(script string) (once, step string) {
 	if !ReadsAhead(script) {
 		return "", script
 	}
 	i := strings.Index(prelude, stepMark) + len(stepMark)
-	return prelude[:i], script[i:]
+	return prelude[:i], script[i:len(script)-len(reply)] + batchReply
 }
 
 // CheckN returns an error unless 1 <= n <= limit.

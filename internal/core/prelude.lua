@@ -70,6 +70,7 @@ if state then
 end
 
 
--- the reply: allowed (0 or 1), remaining, retry after, reset after and delay (us)
+-- the reply, which core.Script returns after the step: allowed (0 or 1), remaining, retry
+-- after, reset after and delay (us)
 local allowed, remaining, retry, reset, delay = 0, 0, 0, 0, 0
 
