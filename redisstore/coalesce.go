@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -32,9 +33,11 @@ import (
 // DefaultMaxBatch is how many decisions one call of the batch script decides at most.
 const DefaultMaxBatch = 128
 
-// maxFlights is how many calls to one node may be in flight at once: two, so that the
-// node has the next batch to run while the reply of one travels back.
-const maxFlights = 2
+// maxFlights is how many calls to one node may be in flight at once: more than one, so
+// that the node has the next batch to run while the reply of one travels back and its
+// callers queue their next decisions. Three decided most at 32 callers on 2 CPUs shared
+// with the server (against two and four), and the same at 256.
+const maxFlights = 3
 
 // WithMaxBatch sets how many waiting decisions one script call decides at most
 // (DefaultMaxBatch by default); 1 turns coalescing off: one call per decision.
@@ -165,6 +168,11 @@ func (n *node) take(max int) []*call {
 func (s *Store) fly(n *node, batch []*call) {
 	for {
 		s.flyBatch(n, batch)
+		// The callers just answered are runnable on this goroutine's P: yielding once
+		// lets them run and queue their next decisions before the next batch is taken,
+		// rather than leave them for a batch of their own (at 32 callers, a fifth more
+		// decisions a second).
+		runtime.Gosched()
 		n.mu.Lock()
 		if len(n.waiting) == 0 {
 			n.flights--

@@ -140,7 +140,7 @@ func TestCoalescedContention(t *testing.T) {
 func TestCoalescedCancel(t *testing.T) {
 	srv := redistest.Start(t)
 	p := startProxy(t, srv.Addr)
-	client := redis.NewClient(&redis.Options{Addr: p.addr, PoolSize: 4})
+	client := redis.NewClient(&redis.Options{Addr: p.addr, PoolSize: redisstore.MaxFlights + 2})
 	t.Cleanup(func() { client.Close() })
 	s := redisstore.New(client, redisstore.WithPrefix("cancel"))
 	rule := ratelimit.PerHour(1000)
@@ -150,13 +150,13 @@ func TestCoalescedCancel(t *testing.T) {
 	if _, err := take(context.Background(), "warm"); err != nil {
 		t.Fatal(err)
 	}
-	p.delayNext.Store(2) // the next two replies take 300ms: both flights of the node are busy
+	p.delayNext.Store(redisstore.MaxFlights) // the next replies take 300ms: every flight of the node is busy
 	var wg sync.WaitGroup
-	for i := range 2 {
+	for i := range redisstore.MaxFlights {
 		wg.Go(func() { take(context.Background(), fmt.Sprint("slow-", i)) })
 	}
-	redistest.Eventually(t, "both flights in flight", func() bool {
-		return client.PoolStats().TotalConns >= 2 && p.delayNext.Load() <= 0
+	redistest.Eventually(t, "every flight in flight", func() bool {
+		return client.PoolStats().TotalConns >= redisstore.MaxFlights && p.delayNext.Load() <= 0
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
@@ -362,32 +362,37 @@ func TestCoalescedReplyLost(t *testing.T) {
 	if calls := commandCalls(t, direct, "evalsha"); calls >= 30 {
 		t.Fatalf("the warm-up took %d script calls; want a batch", calls)
 	}
-	for range 3 { // three connections open at once: one is left for the batch when the flights' close
+	for range redisstore.MaxFlights + 1 { // connections open at once: one is left for the batch when the flights' close
 		wg.Go(func() { client.BLPop(ctx, 10*time.Millisecond, "nothing") })
 	}
 	wg.Wait()
 	before := commandCalls(t, direct, "evalsha")
 	p.delayNext.Store(1 << 20) // every reply from now on
-	errs := make(chan error, 7)
-	for i := range 2 {
-		go func() { errs <- take(fmt.Sprint("flight-", i)) }()
+	errs := make(chan error, redisstore.MaxFlights+5)
+	var keys []string
+	for i := range redisstore.MaxFlights {
+		key := fmt.Sprint("flight-", i)
+		keys = append(keys, key)
+		go func() { errs <- take(key) }()
 	}
-	redistest.Eventually(t, "both flights run, their replies held", func() bool {
-		return commandCalls(t, direct, "evalsha") >= before+2
+	redistest.Eventually(t, "every flight runs, its reply held", func() bool {
+		return commandCalls(t, direct, "evalsha") >= before+redisstore.MaxFlights
 	})
 	for i := range 5 { // queued behind the flights: one batch
-		go func() { errs <- take(fmt.Sprint("batched-", i)) }()
+		key := fmt.Sprint("batched-", i)
+		keys = append(keys, key)
+		go func() { errs <- take(key) }()
 	}
-	for range 7 {
+	for range keys {
 		if err := <-errs; !errors.Is(err, ratelimit.ErrUnavailable) {
 			t.Errorf("a decision whose reply came too late: %v; want ErrUnavailable", err)
 		}
 	}
-	if calls := commandCalls(t, direct, "evalsha") - before; calls != 3 {
-		t.Errorf("%d script calls; want 3 (two alone, one batch of 5), none sent again", calls)
+	if calls := commandCalls(t, direct, "evalsha") - before; calls != redisstore.MaxFlights+1 {
+		t.Errorf("%d script calls; want %d (the flights alone, one batch of 5), none sent again", calls, redisstore.MaxFlights+1)
 	}
 	peeker := redisstore.New(direct, redisstore.WithPrefix("lostb"))
-	for _, key := range []string{"flight-0", "flight-1", "batched-0", "batched-1", "batched-2", "batched-3", "batched-4"} {
+	for _, key := range keys {
 		d, err := peeker.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1, Op: ratelimit.OpPeek})
 		if err != nil || d.Remaining != 98 { // a peek answers as a take would: 98 left after one take
 			t.Errorf("%s: a peek gives %+v, %v; want 98 left: taken once", key, d, err)

@@ -27,9 +27,9 @@
 //
 // # Coalescing
 //
-// A decision that finds no more than one call in flight to its server, and none waiting,
+// A decision that finds fewer than three calls in flight to its server, and none waiting,
 // goes out at once, alone: no latency is added when the store is idle. Decisions that
-// arrive while two calls are in flight wait for the next one, which decides up to
+// arrive while three calls are in flight wait for the next one, which decides up to
 // WithMaxBatch (128) of them in one script, each independently and in order, with its
 // own algorithm, rule, n and op, exactly as alone. Redis then pays its per-command cost
 // (parsing, the script's lookup, the reply) and go-redis its pool and round trip once per
