@@ -268,7 +268,11 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 		if c.a.Lease != 0 {
 			lease = "" // each call sends its own
 		}
-		p := profile{step, len(c.sc.names), c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op, lease}
+		now := c.now // "" for the server's time, the same for all
+		if now != "" {
+			now = "*" // the store's clock: each call sends its own
+		}
+		p := profile{step, len(c.sc.names), c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, now, c.op, lease}
 		of[i] = slices.Index(profiles, p)
 		if of[i] < 0 {
 			of[i] = len(profiles)
@@ -276,7 +280,7 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 		}
 	}
 	// EVALSHA hash numkeys [routing key] nprofiles distinct profiles... then per call:
-	// [its profile], [its lease], its keys...
+	// [its profile], [its lease], [its time], its keys...
 	args := make([]any, 0, 6+len(profiles)*10+len(calls)*3)
 	args = append(args, "evalsha", sc.hash)
 	if n.cluster {
@@ -296,6 +300,9 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 		}
 		if c.a.Lease != 0 {
 			args = append(args, c.a.Lease)
+		}
+		if c.now != "" {
+			args = append(args, c.now)
 		}
 		for j, name := range c.sc.names {
 			key := c.name(name)
@@ -410,8 +417,9 @@ func (s *Store) node(ctx context.Context, c *call) (*node, error) {
 // the number of profiles, whether the calls' first keys are known to be distinct ("1")
 // or not ("0"), then each profile (the index of its algorithm's step, its number of keys,
 // then n, limit, period, unit, rate, now, op and lease as a single step's ARGV; an empty
-// lease when each call has its own), then per call the index of its profile (only when
-// there are several), its lease if it has its own, and its keys' names. The state of
+// lease when each call has its own, a now of "*" when each call has its own time, from
+// the store's clock), then per call the index of its profile (only when there are
+// several), its lease and its time if it has its own, and its keys' names. The state of
 // each call's first key is read ahead, for the steps that take it (readsAhead): with one
 // MGET on a single server; on a cluster, where one command may not span slots, with one
 // MGET per key in the pass that touches every key first, so that a key the node does not
@@ -429,7 +437,7 @@ for p = 1, tonumber(ARGV[1]) do
       clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
     now = clock
-  else
+  elseif now ~= '*' then -- '*': each call has its own
     now = tonumber(now)
   end
   profiles[p] = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
@@ -439,20 +447,24 @@ end
 local only = #profiles == 1 and profiles[1] -- the usual batch: no index per call
 local distinct = ARGV[2] == '1'
 -- each call: its profile, its lease, where its keys start in ARGV; no table of its own
-local prof, leases, at, ahead, na, seen, nc, last = {}, {}, {}, {}, 0, {}, 0, #ARGV
+local prof, leases, nows, at, ahead, na, seen, nc, last = {}, {}, {}, {}, {}, 0, {}, 0, #ARGV
 while a <= last do
   local p = only
   if not p then
     p = profiles[tonumber(ARGV[a])]
     a = a + 1
   end
-  local lease = p[10]
+  local lease, now = p[10], p[8]
   if lease == '' then -- a lease of its own
     lease = ARGV[a]
     a = a + 1
   end
+  if now == '*' then -- a time of its own
+    now = tonumber(ARGV[a])
+    a = a + 1
+  end
   nc = nc + 1
-  prof[nc], leases[nc], at[nc] = p, lease, a
+  prof[nc], leases[nc], nows[nc], at[nc] = p, lease, now, a
   if distinct then
     if readsAhead[p[1]] then na = na + 1; ahead[na] = nc end
   else
@@ -490,7 +502,7 @@ for i = 1, nc do
   for j = p[2] + 1, nk do keys[j] = nil end
   nk = p[2]
   argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[9] =
-    p[3], p[4], p[5], p[6], p[7], p[8], p[9], leases[i], pre[i]
+    p[3], p[4], p[5], p[6], p[7], nows[i], p[9], leases[i], pre[i]
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = steps[p[1]](keys, argv)
   o = o + 5
 end
