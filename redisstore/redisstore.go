@@ -36,9 +36,9 @@
 // batch instead of once per decision. Each caller waits no longer than its context
 // allows; one that gives up before its batch goes out is left out of it; a batch whose
 // reply is lost is an error for each of its decisions, never sent again. On Redis
-// Cluster the batches are per master (Redis 7's allow-cross-slot-keys script flag); a
-// key that moved fails its batch before anything is written, and its decisions are
-// retried alone. *redis.Client and *redis.ClusterClient coalesce; a Ring, an
+// Cluster the batches are per master (Redis 7's allow-cross-slot-keys script flag), and
+// the masters share the three calls in flight, each with one at least; a key that moved
+// fails its batch before anything is written, and its decisions are retried alone. *redis.Client and *redis.ClusterClient coalesce; a Ring, an
 // AutoPipeliner (which pipelines by itself) or another Scripter sends one call per
 // decision. WithMaxBatch(1) turns it off.
 //
@@ -150,6 +150,7 @@ type Store struct {
 	one      *node        // the coalescing queue of a *redis.Client
 	nodes    sync.Map     // a cluster's masters (*redis.Client) -> *node
 	noFlags  atomic.Bool  // a cluster without script flags: no coalescing
+	flying   atomic.Int32 // calls in flight to all its nodes (see mayFly)
 	seed     maphash.Seed // of the hashes that tell a batch's keys apart
 }
 
