@@ -4,6 +4,8 @@ import (
 	"context"
 	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -227,5 +229,86 @@ func TestIncompleteAlgorithm(t *testing.T) {
 	}
 	if n := s.Len(); n != 0 {
 		t.Errorf("Len = %d; want 0", n)
+	}
+}
+
+// TestExactUnderChurn: keys decided from many goroutines, by takes and by atomic batches,
+// admit exactly their limit while, beside them, other keys come and go in every shard:
+// evicted when their shards are full, swept when they are back to full, reset.
+func TestExactUnderChurn(t *testing.T) {
+	clk := clock.NewFake(start)
+	s := localstore.New(localstore.WithClock(clk), localstore.WithMaxKeys(4096), localstore.WithSweepInterval(time.Second))
+	tb := tokenbucket.Algorithm()
+	const limit, keys = 1000, 2
+	counted := ratelimit.Rule{Limit: limit, Period: 1000 * time.Hour} // no refill in the 100s the test runs
+	req := func(key string) ratelimit.Request {
+		return ratelimit.Request{Algorithm: tb, Namespace: "counted", Key: key, Rule: counted, N: 1}
+	}
+	ctx := context.Background()
+	var admitted [keys]atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 4 { // takes: twice the limit of each key
+		wg.Go(func() {
+			for i := range limit {
+				k := (g + i) % keys
+				d, err := s.Apply(ctx, req(strconv.Itoa(k)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		})
+	}
+	for range 2 { // batches of two keys, all or none
+		wg.Go(func() {
+			for i := range limit {
+				a, b := i%keys, (i+1)%keys
+				ds, err := s.ApplyAll(ctx, []ratelimit.Request{req(strconv.Itoa(a)), req(strconv.Itoa(b))})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ds[0].Allowed && ds[1].Allowed { // else the batch took nothing
+					admitted[a].Add(1)
+					admitted[b].Add(1)
+				}
+			}
+		})
+	}
+	churn := func(key string, op ratelimit.Op) {
+		_, err := s.Apply(ctx, ratelimit.Request{Algorithm: tb, Namespace: "churn", Key: key,
+			Rule: ratelimit.PerSecond(10), N: 1, Op: op})
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	wg.Go(func() { // far more keys than the store holds: evictions in every shard
+		for i := range 20000 {
+			churn("churn-"+strconv.Itoa(i), ratelimit.OpTake)
+		}
+	})
+	wg.Go(func() { // resets, and time for the sweeps (the churned keys are full in 100ms)
+		for i := range 2000 {
+			churn("churn-"+strconv.Itoa(i*7), ratelimit.OpReset)
+			if i%20 == 0 {
+				clk.Advance(time.Second)
+			}
+		}
+	})
+	wg.Wait()
+	for k := range keys {
+		if got := admitted[k].Load(); got != limit {
+			t.Errorf("key %d admitted %d; want exactly %d", k, got, limit)
+		}
+		if d, err := s.Apply(ctx, ratelimit.Request{Algorithm: tb, Namespace: "counted", Key: strconv.Itoa(k),
+			Rule: counted, N: 1, Op: ratelimit.OpPeek}); err != nil || d.Allowed {
+			t.Errorf("key %d after the test: %+v, %v; want used up", k, d, err)
+		}
+	}
+	if n := s.Len(); n > 4096 {
+		t.Errorf("Len = %d; want at most 4096", n)
 	}
 }
