@@ -38,9 +38,10 @@
 // reply is lost is an error for each of its decisions, never sent again. On Redis
 // Cluster the batches are per master (Redis 7's allow-cross-slot-keys script flag), and
 // the masters share the three calls in flight, each with one at least; a key that moved
-// fails its batch before anything is written, and its decisions are retried alone. *redis.Client and *redis.ClusterClient coalesce; a Ring, an
-// AutoPipeliner (which pipelines by itself) or another Scripter sends one call per
-// decision. WithMaxBatch(1) turns it off.
+// fails its batch before anything is written, and its decisions are retried alone.
+// *redis.Client and *redis.ClusterClient coalesce; a Ring, an AutoPipeliner (which
+// pipelines by itself) or another Scripter sends one call per decision. WithMaxBatch(1)
+// turns it off.
 //
 // # Deadlines
 //

@@ -20,8 +20,8 @@ var prelude string
 func Script(step string) string { return prelude + step + reply }
 
 // reply ends every step of Script: allowed (0 or 1), remaining, retry after, reset after
-// and delay (us). A batch's step returns the five values themselves (batchReply): a table
-// a decision costs the server more than the rest of the reply.
+// and delay (us). A batch's step returns the five values themselves (batchReply), which
+// spares the server a table per decision.
 const (
 	reply      = "return {allowed, remaining, retry, reset, delay}\n"
 	batchReply = "return allowed, remaining, retry, reset, delay\n"
