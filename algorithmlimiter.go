@@ -24,7 +24,7 @@ type AlgorithmLimiter struct {
 	rule      Rule
 	namespace string
 	limit     int64    // the largest n the rule can ever allow
-	take      TakeFunc // AllowN's and AllowRule's path: the store's, when it is a BindStore, or Apply
+	take      TakeFunc // AllowN's and AllowRule's path when the store is a BindStore; nil otherwise
 }
 
 var _ Limiter = (*AlgorithmLimiter)(nil)
@@ -65,14 +65,6 @@ func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule, opts ...Option)
 	}
 	if b, ok := store.(BindStore); ok {
 		l.take = b.Bind(alg, l.namespace)
-	} else {
-		ns, limit := l.namespace, l.limit
-		l.take = func(ctx context.Context, key string, r Rule, n int64) (Decision, error) {
-			if r == rule && (n < 1 || n > limit) { // the store is not asked
-				return Decision{}, badN(alg, rule, n)
-			}
-			return store.Apply(ctx, Request{Algorithm: alg, Namespace: ns, Key: key, Rule: r, N: n})
-		}
 	}
 	return l, nil
 }
@@ -89,14 +81,33 @@ func ruleNamespace(r Rule) string {
 
 // Allow is AllowN with n = 1.
 func (l *AlgorithmLimiter) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.AllowN(ctx, key, 1)
+	// AllowN's body again, not a call of it: see Outcome
+	if l.take == nil {
+		return l.apply(ctx, key, l.rule, 1)
+	}
+	o, limit, err := l.take(ctx, key, l.rule, 1)
+	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining,
+		RetryAfter: o.retryAfter(), ResetAfter: o.ResetAfter, Delay: o.delay()}, err
 }
 
 // AllowN admits n events for key, all or none. n must be between 1 and the most the rule
 // allows at once (Decision.Limit), or the error wraps ErrInvalidN or ErrNExceedsLimit and
 // nothing is consumed.
 func (l *AlgorithmLimiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	return l.take(ctx, key, l.rule, n) // which validates n as Apply does
+	if l.take == nil {
+		return l.apply(ctx, key, l.rule, n)
+	}
+	o, limit, err := l.take(ctx, key, l.rule, n) // which validates n as Apply does
+	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining,
+		RetryAfter: o.retryAfter(), ResetAfter: o.ResetAfter, Delay: o.delay()}, err
+}
+
+// apply is a take through Store.Apply, for a store that is not a BindStore.
+func (l *AlgorithmLimiter) apply(ctx context.Context, key string, rule Rule, n int64) (Decision, error) {
+	if rule == l.rule && (n < 1 || n > l.limit) { // the store is not asked
+		return Decision{}, badN(l.alg, rule, n)
+	}
+	return l.store.Apply(ctx, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: rule, N: n})
 }
 
 // AllowRule is AllowN under rule instead of the limiter's own: for a rule chosen per call
@@ -106,7 +117,12 @@ func (l *AlgorithmLimiter) AllowN(ctx context.Context, key string, n int64) (Dec
 // returns an error wrapping ErrInvalidRule, ErrInvalidN or ErrNExceedsLimit and consumes
 // nothing.
 func (l *AlgorithmLimiter) AllowRule(ctx context.Context, key string, rule Rule, n int64) (Decision, error) {
-	return l.take(ctx, key, rule, n)
+	if l.take == nil {
+		return l.apply(ctx, key, rule, n)
+	}
+	o, limit, err := l.take(ctx, key, rule, n)
+	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining,
+		RetryAfter: o.retryAfter(), ResetAfter: o.ResetAfter, Delay: o.delay()}, err
 }
 
 // badN is the error for an n out of range of rule, as Prepare, the one place that words

@@ -273,7 +273,7 @@ func findLease(log *eventlog.Log, id int64) int {
 
 // acquireLease takes a lease a.Lease for a.Period, if fewer than a.Limit are held (a
 // lease held already is renewed).
-func acquireLease(st *State, now int64, a Args) Decision {
+func acquireLease(st *State, now int64, a Args) Outcome {
 	expireLeases(st, now)
 	allowed := true
 	if i := findLease(st.Log, a.Lease); i >= 0 {
@@ -284,7 +284,7 @@ func acquireLease(st *State, now int64, a Args) Decision {
 		allowed = false
 	}
 	st.Level = int64(st.Log.Len())
-	d := Decision{Allowed: allowed, Limit: a.Limit, Remaining: max(0, a.Limit-st.Level)}
+	d := Outcome{Allowed: allowed, Remaining: max(0, a.Limit-st.Level)}
 	if st.Log.Len() > 0 {
 		first, last := st.Log.At(0).At, st.Log.At(0).At
 		for i := 1; i < st.Log.Len(); i++ {
@@ -292,7 +292,7 @@ func acquireLease(st *State, now int64, a Args) Decision {
 			first, last = min(first, at), max(last, at)
 		}
 		if !allowed {
-			d.RetryAfter = mathx.Micros(first - now)
+			d.Wait = mathx.Micros(first - now)
 		}
 		d.ResetAfter = mathx.Micros(last - now)
 	}

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"time"
 
 	"github.com/ratelimit-go/ratelimit/internal/eventlog"
 )
@@ -54,8 +55,9 @@ type BindStore interface {
 }
 
 // TakeFunc is what Apply does for a Request of OpTake of n on key under rule, with the
-// Algorithm and Namespace that BindStore.Bind was given, and no Lease.
-type TakeFunc func(ctx context.Context, key string, rule Rule, n int64) (Decision, error)
+// Algorithm and Namespace that BindStore.Bind was given, and no Lease: its Decision is
+// o.Decision(limit), limit being the rule's (Args.Limit).
+type TakeFunc func(ctx context.Context, key string, rule Rule, n int64) (o Outcome, limit int64, err error)
 
 // Request is one decision asked of a Store.
 type Request struct {
@@ -126,10 +128,10 @@ type Algorithm struct {
 	Prepare func(rule Rule, n int64) (Args, error)
 
 	// Step decides one request against st at now (microseconds since the Unix epoch) and
-	// updates st. It is a pure function of its inputs, and the Script computes the same.
-	// Args must come from Prepare. OpPeek is Step on a copy of the state; OpReset is the
-	// zero State.
-	Step func(st *State, now int64, a Args) Decision
+	// updates st: its Decision is the Outcome's, with a.Limit. It is a pure function of its
+	// inputs, and the Script computes the same. Args must come from Prepare. OpPeek is Step
+	// on a copy of the state; OpReset is the zero State.
+	Step func(st *State, now int64, a Args) Outcome
 
 	// Refund gives a.N events back to st at now, never above its full allowance. For an
 	// algorithm of leases, it releases the lease a.Lease.
@@ -149,6 +151,44 @@ type Algorithm struct {
 	// and the sliding window counter; false for the leaky bucket (each request has its own
 	// Delay) and the sliding log (which records each event at its own instant).
 	Prefetchable bool
+}
+
+// Outcome is a Decision as Algorithm.Step and TakeFunc give it: without its Limit, which
+// the rule sets, and with one wait for RetryAfter and Delay, of which a Decision has only
+// one, so that it is four words. A call returns four words in registers; a Decision, six,
+// goes through memory, and copying one that a call has just returned stalls the
+// processor (its store forwarding fails): in memory, two such copies on the way from the
+// step to the caller were a good part of a decision's time (BENCHMARKS.md).
+type Outcome struct {
+	Allowed   bool
+	Remaining int64
+	// Wait is the Decision's Delay when allowed, and its RetryAfter when denied.
+	Wait       time.Duration
+	ResetAfter time.Duration
+}
+
+// Decision is the Decision o stands for, under a rule whose Limit is limit.
+func (o Outcome) Decision(limit int64) Decision {
+	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining,
+		RetryAfter: o.retryAfter(), ResetAfter: o.ResetAfter, Delay: o.delay()}
+}
+
+// retryAfter and delay are the two halves of Wait, as Decision has them. (A caller that
+// returns a Decision built from an Outcome writes the Decision's literal in its own return
+// statement, with these two: returned from Outcome.Decision, even inlined, the Decision
+// is copied once more through memory, with the stall above.)
+func (o Outcome) retryAfter() time.Duration {
+	if o.Allowed {
+		return 0
+	}
+	return o.Wait
+}
+
+func (o Outcome) delay() time.Duration {
+	if o.Allowed {
+		return o.Wait
+	}
+	return 0
 }
 
 // Args are the integers one decision needs, as Algorithm.Prepare derives them from a Rule

@@ -69,14 +69,14 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (window int64) {
 	return window
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	end := (advance(st, now, a) + 1) * a.Period
-	d := ratelimit.Decision{Limit: a.Limit}
+	var d ratelimit.Outcome
 	if st.Level+a.N <= a.Limit {
 		st.Level += a.N
 		d.Allowed = true
 	} else {
-		d.RetryAfter = mathx.Micros(end - now)
+		d.Wait = mathx.Micros(end - now)
 	}
 	d.Remaining = max(0, a.Limit-st.Level)
 	if st.Level > 0 {

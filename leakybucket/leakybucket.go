@@ -72,17 +72,17 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 	return t - now
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	lag := advance(st, now, a)
 	full := a.Limit * a.Unit
-	d := ratelimit.Decision{Limit: a.Limit}
+	var d ratelimit.Outcome
 	need := a.N * a.Unit
 	if st.Level+need <= full {
 		d.Allowed = true
-		d.Delay = mathx.Micros(lag + mathx.CeilDiv(st.Level, a.Rate))
+		d.Wait = mathx.Micros(lag + mathx.CeilDiv(st.Level, a.Rate))
 		st.Level += need
 	} else {
-		d.RetryAfter = mathx.Micros(lag + mathx.CeilDiv(st.Level+need-full, a.Rate))
+		d.Wait = mathx.Micros(lag + mathx.CeilDiv(st.Level+need-full, a.Rate))
 	}
 	d.Remaining = (full - st.Level) / a.Unit
 	if st.Level > 0 {

@@ -63,7 +63,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if e := sh.table(spaces[i]).keys.get(hashes[i], r.Key); e != nil && e.expires > now {
 			states[i] = core.Clone(e.state)
 		}
-		ds[i] = r.Algorithm.Step(&states[i], now, args[i])
+		ds[i] = r.Algorithm.Step(&states[i], now, args[i]).Decision(args[i].Limit)
 		all = all && ds[i].Allowed
 	}
 	if !all {

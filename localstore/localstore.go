@@ -232,7 +232,8 @@ func New(opts ...Option) *Store {
 func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	sp := findSpace(s.spaces.Load(), req.Algorithm, req.Namespace)
 	if sp != nil && req.Op == ratelimit.OpTake && req.Lease == 0 { // the common case, in one call
-		return sp.take(ctx, req.Key, req.Rule, req.N)
+		o, limit, err := sp.take(ctx, req.Key, req.Rule, req.N)
+		return o.Decision(limit), err
 	}
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
@@ -245,7 +246,8 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		sp = s.space(alg, req.Namespace)
 	}
 	if req.Op == ratelimit.OpTake && req.Lease == 0 {
-		return sp.take(ctx, req.Key, req.Rule, req.N)
+		o, limit, err := sp.take(ctx, req.Key, req.Rule, req.N)
+		return o.Decision(limit), err
 	}
 	now := s.now()
 	h := maphash.String(s.seed, req.Key)
@@ -268,9 +270,9 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		if e == nil {
 			e = s.add(sh, &t.keys, h, req.Key, now)
 		}
-		d := alg.Step(&e.state, now, args)
-		e.expires = now + expiry(d.ResetAfter)
-		return d, nil
+		o := alg.Step(&e.state, now, args)
+		e.expires = now + expiry(o.ResetAfter)
+		return o.Decision(args.Limit), nil
 	case ratelimit.OpRefund:
 		if e != nil {
 			alg.Refund(&e.state, now, args) // the key is full no later than before: expires stays
@@ -328,8 +330,8 @@ func (e *entry) reset() {
 // (ratelimit.BindStore).
 func (s *Store) Bind(alg *ratelimit.Algorithm, namespace string) ratelimit.TakeFunc {
 	if err := checkAlgorithm(alg); err != nil {
-		return func(context.Context, string, ratelimit.Rule, int64) (ratelimit.Decision, error) {
-			return ratelimit.Decision{}, err
+		return func(context.Context, string, ratelimit.Rule, int64) (ratelimit.Outcome, int64, error) {
+			return ratelimit.Outcome{}, 0, err
 		}
 	}
 	return s.space(alg, namespace).take
@@ -354,9 +356,9 @@ func checkAlgorithm(alg *ratelimit.Algorithm) error {
 //
 //go:noinline
 func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
-	return func(ctx context.Context, key string, rule ratelimit.Rule, n int64) (ratelimit.Decision, error) {
+	return func(ctx context.Context, key string, rule ratelimit.Rule, n int64) (ratelimit.Outcome, int64, error) {
 		if err := ctx.Err(); err != nil {
-			return ratelimit.Decision{}, err
+			return ratelimit.Outcome{}, 0, err
 		}
 		var now int64 // s.now(), without its call
 		if s.isMono {
@@ -381,7 +383,7 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 		if rule != t.rule || n < 1 || n > args.Limit {
 			var err error
 			if args, err = t.prepare(rule, n); err != nil {
-				return ratelimit.Decision{}, err
+				return ratelimit.Outcome{}, 0, err
 			}
 		}
 		args.N = n
@@ -392,9 +394,9 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 		} else if e.expires <= now {
 			e.reset()
 		}
-		d := sp.alg.Step(&e.state, now, args)
-		e.expires = now + expiry(d.ResetAfter)
-		return d, nil
+		o := sp.alg.Step(&e.state, now, args)
+		e.expires = now + expiry(o.ResetAfter)
+		return o, args.Limit, nil
 	}
 }
 
@@ -416,7 +418,7 @@ func (sh *shard) peek(alg *ratelimit.Algorithm, e *entry, now int64, args rateli
 		sh.scratchLog.Clear() // for an algorithm that keeps a log, a fresh one
 	}
 	st.Log = &sh.scratchLog
-	return alg.Step(st, now, args)
+	return alg.Step(st, now, args).Decision(args.Limit)
 }
 
 // add holds a new key in keys, a table of sh, evicting others while the shard is full

@@ -220,7 +220,7 @@ func TestIncompleteAlgorithm(t *testing.T) {
 				t.Errorf("Apply(%v, op %d): no error", alg, op)
 			}
 		}
-		if _, err := s.Bind(alg, "ns")(ctx, "k", ratelimit.PerSecond(1), 1); err == nil {
+		if _, _, err := s.Bind(alg, "ns")(ctx, "k", ratelimit.PerSecond(1), 1); err == nil {
 			t.Errorf("Bind(%v): a take without an error", alg)
 		}
 		if _, err := s.ApplyAll(ctx, []ratelimit.Request{{Algorithm: alg, Key: "k", Rule: ratelimit.PerSecond(1), N: 1}}); err == nil {

@@ -67,10 +67,10 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
 	st.Time = t
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	advance(st, now, a)
 	log, t := st.Log, st.Time
-	d := ratelimit.Decision{Limit: a.Limit}
+	var d ratelimit.Outcome
 	if st.Level+a.N <= a.Limit {
 		log.Push(t, a.N)
 		st.Level += a.N
@@ -80,7 +80,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 		excess, aged := st.Level+a.N-a.Limit, int64(0)
 		for i := 0; i < log.Len(); i++ {
 			if aged += log.At(i).N; aged >= excess {
-				d.RetryAfter = mathx.Micros(log.At(i).At + a.Period - now)
+				d.Wait = mathx.Micros(log.At(i).At + a.Period - now)
 				break
 			}
 		}

@@ -92,7 +92,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
 	st.Time = t
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	advance(st, now, a)
 	t := st.Time
 	start := mathx.FloorDiv(t, a.Period) * a.Period
@@ -101,12 +101,12 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 	weighted := st.Aux * (ticks - elapsed)
 
 	// estimate + n <= Limit, multiplied through by ticks
-	d := ratelimit.Decision{Limit: a.Limit}
+	var d ratelimit.Outcome
 	if st.Level+a.N <= a.Limit && weighted+(st.Level+a.N)*ticks <= a.Limit*ticks {
 		st.Level += a.N
 		d.Allowed = true
 	} else {
-		d.RetryAfter = mathx.Micros(retryAt(st, start, ticks, a) - now)
+		d.Wait = mathx.Micros(retryAt(st, start, ticks, a) - now)
 	}
 	d.Remaining = max(0, a.Limit-st.Level-mathx.CeilDiv(weighted, ticks))
 	switch {

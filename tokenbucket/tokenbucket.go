@@ -71,7 +71,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 	return t - now
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	full := a.Limit * a.Unit
 	level, t := st.Level, st.Time
 	if st.Aux == a.Unit && t < now { // the common case: advance as advance does, on locals
@@ -83,7 +83,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 	}
 	st.Time = t
 	lag := t - now
-	allowed, retry := false, int64(0)
+	allowed, retry := false, int64(0) // the Outcome's Wait: a token bucket has no Delay
 	if need := a.N * a.Unit; level >= need {
 		level -= need
 		allowed = true
@@ -95,11 +95,10 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Decision {
 	if level < full {
 		reset = lag + mathx.CeilDiv(full-level, a.Rate)
 	}
-	return ratelimit.Decision{
+	return ratelimit.Outcome{
 		Allowed:    allowed,
-		Limit:      a.Limit,
 		Remaining:  int64(uint64(level) / uint64(a.Unit)), // both positive: an unsigned division is cheaper
-		RetryAfter: mathx.Micros(retry),
+		Wait:       mathx.Micros(retry),
 		ResetAfter: mathx.Micros(reset),
 	}
 }

@@ -63,7 +63,8 @@ func (c *checker) args(n int64) ratelimit.Args {
 // decide runs Step on a copy of st, leaving st as it was.
 func (c *checker) decide(st ratelimit.State, now, n int64) ratelimit.Decision {
 	st = core.Clone(st)
-	return c.alg.Step(&st, now, c.args(n))
+	a := c.args(n)
+	return c.alg.Step(&st, now, a).Decision(a.Limit)
 }
 
 func (c *checker) step(now, rawN int64) {
@@ -71,7 +72,8 @@ func (c *checker) step(now, rawN int64) {
 	capacity := c.args(1).Limit
 	n := 1 + (rawN-1)%capacity
 	before := core.Clone(c.st)
-	d := c.alg.Step(&c.st, now, c.args(n))
+	a := c.args(n)
+	d := c.alg.Step(&c.st, now, a).Decision(a.Limit)
 	us := time.Microsecond
 	where := func() string { return time.Duration(now-Start.UnixMicro()).String() + "µs" }
 
