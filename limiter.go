@@ -31,7 +31,8 @@
 // system clock.
 //
 // The rest of the package (Store, BatchStore, BindStore, TakeFunc, Request, Op, Algorithm,
-// Args, State) is the contract between algorithms and stores, for those who write one.
+// Args, State, Outcome) is the contract between algorithms and stores, for those who write
+// one.
 package ratelimit
 
 import (
