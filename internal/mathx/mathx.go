@@ -20,8 +20,13 @@ func Gcd(a, b int64) int64 {
 	return a
 }
 
-// CeilDiv is a/b rounded up, for a >= 0 and b > 0.
+// CeilDiv is a/b rounded up, for a >= 0 and b > 0. A divisor of 1 skips the division: it
+// is the buckets' rate under every rule whose limit divides its period in microseconds
+// (1000 per second, 100 per minute), and a division is a good part of a step's time.
 func CeilDiv(a, b int64) int64 {
+	if b == 1 {
+		return a
+	}
 	return (a + b - 1) / b
 }
 
