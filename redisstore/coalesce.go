@@ -36,10 +36,10 @@ const DefaultMaxBatch = 128
 // maxFlights is how many calls one store keeps in flight at once: more than one, so that
 // a node has the next batch to run while the reply of one travels back and its callers
 // queue their next decisions. Three decided most at 32 callers on 2 CPUs shared with the
-// server (against two and four), and the same at 256. A cluster's masters share them,
-// each with one at least: one flight per master of three decided more than three each
-// (96k against 83k decisions/s at 32 callers, 175k against 167k at 256), as more
-// flights only make smaller batches once every master has one.
+// server (against two and four) on one host, and as much as either on another. A
+// cluster's masters share them, each with one at least: one flight per master of three
+// decided more than three each, as more flights only make smaller batches once every
+// master has one. (The figures are in the commit messages of f21fa96 and abf6f7c.)
 const maxFlights = 3
 
 // WithMaxBatch sets how many waiting decisions one script call decides at most
@@ -182,8 +182,8 @@ func (s *Store) fly(n *node, batch []*call) {
 		s.flyBatch(n, batch)
 		// The callers just answered are runnable on this goroutine's P: yielding once
 		// lets them run and queue their next decisions before the next batch is taken,
-		// rather than leave them for a batch of their own (at 32 callers, with the third
-		// flight, a fifth more decisions a second).
+		// rather than leave them for a batch of their own (measured with the third
+		// flight: commit f21fa96).
 		runtime.Gosched()
 		n.mu.Lock()
 		if len(n.waiting) == 0 {
