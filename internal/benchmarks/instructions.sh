@@ -9,9 +9,10 @@
 #   cd internal/benchmarks && ./instructions.sh 'Local/ratelimit-tokenbucket$/serial' 'Local/sethvargo-memorystore$/serial'
 set -euo pipefail
 cd "$(dirname "$0")"
+. ./lib.sh
 dir=$(mktemp -d)
 bin=$dir/bench.test
-GOWORK=off go test -c -o "$bin" .
+build_bench "$dir"
 i=0
 for b in "$@"; do
   declare -A ir

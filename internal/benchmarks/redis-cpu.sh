@@ -9,20 +9,13 @@
 #   ./redis-cpu.sh 'Redis$/ratelimit-tokenbucket$/parallel-32' 200000
 set -euo pipefail
 cd "$(dirname "$0")"
-bench=$1
-n=$2
-dir=$(mktemp -d)
-port=$((20000 + RANDOM % 20000))
-while redis-cli -p "$port" ping >/dev/null 2>&1; do port=$((20000 + RANDOM % 20000)); done
-GOWORK=off go test -c -o "$dir/bench.test" .
+. ./lib.sh
+redis_bench_setup "$@"
 
 redis-server --port "$port" --save '' --appendonly no >/dev/null &
 server=$!
 trap 'redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; wait "$server" || true' EXIT
-for _ in $(seq 100); do
-  redis-cli -p "$port" ping >/dev/null 2>&1 && break
-  sleep 0.1
-done
+wait_up "$port" 100
 ticks=$(getconf CLK_TCK)
 cpu() { awk '{print $14 + $15}' "/proc/$server/stat"; } # the server's user and system ticks
 before=$(cpu)

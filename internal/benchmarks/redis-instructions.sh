@@ -12,22 +12,15 @@
 #   ./redis-instructions.sh 'Redis$/redis_rate$/parallel-32' 20000
 set -euo pipefail
 cd "$(dirname "$0")"
-bench=$1
-n=$2
-dir=$(mktemp -d)
-port=$((20000 + RANDOM % 20000))
-while redis-cli -p "$port" ping >/dev/null 2>&1; do port=$((20000 + RANDOM % 20000)); done
-GOWORK=off go test -c -o "$dir/bench.test" .
+. ./lib.sh
+redis_bench_setup "$@"
 
 # count N: the server's instructions for a run of the benchmark at N decisions
 count() {
   valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.$1.out" \
     redis-server --port "$port" --save '' --appendonly no >/dev/null 2>"$dir/valgrind.$1" &
   local server=$!
-  for _ in $(seq 600); do # up within a minute, under valgrind
-    redis-cli -p "$port" ping >/dev/null 2>&1 && break
-    sleep 0.1
-  done
+  wait_up "$port" 600 # up within a minute, under valgrind
   REDIS_ADDR=127.0.0.1:$port "$dir/bench.test" -test.run '^$' -test.bench "^Benchmark$bench" \
     -test.benchtime "${1}x" >/dev/null
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
