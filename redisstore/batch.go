@@ -16,9 +16,10 @@ var _ ratelimit.BatchStore = (*Store)(nil)
 
 // batchMain runs the steps (one per request, in order) first dry, writing nothing, and
 // then, if every one is allowed, for real. ARGV: for each request, its number of keys,
-// then n, limit, period, unit, rate and now, as a single step's ARGV.
+// then n, limit, period, unit, rate and now, as a single step's ARGV; the steps get them
+// as numbers, and an empty now as the one instant of Redis's clock the batch reads.
 const batchMain = `
-local keys, argvs, k, a = {}, {}, 1, 1
+local keys, argvs, k, a, clock = {}, {}, 1, 1, nil
 for i = 1, #steps do
   local nkeys = tonumber(ARGV[a])
   keys[i] = {}
@@ -26,7 +27,16 @@ for i = 1, #steps do
     keys[i][j] = KEYS[k]
     k = k + 1
   end
-  argvs[i] = {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], 'take'}
+  local now = tonumber(ARGV[a + 6])
+  if not now then
+    if not clock then
+      local t = redis.call('TIME')
+      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    now = clock
+  end
+  argvs[i] = {tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
+    tonumber(ARGV[a + 5]), now, 'take'}
   a = a + 7
 end
 local out, all = {}, true

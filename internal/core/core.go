@@ -33,19 +33,30 @@ func ReadsAhead(script string) bool {
 	return strings.HasPrefix(script, prelude) && strings.HasSuffix(script, reply)
 }
 
-// stepMark ends the part of the prelude that a batch of steps runs once.
-const stepMark = "-- the step: the part above is a batch's once, this part each call's\n"
+// stepMark ends the part of the prelude that a batch of steps runs once, and argsMark the
+// part that reads the arguments of a single script, strings to be converted and a time
+// that may be Redis's.
+const (
+	stepMark = "-- the step: the part above is a batch's once, this part each call's\n"
+	argsMark = "-- the arguments end: a batch hands them over as numbers, with the time it read once\n"
+)
+
+// batchArgs is what a batch's step runs instead of the prelude's reading of the
+// arguments: a batch hands over n, the rule's four and the time as numbers (a Lua call
+// each to convert them again is a good part of a step's cost in a batch).
+const batchArgs = "local n, limit, period, unit, rate, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]\n"
 
 // BatchParts splits one of Script's scripts into what a batch script runs once (the
 // prelude's helpers, shared by every step) and what it runs per call, which returns its
-// Decision's five values rather than a table of them. Any other script is all step, as
-// it is.
+// Decision's five values rather than a table of them, and takes its first six ARGV as
+// numbers, the time included (batchArgs). Any other script is all step, as it is.
 func BatchParts(script string) (once, step string) {
 	if !ReadsAhead(script) {
 		return "", script
 	}
 	i := strings.Index(prelude, stepMark) + len(stepMark)
-	return prelude[:i], script[i:len(script)-len(reply)] + batchReply
+	j := strings.Index(prelude, argsMark) + len(argsMark)
+	return prelude[:i], batchArgs + script[j:len(script)-len(reply)] + batchReply
 }
 
 // CheckN returns an error unless 1 <= n <= limit.

@@ -4,8 +4,8 @@
 --
 -- KEYS[1]: the key's state, the string "T:L:A": the latest instant seen (us), Level, Aux.
 -- ARGV: n, limit, period (us), unit, rate, now (us since the Unix epoch; empty for Redis TIME),
--- op, lease, and from a batch the state of KEYS[1] read ahead. A batch hands them over as
--- numbers, which tonumber keeps.
+-- op, lease, and from a batch the state of KEYS[1] read ahead. A batch hands the first six
+-- over as numbers, the time included, and its steps take them as they are.
 local floor, max, min, tonumber, format = math.floor, math.max, math.min, tonumber, string.format
 
 -- int is an integer as Redis stores it: %d (exact below 2^63) never writes an exponent, and
@@ -39,6 +39,7 @@ if not now then
   local time = redis.call('TIME')
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
+-- the arguments end: a batch hands them over as numbers, with the time it read once
 
 -- Division rounds down as floor(a / b) and up as -floor(-a / b), written inline (a call
 -- costs more than the division). Both are exact here: every numerator is an integer
