@@ -459,8 +459,43 @@ for p = 1, tonumber(ARGV[1]) do
 end
 local only = #profiles == 1 and profiles[1] -- the usual batch: no index per call
 local distinct = ARGV[2] == '1'
+local last = #ARGV
+if only and distinct and not touchFirst and only[2] > 0 then
+  -- the usual batch, on one server: every call in turn from ARGV[a], its lease and time if
+  -- it has its own, then its keys; no table indexed by call (Lua rehashes a growing table
+  -- at every power of two), and one MGET of the first keys without a table of their names
+  -- where a call is only its key
+  local p, nk, off = only, only[2], 0
+  local ownLease, ownNow = p[10] == '', p[8] == '*'
+  if ownLease then off = off + 1 end
+  if ownNow then off = off + 1 end
+  local stride = off + nk
+  local states = {}
+  if readsAhead[p[1]] then
+    if stride == 1 then
+      states = redis.call('MGET', unpack(ARGV, a, last))
+    else
+      local names, j = {}, 0
+      for from = a + off, last, stride do j = j + 1; names[j] = ARGV[from] end
+      states = redis.call('MGET', unpack(names))
+    end
+  end
+  local step, out, o, keys, argv, i = steps[p[1]], {}, 0, {}, {}, 0
+  local lease, now = p[10], p[8]
+  for from = a, last, stride do
+    i = i + 1
+    if ownLease then lease = ARGV[from] end
+    if ownNow then now = tonumber(ARGV[from + off - 1]) end
+    for j = 1, nk do keys[j] = ARGV[from + off + j - 1] end
+    argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[9] =
+      p[3], p[4], p[5], p[6], p[7], now, p[9], lease, states[i]
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = step(keys, argv)
+    o = o + 5
+  end
+  return out
+end
 -- each call: its profile, its lease, where its keys start in ARGV; no table of its own
-local prof, leases, nows, at, ahead, na, seen, nc, last = {}, {}, {}, {}, {}, 0, {}, 0, #ARGV
+local prof, leases, nows, at, ahead, na, seen, nc = {}, {}, {}, {}, {}, 0, {}, 0
 while a <= last do
   local p = only
   if not p then

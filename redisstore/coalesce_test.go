@@ -98,6 +98,90 @@ func TestCoalescedParity(t *testing.T) {
 	t.Logf("%d decisions: %d script calls one by one, %d coalesced", keys*steps, calls["one-by-one"], calls["coalesced"])
 }
 
+// TestCoalescedOneProfile: the usual batch, where every call is the same request on its
+// own key (the batch script's shortest path): for each algorithm and for in-flight leases
+// (a lease of each call's own), 64 keys each driven by its own goroutine give the
+// decisions localstore gives, on the store's clock (a time of each call's own), in fewer
+// script calls than decisions; on Redis's clock every key admits exactly its limit, with
+// the remaining counts in order.
+func TestCoalescedOneProfile(t *testing.T) {
+	client := redistest.Start(t).Client(func(o *redis.Options) { o.PoolSize = 8 })
+	const keys, steps = 64, 12
+	type kind struct {
+		name string
+		alg  *ratelimit.Algorithm
+		rule ratelimit.Rule
+		n    int64
+	}
+	kinds := []kind{{"inflight", ratelimit.InFlightAlgorithm(), ratelimit.Rule{Limit: 5, Period: time.Minute}, 1}}
+	for _, k := range limitertest.Kinds {
+		kinds = append(kinds, kind{k.Name, k.Algorithm, ratelimit.Rule{Limit: 20, Period: time.Minute, Burst: 20}, 3})
+	}
+	clk := clock.NewFake(limitertest.Start.Add(7654321 * time.Microsecond))
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			s := redisstore.New(client, redisstore.WithClock(clk), redisstore.WithPrefix("one-"+k.name))
+			local := localstore.New(localstore.WithClock(clk))
+			req := func(key, i int) ratelimit.Request {
+				r := ratelimit.Request{Algorithm: k.alg, Key: fmt.Sprint("key-", key), Rule: k.rule, N: k.n}
+				if k.alg.Extend != nil {
+					r.Lease = int64(i + 1)
+				}
+				return r
+			}
+			want := make([][]ratelimit.Decision, keys)
+			for key := range keys {
+				for i := range steps {
+					d, err := local.Apply(context.Background(), req(key, i))
+					if err != nil {
+						t.Fatal(err)
+					}
+					want[key] = append(want[key], d)
+				}
+			}
+			before := commandCalls(t, client, "evalsha")
+			var wg sync.WaitGroup
+			for key := range keys {
+				wg.Go(func() {
+					for i := range steps {
+						d, err := s.Apply(context.Background(), req(key, i))
+						if err != nil || d != want[key][i] {
+							t.Errorf("key %d, step %d: %+v, %v; localstore %+v", key, i, d, err, want[key][i])
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if calls := commandCalls(t, client, "evalsha") - before; calls >= keys*steps {
+				t.Errorf("%d decisions took %d script calls; want them coalesced", keys*steps, calls)
+			}
+		})
+	}
+	t.Run("redis clock", func(t *testing.T) {
+		s := redisstore.New(client, redisstore.WithPrefix("one-clock"))
+		const limit = 10
+		l, err := tokenbucket.New(s, ratelimit.Rule{Limit: limit, Period: 24 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for key := range keys {
+			wg.Go(func() {
+				for i := range limit + 4 {
+					d, err := l.Allow(context.Background(), fmt.Sprint("key-", key))
+					if err != nil || d.Allowed != (i < limit) || d.Allowed && d.Remaining != limit-1-int64(i) {
+						t.Errorf("key %d, take %d: %+v, %v; want allowed %v with %d left", key, i, d, err,
+							i < limit, max(0, limit-1-i))
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+}
+
 // TestCoalescedContention: 1000 callers on one key admit exactly its limit, in fewer
 // script calls than decisions.
 func TestCoalescedContention(t *testing.T) {
