@@ -19,10 +19,12 @@ import (
 )
 
 // Coalescing (see the package doc). A node is the queue of one server: the store's
-// client, or one master of a cluster. A decision that finds none waiting and a flight
-// free (mayFly) goes out alone, from its caller's goroutine; the others wait in the
-// node's queue, and when a call lands with decisions waiting, the next batch goes out
-// from a goroutine of the node's, and so on until none is left. A
+// client, or one master of a cluster. A decision that finds its node idle (no call in
+// flight) goes out alone, from its caller's goroutine; the others wait in the node's
+// queue. The first to wait while a flight is free (mayFly) yields once, so that the
+// callers on their way join it, and sends the batch; when a call lands with decisions
+// waiting, the next batch goes out from a goroutine of the node's, and so on until none
+// is left. A
 // batch's call never runs on a caller's context: it ends at the latest of its callers'
 // deadlines. On a cluster the batch script declares one key, for the routing, reads the
 // others' names from its arguments (the allow-cross-slot-keys flag allows keys of other
@@ -110,7 +112,7 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, erro
 		return s.single(ctx, c) // the cluster client says why, or routes it
 	}
 	n.mu.Lock()
-	if len(n.waiting) == 0 && s.mayFly(n) {
+	if n.flights == 0 { // an idle node: at once, alone
 		n.flights++
 		s.flying.Add(1)
 		n.mu.Unlock()
@@ -122,12 +124,26 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, erro
 	*w = *c
 	w.ctx, w.done = ctx, done
 	n.waiting = append(n.waiting, w)
-	if s.mayFly(n) { // a flight ended between the waiting's arrival and now
+	if s.mayFly(n) { // a flight is free
 		n.flights++
 		s.flying.Add(1)
+		if len(n.waiting) == 1 {
+			// the first to wait while other flights are out: the callers that a landing
+			// flight just answered are likely runnable on this P, on their way here, and
+			// would otherwise each take a flight of its own
+			n.mu.Unlock()
+			runtime.Gosched()
+			n.mu.Lock()
+		}
 		batch := n.take(s.maxBatch)
-		n.mu.Unlock()
-		go s.fly(n, batch)
+		if len(batch) == 0 { // a landing flight took them
+			n.flights--
+			s.flying.Add(-1)
+			n.mu.Unlock()
+		} else {
+			n.mu.Unlock()
+			go s.fly(n, batch)
+		}
 	} else {
 		n.mu.Unlock()
 	}

@@ -236,12 +236,12 @@ func TestCoalescedCancel(t *testing.T) {
 	}
 	p.delayNext.Store(redisstore.MaxFlights) // the next replies take 300ms: every flight of the node is busy
 	var wg sync.WaitGroup
-	for i := range redisstore.MaxFlights {
+	for i := range redisstore.MaxFlights { // one after the other, each a flight of its own
 		wg.Go(func() { take(context.Background(), fmt.Sprint("slow-", i)) })
+		redistest.Eventually(t, "the flight's reply held", func() bool {
+			return p.delayNext.Load() <= int64(redisstore.MaxFlights-1-i)
+		})
 	}
-	redistest.Eventually(t, "every flight in flight", func() bool {
-		return client.PoolStats().TotalConns >= redisstore.MaxFlights && p.delayNext.Load() <= 0
-	})
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
 	go func() { _, err := take(ctx, "gives-up"); gaveUp <- err }()
@@ -454,14 +454,14 @@ func TestCoalescedReplyLost(t *testing.T) {
 	p.delayNext.Store(1 << 20) // every reply from now on
 	errs := make(chan error, redisstore.MaxFlights+5)
 	var keys []string
-	for i := range redisstore.MaxFlights {
+	for i := range redisstore.MaxFlights { // one after the other, each a flight of its own
 		key := fmt.Sprint("flight-", i)
 		keys = append(keys, key)
 		go func() { errs <- take(key) }()
+		redistest.Eventually(t, "the flight runs, its reply held", func() bool {
+			return commandCalls(t, direct, "evalsha") >= before+i+1
+		})
 	}
-	redistest.Eventually(t, "every flight runs, its reply held", func() bool {
-		return commandCalls(t, direct, "evalsha") >= before+redisstore.MaxFlights
-	})
 	for i := range 5 { // queued behind the flights: one batch
 		key := fmt.Sprint("batched-", i)
 		keys = append(keys, key)

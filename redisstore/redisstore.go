@@ -27,10 +27,12 @@
 //
 // # Coalescing
 //
-// A decision that finds fewer than three calls in flight to its server, and none waiting,
-// goes out at once, alone: no latency is added when the store is idle. Decisions that
-// arrive while three calls are in flight wait for the next one, which decides up to
-// WithMaxBatch (128) of them in one script, each independently and in order, with its
+// A decision that finds no call in flight to its server goes out at once, alone: no
+// latency is added when the store is idle. Decisions that arrive while calls are in
+// flight wait for the next one, which decides up to WithMaxBatch (128) of them in one
+// script: as soon as one of the three calls a store keeps in flight is free (the first to
+// wait yields once, for the callers on their way to join it), or when one lands. Each
+// decision of a batch is decided independently and in order, with its
 // own algorithm, rule, n and op, exactly as alone. Redis then pays its per-command cost
 // (parsing, the script's lookup, the reply) and go-redis its pool and round trip once per
 // batch instead of once per decision. Each caller waits no longer than its context
