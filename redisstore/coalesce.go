@@ -38,11 +38,13 @@ const DefaultMaxBatch = 128
 // maxFlights is how many calls one store keeps in flight at once: more than one, so that
 // a node has the next batch to run while the reply of one travels back and its callers
 // queue their next decisions. Three decided most at 32 callers on 2 CPUs shared with the
-// server (against two and four) on one host, and as much as either on another. A
-// cluster's masters share them, each with one at least: one flight per master of three
-// decided more than three each, as more flights only make smaller batches once every
-// master has one. (The figures are in the commit messages of f21fa96 and abf6f7c.)
-const maxFlights = 3
+// server (against two and four) while a decision went out alone whenever a flight was
+// free; since only an idle node sends one alone, two decide more than three (and one
+// less), with larger batches. A cluster's masters share them, each with one at least:
+// one flight per master of three decided more than three each, as more flights only make
+// smaller batches once every master has one. (The figures are in the commit messages of
+// f21fa96, abf6f7c and of the change to two: git log -S'maxFlights = 2'.)
+const maxFlights = 2
 
 // WithMaxBatch sets how many waiting decisions one script call decides at most
 // (DefaultMaxBatch by default); 1 turns coalescing off: one call per decision.

@@ -30,16 +30,16 @@
 // A decision that finds no call in flight to its server goes out at once, alone: no
 // latency is added when the store is idle. Decisions that arrive while calls are in
 // flight wait for the next one, which decides up to WithMaxBatch (128) of them in one
-// script: as soon as one of the three calls a store keeps in flight is free (the first to
+// script: as soon as one of the two calls a store keeps in flight is free (the first to
 // wait yields once, for the callers on their way to join it), or when one lands. Each
-// decision of a batch is decided independently and in order, with its
-// own algorithm, rule, n and op, exactly as alone. Redis then pays its per-command cost
+// decision of a batch is decided independently and in order, with its own algorithm,
+// rule, n and op, exactly as alone. Redis then pays its per-command cost
 // (parsing, the script's lookup, the reply) and go-redis its pool and round trip once per
 // batch instead of once per decision. Each caller waits no longer than its context
 // allows; one that gives up before its batch goes out is left out of it; a batch whose
 // reply is lost is an error for each of its decisions, never sent again. On Redis
 // Cluster the batches are per master (Redis 7's allow-cross-slot-keys script flag), and
-// the masters share the three calls in flight, each with one at least; a key that moved
+// the masters share the two calls in flight, each with one at least; a key that moved
 // fails its batch before anything is written, and its decisions are retried alone.
 // *redis.Client and *redis.ClusterClient coalesce; a Ring, an AutoPipeliner (which
 // pipelines by itself) or another Scripter sends one call per decision. WithMaxBatch(1)
