@@ -117,7 +117,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	}
 	ds := make([]ratelimit.Decision, len(reqs))
 	for i := range reqs {
-		if ds[i], err = decode(vals[5*i:5*i+5], limits[i]); err != nil {
+		if ds[i], err = decodeVals(vals[5*i:5*i+5], limits[i]); err != nil {
 			return nil, err
 		}
 	}

@@ -542,13 +542,23 @@ func unavailable(err error) bool {
 // decode checks the shape of a script's reply: five integers, durations in microseconds.
 func decode(reply any, limit int64) (ratelimit.Decision, error) {
 	vals, ok := reply.([]any)
-	if !ok || len(vals) != 5 {
+	if !ok {
 		return ratelimit.Decision{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
 	}
+	return decodeVals(vals, limit)
+}
+
+// decodeVals is decode of a reply's values; a batch's replies are cut from one, and
+// passing each as an any would cost an allocation per decision.
+func decodeVals(vals []any, limit int64) (ratelimit.Decision, error) {
+	if len(vals) != 5 {
+		return ratelimit.Decision{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
+	}
 	var n [5]int64
+	var ok bool
 	for i, v := range vals {
 		if n[i], ok = v.(int64); !ok || n[i] < 0 || (i == 0 && n[i] > 1) {
-			return ratelimit.Decision{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
+			return ratelimit.Decision{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
 		}
 	}
 	return ratelimit.Decision{
