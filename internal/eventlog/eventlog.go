@@ -3,6 +3,8 @@
 // authors touch; stores hold a *Log inside ratelimit.State without looking into it.
 package eventlog
 
+import "math/bits"
+
 // Event is n events admitted at one instant (microseconds since the Unix epoch).
 type Event struct {
 	At, N int64
@@ -10,22 +12,37 @@ type Event struct {
 
 // Log is a queue of Events in time order, grown as needed and never shrunk below what it
 // holds. The zero Log is empty and ready to use.
+//
+// It is a ring: its buffer's length is 0 or a power of two, so that an entry's place is
+// a mask away rather than a division (a division by a length the compiler cannot know
+// costs tens of cycles, several times a decision).
 type Log struct {
 	buf        []Event
 	head, size int
+}
+
+// slot is where the i-th entry from head sits in buf, which must not be empty.
+func (l *Log) slot(i int) int { return (l.head + i) & (len(l.buf) - 1) }
+
+// ringSize is the buffer length for n entries: a power of two, at least 4.
+func ringSize(n int) int {
+	if n <= 4 {
+		return 4
+	}
+	return 1 << bits.Len(uint(n-1))
 }
 
 // Len is the number of entries.
 func (l *Log) Len() int { return l.size }
 
 // At is the i-th entry, the oldest being 0.
-func (l *Log) At(i int) Event { return l.buf[(l.head+i)%len(l.buf)] }
+func (l *Log) At(i int) Event { return l.buf[l.slot(i)] }
 
 // Push appends n events at instant at, merged into the newest entry when it has the same
 // instant. Instants must not decrease.
 func (l *Log) Push(at, n int64) {
 	if l.size > 0 {
-		last := &l.buf[(l.head+l.size-1)%len(l.buf)]
+		last := &l.buf[l.slot(l.size-1)]
 		if last.At == at {
 			last.N += n
 			return
@@ -34,7 +51,7 @@ func (l *Log) Push(at, n int64) {
 	if l.size == len(l.buf) {
 		l.grow()
 	}
-	l.buf[(l.head+l.size)%len(l.buf)] = Event{At: at, N: n}
+	l.buf[l.slot(l.size)] = Event{At: at, N: n}
 	l.size++
 }
 
@@ -44,12 +61,12 @@ func (l *Log) Append(e Event) {
 	if l.size == len(l.buf) {
 		l.grow()
 	}
-	l.buf[(l.head+l.size)%len(l.buf)] = e
+	l.buf[l.slot(l.size)] = e
 	l.size++
 }
 
 // Set replaces the i-th entry.
-func (l *Log) Set(i int, e Event) { l.buf[(l.head+i)%len(l.buf)] = e }
+func (l *Log) Set(i int, e Event) { l.buf[l.slot(i)] = e }
 
 // Expire removes every entry whose At is at or before t, keeping the others in order.
 func (l *Log) Expire(t int64) {
@@ -79,7 +96,7 @@ func (l *Log) Clear() { l.head, l.size = 0, 0 }
 func (l *Log) TrimNewest(n int64) int64 {
 	removed := int64(0)
 	for removed < n && l.size > 0 {
-		last := &l.buf[(l.head+l.size-1)%len(l.buf)]
+		last := &l.buf[l.slot(l.size-1)]
 		take := min(n-removed, last.N)
 		last.N -= take
 		removed += take
@@ -93,7 +110,7 @@ func (l *Log) TrimNewest(n int64) int64 {
 // Pop removes the oldest entry and returns it; the Log must not be empty.
 func (l *Log) Pop() Event {
 	e := l.buf[l.head]
-	l.head = (l.head + 1) % len(l.buf)
+	l.head = l.slot(1)
 	l.size--
 	return e
 }
@@ -101,10 +118,9 @@ func (l *Log) Pop() Event {
 // CopyFrom makes l a copy of src, reusing l's memory: for a scratch Log, copied into
 // again and again.
 func (l *Log) CopyFrom(src *Log) {
-	if cap(l.buf) < src.size {
-		l.buf = make([]Event, max(4, src.size))
+	if len(l.buf) < src.size {
+		l.buf = make([]Event, ringSize(src.size))
 	}
-	l.buf = l.buf[:cap(l.buf)]
 	for i := 0; i < src.size; i++ {
 		l.buf[i] = src.At(i)
 	}
@@ -116,15 +132,18 @@ func (l *Log) Clone() *Log {
 	if l == nil {
 		return nil
 	}
-	c := &Log{buf: make([]Event, l.size), size: l.size}
-	for i := range c.buf {
+	c := &Log{size: l.size}
+	if l.size > 0 {
+		c.buf = make([]Event, ringSize(l.size))
+	}
+	for i := range l.size {
 		c.buf[i] = l.At(i)
 	}
 	return c
 }
 
 func (l *Log) grow() {
-	buf := make([]Event, max(4, 2*len(l.buf)))
+	buf := make([]Event, ringSize(2*len(l.buf)))
 	for i := 0; i < l.size; i++ {
 		buf[i] = l.At(i)
 	}
