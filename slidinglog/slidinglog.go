@@ -61,7 +61,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
 	if st.Log.Len() > 0 {
 		t = max(st.Time, now)
 	}
-	for st.Log.Len() > 0 && t-st.Log.At(0).At >= a.Period {
+	for st.Log.Len() > 0 && t-st.Log.Oldest().At >= a.Period {
 		st.Level -= st.Log.Pop().N
 	}
 	st.Time = t
@@ -76,18 +76,21 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 		st.Level += a.N
 		d.Allowed = true
 	} else {
-		// the oldest events must age out until n fit
-		excess, aged := st.Level+a.N-a.Limit, int64(0)
-		for i := 0; i < log.Len(); i++ {
-			if aged += log.At(i).N; aged >= excess {
-				d.Wait = mathx.Micros(log.At(i).At + a.Period - now)
+		// the oldest events must age out until n fit: the oldest alone, most often,
+		// which the log keeps beside its ring
+		excess := st.Level + a.N - a.Limit
+		e, aged := log.Oldest(), int64(0)
+		for i := 1; ; i++ {
+			if aged += e.N; aged >= excess || i == log.Len() {
+				d.Wait = mathx.Micros(e.At + a.Period - now)
 				break
 			}
+			e = log.At(i)
 		}
 	}
 	d.Remaining = max(0, a.Limit-st.Level)
 	if log.Len() > 0 {
-		d.ResetAfter = mathx.Micros(log.At(log.Len()-1).At + a.Period - now)
+		d.ResetAfter = mathx.Micros(log.NewestAt() + a.Period - now)
 	}
 	return d
 }

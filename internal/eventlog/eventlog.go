@@ -15,10 +15,28 @@ type Event struct {
 //
 // It is a ring: its buffer's length is 0 or a power of two, so that an entry's place is
 // a mask away rather than a division (a division by a length the compiler cannot know
-// costs tens of cycles, several times a decision).
+// costs tens of cycles, several times a decision). Beside the ring it keeps a copy of its
+// oldest entry and its newest entry's instant, which are all that a denied decision of
+// the sliding log reads: such a decision touches the Log's own 64 bytes, not the ring's
+// two ends, far apart in memory once the log holds many events.
 type Log struct {
 	buf        []Event
 	head, size int
+	first      Event // the oldest entry, while size > 0
+	lastAt     int64 // the newest entry's instant, while size > 0
+}
+
+// Oldest is the oldest entry, At(0); the Log must not be empty.
+func (l *Log) Oldest() Event { return l.first }
+
+// NewestAt is the newest entry's instant, At(Len()-1).At; the Log must not be empty.
+func (l *Log) NewestAt() int64 { return l.lastAt }
+
+// sync sets the copies of the ends from the ring, after an operation that may move them.
+func (l *Log) sync() {
+	if l.size > 0 {
+		l.first, l.lastAt = l.buf[l.head], l.buf[l.slot(l.size-1)].At
+	}
 }
 
 // slot is where the i-th entry from head sits in buf, which must not be empty.
@@ -41,18 +59,14 @@ func (l *Log) At(i int) Event { return l.buf[l.slot(i)] }
 // Push appends n events at instant at, merged into the newest entry when it has the same
 // instant. Instants must not decrease.
 func (l *Log) Push(at, n int64) {
-	if l.size > 0 {
-		last := &l.buf[l.slot(l.size-1)]
-		if last.At == at {
-			last.N += n
-			return
+	if l.size > 0 && l.lastAt == at {
+		l.buf[l.slot(l.size-1)].N += n
+		if l.size == 1 {
+			l.first.N += n
 		}
+		return
 	}
-	if l.size == len(l.buf) {
-		l.grow()
-	}
-	l.buf[l.slot(l.size)] = Event{At: at, N: n}
-	l.size++
+	l.Append(Event{At: at, N: n})
 }
 
 // Append appends e as an entry of its own, never merged, in whatever order: for a Log
@@ -62,30 +76,39 @@ func (l *Log) Append(e Event) {
 		l.grow()
 	}
 	l.buf[l.slot(l.size)] = e
+	if l.size == 0 {
+		l.first = e
+	}
+	l.lastAt = e.At
 	l.size++
 }
 
 // Set replaces the i-th entry.
-func (l *Log) Set(i int, e Event) { l.buf[l.slot(i)] = e }
+func (l *Log) Set(i int, e Event) {
+	l.buf[l.slot(i)] = e
+	l.sync()
+}
 
 // Expire removes every entry whose At is at or before t, keeping the others in order.
 func (l *Log) Expire(t int64) {
 	kept := 0
 	for i := 0; i < l.size; i++ {
 		if e := l.At(i); e.At > t {
-			l.Set(kept, e)
+			l.buf[l.slot(kept)] = e
 			kept++
 		}
 	}
 	l.size = kept
+	l.sync()
 }
 
 // Remove removes the i-th entry, keeping the others in order.
 func (l *Log) Remove(i int) {
 	for ; i < l.size-1; i++ {
-		l.Set(i, l.At(i+1))
+		l.buf[l.slot(i)] = l.At(i + 1)
 	}
 	l.size--
+	l.sync()
 }
 
 // Clear empties the Log, keeping its memory.
@@ -104,14 +127,18 @@ func (l *Log) TrimNewest(n int64) int64 {
 			l.size--
 		}
 	}
+	l.sync()
 	return removed
 }
 
 // Pop removes the oldest entry and returns it; the Log must not be empty.
 func (l *Log) Pop() Event {
-	e := l.buf[l.head]
+	e := l.first
 	l.head = l.slot(1)
 	l.size--
+	if l.size > 0 {
+		l.first = l.buf[l.head]
+	}
 	return e
 }
 
@@ -125,6 +152,7 @@ func (l *Log) CopyFrom(src *Log) {
 		l.buf[i] = src.At(i)
 	}
 	l.head, l.size = 0, src.size
+	l.sync()
 }
 
 // Clone returns a copy of l that shares no memory with it; nil for nil.
@@ -139,6 +167,7 @@ func (l *Log) Clone() *Log {
 	for i := range l.size {
 		c.buf[i] = l.At(i)
 	}
+	c.sync()
 	return c
 }
 

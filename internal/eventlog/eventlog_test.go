@@ -19,6 +19,9 @@ func check(t *testing.T, step int, l *Log, want []Event) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("step %d: the log holds %v; want %v", step, got, want)
 	}
+	if k := len(want); k > 0 && (l.Oldest() != want[0] || l.NewestAt() != want[k-1].At) {
+		t.Fatalf("step %d: oldest %v and newest at %d; want %v and %d", step, l.Oldest(), l.NewestAt(), want[0], want[k-1].At)
+	}
 }
 
 // FuzzLog drives a Log and a plain slice through the same operations, wrapping the ring
