@@ -520,7 +520,10 @@ if only and distinct and not touchFirst and only[2] > 0 then
       states = redis.call('MGET', unpack(names))
     end
   end
-  local step, out, o, keys, argv, i = steps[p[1]], {}, 0, {}, {}, 0
+  -- out and argv made at their sizes: a table grown one entry at a time is rehashed at
+  -- every power of two
+  local out = {unpack(ARGV, 1, 5 * (last - a + 1) / stride)}
+  local step, o, keys, argv, i = steps[p[1]], 0, {}, {false, false, false, false, false, false, false, false, false}, 0
   local lease, now = p[10], p[8]
   for from = a, last, stride do
     i = i + 1
