@@ -75,29 +75,43 @@ func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 }
 
 // advance brings st to now, or to the latest instant it has seen while it counts events,
-// shifting the windows that have passed.
-func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
+// shifting the windows that have passed, and returns the start of that instant's window:
+// one division, where telling the windows of both instants apart took two.
+func advance(st *ratelimit.State, now int64, a ratelimit.Args) (start int64) {
 	st.Level, st.Aux = min(st.Level, a.Limit), min(st.Aux, a.Limit)
+	counts := st.Level > 0 || st.Aux > 0
 	t := now
-	if st.Level > 0 || st.Aux > 0 {
+	if counts {
 		t = max(st.Time, now)
-		switch mathx.FloorDiv(t, a.Period) - mathx.FloorDiv(st.Time, a.Period) {
-		case 0:
-		case 1:
+	}
+	start = mathx.FloorDiv(t, a.Period) * a.Period
+	if counts {
+		switch {
+		case st.Time >= start: // the same window
+		case st.Time >= start-a.Period: // the one before
 			st.Aux, st.Level = st.Level, 0
 		default:
 			st.Aux, st.Level = 0, 0
 		}
 	}
 	st.Time = t
+	return start
 }
 
 func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
-	advance(st, now, a)
+	start := advance(st, now, a)
 	t := st.Time
-	start := mathx.FloorDiv(t, a.Period) * a.Period
-	ticks := a.Period / a.Unit      // ticks in a window
-	elapsed := (t - start) / a.Unit // whole ticks into this window
+	// the ticks in a window, and the whole ticks into this one; a tick of a millisecond
+	// (a period in whole milliseconds, the usual rule) divides by a constant, which the
+	// compiler turns into a multiplication
+	ticks, elapsed := a.Period, t-start
+	switch a.Unit {
+	case 1:
+	case 1000:
+		ticks, elapsed = a.Period/1000, elapsed/1000
+	default:
+		ticks, elapsed = a.Period/a.Unit, elapsed/a.Unit
+	}
 	weighted := st.Aux * (ticks - elapsed)
 
 	// estimate + n <= Limit, multiplied through by ticks
