@@ -75,8 +75,21 @@ type call struct {
 // waitingCalls recycles the calls that wait for a batch, with their channels.
 var waitingCalls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
-// name is the Redis key of part (as "<prefix>:<algorithm>:<part>:") for the call's key.
+// name is the Redis key of part (as "<prefix>:<algorithm>:<part>:") for the call's key;
+// writeName writes it to b, and nameLen is its length.
 func (c *call) name(part string) string { return part + c.ra.nsForm + c.pre + c.key + c.post }
+
+func (c *call) writeName(b *strings.Builder, part string) {
+	b.WriteString(part)
+	b.WriteString(c.ra.nsForm)
+	b.WriteString(c.pre)
+	b.WriteString(c.key)
+	b.WriteString(c.post)
+}
+
+func (c *call) nameLen(part string) int {
+	return len(part) + len(c.ra.nsForm) + len(c.pre) + len(c.key) + len(c.post)
+}
 
 // errAlone marks a batch that must be decided one by one: a key moved, a node without
 // script flags.
@@ -330,17 +343,13 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 	size := 0
 	for _, c := range calls {
 		for _, name := range c.sc.names {
-			size += len(name) + len(c.ra.nsForm) + len(c.pre) + len(c.key) + len(c.post)
+			size += c.nameLen(name)
 		}
 	}
 	b.Grow(size)
 	for _, c := range calls {
 		for _, name := range c.sc.names {
-			b.WriteString(name)
-			b.WriteString(c.ra.nsForm)
-			b.WriteString(c.pre)
-			b.WriteString(c.key)
-			b.WriteString(c.post)
+			c.writeName(&b, name)
 		}
 	}
 	names, at := b.String(), 0
@@ -356,7 +365,7 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 			args = append(args, c.now)
 		}
 		for j, name := range c.sc.names {
-			end := at + len(name) + len(c.ra.nsForm) + len(c.pre) + len(c.key) + len(c.post)
+			end := at + c.nameLen(name)
 			key := names[at:end]
 			at = end
 			if j == 0 {
