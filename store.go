@@ -115,8 +115,9 @@ type Algorithm struct {
 	// in KEYS and returns {allowed (0 or 1), remaining, retry after, reset after, delay},
 	// durations in microseconds. Its state is back to full, and may expire, after reset
 	// after. A store may run several steps in one script, each a function of its KEYS and
-	// ARGV; there the numbers of ARGV may be Lua numbers already, so a step reads them
-	// with tonumber, and ARGV may hold more than these eight.
+	// ARGV; there the numbers of ARGV may be Lua numbers already, the time among them
+	// (the server's clock, read once for all the steps, rather than an empty string), so a
+	// step reads them with tonumber, and ARGV may hold more than these eight.
 	Script string
 
 	// ScriptKeys names the keys the Script uses for one limiter key, in the order of KEYS.
