@@ -95,6 +95,11 @@ func (c *call) nameLen(part string) int {
 // script flags.
 var errAlone = errors.New("redisstore: decide alone")
 
+// errGaveUp marks a call whose caller has given up: its context ended before its batch
+// went out, or its batch ran until the latest of its callers' deadlines (and so past its
+// own). Its caller returns its context's error, never this.
+var errGaveUp = errors.New("redisstore: the caller gave up")
+
 // node is the coalescing queue of one Redis server (the store's client, or one master
 // of a cluster).
 type node struct {
@@ -173,6 +178,13 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, erro
 	if errors.Is(err, errAlone) {
 		return s.single(ctx, c)
 	}
+	if errors.Is(err, errGaveUp) {
+		// this caller's deadline has passed; its context ends now if it has not yet (its
+		// timer may fire just after the batch's), and it returns its context's error, as
+		// a decision sent alone does: a caller that gave up says nothing about Redis
+		<-ctx.Done()
+		return ratelimit.Decision{}, ctx.Err()
+	}
 	return d, err
 }
 
@@ -233,8 +245,9 @@ func (s *Store) fly(n *node, batch []*call) {
 func (s *Store) flyBatch(n *node, batch []*call) {
 	live := batch[:0]
 	for _, c := range batch {
-		if c.ctx.Err() != nil {
-			c.done <- struct{}{} // its caller has returned ctx.Err()
+		if c.ctx.Err() != nil { // its caller has given up (see errGaveUp)
+			c.err = errGaveUp
+			c.done <- struct{}{}
 			continue
 		}
 		live = append(live, c)
@@ -245,6 +258,9 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 	ctx, cancel := batchContext(live)
 	defer cancel()
 	ds, err := s.safeDecideBatch(ctx, n, live)
+	if err != nil && ctx.Err() != nil {
+		err = errGaveUp // the batch ran until the latest of its callers' deadlines
+	}
 	for i, c := range live {
 		if err != nil {
 			c.err = err

@@ -260,6 +260,41 @@ func TestCoalescedCancel(t *testing.T) {
 	}
 }
 
+// TestCoalescedDeadlines: with the server stopped, callers whose deadlines pass while
+// their decisions wait or ride a batch get a deadline error, as a decision sent alone
+// does, and their context has ended when they get it: a fallback store tells a caller
+// that gave up from a Redis that failed by its context, and a batch's own timer can
+// fire before the caller's.
+func TestCoalescedDeadlines(t *testing.T) {
+	srv := redistest.Start(t)
+	s := redisstore.New(srv.Client(), redisstore.WithPrefix("deadlines"))
+	take := func(ctx context.Context, key string) error {
+		_, err := s.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: ratelimit.PerHour(100), N: 1})
+		return err
+	}
+	if err := take(context.Background(), "warm"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	var wg sync.WaitGroup
+	for g := range 8 { // more callers than flights: most ride batches
+		wg.Go(func() {
+			for i := range 10 {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+				err := take(ctx, fmt.Sprint("key-", g, "-", i))
+				ended := ctx.Err()
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) || ended == nil {
+					t.Errorf("caller %d, call %d: %v, its context ended: %v; want a deadline error, once it ended", g, i, err, ended)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // masterCalls is how many EVALSHA the masters of cluster have run in all.
 func masterCalls(t *testing.T, cluster *redistest.Cluster) int {
 	n := 0
