@@ -46,12 +46,17 @@ const DefaultMaxBatch = 128
 // f21fa96, abf6f7c and of the change to two: git log -S'maxFlights = 2'.)
 const maxFlights = 2
 
+// MaxBatch is the most WithMaxBatch allows: a batch script unpacks its calls' keys and
+// its reply's values onto Lua's stack, which holds 8000 values at most.
+const MaxBatch = 1000
+
 // WithMaxBatch sets how many waiting decisions one script call decides at most
-// (DefaultMaxBatch by default); 1 turns coalescing off: one call per decision.
+// (DefaultMaxBatch by default, MaxBatch at most); 1 turns coalescing off: one call per
+// decision.
 func WithMaxBatch(n int) Option {
 	return optionFunc(func(s *Store) {
 		if n >= 1 {
-			s.maxBatch = n
+			s.maxBatch = min(n, MaxBatch)
 		}
 	})
 }

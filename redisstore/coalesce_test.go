@@ -182,6 +182,41 @@ func TestCoalescedOneProfile(t *testing.T) {
 	})
 }
 
+// TestCoalescedLargeBatch: a store that allows batches of MaxBatch decides 12000 callers,
+// each on a key of its own, in batches of hundreds (whose keys and reply a batch script
+// unpacks onto Lua's stack), each exactly; a larger WithMaxBatch is held to MaxBatch.
+func TestCoalescedLargeBatch(t *testing.T) {
+	client := redistest.Start(t).Client()
+	s := redisstore.New(client, redisstore.WithMaxBatch(10*redisstore.MaxBatch))
+	l, err := tokenbucket.New(s, ratelimit.PerHour(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Allow(context.Background(), "warm"); err != nil { // the scripts loaded
+		t.Fatal(err)
+	}
+	const callers = 12 * redisstore.MaxBatch
+	before := commandCalls(t, client, "evalsha")
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range callers {
+		wg.Go(func() {
+			<-start
+			d, err := l.Allow(context.Background(), fmt.Sprint("caller-", i))
+			if err != nil || !d.Allowed || d.Remaining != 6 {
+				t.Errorf("caller %d: %+v, %v; want allowed, 6 left", i, d, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	calls := commandCalls(t, client, "evalsha") - before
+	if calls < callers/redisstore.MaxBatch || calls > callers/20 {
+		t.Errorf("%d decisions in %d script calls; want batches of hundreds, %d at most each", callers, calls, redisstore.MaxBatch)
+	}
+	t.Logf("%d decisions in %d script calls", callers, calls)
+}
+
 // TestCoalescedContention: 1000 callers on one key admit exactly its limit, in fewer
 // script calls than decisions.
 func TestCoalescedContention(t *testing.T) {
