@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -62,8 +63,7 @@ func TestConformanceAutoPipeliner(t *testing.T) {
 // The same on miniredis, for fast runs without a server.
 func TestConformanceMiniredis(t *testing.T) {
 	mr := miniredis.RunT(t)
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { client.Close() })
+	client := miniredisClient(t, mr)
 	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
 		return redisstore.New(client, redisstore.WithClock(clk), freshPrefix())
 	})
@@ -72,11 +72,21 @@ func TestConformanceMiniredis(t *testing.T) {
 // The same on miniredis's TIME, driven by the fake clock: the scripts' own clock path.
 func TestConformanceServerTime(t *testing.T) {
 	mr := miniredis.RunT(t)
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { client.Close() })
+	client := miniredisClient(t, mr)
 	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
 		return serverTime{redisstore.New(client, freshPrefix()), mr, clk}
 	})
+}
+
+// miniredisClient is a client of mr whose callers wait for a connection as long as a
+// test may take. miniredis runs one command at a time, and its Lua slowly under -race on
+// a busy machine: the suite's 1000 concurrent decisions of several limits, one script
+// call each, queue for the pool's connections for longer than go-redis's default pool
+// timeout (4s), and the conformance suite checks what is decided, not overload.
+func miniredisClient(t *testing.T, mr *miniredis.Miniredis) *redis.Client {
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), PoolTimeout: 5 * time.Minute})
+	t.Cleanup(func() { client.Close() })
+	return client
 }
 
 // serverTime sets miniredis's TIME to the fake clock before each decision.
