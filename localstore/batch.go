@@ -13,9 +13,10 @@ import (
 var _ ratelimit.BatchStore = (*Store)(nil)
 
 // ApplyAll takes every request or none, atomically: it locks the shards of all the keys
-// in ascending order (so that two batches never wait on each other in a cycle), decides
-// each request on a copy of its key's state, and writes the copies back only if every
-// request is allowed. Errors as Apply's; a key named twice is ratelimit.ErrDuplicateKey.
+// in ascending order (so that two batches never wait on each other in a cycle), then the
+// keys (a new key locked before it enters its table), decides each request on a copy of
+// its key's state, and writes the copies back only if every request is allowed. Errors
+// as Apply's; a key named twice is ratelimit.ErrDuplicateKey.
 func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -55,13 +56,25 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	}()
 	now := s.now() // the caller's; each key's state holds its own latest instant
 
+	entries := make([]*entry, len(reqs))
+	defer func() { // before the shards'
+		for _, e := range entries {
+			if e != nil {
+				e.mu.Unlock()
+			}
+		}
+	}()
 	states := make([]ratelimit.State, len(reqs))
 	ds := make([]ratelimit.Decision, len(reqs))
 	all := true
 	for i, r := range reqs {
 		sh := &s.shards[shardOf[i]]
-		if e := sh.table(spaces[i]).keys.get(hashes[i], r.Key); e != nil && e.expires > now {
-			states[i] = core.Clone(e.state)
+		if e := sh.table(spaces[i]).keys.get(hashes[i], r.Key); e != nil {
+			e.mu.Lock()
+			entries[i] = e
+			if e.expires > now {
+				states[i] = core.Clone(e.state)
+			}
 		}
 		ds[i] = r.Algorithm.Step(&states[i], now, args[i]).Decision(args[i].Limit)
 		all = all && ds[i].Allowed
@@ -70,11 +83,13 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		return ds, nil
 	}
 	for i, r := range reqs {
-		sh := &s.shards[shardOf[i]]
-		keys := &sh.table(spaces[i]).keys
-		e := keys.get(hashes[i], r.Key)
+		e := entries[i]
 		if e == nil {
-			e = s.add(sh, keys, hashes[i], r.Key, now)
+			sh := &s.shards[shardOf[i]]
+			e = &entry{}
+			e.mu.Lock()
+			entries[i] = e
+			s.add(sh, &sh.table(spaces[i]).keys, hashes[i], r.Key, now, e)
 		}
 		e.state = states[i]
 		e.expires = now + expiry(ds[i].ResetAfter)

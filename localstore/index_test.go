@@ -3,6 +3,8 @@ package localstore
 import (
 	"math/rand/v2"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -60,6 +62,85 @@ func TestIndexAgainstMap(t *testing.T) {
 			if got := ix.get(hashOf(k), k); got != e {
 				t.Fatalf("at the end: get(%s) = %p; want %p", k, got, e)
 			}
+		}
+	}
+}
+
+// TestIndexGetWhileChanging: gets without the lock, beside a writer that adds and removes
+// keys under it (probes collide, wrap and shift back, and the table grows), find either
+// nothing, a dead entry, or the entry of the very key asked for; a key held throughout is
+// found once the writer is done. Run under -race, it also checks that every access to a
+// slot is atomic.
+func TestIndexGetWhileChanging(t *testing.T) {
+	var (
+		ix     index
+		mu     sync.Mutex // the shard's lock
+		done   atomic.Bool
+		wg     sync.WaitGroup
+		stable = map[string]*entry{}
+	)
+	hashOf := func(key string) uint64 {
+		n, _ := strconv.Atoi(key)
+		return uint64(n%37) << 32
+	}
+	for k := range 64 { // held throughout
+		key := strconv.Itoa(k)
+		e := &entry{}
+		ix.put(hashOf(key), key, e)
+		stable[key] = e
+	}
+	for r := range 2 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(r), 1))
+			for !done.Load() {
+				key := strconv.Itoa(rng.IntN(2000))
+				e := ix.get(hashOf(key), key)
+				if e == nil {
+					continue
+				}
+				e.mu.Lock() // as a decision does, before it reads expires
+				gone := e.expires == dead
+				e.mu.Unlock()
+				switch {
+				case gone:
+				case e.key != key:
+					t.Errorf("get(%s) found the entry of %s", key, e.key)
+					return
+				case stable[key] != nil && e != stable[key]:
+					t.Errorf("get(%s) found another entry than the one it holds", key)
+					return
+				}
+			}
+		})
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	held := map[string]*entry{}
+	for range 20000 {
+		key := strconv.Itoa(64 + rng.IntN(1900))
+		mu.Lock()
+		if e := held[key]; e != nil {
+			e.mu.Lock() // as a remover does, before the index forgets it
+			e.expires = dead
+			e.mu.Unlock()
+			ix.del(hashOf(key), key)
+			delete(held, key)
+		} else {
+			e := &entry{}
+			ix.put(hashOf(key), key, e)
+			held[key] = e
+		}
+		mu.Unlock()
+	}
+	done.Store(true)
+	wg.Wait()
+	for key, e := range stable {
+		if got := ix.get(hashOf(key), key); got != e {
+			t.Errorf("after the changes, get(%s) = %p; want %p", key, got, e)
+		}
+	}
+	for key, e := range held {
+		if got := ix.get(hashOf(key), key); got != e {
+			t.Errorf("after the changes, get(%s) = %p; want %p", key, got, e)
 		}
 	}
 }

@@ -2,10 +2,12 @@
 // process, for limits that need not be shared across instances, for tests, and as the
 // fallback when Redis is down.
 //
-// Keys live in shards, each behind its own mutex, so one decision is one short critical
-// section and decisions on an existing key allocate nothing. A key is hashed once: the
-// hash chooses its shard and finds it in the shard's own open-addressing table. Memory is
-// bounded twice over:
+// Keys live in shards, and each key's state behind its own mutex: a decision on an
+// existing key finds it without its shard's lock (the shard's table is read with atomic
+// loads) and holds only the key's lock, so that cores deciding on different keys write
+// no line in common, and it allocates nothing. Adding, removing and sweeping keys take
+// the shard's lock. A key is hashed once: the hash chooses its shard and finds it in the
+// shard's own open-addressing table. Memory is bounded twice over:
 //
 //   - Idle keys expire. A key whose state is back to its full allowance (its last
 //     Decision's ResetAfter has passed) is worth nothing, and each shard drops such keys
@@ -17,8 +19,8 @@
 //     key starts over with its full allowance, so under an attack that rotates keys the
 //     cap costs accuracy for the evicted keys, never memory.
 //
-// Each key costs about 130 bytes besides the key string itself: TestMemoryBound drives a
-// million 16-byte keys through a store capped at 100,000 and measures 148 bytes per key.
+// Each key costs about 110 bytes besides the key string itself: TestMemoryBound drives a
+// million 16-byte keys through a store capped at 100,000 and measures 128 bytes per key.
 //
 // Time comes from a clock.Clock (WithClock; by default clock.NewMonotonic(), the wall
 // clock at New plus the monotonic time since, which never steps back). Each key's time
@@ -32,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -109,7 +112,8 @@ type space struct {
 var _ ratelimit.Store = (*Store)(nil)
 
 // shard is one lock's worth of keys, padded to a multiple of two cache lines so that
-// cores working on different shards never share a line.
+// cores working on different shards never share a line. A decision on an existing key
+// only reads it (tables, nextSweep); its lock is taken to add, remove or sweep keys.
 type shard struct {
 	shardState
 	_ [128 - unsafe.Sizeof(shardState{})%128]byte
@@ -117,11 +121,11 @@ type shard struct {
 
 type shardState struct {
 	mu        sync.Mutex
-	tables    []*table          // by space ordinal, of the first fewSpaces; nil for one this shard has not seen
-	more      map[*space]*table // of the others
-	size      int               // keys in all tables
-	bytes     int64             // their cost, as WithMaxBytes counts it
-	nextSweep int64
+	tables    [fewSpaces]atomic.Pointer[table] // by space ordinal; nil for one this shard has not seen
+	more      map[*space]*table                // of the others
+	size      int                              // keys in all tables
+	bytes     int64                            // their cost, as WithMaxBytes counts it
+	nextSweep atomic.Int64                     // written under mu
 	// a copy of a key's state and log for a peek, so that a peek allocates nothing
 	scratch    ratelimit.State
 	scratchLog eventlog.Log
@@ -130,16 +134,29 @@ type shardState struct {
 type table struct {
 	alg  *ratelimit.Algorithm
 	keys index
-	// the last rule decided in this table and its Args: preparing a rule costs a few
-	// divisions, a good part of a decision, and most tables see one rule again and again
+	// a rule decided in this table and its Args, set under the shard's lock: preparing a
+	// rule costs a few divisions, a good part of a decision, and most tables see one
+	// rule again and again
+	last atomic.Pointer[prepared]
+}
+
+type prepared struct {
 	rule ratelimit.Rule
 	args ratelimit.Args
 }
 
+// entry is one key: its state and expiry behind its own lock, taken after the shard's
+// when a goroutine holds both. Its fields fill one cache line.
 type entry struct {
+	mu      sync.Mutex
 	state   ratelimit.State
-	expires int64 // the instant the state is back to full, and forgotten
+	expires int64  // the instant the state is back to full, and forgotten; dead once removed
+	key     string // set before the entry is in the index, never changed
 }
+
+// dead is the expires of an entry removed from its index, which a decision that found it
+// without the shard's lock must not use.
+const dead = math.MinInt64
 
 // Option configures a Store.
 type Option interface{ apply(*Store) }
@@ -254,22 +271,27 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	sh := &s.shards[h&s.mask]
 
 	sh.mu.Lock()
-	defer sh.mu.Unlock() // as in take
+	defer sh.mu.Unlock() // deferred, as the key's below: a third party's Step may panic
 	t := sh.table(sp)
-	args := t.args
-	if req.Rule != t.rule || req.N < 1 || req.N > args.Limit {
-		var err error
-		if args, err = t.prepare(req.Rule, req.N); err != nil {
-			return ratelimit.Decision{}, err
-		}
+	args, err := t.argsFor(req.Rule, req.N)
+	if err != nil {
+		return ratelimit.Decision{}, err
 	}
 	args.N, args.Lease = req.N, req.Lease
-	e := s.lookup(sh, t, h, req.Key, now)
-	switch req.Op {
-	case ratelimit.OpTake: // of a lease; the others take in sp.take
-		if e == nil {
-			e = s.add(sh, &t.keys, h, req.Key, now)
+	sh.sweepIfDue(now, s.sweepEvery)
+	e := t.keys.get(h, req.Key)
+	if e == nil && req.Op == ratelimit.OpTake { // of a lease; the others take in sp.take
+		e = s.add(sh, &t.keys, h, req.Key, now, &entry{})
+	}
+	if e != nil {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.expires <= now {
+			e.reset()
 		}
+	}
+	switch req.Op {
+	case ratelimit.OpTake:
 		o := alg.Step(&e.state, now, args)
 		e.expires = now + expiry(o.ResetAfter)
 		return o.Decision(args.Limit), nil
@@ -279,6 +301,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		}
 	case ratelimit.OpReset:
 		if e != nil {
+			e.expires = dead
 			t.keys.del(h, req.Key)
 			sh.size--
 			sh.bytes -= cost(req.Key)
@@ -301,19 +324,6 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		return ratelimit.Decision{}, fmt.Errorf("localstore: unknown op %d", req.Op)
 	}
 	return sh.peek(alg, e, now, args, true), nil
-}
-
-// lookup is the entry of key, of hash h, in t, a table of sh, or nil; sh.mu is held. It
-// runs the shard's sweep when one is due, and empties an entry back to full.
-func (s *Store) lookup(sh *shard, t *table, h uint64, key string, now int64) *entry {
-	// the step gets the caller's now, and the key's own latest instant in its state: a
-	// clock that stepped back is held per key, and durations count from the caller's clock
-	sh.sweepIfDue(now, s.sweepEvery)
-	e := t.keys.get(h, key)
-	if e != nil && e.expires <= now {
-		e.reset()
-	}
-	return e
 }
 
 // reset empties a state back to full: what is left counts for nothing, whatever the rule
@@ -349,10 +359,13 @@ func checkAlgorithm(alg *ratelimit.Algorithm) error {
 	return nil
 }
 
-// newTake returns the takes of sp: Apply's path for a take, and a bound limiter's. The
-// whole decision is written out in this one function, as each call on the way would cost
-// a good part of it. (Not inlined: a copy of the closure inlined into addSpace is
-// compiled with less inlined into it.)
+// newTake returns the takes of sp: Apply's path for a take, and a bound limiter's. A
+// take of an existing key finds it without the shard's lock and decides holding only the
+// key's; a new key, a rule never prepared in the shard, or a sweep due takes the shard's
+// lock. The step gets the caller's now, and the key's own latest instant in its state: a
+// clock that stepped back is held per key, and durations count from the caller's clock.
+// (Not inlined: a copy of the closure inlined into addSpace is compiled with less inlined
+// into it.)
 //
 //go:noinline
 func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
@@ -370,28 +383,60 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 		}
 		h := maphash.String(s.seed, key) // chooses the shard, and finds the key in it
 		sh := &s.shards[h&s.mask]
+		if sp.ord < fewSpaces {
+			if t := sh.tables[sp.ord].Load(); t != nil {
+				next := sh.nextSweep.Load()
+				p := t.last.Load()
+				if now < next && now >= next-2*s.sweepEvery && rule == p.rule && n >= 1 && n <= p.args.Limit {
+					var e *entry // t.keys.get(h, key), written out: too large to be inlined
+					if ps := t.keys.slots.Load(); ps != nil {
+						slots, hu := *ps, h|used
+						mask := uint64(len(slots) - 1)
+						for i, m := (hu>>32)&mask, len(slots); m > 0; i, m = (i+1)&mask, m-1 {
+							if sh := slots[i].hash.Load(); sh == hu {
+								if c := slots[i].e.Load(); c.key == key {
+									e = c
+									break
+								}
+							} else if sh == 0 {
+								break
+							}
+						}
+					}
+					if e != nil {
+						e.mu.Lock()
+						if e.expires != dead { // e.take, written out
+							defer e.mu.Unlock() // a third party's Step may panic
+							if e.expires <= now {
+								e.reset()
+							}
+							args := p.args
+							args.N = n
+							o := sp.alg.Step(&e.state, now, args)
+							e.expires = now + expiry(o.ResetAfter)
+							return o, args.Limit, nil
+						}
+						e.mu.Unlock() // removed since get found it: under the shard's lock
+					}
+				}
+			}
+		}
 		sh.mu.Lock()
 		defer sh.mu.Unlock() // deferred: a third party's Step that panics must not leave the shard locked
-		var t *table         // sh.table(sp), its fast path inlined
-		if sp.ord < len(sh.tables) {
-			t = sh.tables[sp.ord]
-		}
-		if t == nil {
-			t = sh.otherTable(sp)
-		}
-		args := t.args // the Args of the table's last rule, good if rule is the same
-		if rule != t.rule || n < 1 || n > args.Limit {
-			var err error
-			if args, err = t.prepare(rule, n); err != nil {
-				return ratelimit.Outcome{}, 0, err
-			}
+		t := sh.table(sp)
+		args, err := t.argsFor(rule, n)
+		if err != nil {
+			return ratelimit.Outcome{}, 0, err
 		}
 		args.N = n
 		sh.sweepIfDue(now, s.sweepEvery)
 		e := t.keys.get(h, key)
 		if e == nil {
-			e = s.add(sh, &t.keys, h, key, now)
-		} else if e.expires <= now {
+			e = s.add(sh, &t.keys, h, key, now, &entry{})
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock() // an entry in the index under its shard's lock is not dead
+		if e.expires <= now {
 			e.reset()
 		}
 		o := sp.alg.Step(&e.state, now, args)
@@ -421,14 +466,15 @@ func (sh *shard) peek(alg *ratelimit.Algorithm, e *entry, now int64, args rateli
 	return alg.Step(st, now, args).Decision(args.Limit)
 }
 
-// add holds a new key in keys, a table of sh, evicting others while the shard is full
-// in keys or in bytes.
-func (s *Store) add(sh *shard, keys *index, h uint64, key string, now int64) *entry {
+// add holds e, new, for a new key in keys, a table of sh, evicting others while the
+// shard is full in keys or in bytes; sh.mu is held.
+func (s *Store) add(sh *shard, keys *index, h uint64, key string, now int64, e *entry) *entry {
 	c := cost(key)
 	for sh.size > 0 && (sh.size >= s.perShard || sh.bytes+c > s.maxBytes) {
-		sh.evict(h, now)
+		if !sh.evict(h, now) {
+			break // every key sampled is in use this instant: one over the cap, for now
+		}
 	}
-	e := &entry{}
 	keys.put(h, key, e)
 	sh.size++
 	sh.bytes += c
@@ -518,8 +564,10 @@ func findSpace(spaces *[]*space, alg *ratelimit.Algorithm, ns string) *space {
 
 // table is this shard's table of sp; sh.mu is held.
 func (sh *shard) table(sp *space) *table {
-	if ord := sp.ord; ord < len(sh.tables) && sh.tables[ord] != nil {
-		return sh.tables[ord]
+	if sp.ord < fewSpaces {
+		if t := sh.tables[sp.ord].Load(); t != nil {
+			return t
+		}
 	}
 	return sh.otherTable(sp)
 }
@@ -533,22 +581,25 @@ func (sh *shard) otherTable(sp *space) *table {
 		if sh.more == nil {
 			sh.more = make(map[*space]*table)
 		}
-		t := &table{alg: sp.alg}
+		t := newTable(sp.alg)
 		sh.more[sp] = t
 		return t
 	}
-	if sp.ord >= len(sh.tables) {
-		sh.tables = append(sh.tables, make([]*table, sp.ord+1-len(sh.tables))...)
-	}
-	t := &table{alg: sp.alg}
-	sh.tables[sp.ord] = t
+	t := newTable(sp.alg)
+	sh.tables[sp.ord].Store(t)
+	return t
+}
+
+func newTable(alg *ratelimit.Algorithm) *table {
+	t := &table{alg: alg}
+	t.last.Store(&prepared{}) // a zero rule, which no decision has
 	return t
 }
 
 // eachTable calls f with every table of the shard; sh.mu is held.
 func (sh *shard) eachTable(f func(*table)) {
-	for _, t := range sh.tables {
-		if t != nil {
+	for i := range sh.tables {
+		if t := sh.tables[i].Load(); t != nil {
 			f(t)
 		}
 	}
@@ -557,11 +608,15 @@ func (sh *shard) eachTable(f func(*table)) {
 	}
 }
 
-// prepare is t.alg.Prepare(rule, n), remembered for the next request with the same rule.
-func (t *table) prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+// argsFor is t.alg.Prepare(rule, n), remembered for the next request with the same
+// rule; sh.mu is held.
+func (t *table) argsFor(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	if p := t.last.Load(); rule == p.rule && n >= 1 && n <= p.args.Limit {
+		return p.args, nil
+	}
 	a, err := t.alg.Prepare(rule, n)
 	if err == nil {
-		t.rule, t.args = rule, a
+		t.last.Store(&prepared{rule, a})
 	}
 	return a, err
 }
@@ -569,16 +624,24 @@ func (t *table) prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 // sweepIfDue sweeps the shard when its sweep is due, or the clock stepped back; sh.mu
 // is held.
 func (sh *shard) sweepIfDue(now, every int64) {
-	if now >= sh.nextSweep || now < sh.nextSweep-2*every {
+	if next := sh.nextSweep.Load(); now >= next || now < next-2*every {
 		sh.sweep(now)
-		sh.nextSweep = now + every
+		sh.nextSweep.Store(now + every)
 	}
 }
 
-// sweep drops every key that is back to full.
+// sweep drops every key that is back to full; sh.mu is held.
 func (sh *shard) sweep(now int64) {
 	sh.eachTable(func(t *table) {
-		t.keys.sweep(func(e *entry) bool { return e.expires <= now }, func(k string) {
+		t.keys.sweep(func(e *entry) bool {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if e.expires <= now {
+				e.expires = dead
+				return true
+			}
+			return false
+		}, func(k string) {
 			sh.size--
 			sh.bytes -= cost(k)
 		})
@@ -592,8 +655,10 @@ func (sh *shard) sweep(now int64) {
 
 // evict drops one key of the largest table: the first expired one among a few sampled
 // (from a place the hash of the key coming in picks), or else the sampled one that will
-// be full soonest.
-func (sh *shard) evict(h uint64, now int64) {
+// be full soonest; sh.mu is held. A key whose lock is held this instant (a decision on
+// it, or a batch of this goroutine's) is passed over; evict reports whether it dropped
+// one.
+func (sh *shard) evict(h uint64, now int64) bool {
 	var largest *index
 	sh.eachTable(func(t *table) {
 		if largest == nil || t.keys.n > largest.n {
@@ -601,16 +666,32 @@ func (sh *shard) evict(h uint64, now int64) {
 		}
 	})
 	if largest == nil || largest.n == 0 {
-		return
+		return false
 	}
 	victim, soonest := -1, int64(0)
 	largest.sample(h>>7, evictSamples, func(i int) bool {
-		if e := largest.slots[i].e; victim < 0 || e.expires < soonest {
-			victim, soonest = i, e.expires
+		e := largest.at(i)
+		if !e.mu.TryLock() {
+			return true
 		}
+		if victim >= 0 && e.expires >= soonest {
+			e.mu.Unlock()
+			return true
+		}
+		if victim >= 0 {
+			largest.at(victim).mu.Unlock()
+		}
+		victim, soonest = i, e.expires // held locked until it is dropped or another is chosen
 		return soonest > now
 	})
+	if victim < 0 {
+		return false
+	}
+	e := largest.at(victim)
+	e.expires = dead
+	e.mu.Unlock()
 	sh.size--
-	sh.bytes -= cost(largest.slots[victim].key)
+	sh.bytes -= cost(e.key)
 	largest.removeAt(victim)
+	return true
 }
