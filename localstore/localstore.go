@@ -361,8 +361,7 @@ func checkAlgorithm(alg *ratelimit.Algorithm) error {
 
 // newTake returns the takes of sp: Apply's path for a take, and a bound limiter's. A
 // take of an existing key finds it without the shard's lock and decides holding only the
-// key's; a new key, a rule never prepared in the shard, or a sweep due takes the shard's
-// lock. The step gets the caller's now, and the key's own latest instant in its state: a
+// key's; a new key or a sweep due takes the shard's lock. The step gets the caller's now, and the key's own latest instant in its state: a
 // clock that stepped back is held per key, and durations count from the caller's clock.
 // (Not inlined: a copy of the closure inlined into addSpace is compiled with less inlined
 // into it.)
@@ -385,9 +384,7 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 		sh := &s.shards[h&s.mask]
 		if sp.ord < fewSpaces {
 			if t := sh.tables[sp.ord].Load(); t != nil {
-				next := sh.nextSweep.Load()
-				p := t.last.Load()
-				if now < next && now >= next-2*s.sweepEvery && rule == p.rule && n >= 1 && n <= p.args.Limit {
+				if next := sh.nextSweep.Load(); now < next && now >= next-2*s.sweepEvery {
 					var e *entry // t.keys.get(h, key), written out: too large to be inlined
 					if ps := t.keys.slots.Load(); ps != nil {
 						slots, hu := *ps, h|used
@@ -404,14 +401,23 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 						}
 					}
 					if e != nil {
+						p := t.last.Load()
+						args := p.args
+						if rule != p.rule || n < 1 || n > args.Limit {
+							// another rule than the table's last: prepared here, not
+							// remembered, as the keys of one table may each have their own
+							var err error
+							if args, err = sp.alg.Prepare(rule, n); err != nil {
+								return ratelimit.Outcome{}, 0, err
+							}
+						}
+						args.N = n
 						e.mu.Lock()
 						if e.expires != dead { // e.take, written out
 							defer e.mu.Unlock() // a third party's Step may panic
 							if e.expires <= now {
 								e.reset()
 							}
-							args := p.args
-							args.N = n
 							o := sp.alg.Step(&e.state, now, args)
 							e.expires = now + expiry(o.ResetAfter)
 							return o, args.Limit, nil

@@ -98,17 +98,26 @@ func TestNoAllocationsOnExistingKey(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	clk := clock.NewFake(start)
-	s := localstore.New(localstore.WithClock(clk))
+	// one shard (its byte cap is too small for two), so that both keys below are in one
+	// table
+	s := localstore.New(localstore.WithClock(clk), localstore.WithMaxBytes(64<<10))
 	for _, k := range limitertest.Kinds {
+		// two keys of one table with rules of their own, decided in turn: neither rule
+		// stays the table's last
 		req := ratelimit.Request{Algorithm: k.Algorithm, Key: "existing", Rule: ratelimit.PerSecond(1000), N: 1}
+		other := ratelimit.Request{Algorithm: k.Algorithm, Key: "other", Rule: ratelimit.PerMinute(5000), N: 1}
 		ctx := context.Background()
-		if _, err := s.Apply(ctx, req); err != nil {
-			t.Fatal(err)
+		for _, r := range []ratelimit.Request{req, other} {
+			if _, err := s.Apply(ctx, r); err != nil {
+				t.Fatal(err)
+			}
 		}
 		allocs := testing.AllocsPerRun(1000, func() {
 			clk.Advance(time.Millisecond)
-			if _, err := s.Apply(ctx, req); err != nil {
-				t.Fatal(err)
+			for _, r := range []ratelimit.Request{req, other} {
+				if _, err := s.Apply(ctx, r); err != nil {
+					t.Fatal(err)
+				}
 			}
 		})
 		if allocs != 0 {
