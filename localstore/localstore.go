@@ -390,12 +390,12 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 						slots, hu := *ps, h|used
 						mask := uint64(len(slots) - 1)
 						for i, m := (hu>>32)&mask, len(slots); m > 0; i, m = (i+1)&mask, m-1 {
-							if sh := slots[i].hash.Load(); sh == hu {
+							if got := slots[i].hash.Load(); got == hu {
 								if c := slots[i].e.Load(); c.key == key {
 									e = c
 									break
 								}
-							} else if sh == 0 {
+							} else if got == 0 {
 								break
 							}
 						}
