@@ -413,7 +413,7 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 						}
 						args.N = n
 						e.mu.Lock()
-						if e.expires != dead { // e.take, written out
+						if e.expires != dead { // not removed since the lookup found it
 							defer e.mu.Unlock() // a third party's Step may panic
 							if e.expires <= now {
 								e.reset()
@@ -422,7 +422,7 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 							e.expires = now + expiry(o.ResetAfter)
 							return o, args.Limit, nil
 						}
-						e.mu.Unlock() // removed since get found it: under the shard's lock
+						e.mu.Unlock() // removed meanwhile: look again under the shard's lock
 					}
 				}
 			}
