@@ -80,4 +80,9 @@ func TestShardsHoldTheCap(t *testing.T) {
 			t.Errorf("WithMaxKeys(%d): %d shards of %d; want %d of %d", tc.maxKeys, len(s.shards), s.perShard, tc.shards, tc.perShard)
 		}
 	}
+	// TestNoAllocationsOnExistingKey counts on this: a byte cap of one shard's least
+	// makes one shard, whatever the cap on keys
+	if s := New(WithMaxBytes(minShardBytes)); len(s.shards) != 1 {
+		t.Errorf("WithMaxBytes(%d): %d shards; want 1", minShardBytes, len(s.shards))
+	}
 }

@@ -82,7 +82,12 @@ var waitingCalls = sync.Pool{New: func() any { return &call{done: make(chan stru
 
 // name is the Redis key of part (as "<prefix>:<algorithm>:<part>:") for the call's key;
 // writeName writes it to b, and nameLen is its length.
-func (c *call) name(part string) string { return part + c.ra.nsForm + c.pre + c.key + c.post }
+func (c *call) name(part string) string {
+	var b strings.Builder
+	b.Grow(c.nameLen(part))
+	c.writeName(&b, part)
+	return b.String()
+}
 
 func (c *call) writeName(b *strings.Builder, part string) {
 	b.WriteString(part)
