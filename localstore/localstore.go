@@ -361,8 +361,9 @@ func checkAlgorithm(alg *ratelimit.Algorithm) error {
 
 // newTake returns the takes of sp: Apply's path for a take, and a bound limiter's. A
 // take of an existing key finds it without the shard's lock and decides holding only the
-// key's; a new key or a sweep due takes the shard's lock. The step gets the caller's now, and the key's own latest instant in its state: a
-// clock that stepped back is held per key, and durations count from the caller's clock.
+// key's; a new key or a sweep due takes the shard's lock. The step gets the caller's now,
+// and the key's own latest instant in its state: a clock that stepped back is held per
+// key, and durations count from the caller's clock.
 // (Not inlined: a copy of the closure inlined into addSpace is compiled with less inlined
 // into it.)
 //

@@ -119,14 +119,13 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	if st.Level+a.N <= a.Limit && weighted+(st.Level+a.N)*ticks <= a.Limit*ticks {
 		st.Level += a.N
 		d.Allowed = true
-		d.Remaining = max(0, a.Limit-st.Level-mathx.CeilDiv(weighted, ticks))
 	} else {
 		d.Wait = mathx.Micros(retryAt(st, start, ticks, a) - now)
-		// Remaining is 0 after a denied n of 1, without its division: the estimate
-		// exceeds Limit - 1, so ceil(weighted / ticks) >= Limit - Level
-		if a.N > 1 {
-			d.Remaining = max(0, a.Limit-st.Level-mathx.CeilDiv(weighted, ticks))
-		}
+	}
+	// Remaining is 0 after a denied n of 1, without its division: the estimate exceeds
+	// Limit - 1, so ceil(weighted / ticks) >= Limit - Level
+	if d.Allowed || a.N > 1 {
+		d.Remaining = max(0, a.Limit-st.Level-mathx.CeilDiv(weighted, ticks))
 	}
 	switch {
 	case st.Level > 0:
