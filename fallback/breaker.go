@@ -39,7 +39,10 @@ func (s BreakerState) String() string {
 // at least MinCalls were made and at least FailureRate of them failed (a timeout, or an
 // error wrapping ratelimit.ErrUnavailable): a rate over a window, as resilience libraries
 // do, so that a burst of callers timing out together under a CPU spike does not open it
-// while the primary answers nearly everyone.
+// while the primary answers nearly everyone. Timeouts without an error open it only
+// once they have gone on into a second tenth of the Window: a burst of them within a
+// tenth (the process starved of CPU as a load starts) does not, even with no answer
+// beside them.
 type Breaker struct {
 	// FailureRate is the share of failed calls that opens the breaker, in (0, 1] (0.5).
 	FailureRate float64
@@ -68,11 +71,21 @@ type breaker struct {
 	window   [slices]struct {
 		start           atomic.Int64 // which slice of time it counts (UnixNano / slice)
 		calls, failures atomic.Int64
+		errors          atomic.Int64 // the failures that were errors, not timeouts
 	}
 }
 
+// callResult is how a call of the primary ended, for the breaker.
+type callResult int
+
+const (
+	answered callResult = iota
+	timedOut            // no answer within the timeout: down, or slow for a moment
+	failed              // an error wrapping ratelimit.ErrUnavailable: down
+)
+
 // record counts a call of the primary that ended at now.
-func (b *breaker) record(now int64, failed bool) {
+func (b *breaker) record(now int64, o callResult) {
 	i := now / b.slice
 	w := &b.window[i%slices]
 	if w.start.Load() != i {
@@ -85,23 +98,34 @@ func (b *breaker) record(now int64, failed bool) {
 		b.mu.Unlock()
 	}
 	w.calls.Add(1)
-	if failed {
+	if o != answered {
 		w.failures.Add(1)
+	}
+	if o == failed {
+		w.errors.Add(1)
 	}
 }
 
-// tripped reports whether the window's failure rate opens the breaker at now.
+// tripped reports whether the window's failure rate opens the breaker at now. Timeouts
+// alone open it only once they have lasted into a second slice of the window: a burst of
+// them within one tenth of it is the process starved of CPU for a moment (a load's
+// start, a pause), more likely than a Redis that went away; an error says so at once.
 func (b *breaker) tripped(now int64) bool {
 	i := now / b.slice
-	var calls, failures int64
+	var calls, failures, errors, failing int64
 	for j := range b.window {
 		w := &b.window[j]
 		if s := w.start.Load(); s > i-slices && s <= i {
 			calls += w.calls.Load()
-			failures += w.failures.Load()
+			f := w.failures.Load()
+			failures += f
+			errors += w.errors.Load()
+			if f > 0 {
+				failing++
+			}
 		}
 	}
-	return calls >= b.minCalls && float64(failures) >= b.rate*float64(calls)
+	return calls >= b.minCalls && float64(failures) >= b.rate*float64(calls) && (errors > 0 || failing >= 2)
 }
 
 // forget clears the window, when the breaker closes: the failures before it are history.
@@ -136,18 +160,18 @@ func (b *breaker) success(probe bool) {
 		b.move(HalfOpen, Closed)
 		return
 	}
-	b.record(clock.UnixNano(b.clock), false)
+	b.record(clock.UnixNano(b.clock), answered)
 }
 
-// failure records that the primary was unavailable.
-func (b *breaker) failure(probe bool) {
+// failure records that the primary was unavailable (o is timedOut or failed).
+func (b *breaker) failure(probe bool, o callResult) {
 	now := clock.UnixNano(b.clock)
 	if probe {
 		b.openedAt.Store(now)
 		b.move(HalfOpen, Open)
 		return
 	}
-	b.record(now, true)
+	b.record(now, o)
 	if BreakerState(b.state.Load()) == Closed && b.tripped(now) {
 		b.openedAt.Store(now)
 		b.move(Closed, Open)

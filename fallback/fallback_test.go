@@ -159,7 +159,8 @@ func TestOneProbe(t *testing.T) {
 }
 
 // TestTimeoutBoundsTheWait: a primary that ignores its context holds no decision longer
-// than the timeout.
+// than the timeout; timeouts alone open the breaker once they have gone on into a second
+// tenth of its window (100ms), and no decision waits after that.
 func TestTimeoutBoundsTheWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newPrimary()
@@ -167,7 +168,8 @@ func TestTimeoutBoundsTheWait(t *testing.T) {
 		defer close(release)
 		p.hangUntil(release)
 		s := fallback.New(p, localstore.New(), fallback.WithTimeout(3*time.Millisecond))
-		for i := range fallback.DefaultMinCalls + 2 {
+		const tripping = 33 // its timeout, at 34 * 3ms, is the first past 100ms
+		for i := range tripping + 3 {
 			start := time.Now()
 			d, err := s.Apply(t.Context(), req("k", ratelimit.PerHour(100)))
 			waited := time.Since(start)
@@ -175,12 +177,39 @@ func TestTimeoutBoundsTheWait(t *testing.T) {
 				t.Fatalf("decision %d: %+v, %v", i, d, err)
 			}
 			want := 3 * time.Millisecond
-			if i >= fallback.DefaultMinCalls {
+			if i > tripping {
 				want = 0 // the breaker is open: no wait at all
 			}
 			if waited != want {
-				t.Errorf("decision %d waited %v; want %v", i, waited, want)
+				t.Errorf("decision %d waited %v; want %v (breaker %v)", i, waited, want, s.BreakerState())
 			}
+		}
+	})
+}
+
+// TestTimeoutBurstKeepsBreakerClosed: a burst of timeouts within a tenth of the window, as
+// when the process is starved of CPU as a load starts, does not open the breaker, even
+// with no answer beside them; an error wrapping ErrUnavailable among them does.
+func TestTimeoutBurstKeepsBreakerClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		release := make(chan struct{})
+		p.hangUntil(release)
+		s := fallback.New(p, localstore.New(), fallback.WithTimeout(time.Millisecond))
+		var wg sync.WaitGroup
+		for range 50 { // 50 callers at once, each timing out after 1ms
+			wg.Go(func() { s.Apply(t.Context(), req("k", ratelimit.PerHour(100))) })
+		}
+		wg.Wait()
+		if s.BreakerState() != fallback.Closed {
+			t.Fatalf("a burst of 50 timeouts within 1ms opened the breaker")
+		}
+		p.heal() // no more hanging
+		close(release)
+		p.fail(errDown)
+		s.Apply(t.Context(), req("k", ratelimit.PerHour(100)))
+		if s.BreakerState() != fallback.Open {
+			t.Fatalf("an error after 50 timeouts left the breaker %v", s.BreakerState())
 		}
 	})
 }

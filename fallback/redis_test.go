@@ -24,6 +24,7 @@ import (
 type instance struct {
 	limiter  ratelimit.Limiter
 	store    *fallback.Store
+	redis    *redisstore.Store
 	bySource [2]atomic.Int64
 }
 
@@ -32,7 +33,8 @@ func newInstance(t *testing.T, client redis.Scripter, local ratelimit.Store, rul
 	opts = append(opts, fallback.WithHooks(fallback.Hooks{
 		OnDecision: func(src fallback.Source, _ time.Duration) { in.bySource[src].Add(1) },
 	}))
-	in.store = fallback.New(redisstore.New(client, redisstore.WithPrefix("fb")), local, opts...)
+	in.redis = redisstore.New(client, redisstore.WithPrefix("fb"))
+	in.store = fallback.New(in.redis, local, opts...)
 	l, err := tokenbucket.New(in.store, rule)
 	if err != nil {
 		t.Fatal(err)

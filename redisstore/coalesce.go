@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,16 +36,18 @@ import (
 // DefaultMaxBatch is how many decisions one call of the batch script decides at most.
 const DefaultMaxBatch = 128
 
-// maxFlights is how many calls one store keeps in flight at once: more than one, so that
-// a node has the next batch to run while the reply of one travels back and its callers
-// queue their next decisions. Three decided most at 32 callers on 2 CPUs shared with the
-// server (against two and four) while a decision went out alone whenever a flight was
-// free; since only an idle node sends one alone, two decide more than three (and one
-// less), with larger batches. A cluster's masters share them, each with one at least:
-// one flight per master of three decided more than three each, as more flights only make
-// smaller batches once every master has one. (The figures are in the commit messages of
-// f21fa96, abf6f7c and of the change to two: git log -S'maxFlights = 2'.)
+// maxFlights is how many calls one store keeps in flight at once to a server that
+// answers fast (see flightCap): more than one, so that a node has the next batch to run
+// while the reply of one travels back and its callers queue their next decisions. On
+// loopback, with 2 CPUs shared with the server, two decided more than three at 32 and at
+// 256 callers, and one less than two. A cluster's masters share them, each with one at
+// least: more flights only make smaller batches once every master has one.
 const maxFlights = 2
+
+// maxFlightsFar bounds flightCap for a server far away: at most this many, and half of
+// the client's pool, so that the store's flights never wait for a connection of its own
+// pool and leave room for the application's commands.
+const maxFlightsFar = 16
 
 // MaxBatch is the most WithMaxBatch allows: a batch script unpacks its calls' keys and
 // its reply's values onto Lua's stack, which holds 8000 values at most.
@@ -106,8 +109,8 @@ func (c *call) nameLen(part string) int {
 var errAlone = errors.New("redisstore: decide alone")
 
 // errGaveUp marks a call whose caller has given up: its context ended before its batch
-// went out, or its batch ran until the latest of its callers' deadlines (and so past its
-// own). Its caller returns its context's error, never this.
+// went out, or its batch waited for a connection until the latest of its callers'
+// deadlines (and so past its own). Its caller returns its context's error, never this.
 var errGaveUp = errors.New("redisstore: the caller gave up")
 
 // node is the coalescing queue of one Redis server (the store's client, or one master
@@ -118,6 +121,10 @@ type node struct {
 	mu      sync.Mutex
 	flights int
 	waiting []*call
+	// how many connections of the client's pool its flights have been warmed to (see
+	// warm), and whether a warming runs now
+	warmed  atomic.Int32
+	warming atomic.Bool
 }
 
 // coalescing reports whether decisions may ride together: a *redis.Client, or a
@@ -136,25 +143,31 @@ func (s *Store) coalescing() bool {
 }
 
 // coalesce decides c alone if its node is idle, else with the next batch to its node.
+// Either way the call goes out from a goroutine of the store's (see fly), and the caller
+// waits for it only as long as its context allows: a reply that comes after the caller
+// has given up is still read, and its connection kept.
 func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, error) {
 	n, err := s.node(ctx, c)
 	if err != nil {
 		return s.single(ctx, c) // the cluster client says why, or routes it
 	}
-	n.mu.Lock()
-	if n.flights == 0 { // an idle node: at once, alone
-		n.flights++
-		s.flying.Add(1)
-		n.mu.Unlock()
-		defer s.landed(n) // even if the client panics: a flight that never lands would stall the node
-		return s.single(ctx, c)
+	if limit := s.flightCap(); n.warmed.Load() < int32(limit) {
+		s.warm(n, limit)
 	}
 	w := waitingCalls.Get().(*call)
 	done := w.done
 	*w = *c
 	w.ctx, w.done = ctx, done
+	n.mu.Lock()
 	n.waiting = append(n.waiting, w)
-	if s.mayFly(n) { // a flight is free
+	switch {
+	case n.flights == 0: // an idle node: at once, alone
+		n.flights++
+		s.flying.Add(1)
+		batch := n.take(1)
+		n.mu.Unlock()
+		go s.fly(n, batch)
+	case s.mayFly(n): // a flight is free
 		n.flights++
 		s.flying.Add(1)
 		if len(n.waiting) == 1 {
@@ -174,13 +187,13 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, erro
 			n.mu.Unlock()
 			go s.fly(n, batch)
 		}
-	} else {
+	default:
 		n.mu.Unlock()
 	}
 	select {
 	case <-w.done:
-	case <-ctx.Done():
-		return ratelimit.Decision{}, ctx.Err() // w is left to its batch, not recycled
+	case <-ctx.Done(): // w is left to its flight, not recycled
+		return ratelimit.Decision{}, s.ended(ctx, c)
 	}
 	d, err := w.d, w.err
 	*w = call{done: w.done}
@@ -189,19 +202,98 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, erro
 		return s.single(ctx, c)
 	}
 	if errors.Is(err, errGaveUp) {
-		// this caller's deadline has passed; its context ends now if it has not yet (its
-		// timer may fire just after the batch's), and it returns its context's error, as
-		// a decision sent alone does: a caller that gave up says nothing about Redis
-		<-ctx.Done()
-		return ratelimit.Decision{}, ctx.Err()
+		// this caller's context ended before its batch went out, or ends now
+		return ratelimit.Decision{}, s.ended(ctx, c)
 	}
 	return d, err
 }
 
-// mayFly reports whether a call may go out to n now: while n has fewer than maxFlights
-// in flight and the store fewer than maxFlights in all, or n none; n.mu is held.
+// ended is the error of a call whose context ended before its answer came, as a call
+// sent alone gets it: a deadline is Redis not deciding in time (ErrUnavailable, and the
+// deadline), a cancellation the caller's own, which says nothing about Redis.
+func (s *Store) ended(ctx context.Context, c *call) error {
+	<-ctx.Done()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return s.failed(c.sc.alg, ctx.Err())
+	}
+	return ctx.Err()
+}
+
+// mayFly reports whether a call may go out to n now: while n has fewer than flightCap in
+// flight and the store fewer than flightCap in all, or n none; n.mu is held.
 func (s *Store) mayFly(n *node) bool {
-	return n.flights == 0 || n.flights < maxFlights && s.flying.Load() < maxFlights
+	limit := s.flightCap()
+	return n.flights == 0 || n.flights < limit && s.flying.Load() < int32(limit)
+}
+
+// flightCap is how many calls the store keeps in flight at once: maxFlights to a server
+// that answers within flightStep, one more for each further flightStep its calls take
+// (flightTime), up to maxFlightsFar. A waiting decision waits for a flight to land, up to
+// a round trip: near, batches are what saves time; far, flights, so that a decision
+// rarely waits a round trip before its own.
+func (s *Store) flightCap() int {
+	far := int(s.flightTime.Load() / int64(flightStep))
+	return min(maxFlights+far, s.maxFlightsFar)
+}
+
+// flightStep is the round trip that earns a store one more flight (see flightCap).
+const flightStep = 500 * time.Microsecond
+
+// warm opens and readies limit connections to n in the background, unless a warming
+// runs already: limit PINGs at once, so that each needs a connection of its own. go-redis
+// dials a connection when a call finds none idle, and readies it (HELLO, CLIENT SETINFO:
+// round trips of their own) within that first call; warmed first, a flight never pays for
+// a connection inside the decisions it carries, which on a Redis a few milliseconds away
+// would take them past a fallback's timeout. The PINGs' round trips are timed too: the
+// first decisions then see how far the server is (see flightCap). A warming that fails
+// is tried again by a later decision.
+func (s *Store) warm(n *node, limit int) {
+	if !n.warming.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer n.warming.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+		defer cancel()
+		s.warmNow(ctx, n, limit)
+	}()
+}
+
+// warmNow is warm's work, done before it returns.
+func (s *Store) warmNow(ctx context.Context, n *node, limit int) error {
+	errs := make([]error, limit)
+	var wg sync.WaitGroup
+	for i := range limit {
+		wg.Go(func() {
+			start := time.Now()
+			if errs[i] = n.to.Process(noDeadline{ctx}, redis.NewStatusCmd(ctx, "ping")); errs[i] == nil {
+				s.timed(time.Since(start))
+			}
+		})
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err == nil && n.warmed.Load() < int32(limit) {
+		n.warmed.Store(int32(limit))
+	}
+	return err
+}
+
+// warmTimeout bounds a warming's PINGs.
+const warmTimeout = 5 * time.Second
+
+// timed records how long a flight took: flightTime moves an eighth of the way to it (is
+// set to it, the first time).
+func (s *Store) timed(d time.Duration) {
+	for {
+		old, now := s.flightTime.Load(), int64(d)
+		if old != 0 {
+			now = old + (now-old)/8
+		}
+		if s.flightTime.CompareAndSwap(old, max(1, now)) {
+			return
+		}
+	}
 }
 
 // landed ends a flight of n: the waiting decisions go out next, from a goroutine.
@@ -250,8 +342,11 @@ func (s *Store) fly(n *node, batch []*call) {
 	}
 }
 
-// flyBatch decides batch in one call of the batch script, and hands each call its answer.
-// Calls whose callers have given up are left out.
+// flyBatch decides batch in one call of the batch script (or of the algorithm's own
+// script, for a batch of one), and hands each call its answer. Calls whose callers have
+// given up are left out. The call is sent on its callers' contexts without their
+// deadlines (see noDeadline), so that a reply that comes after they have given up is
+// still read and its connection kept.
 func (s *Store) flyBatch(n *node, batch []*call) {
 	live := batch[:0]
 	for _, c := range batch {
@@ -265,11 +360,24 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 	if len(live) == 0 {
 		return
 	}
+	start := time.Now()
+	if len(live) == 1 {
+		c := live[0]
+		c.d, c.err = s.safeSingle(noDeadline{c.ctx}, c)
+		if c.err == nil {
+			s.timed(time.Since(start))
+		}
+		c.done <- struct{}{}
+		return
+	}
 	ctx, cancel := batchContext(live)
-	defer cancel()
-	ds, err := s.safeDecideBatch(ctx, n, live)
+	ds, err := s.safeDecideBatch(noDeadline{ctx}, n, live)
 	if err != nil && ctx.Err() != nil {
-		err = errGaveUp // the batch ran until the latest of its callers' deadlines
+		err = errGaveUp // it waited for a connection until the latest of its callers' deadlines
+	}
+	cancel()
+	if err == nil { // a failed call's time says how long a timeout is, not a round trip
+		s.timed(time.Since(start))
 	}
 	for i, c := range live {
 		if err != nil {
@@ -279,6 +387,17 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 		}
 		c.done <- struct{}{}
 	}
+}
+
+// safeSingle is single, with a panic of the client turned into an error, as
+// safeDecideBatch.
+func (s *Store) safeSingle(ctx context.Context, c *call) (d ratelimit.Decision, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			d, err = ratelimit.Decision{}, fmt.Errorf("redisstore: %s: the client panicked: %v: %w", c.sc.alg, p, ratelimit.ErrUnavailable)
+		}
+	}()
+	return s.single(ctx, c)
 }
 
 // safeDecideBatch is decideBatch, with a panic of the client turned into an error for
@@ -293,7 +412,9 @@ func (s *Store) safeDecideBatch(ctx context.Context, n *node, calls []*call) (ds
 }
 
 // batchContext is the context of a batch's call: no caller's cancellation reaches it,
-// and it ends at the latest of the callers' deadlines (none if one has none).
+// and it ends at the latest of the callers' deadlines (never, if one has none). A batch
+// is sent on it without its deadline (see noDeadline): go-redis waits for a connection
+// only until it ends, and reads the reply whenever it comes.
 func batchContext(batch []*call) (context.Context, context.CancelFunc) {
 	var latest time.Time
 	for _, c := range batch {

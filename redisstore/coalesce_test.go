@@ -258,23 +258,26 @@ func TestCoalescedContention(t *testing.T) {
 // before its batch goes out is not counted.
 func TestCoalescedCancel(t *testing.T) {
 	srv := redistest.Start(t)
-	p := startProxy(t, srv.Addr)
-	client := redis.NewClient(&redis.Options{Addr: p.addr, PoolSize: redisstore.MaxFlights + 2})
+	p := redistest.StartProxy(t, srv.Addr)
+	client := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: redisstore.MaxFlights + 2})
 	t.Cleanup(func() { client.Close() })
-	s := redisstore.New(client, redisstore.WithPrefix("cancel"))
+	s := redisstore.New(client, redisstore.WithPrefix("cancel")) // a pool of 4: MaxFlights at most
 	rule := ratelimit.PerHour(1000)
 	take := func(ctx context.Context, key string) (ratelimit.Decision, error) {
 		return s.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1})
 	}
+	if err := s.LoadScripts(context.Background(), tokenbucket.Algorithm()); err != nil {
+		t.Fatal(err) // and its connections warmed: no PING of a warming takes a held reply
+	}
 	if _, err := take(context.Background(), "warm"); err != nil {
 		t.Fatal(err)
 	}
-	p.delayNext.Store(redisstore.MaxFlights) // the next replies take 300ms: every flight of the node is busy
+	p.HoldNext(redisstore.MaxFlights, 300*time.Millisecond) // the next replies take 300ms: every flight of the node is busy
 	var wg sync.WaitGroup
 	for i := range redisstore.MaxFlights { // one after the other, each a flight of its own
 		wg.Go(func() { take(context.Background(), fmt.Sprint("slow-", i)) })
 		redistest.Eventually(t, "the flight's reply held", func() bool {
-			return p.delayNext.Load() <= int64(redisstore.MaxFlights-1-i)
+			return p.Held() <= int64(redisstore.MaxFlights-1-i)
 		})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -497,12 +500,15 @@ func TestCoalescedMigration(t *testing.T) {
 func TestCoalescedReplyLost(t *testing.T) {
 	srv := redistest.Start(t)
 	direct := srv.Client()
-	p := startProxy(t, srv.Addr)
-	client := redis.NewClient(&redis.Options{Addr: p.addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: 3,
-		MinRetryBackoff: time.Millisecond, MaxRetryBackoff: time.Millisecond})
+	p := redistest.StartProxy(t, srv.Addr)
+	client := redis.NewClient(&redis.Options{Addr: p.Addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: 3,
+		MinRetryBackoff: time.Millisecond, MaxRetryBackoff: time.Millisecond, PoolSize: redisstore.MaxFlights + 2})
 	t.Cleanup(func() { client.Close() })
 	ctx := context.Background()
-	s := redisstore.New(client, redisstore.WithPrefix("lostb"))
+	s := redisstore.New(client, redisstore.WithPrefix("lostb")) // a pool of 4: MaxFlights at most
+	if err := s.LoadScripts(ctx, tokenbucket.Algorithm()); err != nil {
+		t.Fatal(err) // and its connections warmed: no PING of a warming meets a held reply
+	}
 	rule := ratelimit.PerHour(100)
 	take := func(key string) error {
 		_, err := s.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1})
@@ -521,7 +527,7 @@ func TestCoalescedReplyLost(t *testing.T) {
 	}
 	wg.Wait()
 	before := commandCalls(t, direct, "evalsha")
-	p.delayNext.Store(1 << 20) // every reply from now on
+	p.HoldNext(1<<20, 300*time.Millisecond) // every reply from now on
 	errs := make(chan error, redisstore.MaxFlights+5)
 	var keys []string
 	for i := range redisstore.MaxFlights { // one after the other, each a flight of its own

@@ -387,10 +387,11 @@ func TestBusy(t *testing.T) {
 func TestReplyLostIsCountedOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	direct := srv.Client()
-	p := startProxy(t, srv.Addr)
+	p := redistest.StartProxy(t, srv.Addr)
 	client := redis.NewClient(&redis.Options{
-		Addr: p.addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: 3,
+		Addr: p.Addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: 3,
 		MinRetryBackoff: time.Millisecond, MaxRetryBackoff: time.Millisecond,
+		PoolSize: redisstore.MaxFlights + 2, // MaxFlights at most, warmed by LoadScripts below
 	})
 	t.Cleanup(func() { client.Close() })
 	ctx := context.Background()
@@ -404,10 +405,13 @@ func TestReplyLostIsCountedOnce(t *testing.T) {
 	}
 
 	s := redisstore.New(client, redisstore.WithPrefix("lost"))
+	if err := s.LoadScripts(ctx, fixedwindow.Algorithm()); err != nil {
+		t.Fatal(err) // no PING of a warming will meet the held reply
+	}
 	if _, err := apply(t, s, fixedwindow.Algorithm(), "warm", rule, 1); err != nil {
 		t.Fatal(err) // loads the script and opens a connection at full speed
 	}
-	p.delayNext.Store(1)
+	p.HoldNext(1, 300*time.Millisecond)
 	if d, err := apply(t, s, fixedwindow.Algorithm(), "k", rule, 1); !errors.Is(err, ratelimit.ErrUnavailable) || d.Allowed {
 		t.Fatalf("a reply delayed past the read timeout: %+v, %v; want ErrUnavailable", d, err)
 	}
@@ -422,78 +426,13 @@ func TestReplyLostIsCountedOnce(t *testing.T) {
 	if err := client.Ping(ctx).Err(); err != nil {
 		t.Fatal(err) // a pooled connection again, so that the delayed reply is the script's
 	}
-	p.delayNext.Store(1)
+	p.HoldNext(1, 300*time.Millisecond)
 	if err := script.Run(ctx, client, keys, args...).Err(); err != nil {
 		t.Fatalf("the control's retry failed too: %v", err)
 	}
 	if got := count("control"); got != "2" {
 		t.Errorf("the control counted %q times; want 2, or the test cannot see a retry", got)
 	}
-}
-
-// proxy forwards TCP to a server; it holds back the next delayNext replies by 300ms,
-// past the client's read timeout.
-type proxy struct {
-	addr      string
-	delayNext atomic.Int64
-}
-
-func startProxy(t *testing.T, server string) *proxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{addr: l.Addr().String()}
-	var conns sync.WaitGroup
-	var mu sync.Mutex
-	var open []net.Conn
-	t.Cleanup(func() { // close what the clients left open, and wait for the copies to end
-		l.Close()
-		mu.Lock()
-		for _, c := range open {
-			c.Close()
-		}
-		mu.Unlock()
-		conns.Wait()
-	})
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", server)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			open = append(open, c, s)
-			mu.Unlock()
-			conns.Add(2)
-			go func() { defer conns.Done(); io.Copy(s, c); s.Close() }()
-			go func() {
-				defer conns.Done()
-				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := s.Read(buf)
-					if n > 0 {
-						if p.delayNext.Add(-1) >= 0 {
-							time.Sleep(300 * time.Millisecond) // the fault under test: a slow reply
-						}
-						if _, err := c.Write(buf[:n]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return p
 }
 
 // TestClusterSpread: the keys of many tenants spread over all masters.
@@ -701,6 +640,55 @@ func TestGaveUpNotSent(t *testing.T) {
 		}
 		if n := commandCalls(t, admin, "evalsha") - before; n != 1 {
 			t.Errorf("ContextTimeoutEnabled %v: %d EVALSHA after the first; want 1 (the abandoned one never sent)", ctxTimeouts, n)
+		}
+	}
+}
+
+// TestLateReplyKeepsItsConnection: with Redis 20ms away, decisions whose callers give up
+// after 5ms fail with their deadline, but the replies of those already sent are read
+// when they come: the connections stay open and serve the next decisions, whatever the
+// client's ContextTimeoutEnabled, so that a slow Redis costs no new dial and handshake
+// per decision. No decision counts twice.
+func TestLateReplyKeepsItsConnection(t *testing.T) {
+	srv := redistest.Start(t)
+	const pool = 4
+	for _, ctxTimeouts := range []bool{false, true} {
+		for _, batch := range []int{redisstore.DefaultMaxBatch, 1} {
+			p := redistest.StartProxy(t, srv.Addr)
+			client := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: ctxTimeouts, MaxRetries: -1, PoolSize: pool})
+			t.Cleanup(func() { client.Close() })
+			s := redisstore.New(client, freshPrefix(), redisstore.WithMaxBatch(batch))
+			rule := ratelimit.PerHour(1000)
+			if _, err := apply(t, s, tokenbucket.Algorithm(), "warm", rule, 1); err != nil {
+				t.Fatal(err)
+			}
+			p.SetDelay(20 * time.Millisecond)
+			for i := range 40 {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+				_, err := s.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: fmt.Sprint("k", i), Rule: rule, N: 1})
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ratelimit.ErrUnavailable) {
+					t.Fatalf("ContextTimeoutEnabled %v, batch %d: a decision 20ms away with 5ms to wait: %v; want the deadline, as unavailable", ctxTimeouts, batch, err)
+				}
+			}
+			p.SetDelay(0)
+			counted := 0
+			for i := range 40 {
+				d, err := apply(t, s, tokenbucket.Algorithm(), fmt.Sprint("k", i), rule, 1)
+				if err != nil || d.Remaining < 998 {
+					t.Fatalf("ContextTimeoutEnabled %v, batch %d: key %d after its late reply: %+v, %v; want 998 or 999 left (counted at most once)", ctxTimeouts, batch, i, d, err)
+				}
+				if d.Remaining == 998 {
+					counted++
+				}
+			}
+			if counted == 0 {
+				t.Errorf("ContextTimeoutEnabled %v, batch %d: no late decision counted; the test saw none sent", ctxTimeouts, batch)
+			}
+			if n := p.Accepted(); n > pool {
+				t.Errorf("ContextTimeoutEnabled %v, batch %d: %d connections over the run; want at most the pool's %d (late replies read, connections kept)", ctxTimeouts, batch, n, pool)
+			}
+			t.Logf("ContextTimeoutEnabled %v, batch %d: %d of 40 late decisions sent and counted, %d connections", ctxTimeouts, batch, counted, p.Accepted())
 		}
 	}
 }

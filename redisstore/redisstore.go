@@ -30,8 +30,9 @@
 // A decision that finds no call in flight to its server goes out at once, alone: no
 // latency is added when the store is idle. Decisions that arrive while calls are in
 // flight wait for the next one, which decides up to WithMaxBatch (128) of them in one
-// script: as soon as one of the two calls a store keeps in flight is free (the first to
-// wait yields once, for the callers on their way to join it), or when one lands. Each
+// script: as soon as one of the calls a store keeps in flight (two, more to a server far
+// away: see Deadlines) is free (the first to wait yields once, for the callers on their
+// way to join it), or when one lands. Each
 // decision of a batch is decided independently and in order, with its own algorithm,
 // rule, n and op, exactly as alone. Redis then pays its per-command cost
 // (parsing, the script's lookup, the reply) and go-redis its pool and round trip once per
@@ -47,16 +48,30 @@
 //
 // # Deadlines
 //
-// A call returns by the end of its context, whatever the client's options. A client
-// built with ContextTimeoutEnabled (redis.Options, ClusterOptions, RingOptions) applies
-// the context's deadline to its sockets itself, and costs the least; with any other, the
-// store waits for the reply in a goroutine of its own (a future, on an AutoPipeliner) and
-// stops waiting when the context ends, leaving the connection to go-redis's ReadTimeout.
+// A call returns by the end of its context, whatever the client's options: the caller
+// waits for its reply only that long. The command itself is sent on the caller's
+// context without its deadline, from a goroutine of the store's: go-redis waits for a
+// connection (and dials one) only until the context ends, but then reads the reply
+// whenever it comes, within its own ReadTimeout, and keeps the connection. A client with
+// ContextTimeoutEnabled would otherwise close every connection whose reply came after a
+// caller's deadline, and the next decision would pay a new dial and a handshake of
+// several round trips inside its own deadline: on a Redis a few milliseconds away, with
+// a fallback's timeout of 5ms, every decision would time out from then on. The client's
+// ReadTimeout is so how long a late reply is waited for (3s by default; the fallback
+// package suggests 50ms).
 //
-// A script whose caller has given up is not sent: go-redis waits for a connection only
-// as long as the context allows, the store checks the context again before it hands the
-// command over, and with ContextTimeoutEnabled go-redis refuses to write past the
-// deadline. A script already written when the caller gives up runs.
+// A script whose caller has given up before it is handed to the client is not sent:
+// the store checks the context before it hands the command over, and go-redis waits
+// for a connection only as long as the context allows. A script already on its way when
+// the caller gives up runs, and counts once.
+//
+// The store keeps up to two calls in flight to a server that answers within half a
+// millisecond, and one more for each further half millisecond its calls take, up to
+// 16 and half of the client's pool (see Coalescing): a decision to a server far away
+// rarely waits for a flight to land before its own goes out. A first decision, and a
+// rise in the number of flights, warm that many connections in the background (PINGs
+// at once), and LoadScripts does it before it returns: a decision never pays for a new
+// connection's handshake while other connections are warm.
 //
 // # Redis Cluster
 //
@@ -122,6 +137,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -141,13 +157,10 @@ var ErrUnexpectedReply = errors.New("redisstore: unexpected reply")
 type Store struct {
 	client  redis.Scripter
 	process processor // the client's Process, nil if it has none
-	// the client bounds a call by its context's deadline (ContextTimeoutEnabled); else
-	// the store does, so that a caller's deadline holds whatever the client's options
-	deadlines bool
-	prefix    string
-	clock     clock.Clock // nil: Redis TIME
-	scripts   sync.Map    // *ratelimit.Algorithm -> *script
-	batches   sync.Map    // the algorithms' names of a batch, in order -> *script
+	prefix  string
+	clock   clock.Clock // nil: Redis TIME
+	scripts sync.Map    // *ratelimit.Algorithm -> *script
+	batches sync.Map    // the algorithms' names of a batch, in order -> *script
 
 	maxBatch int          // decisions per batch script call; 1: no coalescing
 	one      *node        // the coalescing queue of a *redis.Client
@@ -155,6 +168,10 @@ type Store struct {
 	noFlags  atomic.Bool  // a cluster without script flags: no coalescing
 	flying   atomic.Int32 // calls in flight to all its nodes (see mayFly)
 	seed     maphash.Seed // of the hashes that tell a batch's keys apart
+	// how long a flight takes (nanoseconds, a moving average; see flightCap), and the
+	// most flights the client's pool allows
+	flightTime    atomic.Int64
+	maxFlightsFar int
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -226,13 +243,12 @@ func New(client redis.Scripter, opts ...Option) *Store {
 	s := &Store{client: client, prefix: DefaultPrefix, maxBatch: DefaultMaxBatch, seed: maphash.MakeSeed()}
 	s.process, _ = client.(processor)
 	s.one = &node{to: s.process}
+	s.maxFlightsFar = maxFlightsFar
 	switch c := client.(type) {
 	case *redis.Client:
-		s.deadlines = c.Options().ContextTimeoutEnabled
+		s.maxFlightsFar = min(maxFlightsFar, max(maxFlights, c.Options().PoolSize/2))
 	case *redis.ClusterClient:
-		s.deadlines = c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		s.deadlines = c.Options().ContextTimeoutEnabled
+		s.maxFlightsFar = min(maxFlightsFar, max(maxFlights, c.Options().PoolSize/2))
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -409,9 +425,11 @@ func (s *Store) runOn(ctx context.Context, to processor, sc *script, args []any)
 
 // LoadScripts loads the scripts of algs into Redis (every master of a cluster) now, so
 // that an application can check Redis and warm the store before it serves: the first
-// decisions then cost one round trip each, not a load too. It returns the first error,
-// wrapped with ratelimit.ErrUnavailable when Redis cannot be reached. Decisions load
-// what they need without it.
+// decisions then cost one round trip each, not a load too. On a *redis.Client it also
+// opens and readies the connections its first flights will take, and times the round
+// trip (see Coalescing). It returns the first error, wrapped with
+// ratelimit.ErrUnavailable when Redis cannot be reached. Decisions load what they need
+// without it.
 func (s *Store) LoadScripts(ctx context.Context, algs ...*ratelimit.Algorithm) error {
 	for _, alg := range algs {
 		if alg == nil || alg.Script == "" {
@@ -420,6 +438,11 @@ func (s *Store) LoadScripts(ctx context.Context, algs ...*ratelimit.Algorithm) e
 		sc := s.script(alg)
 		if err := s.loadErr(ctx, sc, sc.epoch.Load()); err != nil {
 			return s.failed("loading "+alg.Name, err)
+		}
+	}
+	if _, single := s.client.(*redis.Client); single && s.coalescing() {
+		if err := s.warmNow(ctx, s.one, s.flightCap()); err != nil {
+			return s.failed("warming", err)
 		}
 	}
 	return nil
@@ -448,51 +471,49 @@ func (s *Store) loadErr(ctx context.Context, sc *script, seen uint64) error {
 		}
 		return nil
 	}
-	if f := sc.loading; f != nil {
-		sc.mu.Unlock()
-		select {
-		case <-f.done:
-			return f.err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	f := sc.loading
+	if f == nil { // the first to ask loads it, on a goroutine that outlives a caller who gives up
+		f = &fetch{done: make(chan struct{})}
+		sc.loading = f
+		go func() {
+			err := s.client.ScriptLoad(noDeadline{ctx}, sc.source).Err()
+			sc.mu.Lock()
+			f.err = err
+			sc.loading = nil
+			if err == nil {
+				sc.epoch.Add(1)
+			}
+			close(f.done)
+			sc.mu.Unlock()
+		}()
 	}
-	f := &fetch{done: make(chan struct{})}
-	sc.loading = f
 	sc.mu.Unlock()
-	f.err = s.await(ctx, func() error { return s.client.ScriptLoad(ctx, sc.source).Err() })
-	sc.mu.Lock()
-	sc.loading = nil
-	if f.err == nil {
-		sc.epoch.Add(1)
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	close(f.done)
-	sc.mu.Unlock()
-	return f.err
 }
 
 // send processes cmd, and returns when it is done or when ctx ends, whichever comes
-// first. go-redis bounds a call by its own timeouts (ReadTimeout, 3s by default) unless
-// the client has ContextTimeoutEnabled, and an AutoPipeliner runs its batches on a
-// context of its own; so, unless the client honors the deadline itself, the call runs
-// in a goroutine of its own (or as a future of an asynchronous AutoPipeliner) that the
-// caller stops waiting for when ctx ends. The command may still run: its reply, lost to
-// the caller, counts at most once (see the package doc).
+// first (see await). An AutoPipeliner sends it with its next pipeline, as a future the
+// caller stops waiting for when ctx ends.
 func (s *Store) send(ctx context.Context, to processor, cmd noRetry) error {
 	if ap, ok := to.(*redis.AutoPipeliner); ok && !ap.IsBlocking() {
 		return ap.Submit(ctx, cmd).WaitContext(ctx) // its Process would not wait for the reply
 	}
-	return s.await(ctx, func() error { return to.Process(ctx, cmd) })
+	return s.await(ctx, func(cctx context.Context) error { return to.Process(cctx, cmd) })
 }
 
 // await calls f, a blocking call to the client, and returns when it does or when ctx
-// ends, whichever comes first (see send).
-func (s *Store) await(ctx context.Context, f func() error) error {
+// ends, whichever comes first. f runs in a goroutine of its own when ctx can end, on
+// ctx without its deadline (see noDeadline): the reply of a command already written is
+// read even after the caller has given up, and its connection kept. The command may
+// still run after the caller has gone: it counts at most once (see the package doc).
+func (s *Store) await(ctx context.Context, f func(context.Context) error) error {
 	if ctx.Done() == nil {
-		return f()
-	}
-	if _, ok := ctx.Deadline(); ok && s.deadlines {
-		return f()
+		return f(ctx)
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -500,7 +521,12 @@ func (s *Store) await(ctx context.Context, f func() error) error {
 			done <- err
 			return
 		}
-		done <- f()
+		defer func() { // on this goroutine a panic of the client would end the process
+			if p := recover(); p != nil {
+				done <- fmt.Errorf("redisstore: the client panicked: %v: %w", p, ratelimit.ErrUnavailable)
+			}
+		}()
+		done <- f(noDeadline{ctx})
 	}()
 	select {
 	case err := <-done:
@@ -509,6 +535,19 @@ func (s *Store) await(ctx context.Context, f func() error) error {
 		return ctx.Err()
 	}
 }
+
+// noDeadline is a context that ends when its parent does but has no deadline, which is
+// what a command of the store's is sent on. go-redis waits for a connection (and dials
+// one) only until the context ends, so that a decision whose caller has given up by then
+// is never sent; but with ContextTimeoutEnabled it also sets a socket's deadlines from
+// the context's, and closes a connection whose reply it stopped waiting for. The next
+// decision would then pay a new dial and a handshake of several round trips, and on a
+// Redis a few milliseconds away time out in turn, for ever. Without a deadline, the
+// client's ReadTimeout and WriteTimeout bound the socket, as they do for any client
+// without ContextTimeoutEnabled: a late reply is read and its connection kept.
+type noDeadline struct{ context.Context }
+
+func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
 
 // noRetry is a command go-redis must not send again once it may have run.
 type noRetry struct{ *redis.Cmd }
