@@ -16,6 +16,11 @@ var (
 	// so waiting would never help.
 	ErrNExceedsLimit = errors.New("ratelimit: n exceeds what the rule can ever allow")
 
+	// ErrDuplicateKey: one decision under several limits (AllowAll, a store's ApplyAll)
+	// names the same algorithm, namespace and key twice. Each key is decided once; merge
+	// the parts, or give one of them another namespace.
+	ErrDuplicateKey = errors.New("ratelimit: a key appears twice in one decision")
+
 	// ErrUnavailable: the store's backend cannot decide now (down, unreachable, too slow,
 	// overloaded, out of memory, loading, failing over). Stores wrap their backend's error
 	// with it; the fallback store trips its breaker on it. Other backend errors (a

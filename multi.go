@@ -107,7 +107,7 @@ func distinct(reqs []Request) error {
 	for _, r := range reqs {
 		k := id{r.Algorithm, r.Namespace, r.Key}
 		if seen[k] {
-			return fmt.Errorf("ratelimit: %s key %q of namespace %q appears twice in one decision", r.Algorithm.Name, r.Key, r.Namespace)
+			return fmt.Errorf("%w: %s key %q of namespace %q", ErrDuplicateKey, r.Algorithm.Name, r.Key, r.Namespace)
 		}
 		seen[k] = true
 	}

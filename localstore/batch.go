@@ -16,7 +16,7 @@ var _ ratelimit.BatchStore = (*Store)(nil)
 // in ascending order (so that two batches never wait on each other in a cycle), then the
 // keys (a new key locked before it enters its table), decides each request on a copy of
 // its key's state, and writes the copies back only if every request is allowed. Errors
-// as Apply's; a key named twice is ratelimit.ErrDuplicateKey.
+// as Apply's; a key named twice is an error wrapping ratelimit.ErrDuplicateKey.
 func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -135,8 +135,8 @@ func ShareLeases(rule ratelimit.Rule, part, whole int64) ratelimit.Rule {
 // maxPeriod is the longest Period a Rule may have (see Rule.Validate).
 const maxPeriod = 10 * 365 * 24 * time.Hour
 
-// CheckDistinct returns an error if two requests of a batch name the same algorithm,
-// namespace and key: a batch decides each key once.
+// CheckDistinct returns an error wrapping ratelimit.ErrDuplicateKey if two requests of a
+// batch name the same algorithm, namespace and key: a batch decides each key once.
 func CheckDistinct(store string, reqs []ratelimit.Request) error {
 	type id struct {
 		alg     *ratelimit.Algorithm
@@ -146,7 +146,7 @@ func CheckDistinct(store string, reqs []ratelimit.Request) error {
 	for _, r := range reqs {
 		k := id{r.Algorithm, r.Namespace, r.Key}
 		if seen[k] {
-			return fmt.Errorf("%s: a batch names %s key %q of namespace %q twice", store, r.Algorithm.Name, r.Key, r.Namespace)
+			return fmt.Errorf("%s: %w: %s key %q of namespace %q", store, ratelimit.ErrDuplicateKey, r.Algorithm.Name, r.Key, r.Namespace)
 		}
 		seen[k] = true
 	}

@@ -2,6 +2,7 @@ package limitertest
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -96,6 +97,14 @@ func testMulti(t *testing.T, newStore NewStore) {
 	} {
 		if d, err := ratelimit.AllowAll(ctx, 1, parts...); err == nil {
 			t.Errorf("AllowAll with %s: %+v; want an error", name, d)
+		} else if name == "the same key twice" && !errors.Is(err, ratelimit.ErrDuplicateKey) {
+			t.Errorf("AllowAll with %s: %v; want ratelimit.ErrDuplicateKey", name, err)
+		}
+	}
+	if bs, ok := store.(ratelimit.BatchStore); ok { // the store itself, asked directly
+		r := ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "x", Rule: ratelimit.PerHour(100), N: 1}
+		if ds, err := bs.ApplyAll(ctx, []ratelimit.Request{r, r}); !errors.Is(err, ratelimit.ErrDuplicateKey) {
+			t.Errorf("ApplyAll with the same key twice: %+v, %v; want ratelimit.ErrDuplicateKey", ds, err)
 		}
 	}
 }
