@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -14,20 +16,23 @@ import (
 
 var _ ratelimit.BatchStore = (*Store)(nil)
 
-// batchMain runs the steps (one per request, in order) first dry, writing nothing, and
-// then, if every one is allowed, for real. ARGV: for each request, its number of keys,
-// then n, limit, period, unit, rate and now, as a single step's ARGV; the steps get them
-// as numbers, and an empty now as the one instant of Redis's clock the batch reads.
+// batchMain runs the requests' steps (steps[i], one per algorithm of the store's
+// ApplyAll scripts) first dry, writing nothing, and then, if every one is allowed, for
+// real. ARGV: for each request, the index of its step and its number of keys, then n,
+// limit, period, unit, rate and now, as a single step's ARGV; the steps get them as
+// numbers, and an empty now as the one instant of Redis's clock the batch reads.
 const batchMain = `
-local keys, argvs, k, a, clock = {}, {}, 1, 1, nil
-for i = 1, #steps do
-  local nkeys = tonumber(ARGV[a])
-  keys[i] = {}
+local keys, argvs, step, k, a, clock, nreq = {}, {}, {}, 1, 1, nil, 0
+while a <= #ARGV do
+  nreq = nreq + 1
+  step[nreq] = steps[tonumber(ARGV[a])]
+  local nkeys = tonumber(ARGV[a + 1])
+  keys[nreq] = {}
   for j = 1, nkeys do
-    keys[i][j] = KEYS[k]
+    keys[nreq][j] = KEYS[k]
     k = k + 1
   end
-  local now = tonumber(ARGV[a + 6])
+  local now = tonumber(ARGV[a + 7])
   if not now then
     if not clock then
       local t = redis.call('TIME')
@@ -35,26 +40,32 @@ for i = 1, #steps do
     end
     now = clock
   end
-  argvs[i] = {tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
-    tonumber(ARGV[a + 5]), now, 'take'}
-  a = a + 7
+  argvs[nreq] = {tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]),
+    tonumber(ARGV[a + 6]), now, 'take'}
+  a = a + 8
 end
 local out, all = {}, true
-for i = 1, #steps do
+for i = 1, nreq do
   local dry = {unpack(argvs[i])}
   dry[7] = 'peek' -- the decision a take would give, writing nothing
-  local d = {steps[i](keys[i], dry)}
+  local d = {step[i](keys[i], dry)}
   for j = 1, 5 do out[(i - 1) * 5 + j] = d[j] end
   if d[1] == 0 then all = false end
 end
 if all then
-  for i = 1, #steps do
-    local d = {steps[i](keys[i], argvs[i])}
+  for i = 1, nreq do
+    local d = {step[i](keys[i], argvs[i])}
     for j = 1, 5 do out[(i - 1) * 5 + j] = d[j] end
   end
 end
 return out
 `
+
+// MaxApplyAll is the most requests ApplyAll decides in one script: a script runs alone on
+// its server, and one over thousands of keys would hold every other client of Redis for
+// the time it takes (5,000 took 400ms). ApplyAll of more returns an error matching
+// errors.ErrUnsupported, and ratelimit.AllowAll then takes them one by one.
+const MaxApplyAll = 100
 
 // ApplyAll takes every request or none. When all the keys share one hash tag (the same
 // limiter key, or keys of one ratelimit.TaggedKey tag), or the client is a single
@@ -66,8 +77,11 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if len(reqs) > MaxApplyAll {
+		return nil, fmt.Errorf("redisstore: ApplyAll of %d requests, more than %d in one script: %w", len(reqs), MaxApplyAll, errors.ErrUnsupported)
+	}
 	var names []string
-	algs := make([]string, len(reqs))
+	algs := make([]*ratelimit.Algorithm, len(reqs))
 	limits := make([]int64, len(reqs))
 	var tail []any // ARGV
 	now := s.now() // one instant for the whole batch
@@ -88,8 +102,8 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		for _, name := range s.script(alg).names {
 			names = append(names, name+nsForm+pre+r.Key+post)
 		}
-		algs[i], limits[i] = alg.Name, a.Limit
-		tail = append(tail, len(alg.ScriptKeys), a.N, a.Limit, a.Period, a.Unit, a.Rate, now)
+		algs[i], limits[i] = alg, a.Limit
+		tail = append(tail, 0, len(alg.ScriptKeys), a.N, a.Limit, a.Period, a.Unit, a.Rate, now)
 	}
 	if err := core.CheckDistinct("redisstore", reqs); err != nil {
 		return nil, err
@@ -97,7 +111,10 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	if !s.oneSlot(names) {
 		return nil, fmt.Errorf("redisstore: the keys of a batch may sit on different cluster nodes: %w", errors.ErrUnsupported)
 	}
-	sc := s.batchScript(reqs, strings.Join(algs, ","))
+	sc, index := s.applyAllScript(algs)
+	for i, alg := range algs {
+		tail[8*i] = index[s.script(alg).hash.(string)]
+	}
 	args := make([]any, 0, 3+len(names)+len(tail))
 	args = append(args, "evalsha", sc.hash, len(names))
 	for _, n := range names {
@@ -161,19 +178,56 @@ func hashTag(name string) string {
 	return name[open+1 : open+1+end]
 }
 
-// batchScript is the script of a batch of these algorithms in this order, made once.
-func (s *Store) batchScript(reqs []ratelimit.Request, id string) *script {
-	if sc, ok := s.batches.Load(id); ok {
-		return sc.(*script)
+// applyAllScript is the script of ApplyAll for algs, and the index of each algorithm's
+// step in it, by its script's SHA. It holds the step of every algorithm this store has
+// decided with ApplyAll so far, once each whatever the requests (a new algorithm makes a
+// new script, with its step and all the earlier ones): so the scripts loaded into Redis
+// (which never drops one) are at most one per algorithm, not one per list of requests.
+func (s *Store) applyAllScript(algs []*ratelimit.Algorithm) (*script, map[string]int) {
+	if all := s.all.Load(); all != nil && all.holds(s, algs) {
+		return all.script, all.index
+	}
+	s.allMu.Lock()
+	defer s.allMu.Unlock()
+	old := s.all.Load()
+	if old != nil && old.holds(s, algs) {
+		return old.script, old.index
+	}
+	next := &applyAll{index: map[string]int{}}
+	if old != nil {
+		next.algs = slices.Clone(old.algs)
+		maps.Copy(next.index, old.index)
+	}
+	for _, a := range algs {
+		hash := s.script(a).hash.(string)
+		if _, ok := next.index[hash]; !ok {
+			next.algs = append(next.algs, a)
+			next.index[hash] = len(next.algs)
+		}
 	}
 	var b strings.Builder
-	algs := make([]*ratelimit.Algorithm, len(reqs))
-	for i, r := range reqs {
-		algs[i] = r.Algorithm
-	}
-	writeSteps(&b, algs)
+	writeSteps(&b, next.algs)
 	b.WriteString(batchMain)
 	rs := redis.NewScript(b.String())
-	sc, _ := s.batches.LoadOrStore(id, &script{script: rs, source: b.String(), hash: rs.Hash(), src: b.String()})
-	return sc.(*script)
+	next.script = &script{script: rs, alg: "batch", source: b.String(), hash: rs.Hash(), src: b.String()}
+	s.all.Store(next)
+	return next.script, next.index
+}
+
+// applyAll is ApplyAll's script, the algorithms whose steps it holds, in order, and the
+// index of each one's step by its script's SHA; never changed once made.
+type applyAll struct {
+	script *script
+	algs   []*ratelimit.Algorithm
+	index  map[string]int
+}
+
+// holds reports whether a has a step for each of algs.
+func (a *applyAll) holds(s *Store, algs []*ratelimit.Algorithm) bool {
+	for _, alg := range algs {
+		if _, ok := a.index[s.script(alg).hash.(string)]; !ok {
+			return false
+		}
+	}
+	return true
 }
