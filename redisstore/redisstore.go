@@ -172,8 +172,8 @@ type Store struct {
 	// most flights the client's pool allows
 	flightTime    atomic.Int64
 	maxFlightsFar int
-	all   atomic.Pointer[applyAll] // ApplyAll's script (see applyAllScript)
-	allMu sync.Mutex               // held to make a new one
+	all           atomic.Pointer[applyAll] // ApplyAll's script (see applyAllScript)
+	allMu         sync.Mutex               // held to make a new one
 }
 
 var _ ratelimit.Store = (*Store)(nil)
