@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -199,13 +200,18 @@ func TestBadRequests(t *testing.T) {
 	}{
 		"no domain":             {&rlsv3.RateLimitRequest{Descriptors: request(1, "a=b").Descriptors}, codes.InvalidArgument},
 		"no descriptors":        {&rlsv3.RateLimitRequest{Domain: "public-api"}, codes.InvalidArgument},
-		"an empty descriptor":   {&rlsv3.RateLimitRequest{Domain: "public-api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}}, codes.Unimplemented},
+		"too many descriptors":  {request(1, slices.Repeat([]string{"api_key=a"}, 65)...), codes.InvalidArgument},
 		"a limit override":      {override, codes.Unimplemented},
 		"hits_addend per entry": {perDescriptor, codes.Unimplemented},
 	} {
 		if _, err := c.ShouldRateLimit(context.Background(), c2.req); status.Code(err) != c2.code {
 			t.Errorf("%s: %v; want %v", name, err, c2.code)
 		}
+	}
+	// a descriptor without entries matches nothing, and is OK, as in the service
+	empty := &rlsv3.RateLimitRequest{Domain: "public-api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}}
+	if resp, err := c.ShouldRateLimit(context.Background(), empty); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Errorf("an empty descriptor: %v, %v; want OK", resp, err)
 	}
 }
 

@@ -61,10 +61,16 @@ func (s *server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if len(req.GetDescriptors()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
+	if len(req.Descriptors) > maxDescriptors {
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors in one request; at most %d", len(req.Descriptors), maxDescriptors)
+	}
 	descriptors := make([][]envoyrules.Entry, len(req.Descriptors))
 	for i, d := range req.Descriptors {
 		if err := supported(d); err != nil {
 			return nil, status.Errorf(codes.Unimplemented, "descriptor %d: %v", i, err)
+		}
+		if len(d.GetEntries()) > maxEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries; at most %d", i, len(d.GetEntries()), maxEntries)
 		}
 		for _, e := range d.GetEntries() {
 			descriptors[i] = append(descriptors[i], envoyrules.Entry{Key: e.GetKey(), Value: e.GetValue()})
@@ -115,11 +121,17 @@ func supported(d *ratelimitv3.RateLimitDescriptor) error {
 		return errors.New("a hits_addend per descriptor is not supported; use the request's")
 	case d.GetIsNegativeHits():
 		return errors.New("negative hits are not supported")
-	case len(d.GetEntries()) == 0:
-		return errors.New("a descriptor without entries")
 	}
-	return nil
+	return nil // a descriptor without entries matches no rule, and is OK, as in the service
 }
+
+// maxDescriptors and maxEntries bound what one request may ask for: each limited
+// descriptor is a key in one script that Redis runs alone (see redisstore.MaxApplyAll),
+// and Envoy's route configurations send a handful.
+const (
+	maxDescriptors = 64
+	maxEntries     = 32
+)
 
 // descriptorStatus is a descriptor's status as the service reports it.
 func descriptorStatus(st envoyrules.Status) *rlsv3.RateLimitResponse_DescriptorStatus {

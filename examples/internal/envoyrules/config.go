@@ -120,7 +120,7 @@ type Limit struct {
 	ShadowMode      bool // decide and count, never deny
 	QuotaMode       bool // deny only when every quota descriptor of the request is over
 	Algorithm       *ratelimit.Algorithm
-	Rule            ratelimit.Rule // RequestsPerUnit per Unit; zero when RequestsPerUnit is 0 (deny all)
+	Rule            ratelimit.Rule // RequestsPerUnit per Unit; Limit 0 when RequestsPerUnit is 0 (deny all)
 
 	key      string // the descriptor's path in the tree: "domain.key_value.key"
 	detailed bool
@@ -145,6 +145,7 @@ type wildcard struct {
 // Domain is one file: a domain and its descriptors.
 type Domain struct {
 	Name string
+	File string // the name Parse was given
 	root node
 }
 
@@ -169,7 +170,7 @@ func Parse(name string, data []byte) (*Domain, error) {
 	if f.Domain == "" {
 		return nil, fmt.Errorf("%s: the domain is empty", name)
 	}
-	d := &Domain{Name: f.Domain}
+	d := &Domain{Name: f.Domain, File: name}
 	if err := d.root.load(f.Descriptors, f.Domain+"."); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -249,8 +250,10 @@ func newLimit(y rateLimitYAML, d descriptorYAML) (*Limit, error) {
 		return nil, fmt.Errorf("algorithm %q is not one of %s", y.Algorithm, strings.Join(names, ", "))
 	}
 	l.Algorithm = alg
-	if !y.Unlimited && y.RequestsPerUnit > 0 {
+	if !y.Unlimited {
 		l.Rule = ratelimit.Rule{Limit: int64(y.RequestsPerUnit), Period: period}
+	}
+	if l.Rule.Limit > 0 {
 		if _, err := alg.Prepare(l.Rule, 1); err != nil {
 			return nil, err
 		}
@@ -268,8 +271,8 @@ type Config struct {
 func New(domains ...*Domain) (*Config, error) {
 	c := &Config{domains: make(map[string]*Domain, len(domains))}
 	for _, d := range domains {
-		if _, dup := c.domains[d.Name]; dup {
-			return nil, fmt.Errorf("domain %q is in two files", d.Name)
+		if other, dup := c.domains[d.Name]; dup {
+			return nil, fmt.Errorf("domain %q is in two files: %s and %s", d.Name, other.File, d.File)
 		}
 		c.domains[d.Name] = d
 	}

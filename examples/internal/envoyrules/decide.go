@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
 )
 
 // Status is the answer for one descriptor of a request.
@@ -33,17 +34,15 @@ type Result struct {
 }
 
 // Tightest is the status the rate limit headers describe, as the service picks it: the
-// first descriptor over its limit, else the limited one with the least remaining.
+// last descriptor over its limit, else the limited one with the least remaining.
 func (r Result) Tightest() (Status, bool) {
-	best, found := Status{}, false
+	best, found, over := Status{}, false, false
 	for _, s := range r.Statuses {
-		if s.Match == nil {
-			continue
-		}
-		if s.OverLimit {
-			return s, true
-		}
-		if !found || s.Remaining < best.Remaining {
+		switch {
+		case s.Match == nil:
+		case s.OverLimit:
+			best, found, over = s, true, true
+		case !over && (!found || s.Remaining < best.Remaining):
 			best, found = s, true
 		}
 	}
@@ -56,6 +55,9 @@ type Decider struct {
 	// NearLimitRatio is the part of a limit past which hits count as near it; 0.8 when 0,
 	// as in the service.
 	NearLimitRatio float64
+	// Clock tells the time until a window ends, for hits that can never fit its limit
+	// (see untilWindowEnds); nil is the system's clock.
+	Clock clock.Clock
 }
 
 // Namespace is the namespace of a domain's limits on the store.
@@ -174,23 +176,31 @@ func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64)
 		if r := reqs[of[j]]; neverFits(r.Algorithm, r.Rule, r.N) {
 			doomed = true
 			res.Statuses[i].deny(n)
+			res.Statuses[i].ResetAfter = dc.untilWindowEnds(r.Rule)
 		}
 	}
 	var ds []ratelimit.Decision
 	var err error
-	if doomed { // only what each stands at, for its status
+	asked := make([]int64, len(reqs)) // the n each decision was asked for
+	if doomed {                       // only what each stands at, for its status
 		ds = make([]ratelimit.Decision, len(reqs))
 		for k, r := range reqs {
-			if r.Rule.Limit == 0 {
+			if r.Rule.Limit == 0 || neverFits(r.Algorithm, r.Rule, r.N) {
 				continue
 			}
 			r.Op, r.N = ratelimit.OpPeek, 1
+			asked[k] = 1
 			if ds[k], err = dc.Store.Apply(ctx, r); err != nil {
 				return nil, false, err
 			}
 		}
-	} else if ds, err = ratelimit.ApplyAll(ctx, dc.Store, reqs); err != nil {
-		return nil, false, err
+	} else {
+		if ds, err = ratelimit.ApplyAll(ctx, dc.Store, reqs); err != nil {
+			return nil, false, err
+		}
+		for k, r := range reqs {
+			asked[k] = r.N
+		}
 	}
 	all := !doomed
 	for _, d := range ds {
@@ -202,12 +212,32 @@ func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64)
 		if s.OverLimit { // doomed above
 			continue
 		}
-		s.record(ds[of[j]], n, dc.ratio())
+		d := ds[of[j]]
+		if !all && d.Allowed {
+			// the request is denied and nothing was taken: what this limit has left is
+			// what it had, not what a take would have left (ApplyAll's answer)
+			d.Remaining = min(d.Limit, d.Remaining+asked[of[j]])
+		}
+		s.record(d, n, dc.ratio())
 		if all {
 			taken = append(taken, i)
 		}
 	}
 	return taken, all, nil
+}
+
+// untilWindowEnds is the time until the window of rule now ends, windows aligned to
+// multiples of its period since the Unix epoch, as the service's and fixedwindow's are:
+// when a request's hits can never fit, the service still says when its limit is whole.
+func (dc *Decider) untilWindowEnds(rule ratelimit.Rule) time.Duration {
+	if rule.Period <= 0 {
+		return 0
+	}
+	now := time.Now()
+	if dc.Clock != nil {
+		now = dc.Clock.Now()
+	}
+	return rule.Period - time.Duration(now.UnixNano()%int64(rule.Period))
 }
 
 // decide applies op with n under s's limit, and records the outcome in s.
@@ -216,6 +246,7 @@ func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op ratelimit.
 	if neverFits(m.Algorithm, m.Rule, n) {
 		if op != ratelimit.OpRefund { // a refund of what was never taken: nothing to give back
 			s.deny(n)
+			s.ResetAfter = dc.untilWindowEnds(m.Rule)
 		}
 		return nil
 	}

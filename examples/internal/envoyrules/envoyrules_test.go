@@ -3,6 +3,8 @@ package envoyrules
 import (
 	"context"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -203,7 +205,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, yaml string) *fixture {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	return &fixture{t: t, dc: &Decider{Store: localstore.New(localstore.WithClock(clk))}, d: parse(t, yaml), clk: clk}
+	return &fixture{t: t, dc: &Decider{Store: localstore.New(localstore.WithClock(clk)), Clock: clk}, d: parse(t, yaml), clk: clk}
 }
 
 // decide decides descriptors (each "k=v,k2=v2") with hits, and returns the result.
@@ -293,6 +295,56 @@ func TestDecide(t *testing.T) {
 	f.clk.Advance(time.Minute)
 	if r := f.decide(1, "api_key=a", "path=/login"); r.OverLimit {
 		t.Errorf("a minute later: %+v", r)
+	}
+}
+
+// What envoyproxy/ratelimit's own call sequences showed: a denied request reports what
+// the other limits still hold (nothing was taken from them), hits that can never fit
+// and a limit of 0 say when the window ends, and the headers name the last descriptor
+// over its limit.
+func TestDecideAsTheServiceAnswers(t *testing.T) {
+	f := newFixture(t, `
+domain: another
+descriptors:
+  - key: key2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key3
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: key4
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: key5
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: never
+    rate_limit: {unit: minute, requests_per_unit: 0}
+`)
+	for i := range 15 { // key3 holds 10 an hour: calls 11 to 15 are over, and take nothing
+		r := f.decide(1, "key2=9902", "key3=9902")
+		want := uint32(19 - i)
+		if i >= 10 {
+			want = 10 // key2 keeps the 10 it had
+		}
+		if r.OverLimit != (i >= 10) || r.Statuses[0].OverLimit || r.Statuses[0].Remaining != want {
+			t.Fatalf("call %d: over %v, key2 %+v; want key2 OK with %d left", i+1, r.OverLimit, r.Statuses[0], want)
+		}
+	}
+	if r := f.decide(1, "key2=9902"); r.Statuses[0].Remaining != 9 {
+		t.Errorf("key2 alone after: %d left; want 9", r.Statuses[0].Remaining)
+	}
+	f.clk.Advance(15 * time.Second) // 45s before the minute ends
+	for _, c := range []struct {
+		hits uint32
+		desc string
+	}{{25, "key2=x"}, {1, "never=x"}} {
+		r := f.decide(c.hits, c.desc)
+		if s := r.Statuses[0]; !r.OverLimit || s.ResetAfter != 45*time.Second {
+			t.Errorf("%d hits on %s, which never fit: over %v, reset %v; want over, 45s (the window's end)", c.hits, c.desc, r.OverLimit, s.ResetAfter)
+		}
+	}
+	f.decide(1, "key4=x")
+	f.decide(2, "key5=x")
+	r := f.decide(1, "key4=x", "key5=x")
+	if tight, ok := r.Tightest(); !ok || tight.Match.RequestsPerUnit != 2 {
+		t.Errorf("two descriptors over: the headers describe %+v; want the last over (limit 2)", tight)
 	}
 }
 
@@ -422,5 +474,19 @@ descriptors:
 		if r := f.decide(1, "category=account", "source=proxy,destination=x"); r.OverLimit || r.Statuses[1].Match != nil {
 			t.Fatalf("replaced: %+v", r)
 		}
+	}
+}
+
+// A domain in two files is refused, naming both.
+func TestDomainInTwoFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"a.yaml", "b.yaml"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := Load(dir)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "a.yaml")) || !strings.Contains(err.Error(), filepath.Join(dir, "b.yaml")) {
+		t.Errorf("a domain in two files: %v; want an error naming both", err)
 	}
 }
