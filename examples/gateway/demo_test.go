@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,10 +31,11 @@ func TestDemoDecidesOnItsStore(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
+	admin := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, config{addr: addr, reload: time.Hour,
+		done <- run(ctx, config{addr: addr, adminAddr: admin, reload: time.Hour,
 			store: backend.Config{Instances: 1, BreakerOpen: time.Second, LocalMaxKeys: 100_000, LocalMaxBytes: 64 << 20}}, quiet())
 	}()
 	defer func() {
@@ -75,7 +80,7 @@ func TestDemoDecidesOnItsStore(t *testing.T) {
 			t.Errorf("tenant-%d: %d admitted in %v; the rule allows %d", i, n, elapsed, most)
 		}
 	}
-	res, err := http.Get("http://" + addr + "/metrics")
+	res, err := http.Get("http://" + admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,4 +99,87 @@ func TestDemoDecidesOnItsStore(t *testing.T) {
 	if redis == 0 || shares > 0.01*(redis+shares) {
 		t.Errorf("%.0f decisions on miniredis, %.0f on the fallback's shares; want at most 1%% on the shares", redis, shares)
 	}
+}
+
+// freeAddr is a loopback address with a free port.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestServers: /metrics and /healthz are the admin address's; on the request address they
+// are the upstream's, like every other path. An idle keep-alive connection is closed
+// after the idle timeout, and a request that never finishes its headers after the read
+// timeout.
+func TestServers(t *testing.T) {
+	addr, admin := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, config{addr: addr, adminAddr: admin, reload: time.Hour,
+			idle: 200 * time.Millisecond, read: 300 * time.Millisecond,
+			store: backend.Config{Instances: 1, BreakerOpen: time.Second, LocalMaxKeys: 1000, LocalMaxBytes: 1 << 20}}, quiet())
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	eventually(t, "the admin address to answer", func() bool {
+		res, err := http.Get("http://" + admin + "/healthz")
+		if err == nil {
+			res.Body.Close()
+		}
+		return err == nil && res.StatusCode == 200
+	})
+	for _, path := range []string{"/metrics", "/healthz"} {
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		req.Header.Set("X-Api-Key", "shop-z")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || !strings.Contains(string(body), `"upstream":"demo"`) || res.Header.Get("X-RateLimit-Limit") == "" {
+			t.Errorf("GET %s on the request address: %d %s; want the upstream's answer, rate limited", path, res.StatusCode, body)
+		}
+	}
+	if res, err := http.Get("http://" + admin + "/metrics"); err != nil || res.StatusCode != 200 {
+		t.Errorf("GET /metrics on the admin address: %v, %v", res, err)
+	} else {
+		res.Body.Close()
+	}
+
+	closed := func(what string, write string) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, write); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second)) // the test's bound, far past the server's
+		r := bufio.NewReader(c)
+		if strings.HasSuffix(write, "\r\n\r\n") { // a whole request: its answer first
+			res, err := http.ReadResponse(r, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		if _, err := r.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("%s: the connection is still open after 10s: %v", what, err)
+		}
+	}
+	closed("an idle keep-alive connection", "GET /x HTTP/1.1\r\nHost: a\r\nX-Api-Key: shop-z\r\n\r\n")
+	closed("a request whose headers never end", "GET /x HTTP/1.1\r\nHost: a\r\n")
 }

@@ -42,7 +42,8 @@ func TestEndToEnd(t *testing.T) {
 	defer stopBeating()
 	go other.Run(beating) // and as long as the test runs
 	// no -instances: the gateway learns that there are 2
-	gw := exec.Command(bin, "-addr", addr, "-redis", "redis://"+srv.Addr,
+	admin := freeAddr(t)
+	gw := exec.Command(bin, "-addr", addr, "-admin-addr", admin, "-redis", "redis://"+srv.Addr,
 		"-timeout", "50ms", "-breaker-open", "200ms")
 	if err := gw.Start(); err != nil {
 		t.Fatal(err)
@@ -51,7 +52,7 @@ func TestEndToEnd(t *testing.T) {
 	go func() { exited <- gw.Wait() }()
 	t.Cleanup(func() { gw.Process.Kill() })
 	eventually(t, "the gateway to answer /healthz", func() bool {
-		res, err := http.Get("http://" + addr + "/healthz")
+		res, err := http.Get("http://" + admin + "/healthz")
 		if err == nil {
 			res.Body.Close()
 		}

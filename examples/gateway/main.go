@@ -37,8 +37,15 @@
 //
 // Rules come from -rules (a YAML file, reloaded when it changes and every -reload; the
 // embedded rules.yaml by default) and, with -rules-dsn, from the PostgreSQL table of
-// schema.sql (read every -reload, and at once on NOTIFY). /metrics serves Prometheus
-// metrics, /healthz answers 200.
+// schema.sql (read every -reload, and at once on NOTIFY).
+//
+// Every path of -addr goes to the upstream (a request's path cleaned first, see
+// canonicalPath); the gateway's own /metrics (Prometheus) and /healthz are on
+// -admin-addr (127.0.0.1:9090 by default: not public unless asked). Connections that
+// stay idle past -idle-timeout are closed, and a request's reading and its answer's
+// writing are bounded by -read-timeout and -write-timeout, as a proxy's are: a
+// thousand idle keep-alive connections would otherwise each hold a goroutine and a file
+// descriptor for ever.
 package main
 
 import (
@@ -68,18 +75,24 @@ import (
 var defaultRules []byte
 
 type config struct {
-	addr, upstream, rulesFile, rulesDSN string
-	envoyRules                          string
-	reload                              time.Duration
-	trustedProxies                      string
-	lease                               time.Duration
-	regions                             regionsConfig
-	store                               backend.Config
+	addr, adminAddr               string
+	idle, read, write             time.Duration // the request server's timeouts; 0: the defaults
+	upstream, rulesFile, rulesDSN string
+	envoyRules                    string
+	reload                        time.Duration
+	trustedProxies                string
+	lease                         time.Duration
+	regions                       regionsConfig
+	store                         backend.Config
 }
 
 func main() {
 	var c config
 	flag.StringVar(&c.addr, "addr", ":8080", "address to listen on")
+	flag.StringVar(&c.adminAddr, "admin-addr", "127.0.0.1:9090", "address of /metrics and /healthz (empty: none)")
+	flag.DurationVar(&c.idle, "idle-timeout", defaultIdleTimeout, "how long an idle keep-alive connection stays open")
+	flag.DurationVar(&c.read, "read-timeout", defaultReadTimeout, "the most a request may take to arrive, its body included")
+	flag.DurationVar(&c.write, "write-timeout", defaultWriteTimeout, "the most an answer may take, from the end of its request's headers")
 	flag.StringVar(&c.upstream, "upstream", "", "URL of the service behind the gateway (default: a built-in demo service)")
 	flag.StringVar(&c.rulesFile, "rules", "", "YAML rules file, reloaded when it changes (default: the embedded rules.yaml)")
 	flag.StringVar(&c.envoyRules, "envoy-rules", "", "rules in the format of Envoy's rate limit service (a file, or a directory, one domain), reloaded when they change; the request's descriptors are its api_key, route, path and method")
@@ -195,28 +208,49 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		lim.trusted = trusted
 	}
 
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.handler())
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	mux.Handle("/", lim)
-	srv := &http.Server{Addr: c.addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("gateway listening", "addr", c.addr, "upstream", c.upstream, "instances", c.store.Instances)
+	read := cmp.Or(c.read, defaultReadTimeout)
+	srv := &http.Server{Addr: c.addr, Handler: lim, ReadHeaderTimeout: min(10*time.Second, read),
+		ReadTimeout: read, WriteTimeout: cmp.Or(c.write, defaultWriteTimeout),
+		IdleTimeout: cmp.Or(c.idle, defaultIdleTimeout), MaxHeaderBytes: 64 << 10}
+	servers := []*http.Server{srv}
+	if c.adminAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", m.handler())
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+		servers = append(servers, &http.Server{Addr: c.adminAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute})
+	}
+	errc := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() { errc <- s.ListenAndServe() }()
+	}
+	log.Info("gateway listening", "addr", c.addr, "admin", c.adminAddr, "upstream", c.upstream, "instances", c.store.Instances)
 
+	var failed error
 	select {
-	case err := <-errc:
-		return err
+	case failed = <-errc:
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
 	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	for _, s := range servers {
+		if err := s.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) && failed == nil {
+			failed = err
+		}
 	}
-	return nil
+	return failed
 }
+
+// The request server's timeouts, unless flags say otherwise: an idle keep-alive
+// connection is closed after defaultIdleTimeout; a request must arrive, its body
+// included, within defaultReadTimeout, and its answer be written within
+// defaultWriteTimeout of its headers (an upstream that streams for longer needs more).
+const (
+	defaultIdleTimeout  = 30 * time.Second
+	defaultReadTimeout  = 30 * time.Second
+	defaultWriteTimeout = 60 * time.Second
+)
 
 // redisLog sends go-redis's log lines to the gateway's log.
 type redisLog struct{ log *slog.Logger }

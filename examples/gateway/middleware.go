@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +55,10 @@ func newInFlight(store ratelimit.Store, lease time.Duration) (*ratelimit.InFligh
 const defaultLease = 30 * time.Second
 
 func (m *limit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := canonicalPath(r); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
 	if strings.ToUpper(r.Method) != r.Method {
 		// Methods are case-sensitive (RFC 9110, 9.1), and the routes name upper-case ones:
 		// "post" would skip the POST routes' rules, and an upstream that folds case would
@@ -110,6 +115,35 @@ func (m *limit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.handler.ServeHTTP(w, r)
 }
 
+// canonicalPath makes r's path the one the upstream will see and the routes match: its
+// dot segments and repeated slashes resolved (path.Clean, a trailing slash kept), and
+// sent on in that form. What could reach the upstream as another path than the one the
+// limit counted is refused: an encoded slash or backslash ("/search%2F..%2Forders" is
+// one segment here, "/orders" to an upstream that decodes it), a backslash, a path
+// parameter (";": "/orders;x" is "/orders" to many servers), a control character, or a
+// path that does not start with "/". Routes match without regard to case (see
+// Rules.route), as an upstream that folds case would serve them.
+func canonicalPath(r *http.Request) error {
+	escaped := strings.ToLower(r.URL.EscapedPath())
+	p := r.URL.Path
+	switch {
+	case strings.Contains(escaped, "%2f") || strings.Contains(escaped, "%5c"):
+		return errors.New("the path holds an encoded slash or backslash")
+	case strings.ContainsAny(p, `;\`):
+		return errors.New("the path holds a path parameter (;) or a backslash")
+	case strings.ContainsFunc(p, unicode.IsControl):
+		return errors.New("the path holds a control character")
+	case !strings.HasPrefix(p, "/"):
+		return errors.New("the path does not start with /")
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	r.URL.Path, r.URL.RawPath = clean, ""
+	return nil
+}
+
 // maxTenantLength bounds an X-Api-Key, in bytes: a key of a megabyte would cost Redis
 // milliseconds a decision and the gateway a megabyte of memory per key.
 const maxTenantLength = 128
@@ -117,12 +151,17 @@ const maxTenantLength = 128
 var (
 	errNoKey      = errors.New("missing X-Api-Key header")
 	errKeyTooLong = fmt.Errorf("the X-Api-Key header is longer than %d bytes", maxTenantLength)
+	errKeyChars   = errors.New("the X-Api-Key header may hold only ASCII letters, digits and - . _ ~ + / =")
 )
 
-// tenant is the request's X-Api-Key, made canonical once: exactly one header, without
-// the spaces around it (a header folded over several lines arrives with them), no
-// control characters, at most maxTenantLength bytes. The canonical value is written back
-// to the request, so that the upstream sees the identity the limit counted.
+// tenant is the request's X-Api-Key: exactly one header, without the spaces and tabs
+// around it (HTTP's optional white space, not part of a value), of 1 to maxTenantLength
+// bytes, each an ASCII letter, a digit or one of "-._~+/=" (what API keys, base64
+// included, are made of). Anything else is refused, not made canonical: bytes that are
+// not UTF-8 (0x85, 0xFF), Unicode spaces and format characters (U+0085, a zero-width
+// space), or a value folded over several lines would each count as a tenant of their
+// own, and an upstream might read them as another. The value is written back without
+// its white space, so that the upstream sees the identity the limit counted.
 func tenant(r *http.Request) (string, error) {
 	values := r.Header.Values("X-Api-Key")
 	if len(values) > 1 {
@@ -130,18 +169,23 @@ func tenant(r *http.Request) (string, error) {
 	}
 	t := ""
 	if len(values) == 1 {
-		t = strings.TrimSpace(values[0])
+		t = strings.Trim(values[0], " \t")
 	}
 	switch {
 	case t == "":
 		return "", errNoKey
 	case len(t) > maxTenantLength:
 		return "", errKeyTooLong
-	case strings.ContainsFunc(t, unicode.IsControl):
-		return "", errors.New("the X-Api-Key header holds a control character")
+	case strings.ContainsFunc(t, func(c rune) bool { return !tenantChar(c) }):
+		return "", errKeyChars
 	}
 	r.Header.Set("X-Api-Key", t)
 	return t, nil
+}
+
+// tenantChar reports whether c may stand in a tenant id (see tenant).
+func tenantChar(c rune) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune("-._~+/=", c)
 }
 
 func (m *limit) route(r *http.Request) string {

@@ -110,10 +110,15 @@ func TestDefaultRule(t *testing.T) {
 }
 
 // TestCraftedNamesNeverCollide: tenants whose names mimic other tenants' keys each get
-// their own limit.
+// their own limit; the characters of keys (":", "{", "}", "%") are not a tenant's.
 func TestCraftedNamesNeverCollide(t *testing.T) {
 	g, _ := newGateway(t, localstore.New())
-	tenants := []string{"shop-a", "shop-a:create-order", "{shop-a}", "shop-a}:create-order:{x", "shop-a%3Acreate-order", "{shop-a}:create-order"}
+	for _, tenant := range []string{"shop-a:create-order", "{shop-a}", "shop-a}:create-order:{x", "shop-a%3Acreate-order"} {
+		if res := do(g, "POST", "/orders", tenant); res.Code != 400 {
+			t.Errorf("%q: %d; want 400", tenant, res.Code)
+		}
+	}
+	tenants := []string{"shop-a", "shop-a/create-order", "shop-a.create-order", "shop-a=create-order", "shop-a_create-order", "create-order/shop-a"}
 	for _, tenant := range tenants {
 		if res := do(g, "POST", "/orders", tenant); res.Code != 200 {
 			t.Fatalf("%q: first request %d", tenant, res.Code)
@@ -160,9 +165,10 @@ func TestPerClientIP(t *testing.T) {
 	}
 }
 
-// TestIdentityCanonical: an X-Api-Key padded with spaces (as a folded header arrives) is
-// the same tenant, and the upstream sees it as the limit counted it; two keys, control
-// characters and an oversized key are refused before any decision.
+// TestIdentityCanonical: an X-Api-Key padded with spaces and tabs is the same tenant, and
+// the upstream sees it as the limit counted it; two keys, a key with anything but
+// letters, digits and "-._~+/=" (control characters, bytes that are not UTF-8, Unicode
+// spaces, an inner space) and an oversized key are refused before any decision.
 func TestIdentityCanonical(t *testing.T) {
 	g, upstream := newGateway(t, localstore.New())
 	var seen atomic.Pointer[string]
@@ -185,11 +191,17 @@ func TestIdentityCanonical(t *testing.T) {
 	for key, want := range map[string]int{
 		"shop-a\x00x":                400,
 		"shop\x7f":                   400,
+		"shop-a\x85":                 400, // not UTF-8
+		"shop-a\xff":                 400,
+		"shop-a\u0085":               400, // NEL, a Unicode space
+		"shop\u200b-a":               400, // a zero-width space
+		"shop-a x":                   400, // as a header folded over two lines arrives
+		"shöp-a":                     400,
 		strings.Repeat("k", 129):     431,
 		strings.Repeat("k", 900<<10): 431,
 	} {
 		if res := do(g, "POST", "/orders", key); res.Code != want {
-			t.Errorf("X-Api-Key of %d bytes: %d; want %d", len(key), res.Code, want)
+			t.Errorf("X-Api-Key %q (%d bytes): %d; want %d", key[:min(len(key), 20)], len(key), res.Code, want)
 		}
 	}
 	r := httptest.NewRequest("POST", "/orders", nil)
@@ -202,6 +214,11 @@ func TestIdentityCanonical(t *testing.T) {
 	}
 	if upstream.Load() != calls {
 		t.Errorf("refused identities reached the upstream")
+	}
+	for _, key := range []string{"Zm9vYmFy+/==", "tenant_7.eu~1"} { // base64 and the URL's unreserved
+		if res := do(g, "POST", "/orders", key); res.Code != 200 {
+			t.Errorf("X-Api-Key %q: %d; want 200", key, res.Code)
+		}
 	}
 }
 
@@ -322,5 +339,48 @@ descriptors:
 	os.WriteFile(bad, []byte("domain: d\ndescriptors:\n  - {key: remote_address, rate_limit: {unit: second, requests_per_unit: 1}}\n"), 0o644)
 	if _, err := newEnvoyRules(bad, store); err == nil || !strings.Contains(err.Error(), "remote_address") {
 		t.Errorf("a key the gateway cannot fill: %v", err)
+	}
+}
+
+// TestPathForms: shop-a's create-order (2 at once) cannot be reached past its rule by
+// path forms the upstream reads as /orders: an encoded slash and a path parameter are
+// refused, another case and dot segments count as create-order, and the upstream gets
+// the path the limit counted.
+func TestPathForms(t *testing.T) {
+	g, upstream := newGateway(t, localstore.New())
+	var paths []string
+	next := g.next
+	g.next = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths = append(paths, r.URL.Path)
+		next.ServeHTTP(w, r)
+	})
+	admitted := 0
+	for _, c := range []struct {
+		path string
+		code int // 0: 200 or 429, under create-order
+	}{
+		{"/orders", 0}, {"/search%2F..%2Forders", 400}, {"/search%2f..%2forders", 400}, {"/orders%5C", 400},
+		{"/orders;x", 400}, {"/orders\\", 400}, {"/ORDERS", 0}, {"/Orders/", 0}, {"/search/../orders", 0},
+		{"//orders", 0}, {"/./orders", 0}, {"/orders/%2e%2e/orders", 0},
+	} {
+		for range 10 {
+			res := do(g, "POST", c.path, "shop-a")
+			switch {
+			case c.code != 0 && res.Code != c.code:
+				t.Errorf("POST %s: %d; want %d", c.path, res.Code, c.code)
+			case c.code == 0 && res.Code == 200:
+				admitted++
+			case c.code == 0 && (res.Code != 429 || res.Header().Get("RateLimit-Policy") != `"create-order";q=2;w=2`):
+				t.Errorf("POST %s: %d, %q; want 429 under create-order", c.path, res.Code, res.Header().Get("RateLimit-Policy"))
+			}
+		}
+	}
+	if admitted != 2 || upstream.Load() != 2 {
+		t.Errorf("%d admitted, %d reached the upstream over every path form; want 2 (create-order's burst)", admitted, upstream.Load())
+	}
+	for _, p := range paths {
+		if strings.ToLower(strings.TrimSuffix(p, "/")) != "/orders" {
+			t.Errorf("the upstream got %q; want the cleaned path", p)
+		}
 	}
 }

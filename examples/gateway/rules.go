@@ -128,7 +128,8 @@ func (f file) build(rows []spec) (*Rules, error) {
 			return nil, fmt.Errorf("rules: route %d: an id and a prefix starting with / are required", i+1)
 		}
 		ids[r.ID] = true
-		rs.routes = append(rs.routes, route{id: r.ID, method: strings.ToUpper(r.Method), prefix: r.Prefix})
+		// lower case: routes match paths without regard to case (see route)
+		rs.routes = append(rs.routes, route{id: r.ID, method: strings.ToUpper(r.Method), prefix: strings.ToLower(r.Prefix)})
 	}
 	// the longest prefix first; for one prefix, a route for one method before one for any
 	sort.SliceStable(rs.routes, func(i, j int) bool {
@@ -162,9 +163,11 @@ func (f file) build(rows []spec) (*Rules, error) {
 func (rs *Rules) withRows(rows []spec) (*Rules, error) { return rs.file.build(rows) }
 
 // route is the id of the route of a request: the longest matching prefix (as a whole path
-// segment: /orders matches /orders and /orders/7, not /ordersx), a route for the request's
-// method before one for any method, or defaultRoute.
+// segment: /orders matches /orders and /orders/7, not /ordersx; without regard to case,
+// /ORDERS too), a route for the request's method before one for any method, or
+// defaultRoute.
 func (rs *Rules) route(method, path string) string {
+	path = strings.ToLower(path) // as an upstream that folds case serves it
 	for _, r := range rs.routes {
 		if r.method != "" && r.method != method {
 			continue
