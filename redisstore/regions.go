@@ -37,11 +37,15 @@ import (
 //
 // # Demand and rebalancing
 //
-// Every take is counted as demand (admitted or denied) in memory, and each instance adds
-// its counts to its own region's Redis every second (one HINCRBY per family, into a hash
-// per interval). Every interval (WithRegionInterval, 5 minutes by default), one instance
-// of the leader region (the first name in order; one instance, by a lock in its Redis)
-// reads each region's demand of the interval just ended and moves each family's weights
+// Every take is counted as demand (admitted or denied) in memory, in the interval it is
+// made in, and each instance adds its counts to its own region's Redis every second (one
+// HINCRBY per family, into a hash per interval; an instance cut off from its Redis adds
+// them to the intervals they were made in when it reconnects), and marks the interval
+// as reported. Every interval (WithRegionInterval, 5 minutes by default), one instance of
+// the leader region (the first name in order; one instance, by a lock in its Redis),
+// once every region has reported since the interval just ended (or after half an
+// interval, for a region with no instance), reads each region's demand of the interval
+// just ended and moves each family's weights
 // toward the regions' shares of it: by at most a step (WithRegionStep, 100 thousandths),
 // never below a floor per region (WithRegionFloor, 100 thousandths). It writes each
 // region's new weight into that region's own Redis, lowered weights first, and stops at
@@ -75,7 +79,13 @@ type Regions struct {
 	clock                           clock.Clock
 
 	weights atomic.Pointer[map[string]weight] // this region's, by family
-	demand  sync.Map                          // family -> *atomic.Int64: takes since the last flush
+	demand  sync.Map                          // demandOf -> *atomic.Int64: takes since the last flush
+}
+
+// demandOf is what one counter of demand counts: the takes of a family in one interval.
+type demandOf struct {
+	family string
+	bucket int64
 }
 
 // weight is one family's weight in this region: old until effective, then new (a raised
@@ -274,11 +284,16 @@ func (s *regionStore) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([
 	return ds, err
 }
 
-// count adds n takes of family to the demand: no lock once the family has a counter.
+// count adds n takes of family to the demand of the interval now in: no lock once the
+// family has a counter for it.
 func (r *Regions) count(family string, n int64) {
-	c, ok := r.demand.Load(family)
+	r.countIn(demandOf{family, r.bucket(r.clock.Now())}, n)
+}
+
+func (r *Regions) countIn(of demandOf, n int64) {
+	c, ok := r.demand.Load(of)
 	if !ok {
-		c, _ = r.demand.LoadOrStore(family, new(atomic.Int64))
+		c, _ = r.demand.LoadOrStore(of, new(atomic.Int64))
 	}
 	c.(*atomic.Int64).Add(n)
 }
@@ -292,31 +307,63 @@ func (r *Regions) demandKey(bucket int64) string {
 
 func (r *Regions) weightsKey() string { return r.prefix + ":regions:{weights}" }
 
-// flushScript adds ARGV[2k+1] to field ARGV[2k] for each pair after ARGV[1], the TTL in ms.
+func (r *Regions) reportedKey(bucket int64) string {
+	return r.prefix + ":regions:{demand}:reported:" + strconv.FormatInt(bucket, 10)
+}
+
+// flushScript marks KEYS[1], the interval now in, as reported by this region (ARGV[2],
+// the time), and adds to each demand hash of KEYS[2...] its fields: ARGV[3...] holds, for
+// each, the number of its fields, then each field and its count. ARGV[1] is the TTL in
+// ms of every key.
 const flushScript = `
-for i = 2, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
+local a = 3
+for k = 2, #KEYS do
+  local fields = tonumber(ARGV[a])
+  a = a + 1
+  for i = 1, fields do
+    redis.call('HINCRBY', KEYS[k], ARGV[a], ARGV[a + 1])
+    a = a + 2
+  end
+  redis.call('PEXPIRE', KEYS[k], ARGV[1])
+end
 return 1`
 
-// Flush adds the demand counted since the last flush to this region's Redis. What it
-// cannot add is kept for the next flush.
+// Flush adds the demand counted since the last flush to this region's Redis, each take
+// in the interval it was made in, however late the flush (a region cut off from its
+// Redis keeps its demand until it can), and marks the interval now in as reported by
+// this region: the leader moves no weight on an interval that a region has not reported
+// (see Rebalance). What it cannot add is kept for the next flush.
 func (r *Regions) Flush(ctx context.Context) error {
-	args := []any{(3 * r.interval).Milliseconds()}
-	taken := map[string]int64{}
-	r.demand.Range(func(fam, c any) bool {
+	now := r.clock.Now()
+	current := r.bucket(now)
+	taken := map[demandOf]int64{}
+	byBucket := map[int64][]any{}
+	r.demand.Range(func(k, c any) bool {
+		of := k.(demandOf)
 		if n := c.(*atomic.Int64).Swap(0); n > 0 {
-			taken[fam.(string)] = n
-			args = append(args, fam, n)
+			taken[of] = n
+			byBucket[of.bucket] = append(byBucket[of.bucket], of.family, n)
+		} else if of.bucket < current {
+			r.demand.CompareAndDelete(k, c) // an interval gone by, all flushed
 		}
 		return true
 	})
-	if len(taken) == 0 {
-		return nil
+	keys := []string{r.reportedKey(current)}
+	args := []any{(3 * r.interval).Milliseconds(), now.UnixNano()}
+	buckets := make([]int64, 0, len(byBucket))
+	for b := range byBucket {
+		buckets = append(buckets, b)
 	}
-	err := r.clients[r.self].Eval(ctx, flushScript, []string{r.demandKey(r.bucket(r.clock.Now()))}, args...).Err()
-	if err != nil {
-		for fam, n := range taken {
-			r.count(fam, n)
+	slices.Sort(buckets)
+	for _, b := range buckets {
+		keys = append(keys, r.demandKey(b))
+		args = append(args, len(byBucket[b])/2)
+		args = append(args, byBucket[b]...)
+	}
+	if err := r.clients[r.self].Eval(ctx, flushScript, keys, args...).Err(); err != nil {
+		for of, n := range taken {
+			r.countIn(of, n)
 		}
 		return fmt.Errorf("redisstore: region %s: flushing its demand: %w", r.self, err)
 	}
@@ -359,17 +406,34 @@ return 1`
 
 // Rebalance moves the weights for the interval now in (the one begun two seconds ago, or
 // half an interval when that is shorter, so that the last flushes of the one before have
-// landed), from the demand of the one before, if this region leads and no other
-// instance has done it; see Regions. It
-// returns the weights it wrote, by family and region, or nil when it had nothing to do,
-// and an error when a region could not be read or written (then nothing, or only
-// lowered weights, were written).
+// landed), from the demand of the one before, if this region leads, every region has
+// flushed since that one ended (or half an interval has passed), and no other instance
+// has done it; see Regions. It returns the weights it wrote, by family and region, or nil
+// when it had nothing to do (yet), and an error when a region could not be read or
+// written (then nothing, or only lowered weights, were written).
 func (r *Regions) Rebalance(ctx context.Context) (map[string]map[string]int64, error) {
 	if r.self != r.names[0] {
 		return nil, nil
 	}
 	now := r.clock.Now()
 	k := r.bucket(now.Add(-r.settle())) // the interval begun a settle ago: the demand before it has landed
+	if now.Sub(time.Unix(0, k*int64(r.interval))) < r.interval/2 {
+		// every region must have flushed since interval k-1 ended, so that its demand of
+		// k-1 is all in: a region cut off from its Redis across the end of k-1 writes it
+		// when it reconnects, and until then its k-1 would read as empty. Waited for half
+		// an interval: a region silent that long has no instance to report.
+		missing := false
+		for _, name := range r.names {
+			n, err := r.clients[name].Eval(ctx, "return redis.call('EXISTS', KEYS[1])", []string{r.reportedKey(k)}).Int()
+			if err != nil {
+				return nil, fmt.Errorf("redisstore: regions: reading %s's reports: %w", name, err)
+			}
+			missing = missing || n == 0
+		}
+		if missing {
+			return nil, nil // not yet: asked again at the next round
+		}
+	}
 	lock := r.prefix + ":regions:{lock}:" + strconv.FormatInt(k, 10)
 	got, err := r.clients[r.self].Eval(ctx, "return redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1])",
 		[]string{lock}, (2 * r.interval).Milliseconds()).Result()

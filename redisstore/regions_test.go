@@ -90,6 +90,7 @@ func TestRegionsFollowTraffic(t *testing.T) {
 		us.take(t, "tenant", 300)
 		syncRegions(t, eu, us)
 		clk.Set(limitertest.Start.Add(time.Duration(i+1)*time.Minute + 2*time.Second))
+		syncRegions(t, eu, us) // both report the new interval, as Run does every second
 		if moved, err := us.regions.Rebalance(context.Background()); err != nil || moved != nil {
 			t.Fatalf("interval %d: the follower rebalanced: %v, %v", i+1, moved, err)
 		}
@@ -162,6 +163,7 @@ func TestRegionCutOff(t *testing.T) {
 	us.take(t, "tenant", 100)
 	syncRegions(t, eu, us)
 	clk.Set(limitertest.Start.Add(time.Minute + 2*time.Second))
+	syncRegions(t, eu, us)
 	if _, err := eu.regions.Rebalance(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -238,5 +240,49 @@ func TestRegionsApplyAll(t *testing.T) {
 	ds, err = ratelimit.ApplyAll(context.Background(), store, reqs[1:])
 	if err != nil || !ds[0].Allowed || ds[0].Remaining != 40 {
 		t.Fatalf("b alone = %+v, %v; want allowed with 40 left (the denied batch took nothing)", ds, err)
+	}
+}
+
+// A region cut off from its own Redis across an interval's end keeps its demand, and
+// adds it to the interval it was made in when it reconnects; until it has reported since
+// that interval ended, the leader moves no weight, then moves them toward the traffic
+// as it was, not away from it (it read us's last interval as empty, once).
+func TestRegionReconnects(t *testing.T) {
+	eu, us, clk := twoRegions(t, ratelimit.PerMinute(100_000))
+	syncRegions(t, eu, us)
+	us.srv.Pause() // us's gateways cannot reach their Redis; the leader cannot either
+	eu.take(t, "tenant", 300)
+	for range 7 { // 700 takes on us's store while its Redis is away: each fails, and counts as demand
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		if _, err := us.limiter.AllowN(ctx, "tenant", 100); err == nil {
+			t.Fatal("a decision on a paused Redis succeeded")
+		}
+		cancel()
+	}
+	if err := eu.regions.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	if err := us.regions.Flush(ctx); err == nil {
+		t.Fatal("us flushed with its Redis paused")
+	}
+	cancel()
+	us.srv.Resume()
+	clk.Set(limitertest.Start.Add(time.Minute + 2*time.Second)) // the next interval
+	if err := eu.regions.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if moved, err := eu.regions.Rebalance(context.Background()); err != nil || moved != nil {
+		t.Fatalf("rebalanced before us reported the interval: %v, %v", moved, err)
+	}
+	if err := us.regions.Flush(context.Background()); err != nil { // back: the minute before's 700
+		t.Fatal(err)
+	}
+	moved, err := eu.regions.Rebalance(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := moved["api"]; got["eu"] != 400 || got["us"] != 600 {
+		t.Errorf("after us reconnected: moved to %v; want eu 400, us 600 (toward 30/70)", got)
 	}
 }
