@@ -136,3 +136,41 @@ func detectorCost(t *testing.T, in *instance) time.Duration {
 	slices.Sort(took)
 	return took[len(took)*9/10]
 }
+
+// TestBreakerClosesOnFarRedis: with Redis 2.5ms away, a Redis that stops answering opens
+// the breaker, and once it answers again the breaker closes and Redis decides again:
+// the late replies of the outage were read or dropped with their connections, and a
+// probe on a warm connection answers within the timeout.
+func TestBreakerClosesOnFarRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	p := redistest.StartProxy(t, srv.Addr)
+	client := recommendedClient(p.Addr)
+	t.Cleanup(func() { client.Close() })
+	in := newInstance(t, client, localstore.New(), ratelimit.PerSecond(1_000_000))
+	if err := in.redis.LoadScripts(context.Background(), tokenbucket.Algorithm()); err != nil {
+		t.Fatal(err)
+	}
+	p.SetDelay(2500 * time.Microsecond)
+	allow := func() {
+		if d, err := in.limiter.Allow(context.Background(), "k"); err != nil || !d.Allowed {
+			t.Fatalf("a decision: %+v, %v", d, err)
+		}
+	}
+	srv.Pause()
+	redistest.Eventually(t, "the breaker to open on a Redis that stopped", func() bool {
+		allow()
+		return in.store.BreakerState() != fallback.Closed
+	})
+	srv.Resume()
+	redistest.Eventually(t, "the breaker to close on a Redis that answers again", func() bool {
+		allow()
+		return in.store.BreakerState() == fallback.Closed
+	})
+	before := in.bySource[fallback.Primary].Load()
+	for range 100 {
+		allow()
+	}
+	if by := in.bySource[fallback.Primary].Load() - before; by < 90 {
+		t.Errorf("after the breaker closed, Redis decided %d of 100; want nearly all", by)
+	}
+}
