@@ -817,24 +817,27 @@ func algsOf(calls []*call) []*ratelimit.Algorithm {
 	return algs
 }
 
-// buildBatchScript is the batch script of algs (the index of each is its place in algs
-// after sorting, from 1), made once per set.
+// buildBatchScript is the batch script of algs, and the index of each one's step in it
+// (its place among the distinct scripts of algs, sorted, from 1): one step per distinct
+// script, so algorithms that share a script (two values of one algorithm) share a step
+// and a batch script, made once per set of scripts.
 func (s *Store) buildBatchScript(algs []*ratelimit.Algorithm, cluster bool) (*script, map[*ratelimit.Algorithm]int) {
+	hash := func(a *ratelimit.Algorithm) string { return s.script(a).hash.(string) }
+	sort.Slice(algs, func(i, j int) bool { return hash(algs[i]) < hash(algs[j]) })
 	seen := make(map[*ratelimit.Algorithm]int, len(algs))
-	sort.Slice(algs, func(i, j int) bool {
-		if algs[i].Name != algs[j].Name {
-			return algs[i].Name < algs[j].Name
-		}
-		return s.script(algs[i]).hash.(string) < s.script(algs[j]).hash.(string)
-	})
+	var steps []*ratelimit.Algorithm
 	var id strings.Builder
 	if cluster {
 		id.WriteString("cluster")
 	}
-	for i, a := range algs {
-		seen[a] = i + 1
-		id.WriteString(":" + a.Name + ":" + s.script(a).hash.(string))
+	for _, a := range algs {
+		if len(steps) == 0 || hash(steps[len(steps)-1]) != hash(a) {
+			steps = append(steps, a)
+			id.WriteString(":" + hash(a))
+		}
+		seen[a] = len(steps)
 	}
+	algs = steps
 	key := id.String()
 	if sc, ok := s.batches.Load(key); ok {
 		return sc.(*script), seen
