@@ -112,20 +112,20 @@ func (b *breaker) record(now int64, o callResult) {
 // start, a pause), more likely than a Redis that went away; an error says so at once.
 func (b *breaker) tripped(now int64) bool {
 	i := now / b.slice
-	var calls, failures, errors, failing int64
+	var calls, failures, errs, failing int64
 	for j := range b.window {
 		w := &b.window[j]
 		if s := w.start.Load(); s > i-slices && s <= i {
 			calls += w.calls.Load()
 			f := w.failures.Load()
 			failures += f
-			errors += w.errors.Load()
+			errs += w.errors.Load()
 			if f > 0 {
 				failing++
 			}
 		}
 	}
-	return calls >= b.minCalls && float64(failures) >= b.rate*float64(calls) && (errors > 0 || failing >= 2)
+	return calls >= b.minCalls && float64(failures) >= b.rate*float64(calls) && (errs > 0 || failing >= 2)
 }
 
 // forget clears the window, when the breaker closes: the failures before it are history.

@@ -296,20 +296,6 @@ func (s *Store) timed(d time.Duration) {
 	}
 }
 
-// landed ends a flight of n: the waiting decisions go out next, from a goroutine.
-func (s *Store) landed(n *node) {
-	n.mu.Lock()
-	if len(n.waiting) == 0 {
-		n.flights--
-		s.flying.Add(-1)
-		n.mu.Unlock()
-		return
-	}
-	batch := n.take(s.maxBatch)
-	n.mu.Unlock()
-	go s.fly(n, batch)
-}
-
 // take removes up to max waiting calls; n.mu is held.
 func (n *node) take(max int) []*call {
 	k := min(max, len(n.waiting))

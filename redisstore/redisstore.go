@@ -57,7 +57,7 @@
 // caller's deadline, and the next decision would pay a new dial and a handshake of
 // several round trips inside its own deadline: on a Redis a few milliseconds away, with
 // a fallback's timeout of 5ms, every decision would time out from then on. The client's
-// ReadTimeout is so how long a late reply is waited for (3s by default; the fallback
+// ReadTimeout is then how long a late reply is waited for (3s by default; the fallback
 // package suggests 50ms).
 //
 // A script whose caller has given up before it is handed to the client is not sent:
@@ -160,7 +160,7 @@ type Store struct {
 	prefix  string
 	clock   clock.Clock // nil: Redis TIME
 	scripts sync.Map    // *ratelimit.Algorithm -> *script
-	batches sync.Map    // the algorithms' names of a batch, in order -> *script
+	batches sync.Map    // the SHAs of a coalesced batch's steps, in order -> *script
 
 	maxBatch int          // decisions per batch script call; 1: no coalescing
 	one      *node        // the coalescing queue of a *redis.Client
@@ -478,7 +478,7 @@ func (s *Store) loadErr(ctx context.Context, sc *script, seen uint64) error {
 		f = &fetch{done: make(chan struct{})}
 		sc.loading = f
 		go func() {
-			err := s.client.ScriptLoad(noDeadline{ctx}, sc.source).Err()
+			err := scriptLoad(noDeadline{ctx}, s.client, sc.source)
 			sc.mu.Lock()
 			f.err = err
 			sc.loading = nil
@@ -496,6 +496,17 @@ func (s *Store) loadErr(ctx context.Context, sc *script, seen uint64) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// scriptLoad is SCRIPT LOAD of source, with a panic of the client turned into an error:
+// it runs on a goroutine of the store's, where a panic would end the process.
+func scriptLoad(ctx context.Context, client redis.Scripter, source string) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("redisstore: loading a script: the client panicked: %v: %w", p, ratelimit.ErrUnavailable)
+		}
+	}()
+	return client.ScriptLoad(ctx, source).Err()
 }
 
 // send processes cmd, and returns when it is done or when ctx ends, whichever comes
