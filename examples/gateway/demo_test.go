@@ -57,7 +57,14 @@ func TestDemoDecidesOnItsStore(t *testing.T) {
 	}
 	eventually(t, "the gateway to answer", func() bool { return get("warm") == 200 })
 
-	const tenants, workers, requests = 100, 16, 4000
+	const tenants, requests = 100, 4000
+	workers := 16
+	if raceEnabled {
+		// the detector slows miniredis's Lua interpreter several times over, and a batch
+		// of 16 decisions there passes the 50ms timeout on a busy machine: the demo's
+		// claim is measured without it (.ci/run runs this test so too)
+		workers = 4
+	}
 	var admitted [tenants]atomic.Int64
 	var next atomic.Int64
 	start := time.Now()
