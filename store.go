@@ -146,7 +146,7 @@ type Algorithm struct {
 	Extend func(st *State, now int64, a Args) bool
 
 	// Prefetchable says that events may be taken ahead, in a batch, and admitted later one
-	// by one (redisstore.Prefetch does): a Decision carries no Delay that paces each
+	// by one (hotkey.Prefetch does): a Decision carries no Delay that paces each
 	// request, and the algorithm promises no more than a count per period, which events
 	// counted up to a lease early still keep. True for the token bucket, the fixed window
 	// and the sliding window counter; false for the leaky bucket (each request has its own

@@ -9,7 +9,7 @@
 // # While the primary is down
 //
 // With WithInstances(n), or WithInstanceCount(f) for a number learned at run time (see
-// redisstore.Members), each of n instances enforces 1/n of every rule on its secondary,
+// members.Members), each of n instances enforces 1/n of every rule on its secondary,
 // never rounded up: Limit and Burst divided by n and rounded down, a share below 1 per
 // Period becoming 1 per a longer Period (2 per second over 5 instances: 1 per 3 seconds
 // each), and Burst at least 1. With 4 instances and a limit of 100, each admits 25. An
@@ -102,7 +102,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -183,7 +182,7 @@ func (f optionFunc) apply(s *Store) { f(s) }
 
 // WithInstanceCount makes the number of instances sharing the rule while the primary is
 // down whatever count returns at each decision (less than 1 means 1): the number of
-// instances alive, learned while the primary was up, such as redisstore.Members.Count.
+// instances alive, learned while the primary was up, such as members.Members.Count.
 // It replaces WithInstances.
 func WithInstanceCount(count func() int) Option {
 	return optionFunc(func(s *Store) { s.count = count })
@@ -247,7 +246,7 @@ func WithClock(c clock.Clock) Option {
 // It panics with a message that says so for a nil store or a nil option, as net/http does
 // for a nil handler: a fallback without a secondary would fail only during an outage.
 func New(primary, secondary ratelimit.Store, opts ...Option) *Store {
-	if isNil(primary) || isNil(secondary) {
+	if core.IsNil(primary) || core.IsNil(secondary) {
 		panic("fallback: New needs a primary and a secondary store; one is nil")
 	}
 	s := &Store{
@@ -351,15 +350,6 @@ func (s *Store) n() int64 {
 		return int64(max(1, s.count()))
 	}
 	return s.instances
-}
-
-// isNil reports whether s is nil, or a nil pointer in an interface.
-func isNil(s ratelimit.Store) bool {
-	if s == nil {
-		return true
-	}
-	v := reflect.ValueOf(s)
-	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 type outcome[T any] struct {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/redisx"
 )
 
 var _ ratelimit.BatchStore = (*Store)(nil)
@@ -97,8 +98,8 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if err != nil {
 			return nil, err
 		}
-		pre, post := keyForm(r.Key)
-		nsForm := namespaceForm(r.Namespace)
+		pre, post := redisx.Form(r.Key)
+		nsForm := redisx.Namespace(r.Namespace)
 		for _, name := range s.script(alg).names {
 			names = append(names, name+nsForm+pre+r.Key+post)
 		}
@@ -122,7 +123,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	}
 	reply, err := s.run(ctx, sc, append(args, tail...))
 	if err != nil {
-		if unavailable(err) {
+		if redisx.Unavailable(err) {
 			s.nodeFailed()
 			return nil, fmt.Errorf("redisstore: batch: %w: %w", ratelimit.ErrUnavailable, err)
 		}
@@ -155,27 +156,13 @@ func (s *Store) oneSlot(names []string) bool {
 	if _, single := s.client.(*redis.Client); single {
 		return true
 	}
-	tag := hashTag(names[0])
+	tag := redisx.HashTag(names[0])
 	for _, n := range names[1:] {
-		if hashTag(n) != tag || tag == "" {
+		if redisx.HashTag(n) != tag || tag == "" {
 			return false
 		}
 	}
 	return true
-}
-
-// hashTag is what Redis Cluster hashes of a key's name: the text between the first "{"
-// and the first "}" after it, if not empty; else "" (the whole name).
-func hashTag(name string) string {
-	open := strings.IndexByte(name, '{')
-	if open < 0 {
-		return ""
-	}
-	end := strings.IndexByte(name[open+1:], '}')
-	if end <= 0 {
-		return ""
-	}
-	return name[open+1 : open+1+end]
 }
 
 // applyAllScript is the script of ApplyAll for algs, and the index of each algorithm's

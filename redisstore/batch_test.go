@@ -25,13 +25,13 @@ func TestMultiIsOneRoundTrip(t *testing.T) {
 	if _, err := ratelimit.AllowAll(ctx, 1, parts...); err != nil { // loads the script
 		t.Fatal(err)
 	}
-	before := evalCalls(t, client)
+	before := redistest.ScriptCalls(t, client)
 	for range 20 {
 		if _, err := ratelimit.AllowAll(ctx, 1, parts...); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if calls := evalCalls(t, client) - before; calls != 20 {
+	if calls := redistest.ScriptCalls(t, client) - before; calls != 20 {
 		t.Errorf("20 decisions under 3 limits ran %d scripts; want 20, one each", calls)
 	}
 }

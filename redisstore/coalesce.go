@@ -73,7 +73,7 @@ type call struct {
 	a         ratelimit.Args
 	op, now   any
 	key       string
-	pre, post string // the key's form (see keyForm)
+	pre, post string // the key's form (see redisx.Form)
 
 	d    ratelimit.Decision
 	err  error

@@ -72,7 +72,7 @@ func TestCoalescedParity(t *testing.T) {
 	}
 	calls := map[string]int{}
 	for name, s := range stores {
-		before := commandCalls(t, client, "evalsha")
+		before := redistest.CommandCalls(t, client, "evalsha")
 		t.Run(name, func(t *testing.T) {
 			var wg sync.WaitGroup
 			for k := range seqs {
@@ -89,7 +89,7 @@ func TestCoalescedParity(t *testing.T) {
 			}
 			wg.Wait()
 		})
-		calls[name] = commandCalls(t, client, "evalsha") - before
+		calls[name] = redistest.CommandCalls(t, client, "evalsha") - before
 	}
 	if calls["one-by-one"] != keys*steps || calls["coalesced"] >= calls["one-by-one"] {
 		t.Errorf("%d decisions: %d script calls one by one, %d coalesced; want as many as decisions, and fewer",
@@ -139,7 +139,7 @@ func TestCoalescedOneProfile(t *testing.T) {
 					want[key] = append(want[key], d)
 				}
 			}
-			before := commandCalls(t, client, "evalsha")
+			before := redistest.CommandCalls(t, client, "evalsha")
 			var wg sync.WaitGroup
 			for key := range keys {
 				wg.Go(func() {
@@ -153,7 +153,7 @@ func TestCoalescedOneProfile(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			if calls := commandCalls(t, client, "evalsha") - before; calls >= keys*steps {
+			if calls := redistest.CommandCalls(t, client, "evalsha") - before; calls >= keys*steps {
 				t.Errorf("%d decisions took %d script calls; want them coalesced", keys*steps, calls)
 			}
 		})
@@ -196,7 +196,7 @@ func TestCoalescedLargeBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	const callers = 12 * redisstore.MaxBatch
-	before := commandCalls(t, client, "evalsha")
+	before := redistest.CommandCalls(t, client, "evalsha")
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range callers {
@@ -210,7 +210,7 @@ func TestCoalescedLargeBatch(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	calls := commandCalls(t, client, "evalsha") - before
+	calls := redistest.CommandCalls(t, client, "evalsha") - before
 	if calls < callers/redisstore.MaxBatch || calls > callers/20 {
 		t.Errorf("%d decisions in %d script calls; want batches of hundreds, %d at most each", callers, calls, redisstore.MaxBatch)
 	}
@@ -243,7 +243,7 @@ func TestCoalescedContention(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	calls := commandCalls(t, client, "evalsha")
+	calls := redistest.CommandCalls(t, client, "evalsha")
 	if admitted.Load() != 100 {
 		t.Errorf("1000 callers on a limit of 100: %d admitted", admitted.Load())
 	}
@@ -338,7 +338,7 @@ func masterCalls(t *testing.T, cluster *redistest.Cluster) int {
 	n := 0
 	for _, m := range cluster.Masters {
 		c := redis.NewClient(&redis.Options{Addr: m.Addr})
-		n += commandCalls(t, c, "evalsha")
+		n += redistest.CommandCalls(t, c, "evalsha")
 		c.Close()
 	}
 	return n
@@ -519,14 +519,14 @@ func TestCoalescedReplyLost(t *testing.T) {
 		wg.Go(func() { take(fmt.Sprint("warm-", i)) })
 	}
 	wg.Wait()
-	if calls := commandCalls(t, direct, "evalsha"); calls >= 30 {
+	if calls := redistest.CommandCalls(t, direct, "evalsha"); calls >= 30 {
 		t.Fatalf("the warm-up took %d script calls; want a batch", calls)
 	}
 	for range redisstore.MaxFlights + 1 { // connections open at once: one is left for the batch when the flights' close
 		wg.Go(func() { client.BLPop(ctx, 10*time.Millisecond, "nothing") })
 	}
 	wg.Wait()
-	before := commandCalls(t, direct, "evalsha")
+	before := redistest.CommandCalls(t, direct, "evalsha")
 	p.HoldNext(1<<20, 300*time.Millisecond) // every reply from now on
 	errs := make(chan error, redisstore.MaxFlights+5)
 	var keys []string
@@ -535,7 +535,7 @@ func TestCoalescedReplyLost(t *testing.T) {
 		keys = append(keys, key)
 		go func() { errs <- take(key) }()
 		redistest.Eventually(t, "the flight runs, its reply held", func() bool {
-			return commandCalls(t, direct, "evalsha") >= before+i+1
+			return redistest.CommandCalls(t, direct, "evalsha") >= before+i+1
 		})
 	}
 	for i := range 5 { // queued behind the flights: one batch
@@ -548,7 +548,7 @@ func TestCoalescedReplyLost(t *testing.T) {
 			t.Errorf("a decision whose reply came too late: %v; want ErrUnavailable", err)
 		}
 	}
-	if calls := commandCalls(t, direct, "evalsha") - before; calls != redisstore.MaxFlights+1 {
+	if calls := redistest.CommandCalls(t, direct, "evalsha") - before; calls != redisstore.MaxFlights+1 {
 		t.Errorf("%d script calls; want %d (the flights alone, one batch of 5), none sent again", calls, redisstore.MaxFlights+1)
 	}
 	peeker := redisstore.New(direct, redisstore.WithPrefix("lostb"))

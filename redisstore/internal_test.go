@@ -1,14 +1,9 @@
 package redisstore
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"io"
-	"net"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,52 +11,6 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 )
-
-func TestKeyForm(t *testing.T) {
-	for _, tc := range []struct{ key, form, tag string }{
-		{"tenant-42", "{tenant-42}", "tenant-42"},
-		{"a:b", "{a:b}", "a:b"},
-		{"{shop-a}:create-order", "t:{shop-a}:create-order", "shop-a"},
-		{"x{shop-a}y{z}", "t:x{shop-a}y{z}", "shop-a"},
-		{"}{a}", "t:}{a}", "a"},
-		{"{a}", "t:{a}", "a"},
-		{"a", "{a}", "a"},
-		{"", "{cbf29ce484222325}:", "cbf29ce484222325"},
-		{"{}", "{" + fnv64a("{}") + "}:{}", fnv64a("{}")},
-		{"a}", "{" + fnv64a("a}") + "}:a}", fnv64a("a}")},
-		{"{", "{" + fnv64a("{") + "}:{", fnv64a("{")},
-	} {
-		pre, post := keyForm(tc.key)
-		form := pre + tc.key + post
-		if form != tc.form {
-			t.Errorf("keyForm(%q) = %q; want %q", tc.key, form, tc.form)
-		}
-		for _, part := range []string{"state", "log"} {
-			if tag := hashTag("rl:slidinglog:" + part + ":" + form); tag != tc.tag {
-				t.Errorf("key %q, part %s: hash tag %q; want %q", tc.key, part, tag, tc.tag)
-			}
-		}
-	}
-}
-
-// TestKeysDistinct: no two keys share a name, and every name has a hash tag (so all the
-// parts of a key sit in one slot), whatever the key.
-func TestKeysDistinct(t *testing.T) {
-	keys := []string{"", "a", "{a}", "a}", "{a", "{}", "}", "{", "a:b", "a:b:c", "{a}:b", "a\x00",
-		"\x00", "\xff\xfe", "t:a", "{t:a}", "t:{a}", "{cbf29ce484222325}:", strings.Repeat("k", 1<<20)}
-	seen := map[string]string{}
-	for _, k := range keys {
-		pre, post := keyForm(k)
-		form := pre + k + post
-		if other, dup := seen[form]; dup {
-			t.Errorf("keys %q and %q share the name %q", k, other, form)
-		}
-		seen[form] = k
-		if hashTag("rl:x:state:"+form) == "" {
-			t.Errorf("key %q: name %.40q has no hash tag", k, form)
-		}
-	}
-}
 
 func TestWithPrefixDropsBraces(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never called
@@ -93,25 +42,6 @@ func TestDecode(t *testing.T) {
 	} {
 		if _, err := decode(bad, 5); !errors.Is(err, ErrUnexpectedReply) {
 			t.Errorf("decode(%#v) = %v; want ErrUnexpectedReply", bad, err)
-		}
-	}
-}
-
-func TestUnavailable(t *testing.T) {
-	for _, err := range []error{
-		context.DeadlineExceeded, io.EOF, io.ErrUnexpectedEOF, redis.ErrClosed, redis.ErrPoolTimeout,
-		&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, fmt.Errorf("read: %w", syscall.ECONNRESET),
-	} {
-		if !unavailable(err) {
-			t.Errorf("unavailable(%v) = false", err)
-		}
-	}
-	for _, err := range []error{
-		context.Canceled, fmt.Errorf("wrapped: %w", context.Canceled), redis.ErrNoScript,
-		errors.New("WRONGTYPE Operation against a key holding the wrong kind of value"),
-	} {
-		if unavailable(err) {
-			t.Errorf("unavailable(%v) = true", err)
 		}
 	}
 }

@@ -172,7 +172,7 @@ func TestScriptFlush(t *testing.T) {
 			t.Fatalf("decision %d: %+v, %v; want allowed with %d left", i, d, err, 9-i)
 		}
 	}
-	if loads, evals := commandCalls(t, client, "script|load"), commandCalls(t, client, "eval"); loads != 2 || evals != 0 {
+	if loads, evals := redistest.CommandCalls(t, client, "script|load"), redistest.CommandCalls(t, client, "eval"); loads != 2 || evals != 0 {
 		t.Errorf("SCRIPT LOAD ran %d times and EVAL %d; want 2 loads (the first decision, and the one after the flush), no EVAL", loads, evals)
 	}
 }
@@ -196,7 +196,7 @@ func TestNoScriptHerd(t *testing.T) {
 		wg.Wait()
 	}
 	herd()
-	if loads, evals, shas := commandCalls(t, client, "script|load"), commandCalls(t, client, "eval"), commandCalls(t, client, "evalsha"); loads != 1 || evals != 0 || shas != 1000 {
+	if loads, evals, shas := redistest.CommandCalls(t, client, "script|load"), redistest.CommandCalls(t, client, "eval"), redistest.CommandCalls(t, client, "evalsha"); loads != 1 || evals != 0 || shas != 1000 {
 		t.Errorf("1000 first decisions: %d SCRIPT LOAD, %d EVAL, %d EVALSHA; want 1, 0, 1000", loads, evals, shas)
 	}
 	if err := client.ScriptFlush(context.Background()).Err(); err != nil {
@@ -205,27 +205,10 @@ func TestNoScriptHerd(t *testing.T) {
 	herd()
 	// the decisions sent before the first NOSCRIPT came back meet it, and each is sent again
 	// once the script is loaded: at most 2 EVALSHA per decision, and a load per such wave
-	loads, evals, shas := commandCalls(t, client, "script|load"), commandCalls(t, client, "eval"), commandCalls(t, client, "evalsha")
+	loads, evals, shas := redistest.CommandCalls(t, client, "script|load"), redistest.CommandCalls(t, client, "eval"), redistest.CommandCalls(t, client, "evalsha")
 	if loads < 2 || loads > 2+64 || evals != 0 || shas > 1000+2*1000 {
 		t.Errorf("1000 decisions after SCRIPT FLUSH: %d SCRIPT LOAD, %d EVAL, %d EVALSHA in all; want 2 to 66 loads, no EVAL, at most 3000 EVALSHA", loads, evals, shas)
 	}
-}
-
-// commandCalls reads INFO commandstats: how often the server ran cmd.
-func commandCalls(t *testing.T, c *redis.Client, cmd string) int {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
-			var n int
-			fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &n)
-			return n
-		}
-	}
-	return 0
 }
 
 // TestRestart: while Redis is down every decision is an error (never a false "allowed");
@@ -622,11 +605,11 @@ func TestGaveUpNotSent(t *testing.T) {
 		if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1); err != nil || !d.Allowed { // the script loaded
 			t.Fatal(d, err)
 		}
-		before, blpops := commandCalls(t, admin, "evalsha"), commandCalls(t, admin, "blpop")
+		before, blpops := redistest.CommandCalls(t, admin, "evalsha"), redistest.CommandCalls(t, admin, "blpop")
 		held := make(chan error, 1)
 		go func() { held <- client.BLPop(ctx, 0, "gate").Err() }() // takes the only connection
 		redistest.Eventually(t, "the BLPOP holding the only connection", func() bool {
-			return commandCalls(t, admin, "blpop") > blpops
+			return redistest.CommandCalls(t, admin, "blpop") > blpops
 		})
 		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 		_, err := s.Apply(short, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "k", Rule: rule, N: 1})
@@ -644,7 +627,7 @@ func TestGaveUpNotSent(t *testing.T) {
 		if err != nil || d.Remaining != 98 {
 			t.Errorf("ContextTimeoutEnabled %v: the next decision: %+v, %v; want 98 left (the abandoned one not counted)", ctxTimeouts, d, err)
 		}
-		if n := commandCalls(t, admin, "evalsha") - before; n != 1 {
+		if n := redistest.CommandCalls(t, admin, "evalsha") - before; n != 1 {
 			t.Errorf("ContextTimeoutEnabled %v: %d EVALSHA after the first; want 1 (the abandoned one never sent)", ctxTimeouts, n)
 		}
 	}
@@ -711,7 +694,7 @@ func TestLoadScripts(t *testing.T) {
 	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", ratelimit.PerHour(10), 1); err != nil || !d.Allowed {
 		t.Fatal(d, err)
 	}
-	if loads, evals := commandCalls(t, client, "script|load"), commandCalls(t, client, "eval"); loads != 2 || evals != 0 {
+	if loads, evals := redistest.CommandCalls(t, client, "script|load"), redistest.CommandCalls(t, client, "eval"); loads != 2 || evals != 0 {
 		t.Errorf("%d loads and %d EVAL; want the 2 of LoadScripts and none after", loads, evals)
 	}
 	addr, hangUp := silentServer(t)

@@ -130,24 +130,21 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"io"
-	"net"
-	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
+	"github.com/ratelimit-go/ratelimit/internal/redisx"
 )
 
 // DefaultPrefix starts every key's name, unless WithPrefix says otherwise.
-const DefaultPrefix = "rl"
+const DefaultPrefix = redisx.DefaultPrefix
 
 // ErrUnexpectedReply: the server answered a script with something it does not return, as
 // a server that is not Redis, or a different script under the same SHA, might.
@@ -219,14 +216,10 @@ func (f optionFunc) apply(s *Store) { f(s) }
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(s *Store) {
 		if prefix != "" {
-			s.prefix = prefixForm(prefix)
+			s.prefix = redisx.Prefix(prefix)
 		}
 	})
 }
-
-// prefixForm is prefix with its braces replaced by parentheses: braces would pin every key
-// to one hash slot.
-func prefixForm(prefix string) string { return strings.NewReplacer("{", "(", "}", ")").Replace(prefix) }
 
 // WithClock makes decisions on c's time instead of the Redis server's, for tests, or for
 // applications whose clocks are known to agree. Nil means the server's time.
@@ -239,7 +232,7 @@ func WithClock(c clock.Clock) Option {
 // a message that says so for a nil client or a nil option, as net/http does for a nil
 // handler: a store without Redis would fail every decision, and only once traffic came.
 func New(client redis.Scripter, opts ...Option) *Store {
-	if isNil(client) {
+	if core.IsNil(client) {
 		panic("redisstore: New with a nil client")
 	}
 	s := &Store{client: client, prefix: DefaultPrefix, maxBatch: DefaultMaxBatch, seed: maphash.MakeSeed()}
@@ -259,15 +252,6 @@ func New(client redis.Scripter, opts ...Option) *Store {
 		o.apply(s)
 	}
 	return s
-}
-
-// isNil reports whether v is nil, or a nil pointer in an interface.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // Apply runs req's algorithm on Redis: it takes, peeks, refunds or resets (req.Op), each
@@ -297,7 +281,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	a.Lease = req.Lease
 	sc := s.script(alg)
 	ra := sc.args(req, a)
-	pre, post := keyForm(req.Key)
+	pre, post := redisx.Form(req.Key)
 	c := call{alg: alg, sc: sc, ra: ra, a: a, op: opNames[req.Op], now: s.now(), key: req.Key, pre: pre, post: post}
 	if s.coalescing() {
 		return s.coalesce(ctx, &c)
@@ -324,7 +308,7 @@ func (s *Store) single(ctx context.Context, c *call) (ratelimit.Decision, error)
 // failed wraps an error of the client, with ratelimit.ErrUnavailable when Redis cannot
 // decide now (and then asks a cluster client to look at its slot map again).
 func (s *Store) failed(alg string, err error) error {
-	if unavailable(err) {
+	if redisx.Unavailable(err) {
 		s.nodeFailed()
 		return fmt.Errorf("redisstore: %s: %w: %w", alg, ratelimit.ErrUnavailable, err)
 	}
@@ -352,18 +336,12 @@ var opNames = [...]any{ratelimit.OpTake: "", ratelimit.OpPeek: "peek", ratelimit
 func (sc *script) args(req ratelimit.Request, a ratelimit.Args) *ruleArgs {
 	ra := sc.last.Load()
 	if ra == nil || ra.rule != req.Rule || ra.ns != req.Namespace {
-		ra = &ruleArgs{rule: req.Rule, ns: req.Namespace, nsForm: namespaceForm(req.Namespace),
+		ra = &ruleArgs{rule: req.Rule, ns: req.Namespace, nsForm: redisx.Namespace(req.Namespace),
 			limit: a.Limit, period: a.Period, unit: a.Unit, rate: a.Rate}
 		sc.last.Store(ra)
 	}
 	return ra
 }
-
-var nsEscaper = strings.NewReplacer("%", "%25", ":", "%3A", "{", "%7B", "}", "%7D")
-
-// namespaceForm is a namespace as it stands in key names: escaped, so that it holds no
-// colon or brace, and followed by a colon.
-func namespaceForm(ns string) string { return nsEscaper.Replace(ns) + ":" }
 
 func (s *Store) script(alg *ratelimit.Algorithm) *script {
 	if sc, ok := s.scripts.Load(alg); ok {
@@ -562,6 +540,12 @@ type noDeadline struct{ context.Context }
 
 func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
 
+// fetch is a load in flight that others wait for; done is closed when it ends.
+type fetch struct {
+	done chan struct{}
+	err  error
+}
+
 // noRetry is a command go-redis must not send again once it may have run.
 type noRetry struct{ *redis.Cmd }
 
@@ -571,24 +555,6 @@ func noRetryCmd(ctx context.Context, args []any) noRetry {
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	return noRetry{cmd}
-}
-
-// unavailable reports whether err means that Redis cannot decide now: a timeout, a
-// connection that failed or closed, or a server that is busy (BUSY: a script runs too
-// long), out of memory, loading its data, or in a failover. The caller's own cancellation
-// is not: a caller that gave up says nothing about Redis.
-func unavailable(err error) bool {
-	if errors.Is(err, context.Canceled) {
-		return false
-	}
-	var netErr net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
-		redis.IsOOMError(err) || redis.IsLoadingError(err) || redis.IsMasterDownError(err) ||
-		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsReadOnlyError(err) ||
-		redis.IsMaxClientsError(err) || redis.HasErrorPrefix(err, "BUSY")
 }
 
 // decode checks the shape of a script's reply: five integers, durations in microseconds.
@@ -621,35 +587,4 @@ func decodeVals(vals []any, limit int64) (ratelimit.Decision, error) {
 		ResetAfter: mathx.Micros(n[3]),
 		Delay:      mathx.Micros(n[4]),
 	}, nil
-}
-
-// keyForm is what goes before and after limiter key k at the end of each of its Redis
-// keys' names (see the package doc): distinct for distinct keys, and with one hash tag
-// for all the parts of a key.
-func keyForm(k string) (pre, post string) {
-	if open := strings.IndexByte(k, '{'); open >= 0 {
-		if end := strings.IndexByte(k[open+1:], '}'); end > 0 {
-			return "t:", ""
-		}
-	}
-	if k != "" && !strings.ContainsAny(k, "{}") {
-		return "{", "}"
-	}
-	return "{" + fnv64a(k) + "}:", ""
-}
-
-// fnv64a is the 64-bit FNV-1a hash of s in 16 hex digits.
-func fnv64a(s string) string {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	const digits = "0123456789abcdef"
-	var b [16]byte
-	for i := 15; i >= 0; i-- {
-		b[i] = digits[h&15]
-		h >>= 4
-	}
-	return string(b[:])
 }

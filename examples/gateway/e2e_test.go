@@ -13,7 +13,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
 	"github.com/ratelimit-go/ratelimit/internal/redistest"
-	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/redisstore/members"
 )
 
 // TestEndToEnd builds the gateway, runs it on a real redis-server beside another member of
@@ -34,7 +34,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	other := redisstore.NewMembers(srv.Client(), "gateway", redisstore.WithMemberID("the-other-gateway"))
+	other := members.New(srv.Client(), "gateway", members.WithID("the-other-gateway"))
 	if _, err := other.Beat(context.Background()); err != nil { // a member before the gateway starts
 		t.Fatal(err)
 	}

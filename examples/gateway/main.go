@@ -19,7 +19,7 @@
 // each of the gateways enforces its share of every rule in memory, and the log says when
 // it switches and why. How many gateways share: by default the number alive, which each
 // learns while Redis is up (every gateway beats in Redis every 2s; see
-// redisstore.Members); -instances N fixes it.
+// members.Members); -instances N fixes it.
 //
 // A misconfiguration stops it at start, with a message: -redis and -redis-cluster
 // together, -redis-cluster at a server without cluster support, -redis at a cluster node,
@@ -27,7 +27,7 @@
 // table. A Redis that does not answer at start does not: the gateway starts on the shares.
 //
 // With -region and -regions, every limit is split between regions that each decide on a
-// Redis of their own (see redisstore.Regions): each region's gateways enforce its share
+// Redis of their own (see regions.Regions): each region's gateways enforce its share
 // of every rule, and the shares move toward the regions' traffic every -rebalance.
 //
 // With -envoy-rules, the limits come instead from rules in the format of Envoy's rate

@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/ratelimit-go/ratelimit/redisstore/regions"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/ratelimit-go/ratelimit/redisstore"
 )
 
 // regionsConfig turns on the split of every limit between regions (-region, -regions,
@@ -44,7 +43,7 @@ func parseRegions(list string) (map[string]string, error) {
 // openRegions connects to every region's Redis for the weights and the demand (the
 // decisions go through the store of the region's own), and returns the Regions and
 // what closes them.
-func openRegions(c regionsConfig, urls map[string]string) (*redisstore.Regions, func(), error) {
+func openRegions(c regionsConfig, urls map[string]string) (*regions.Regions, func(), error) {
 	clients := map[string]redis.Scripter{}
 	var closers []func()
 	closeAll := func() {
@@ -62,7 +61,7 @@ func openRegions(c regionsConfig, urls map[string]string) (*redisstore.Regions, 
 		client := redis.NewClient(opts)
 		clients[name], closers = client, append(closers, func() { client.Close() })
 	}
-	r, err := redisstore.NewRegions(c.self, clients, redisstore.WithRegionInterval(c.every))
+	r, err := regions.New(c.self, clients, regions.WithInterval(c.every))
 	if err != nil {
 		closeAll()
 		return nil, nil, fmt.Errorf("-region: %w", err)
@@ -72,7 +71,7 @@ func openRegions(c regionsConfig, urls map[string]string) (*redisstore.Regions, 
 
 // watchWeight logs this region's weight of the gateway's limits whenever it moves, and
 // serves it as a metric.
-func watchWeight(ctx context.Context, r *redisstore.Regions, self string, reg prometheus.Registerer, log *slog.Logger) {
+func watchWeight(ctx context.Context, r *regions.Regions, self string, reg prometheus.Registerer, log *slog.Logger) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ratelimit_region_weight", Help: "This region's share of every rule, 0 to 1.",
 		ConstLabels: prometheus.Labels{"region": self},

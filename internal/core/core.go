@@ -5,6 +5,7 @@ package core
 import (
 	_ "embed"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -151,6 +152,17 @@ func CheckDistinct(store string, reqs []ratelimit.Request) error {
 		seen[k] = true
 	}
 	return nil
+}
+
+// IsNil reports whether v is nil, or a nil pointer in an interface: what New functions
+// refuse, so that a store or a client missing from the configuration fails at start, not
+// at the first decision.
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // Clone is a copy of st that shares no memory with it.

@@ -269,3 +269,25 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 		time.Sleep(time.Millisecond) // poll interval
 	}
 }
+
+// CommandCalls reads INFO commandstats of c's server: how often it ran cmd ("evalsha").
+func CommandCalls(t testing.TB, c *redis.Client, cmd string) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+			var n int
+			fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &n)
+			return n
+		}
+	}
+	return 0
+}
+
+// ScriptCalls is how many scripts c's server has run (EVALSHA and EVAL).
+func ScriptCalls(t testing.TB, c *redis.Client) int {
+	return CommandCalls(t, c, "evalsha") + CommandCalls(t, c, "eval")
+}

@@ -1,4 +1,25 @@
-package redisstore
+// Package hotkey is for hot keys: one tenant sending 20,000 requests a second to one key
+// makes that key, and the Redis node that holds it, the bottleneck. Three Store
+// decorators take the load off:
+//
+//   - Prefetch takes tokens from Redis in batches and spends them locally, so Redis sees
+//     one call per batch (token bucket, fixed window and sliding window).
+//   - Shard splits one limit over several keys, each with its share of the rule, on
+//     different Redis Cluster nodes (any algorithm).
+//   - BlockCache answers a key that was just denied without asking Redis until its
+//     RetryAfter has passed (any algorithm).
+//
+// Each wraps any ratelimit.Store (redisstore, or fallback around it) and handles only
+// the requests ForRequests selects (all by default); the others go straight through.
+//
+// Each decorator takes only the options that mean something to it, so that a misplaced
+// one (a lease given to a Shard) does not compile:
+//
+//   - ForRequests: all three (Option);
+//   - WithClock and WithMaxKeys: Prefetch and BlockCache, which remember keys (MemoryOption);
+//   - WithLease: Prefetch only (PrefetchOption);
+//   - WithRetries: Shard only (ShardOption).
+package hotkey
 
 import (
 	"context"
@@ -11,28 +32,8 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/redisx"
 )
-
-// Hot keys: one tenant sending 20,000 requests a second to one key makes that key, and
-// the Redis node that holds it, the bottleneck. Three Store decorators take the load off:
-//
-//   - Prefetch takes tokens from Redis in batches and spends them locally, so Redis sees
-//     one call per batch (token bucket, fixed window and sliding window).
-//   - Shard splits one limit over several keys, each with its share of the rule, on
-//     different Redis Cluster nodes (any algorithm).
-//   - BlockCache answers a key that was just denied without asking Redis until its
-//     RetryAfter has passed (any algorithm).
-//
-// Each wraps any ratelimit.Store (redisstore, or fallback around it) and handles only
-// the requests ForRequests selects (all by default); the others go straight through.
-
-// Each decorator takes only the options that mean something to it, so that a misplaced
-// one (a lease given to a Shard) does not compile:
-//
-//   - ForRequests: all three (HotOption);
-//   - WithHotClock and WithMaxKeys: Prefetch and BlockCache, which remember keys (MemoryOption);
-//   - WithLease: Prefetch only (PrefetchOption);
-//   - WithRetries: Shard only (ShardOption).
 
 // PrefetchOption configures a Prefetch.
 type PrefetchOption interface{ applyPrefetch(*hotConfig) }
@@ -49,8 +50,8 @@ type MemoryOption interface {
 	BlockCacheOption
 }
 
-// HotOption configures any of Prefetch, Shard and BlockCache.
-type HotOption interface {
+// Option configures any of Prefetch, Shard and BlockCache.
+type Option interface {
 	PrefetchOption
 	ShardOption
 	BlockCacheOption
@@ -82,7 +83,7 @@ func (f shardOption) applyShard(c *hotConfig)       { f(c) }
 
 // ForRequests limits a decorator to the requests f selects (hot keys, or the rules of
 // large tenants); the others go straight to the next store. Nil means every request.
-func ForRequests(f func(ratelimit.Request) bool) HotOption {
+func ForRequests(f func(ratelimit.Request) bool) Option {
 	return anyOption(func(c *hotConfig) { c.only = f })
 }
 
@@ -101,8 +102,8 @@ func WithRetries(n int) ShardOption {
 	return shardOption(func(c *hotConfig) { c.retries = max(0, n) })
 }
 
-// WithHotClock sets the clock of leases and blocks (clock.NewMonotonic() by default).
-func WithHotClock(c clock.Clock) MemoryOption {
+// WithClock sets the clock of leases and blocks (clock.NewMonotonic() by default).
+func WithClock(c clock.Clock) MemoryOption {
 	return memoryOption(func(cfg *hotConfig) {
 		if c != nil {
 			cfg.clock = c
@@ -122,12 +123,12 @@ func WithMaxKeys(n int) MemoryOption {
 
 func newHotConfig[O any](name string, next ratelimit.Store, opts []O, apply func(O, *hotConfig)) hotConfig {
 	if next == nil {
-		panic("redisstore: " + name + " with a nil store")
+		panic("hotkey: " + name + " with a nil store")
 	}
 	c := hotConfig{clock: clock.NewMonotonic(), lease: 100 * time.Millisecond, retries: 2, maxKeys: 100_000}
 	for _, o := range opts {
 		if any(o) == nil {
-			panic("redisstore: " + name + " with a nil option")
+			panic("hotkey: " + name + " with a nil option")
 		}
 		apply(o, &c)
 	}
@@ -402,10 +403,10 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	share := core.Share(req.Rule, s.shards)
 	one, err := req.Algorithm.Prepare(share, 1)
 	if err != nil {
-		return ratelimit.Decision{}, fmt.Errorf("redisstore: shard: %v over %d shards is %v each: %w", req.Rule, s.shards, share, err)
+		return ratelimit.Decision{}, fmt.Errorf("hotkey: shard: %v over %d shards is %v each: %w", req.Rule, s.shards, share, err)
 	}
 	if req.N > one.Limit {
-		return ratelimit.Decision{}, fmt.Errorf("redisstore: shard: n = %d, one of %d shards holds %d: %w",
+		return ratelimit.Decision{}, fmt.Errorf("hotkey: shard: n = %d, one of %d shards holds %d: %w",
 			req.N, s.shards, one.Limit, ratelimit.ErrNExceedsLimit)
 	}
 	if req.Op == ratelimit.OpReset { // every shard
@@ -445,7 +446,7 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 // the shard), so that redisstore keeps it and the cluster spreads the shards; then the
 // key itself, so that distinct keys stay distinct.
 func shardKey(key string, i uint64) string {
-	return "{" + fnv64a(key) + "." + strconv.FormatUint(i, 10) + "}:" + key
+	return "{" + redisx.Hash(key) + "." + strconv.FormatUint(i, 10) + "}:" + key
 }
 
 // BlockCache answers a key that was denied, with the same rule and the same n, from

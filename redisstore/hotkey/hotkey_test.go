@@ -1,4 +1,4 @@
-package redisstore_test
+package hotkey_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
@@ -40,7 +41,7 @@ func tb(key string, rule ratelimit.Rule) ratelimit.Request {
 func TestPrefetch(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
 	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
-	p := redisstore.NewPrefetch(next, 10, redisstore.WithLease(time.Second), redisstore.WithHotClock(clk))
+	p := hotkey.NewPrefetch(next, 10, hotkey.WithLease(time.Second), hotkey.WithClock(clk))
 	ctx := context.Background()
 	rule := ratelimit.PerHour(1000)
 	for i := range 25 {
@@ -71,7 +72,7 @@ func TestPrefetch(t *testing.T) {
 func TestPrefetchNearTheLimit(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
 	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
-	p := redisstore.NewPrefetch(next, 10, redisstore.WithLease(time.Hour), redisstore.WithHotClock(clk))
+	p := hotkey.NewPrefetch(next, 10, hotkey.WithLease(time.Hour), hotkey.WithClock(clk))
 	rule := ratelimit.PerHour(15)
 	admitted := 0
 	for range 40 {
@@ -98,7 +99,7 @@ func TestPrefetchNearTheLimit(t *testing.T) {
 
 func TestForRequests(t *testing.T) {
 	next := &counting{Store: localstore.New()}
-	p := redisstore.NewPrefetch(next, 100, redisstore.ForRequests(func(r ratelimit.Request) bool {
+	p := hotkey.NewPrefetch(next, 100, hotkey.ForRequests(func(r ratelimit.Request) bool {
 		return strings.HasPrefix(r.Key, "hot:")
 	}))
 	for range 10 {
@@ -112,7 +113,7 @@ func TestForRequests(t *testing.T) {
 
 func TestShardLocal(t *testing.T) {
 	next := &counting{Store: localstore.New()}
-	s := redisstore.NewShard(next, 10)
+	s := hotkey.NewShard(next, 10)
 	rule := ratelimit.PerHour(1000)
 	for i := range 900 { // 90% of the limit: never denied
 		if d, err := s.Apply(context.Background(), tb("k", rule)); err != nil || !d.Allowed || d.Limit != 1000 {
@@ -138,7 +139,7 @@ func TestShardLocal(t *testing.T) {
 func TestBlockCacheLocal(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
 	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
-	b := redisstore.NewBlockCache(next, redisstore.WithHotClock(clk))
+	b := hotkey.NewBlockCache(next, hotkey.WithClock(clk))
 	req := ratelimit.Request{Algorithm: fixedwindow.Algorithm(), Key: "k", Rule: ratelimit.PerMinute(5), N: 5}
 	b.Apply(context.Background(), req)
 	req.N = 1
@@ -162,11 +163,6 @@ func TestBlockCacheLocal(t *testing.T) {
 	}
 }
 
-// evalCalls is how many scripts the server has run.
-func evalCalls(t *testing.T, c *redis.Client) int {
-	return commandCalls(t, c, "evalsha") + commandCalls(t, c, "eval")
-}
-
 // TestPrefetchOnRedis: 4 instances with batches of 50 drive one hot key; Redis sees at
 // most 1/40 of the decisions, and the admitted total stays within the bound.
 func TestPrefetchOnRedis(t *testing.T) {
@@ -176,7 +172,7 @@ func TestPrefetchOnRedis(t *testing.T) {
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for range instances {
-		p := redisstore.NewPrefetch(redisstore.New(srv.Client(), redisstore.WithPrefix("hot")), 50)
+		p := hotkey.NewPrefetch(redisstore.New(srv.Client(), redisstore.WithPrefix("hot")), 50)
 		for range 8 {
 			wg.Go(func() {
 				for range perInstance / 8 {
@@ -193,7 +189,7 @@ func TestPrefetchOnRedis(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	calls := evalCalls(t, srv.Client())
+	calls := redistest.ScriptCalls(t, srv.Client())
 	t.Logf("%d decisions, %d admitted, %d scripts on Redis", instances*perInstance, admitted.Load(), calls)
 	if calls > instances*perInstance/40 {
 		t.Errorf("Redis ran %d scripts for %d decisions; want at most 1/40", calls, instances*perInstance)
@@ -210,22 +206,22 @@ func TestBlockCacheOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
 	clk := clock.NewFake(limitertest.Start)
-	b := redisstore.NewBlockCache(redisstore.New(client, redisstore.WithClock(clk)), redisstore.WithHotClock(clk))
+	b := hotkey.NewBlockCache(redisstore.New(client, redisstore.WithClock(clk)), hotkey.WithClock(clk))
 	req := ratelimit.Request{Algorithm: fixedwindow.Algorithm(), Key: "abuser", Rule: ratelimit.PerMinute(3), N: 1}
 	for range 4 {
 		b.Apply(context.Background(), req)
 	}
-	before := evalCalls(t, client)
+	before := redistest.ScriptCalls(t, client)
 	for range 1000 {
 		if d, err := b.Apply(context.Background(), req); err != nil || d.Allowed {
 			t.Fatalf("hammering: %+v, %v", d, err)
 		}
 	}
-	if calls := evalCalls(t, client) - before; calls != 0 {
+	if calls := redistest.ScriptCalls(t, client) - before; calls != 0 {
 		t.Errorf("1000 blocked requests ran %d scripts; want 0", calls)
 	}
 	clk.Advance(time.Minute)
-	if d, err := b.Apply(context.Background(), req); err != nil || !d.Allowed || evalCalls(t, client)-before != 1 {
+	if d, err := b.Apply(context.Background(), req); err != nil || !d.Allowed || redistest.ScriptCalls(t, client)-before != 1 {
 		t.Errorf("after RetryAfter: %+v, %v; want allowed by Redis", d, err)
 	}
 }
@@ -234,7 +230,7 @@ func TestBlockCacheOnRedis(t *testing.T) {
 // limit is never denied, and the total admitted is the rule's.
 func TestShardOnCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	s := redisstore.NewShard(redisstore.New(cluster.Client(t), redisstore.WithPrefix("shard")), 10)
+	s := hotkey.NewShard(redisstore.New(cluster.Client(t), redisstore.WithPrefix("shard")), 10)
 	rule := ratelimit.PerHour(1000)
 	for i := range 900 {
 		if d, err := s.Apply(context.Background(), tb("{tenant-big}:search", rule)); err != nil || !d.Allowed {
@@ -265,12 +261,12 @@ func TestShardOnCluster(t *testing.T) {
 func TestDecoratorsConform(t *testing.T) {
 	t.Run("shard of 1", func(t *testing.T) {
 		limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
-			return redisstore.NewShard(localstore.New(localstore.WithClock(clk)), 1)
+			return hotkey.NewShard(localstore.New(localstore.WithClock(clk)), 1)
 		})
 	})
 	t.Run("block cache", func(t *testing.T) {
 		limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
-			return redisstore.NewBlockCache(localstore.New(localstore.WithClock(clk)), redisstore.WithHotClock(clk))
+			return hotkey.NewBlockCache(localstore.New(localstore.WithClock(clk)), hotkey.WithClock(clk))
 		})
 	})
 }
@@ -278,7 +274,7 @@ func TestDecoratorsConform(t *testing.T) {
 func TestPrefetchOps(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
 	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
-	p := redisstore.NewPrefetch(next, 10, redisstore.WithHotClock(clk))
+	p := hotkey.NewPrefetch(next, 10, hotkey.WithClock(clk))
 	ctx := context.Background()
 	rule := ratelimit.PerHour(100)
 	p.Apply(ctx, tb("k", rule)) // a lease of 10: 9 in hand, 90 left in the store
@@ -326,7 +322,7 @@ func TestBlockCacheRefundRace(t *testing.T) {
 		t.Fatal(d, err)
 	}
 	g := &gated{Store: local, reached: make(chan struct{}), release: make(chan struct{})}
-	b := redisstore.NewBlockCache(g, redisstore.WithHotClock(clk))
+	b := hotkey.NewBlockCache(g, hotkey.WithClock(clk))
 	done := make(chan ratelimit.Decision)
 	go func() {
 		d, _ := b.Apply(ctx, tb("k", rule))
@@ -388,7 +384,7 @@ func TestPrefetchNoLockAcrossIO(t *testing.T) {
 	b := &blocking{Store: localstore.New(localstore.WithClock(clk)), slow: map[string]bool{},
 		reached: make(chan string, 10), release: make(chan struct{})}
 	defer close(b.release)
-	p := redisstore.NewPrefetch(b, 3, redisstore.WithHotClock(clk), redisstore.WithMaxKeys(2))
+	p := hotkey.NewPrefetch(b, 3, hotkey.WithClock(clk), hotkey.WithMaxKeys(2))
 	ctx := context.Background()
 	rule := ratelimit.PerHour(100)
 	for _, k := range []string{"a", "b"} {
@@ -426,8 +422,8 @@ func TestPrefetchNoLockAcrossIO(t *testing.T) {
 // down from the next store's answer at the fetch, and never 0 while tokens are out.
 func TestPrefetchResetAfter(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
-	p := redisstore.NewPrefetch(localstore.New(localstore.WithClock(clk)), 10,
-		redisstore.WithHotClock(clk), redisstore.WithLease(time.Minute))
+	p := hotkey.NewPrefetch(localstore.New(localstore.WithClock(clk)), 10,
+		hotkey.WithClock(clk), hotkey.WithLease(time.Minute))
 	rule := ratelimit.PerHour(3600) // a token a second
 	first, err := p.Apply(context.Background(), tb("k", rule))
 	if err != nil || !first.Allowed || first.ResetAfter != 10*time.Second {
@@ -450,15 +446,15 @@ func TestHotOptionsApart(t *testing.T) {
 		opt                     any
 		prefetch, shard, blocks bool
 	}{
-		{"ForRequests", redisstore.ForRequests(nil), true, true, true},
-		{"WithHotClock", redisstore.WithHotClock(nil), true, false, true},
-		{"WithMaxKeys", redisstore.WithMaxKeys(1), true, false, true},
-		{"WithLease", redisstore.WithLease(time.Second), true, false, false},
-		{"WithRetries", redisstore.WithRetries(1), false, true, false},
+		{"ForRequests", hotkey.ForRequests(nil), true, true, true},
+		{"WithHotClock", hotkey.WithClock(nil), true, false, true},
+		{"WithMaxKeys", hotkey.WithMaxKeys(1), true, false, true},
+		{"WithLease", hotkey.WithLease(time.Second), true, false, false},
+		{"WithRetries", hotkey.WithRetries(1), false, true, false},
 	} {
-		_, p := tc.opt.(redisstore.PrefetchOption)
-		_, s := tc.opt.(redisstore.ShardOption)
-		_, b := tc.opt.(redisstore.BlockCacheOption)
+		_, p := tc.opt.(hotkey.PrefetchOption)
+		_, s := tc.opt.(hotkey.ShardOption)
+		_, b := tc.opt.(hotkey.BlockCacheOption)
 		if p != tc.prefetch || s != tc.shard || b != tc.blocks {
 			t.Errorf("%s: for Prefetch %v, Shard %v, BlockCache %v; want %v, %v, %v", tc.name, p, s, b, tc.prefetch, tc.shard, tc.blocks)
 		}
@@ -468,7 +464,7 @@ func TestHotOptionsApart(t *testing.T) {
 // TestShardInvalidShare: a rule whose share is not a valid rule is an invalid rule, not
 // "n exceeds".
 func TestShardInvalidShare(t *testing.T) {
-	s := redisstore.NewShard(localstore.New(), 7)
+	s := hotkey.NewShard(localstore.New(), 7)
 	_, err := s.Apply(context.Background(), tb("k", ratelimit.Rule{Limit: 1e12, Period: time.Second}))
 	if !errors.Is(err, ratelimit.ErrInvalidRule) || errors.Is(err, ratelimit.ErrNExceedsLimit) {
 		t.Errorf("a share that cannot be counted: %v; want ErrInvalidRule", err)

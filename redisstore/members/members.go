@@ -1,4 +1,6 @@
-package redisstore
+// Package members counts the live instances of a fleet through Redis (see Members), for
+// a fallback.Store that divides its rules among them while Redis is down.
+package members
 
 import (
 	"context"
@@ -13,16 +15,19 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/redisx"
+	"github.com/ratelimit-go/ratelimit/redisstore"
 )
 
 // Members counts the live instances of a group (the gateways of one fleet, say) through
 // Redis, so that a fallback.Store divides its rules by the number of instances actually
 // running instead of a number someone must keep true by hand:
 //
-//	members := redisstore.NewMembers(client, "gateway")
-//	go members.Run(ctx)
+//	fleet := members.New(client, "gateway")
+//	go fleet.Run(ctx)
 //	store := fallback.New(redisstore.New(client), localstore.New(),
-//		fallback.WithInstanceCount(members.Count))
+//		fallback.WithInstanceCount(fleet.Count))
 //
 // Each instance beats every interval (WithBeat, 2s by default): one script adds it to a
 // sorted set with the instant its membership expires (three intervals later), drops the
@@ -33,7 +38,7 @@ import (
 // the count within three intervals.
 //
 // The set is one Redis key, "<prefix>:members:{<group>}" (prefix "rl" unless
-// WithMembersPrefix says otherwise).
+// WithPrefix says otherwise).
 type Members struct {
 	client redis.Scripter
 	key    string
@@ -43,64 +48,64 @@ type Members struct {
 	count  atomic.Int64
 }
 
-// MembersOption configures Members.
-type MembersOption interface{ applyMembers(*Members) }
+// Option configures Members.
+type Option interface{ apply(*Members) }
 
-type membersOption func(*Members)
+type optionFunc func(*Members)
 
-func (f membersOption) applyMembers(m *Members) { f(m) }
+func (f optionFunc) apply(m *Members) { f(m) }
 
 // WithBeat sets how often an instance announces itself (2s by default); a member that
 // has not for three of them is gone. 0 or less means the default.
-func WithBeat(d time.Duration) MembersOption {
-	return membersOption(func(m *Members) {
+func WithBeat(d time.Duration) Option {
+	return optionFunc(func(m *Members) {
 		if d > 0 {
 			m.every = d
 		}
 	})
 }
 
-// WithMemberID names this instance in the set (a random 16 hex digits by default). Two
+// WithID names this instance in the set (a random 16 hex digits by default). Two
 // instances with one name count as one.
-func WithMemberID(id string) MembersOption {
-	return membersOption(func(m *Members) {
+func WithID(id string) Option {
+	return optionFunc(func(m *Members) {
 		if id != "" {
 			m.id = id
 		}
 	})
 }
 
-// WithMembersClock sends c's time instead of using Redis TIME, for tests (nil means
+// WithClock sends c's time instead of using Redis TIME, for tests (nil means
 // Redis TIME).
-func WithMembersClock(c clock.Clock) MembersOption {
-	return membersOption(func(m *Members) { m.clock = c })
+func WithClock(c clock.Clock) Option {
+	return optionFunc(func(m *Members) { m.clock = c })
 }
 
-// WithMembersPrefix starts the set's key with prefix (DefaultPrefix by default).
-func WithMembersPrefix(prefix string) MembersOption {
-	return membersOption(func(m *Members) {
+// WithPrefix starts the set's key with prefix (redisstore.DefaultPrefix by default).
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(m *Members) {
 		if prefix != "" {
-			m.key = prefixForm(prefix)
+			m.key = redisx.Prefix(prefix)
 		}
 	})
 }
 
-// NewMembers returns the Members of group on client, counting 1 until its first beat.
+// New returns the Members of group on client, counting 1 until its first beat.
 // It makes no call to Redis; Run or Beat does. It panics for a nil client or option.
-func NewMembers(client redis.Scripter, group string, opts ...MembersOption) *Members {
-	if isNil(client) {
-		panic("redisstore: NewMembers with a nil client")
+func New(client redis.Scripter, group string, opts ...Option) *Members {
+	if core.IsNil(client) {
+		panic("members: New with a nil client")
 	}
 	var b [8]byte
 	rand.Read(b[:])
-	m := &Members{client: client, key: DefaultPrefix, id: hex.EncodeToString(b[:]), every: 2 * time.Second}
+	m := &Members{client: client, key: redisx.DefaultPrefix, id: hex.EncodeToString(b[:]), every: 2 * time.Second}
 	for _, o := range opts {
 		if o == nil {
-			panic("redisstore: NewMembers with a nil option")
+			panic("members: New with a nil option")
 		}
-		o.applyMembers(m)
+		o.apply(m)
 	}
-	m.key += ":members:{" + nsEscaper.Replace(group) + "}"
+	m.key += ":members:{" + redisx.Escape(group) + "}"
 	m.count.Store(1)
 	return m
 }
@@ -129,13 +134,13 @@ func (m *Members) Beat(ctx context.Context) (int, error) {
 	}
 	n, err := membersScript.Run(ctx, m.client, []string{m.key}, m.id, now, (3 * m.every).Microseconds()).Int64()
 	if err != nil {
-		if unavailable(err) {
-			return int(m.count.Load()), fmt.Errorf("redisstore: members: %w: %w", ratelimit.ErrUnavailable, err)
+		if redisx.Unavailable(err) {
+			return int(m.count.Load()), fmt.Errorf("members: %w: %w", ratelimit.ErrUnavailable, err)
 		}
-		return int(m.count.Load()), fmt.Errorf("redisstore: members: %w", err)
+		return int(m.count.Load()), fmt.Errorf("members: %w", err)
 	}
 	if n < 1 {
-		return int(m.count.Load()), fmt.Errorf("%w: members counted %d", ErrUnexpectedReply, n)
+		return int(m.count.Load()), fmt.Errorf("%w: members counted %d", redisstore.ErrUnexpectedReply, n)
 	}
 	m.count.Store(n)
 	return int(n), nil
@@ -163,7 +168,7 @@ func (m *Members) Run(ctx context.Context) error {
 func (m *Members) Leave(ctx context.Context) error {
 	err := m.client.Eval(ctx, "return redis.call('ZREM', KEYS[1], ARGV[1])", []string{m.key}, m.id).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("redisstore: members: %w", err)
+		return fmt.Errorf("members: %w", err)
 	}
 	return nil
 }

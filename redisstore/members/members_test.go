@@ -1,4 +1,4 @@
-package redisstore_test
+package members_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/internal/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/redistest"
-	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/redisstore/members"
 )
 
 // TestMembers: instances joining and leaving change the count learned, within three
@@ -22,15 +22,15 @@ func TestMembers(t *testing.T) {
 	client := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
 	clk := clock.NewFake(limitertest.Start)
 	ctx := context.Background()
-	member := func(id string) *redisstore.Members {
-		return redisstore.NewMembers(client, "fleet", redisstore.WithMemberID(id), redisstore.WithBeat(time.Second),
-			redisstore.WithMembersClock(clk))
+	member := func(id string) *members.Members {
+		return members.New(client, "fleet", members.WithID(id), members.WithBeat(time.Second),
+			members.WithClock(clk))
 	}
 	a, b, c := member("a"), member("b"), member("c")
 	if a.Count() != 1 {
 		t.Fatalf("before any beat: %d; want 1", a.Count())
 	}
-	beat := func(m *redisstore.Members, want int) {
+	beat := func(m *members.Members, want int) {
 		t.Helper()
 		if n, err := m.Beat(ctx); err != nil || n != want || m.Count() != want {
 			t.Fatalf("at +%v: Beat = %d, %v, Count %d; want %d", clk.Now().Sub(limitertest.Start), n, err, m.Count(), want)
@@ -64,11 +64,11 @@ func TestMembers(t *testing.T) {
 // TestMembersRun: Run beats at once and then every interval, until its context ends.
 func TestMembersRun(t *testing.T) {
 	client := redistest.Start(t).Client()
-	other := redisstore.NewMembers(client, "fleet", redisstore.WithMemberID("other"))
+	other := members.New(client, "fleet", members.WithID("other"))
 	if _, err := other.Beat(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	m := redisstore.NewMembers(client, "fleet", redisstore.WithBeat(50*time.Millisecond))
+	m := members.New(client, "fleet", members.WithBeat(50*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()

@@ -1,4 +1,6 @@
-package redisstore
+// Package regions splits every limit between regions that each decide on a Redis of
+// their own, in proportion to where the traffic is (see Regions).
+package regions
 
 import (
 	"context"
@@ -16,20 +18,21 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/redisx"
 )
 
 // Regions splits every limit between regions that each decide on a Redis of their own
 // (a gateway in Europe and one in the US cannot reach one Redis within 2ms), in
 // proportion to where the traffic is, and moves the proportions as the traffic moves:
 //
-//	regions, err := redisstore.NewRegions("eu", map[string]redis.Scripter{"eu": euClient, "us": usClient})
-//	go regions.Run(ctx)
-//	limiter, err := tokenbucket.New(regions.Store(redisstore.New(euClient)), rule)
+//	split, err := regions.New("eu", map[string]redis.Scripter{"eu": euClient, "us": usClient})
+//	go split.Run(ctx)
+//	limiter, err := tokenbucket.New(split.Store(redisstore.New(euClient)), rule)
 //
 // # Weights
 //
 // Each region enforces its weight of every rule (Rule.Share, in thousandths), per
-// family of limits (a request's namespace unless WithRegionFamily says otherwise), so
+// family of limits (a request's namespace unless WithFamily says otherwise), so
 // that the regions together never admit more than the rule: the shares are rounded
 // down, and a rule too small to split is an error (wrapping ratelimit.ErrInvalidRule),
 // but for an in-flight limit (ratelimit.InFlightLimiter), where each region holds at
@@ -41,16 +44,16 @@ import (
 // made in, and each instance adds its counts to its own region's Redis every second (one
 // HINCRBY per family, into a hash per interval; an instance cut off from its Redis adds
 // them to the intervals they were made in when it reconnects), and marks the interval
-// as reported. Every interval (WithRegionInterval, 5 minutes by default), one instance of
+// as reported. Every interval (WithInterval, 5 minutes by default), one instance of
 // the leader region (the first name in order; one instance, by a lock in its Redis),
 // once every region has reported since the interval just ended (or after half an
 // interval, for a region with no instance), reads each region's demand of the interval
 // just ended and moves each family's weights
-// toward the regions' shares of it: by at most a step (WithRegionStep, 100 thousandths),
-// never below a floor per region (WithRegionFloor, 100 thousandths). It writes each
+// toward the regions' shares of it: by at most a step (WithStep, 100 thousandths),
+// never below a floor per region (WithFloor, 100 thousandths). It writes each
 // region's new weight into that region's own Redis, lowered weights first, and stops at
 // the first region it cannot reach: so the weights in force never add up to more than
-// the whole. A raised weight takes effect only after a grace (WithRegionGrace, three
+// the whole. A raised weight takes effect only after a grace (WithGrace, three
 // seconds), by which time every instance of the lowered regions has read its lowered
 // weight (instances read theirs every second). A leader that cannot read every region's
 // demand leaves every weight as it is: a region cut off keeps its last weights.
@@ -96,110 +99,110 @@ type weight struct {
 	effective int64 // UnixNano
 }
 
-// RegionsOption configures Regions.
-type RegionsOption interface{ applyRegions(*Regions) }
+// Option configures Regions.
+type Option interface{ apply(*Regions) }
 
-type regionsOption func(*Regions)
+type optionFunc func(*Regions)
 
-func (f regionsOption) applyRegions(r *Regions) { f(r) }
+func (f optionFunc) apply(r *Regions) { f(r) }
 
-// WithRegionInterval sets how often the weights move (5 minutes by default), and the
+// WithInterval sets how often the weights move (5 minutes by default), and the
 // interval whose demand each move reads.
-func WithRegionInterval(d time.Duration) RegionsOption {
-	return regionsOption(func(r *Regions) {
+func WithInterval(d time.Duration) Option {
+	return optionFunc(func(r *Regions) {
 		if d > 0 {
 			r.interval = d
 		}
 	})
 }
 
-// WithRegionStep bounds how far a weight moves in one interval, in thousandths (100 by
+// WithStep bounds how far a weight moves in one interval, in thousandths (100 by
 // default).
-func WithRegionStep(thousandths int64) RegionsOption {
-	return regionsOption(func(r *Regions) {
+func WithStep(thousandths int64) Option {
+	return optionFunc(func(r *Regions) {
 		if thousandths > 0 {
 			r.step = thousandths
 		}
 	})
 }
 
-// WithRegionFloor is the least weight of a region, in thousandths (100 by default), so
+// WithFloor is the least weight of a region, in thousandths (100 by default), so
 // that a region whose traffic stopped can still serve when it comes back. It is lowered
 // to an equal share when the regions are too many for it.
-func WithRegionFloor(thousandths int64) RegionsOption {
-	return regionsOption(func(r *Regions) {
+func WithFloor(thousandths int64) Option {
+	return optionFunc(func(r *Regions) {
 		if thousandths >= 0 {
 			r.floor = thousandths
 		}
 	})
 }
 
-// WithRegionGrace sets how long a raised weight waits before it is in force (3s by
+// WithGrace sets how long a raised weight waits before it is in force (3s by
 // default): longer than it takes every instance to read its weights (every second).
-func WithRegionGrace(d time.Duration) RegionsOption {
-	return regionsOption(func(r *Regions) {
+func WithGrace(d time.Duration) Option {
+	return optionFunc(func(r *Regions) {
 		if d > 0 {
 			r.grace = d
 		}
 	})
 }
 
-// WithRegionFamily sets the family of a request, whose weights move together (its
+// WithFamily sets the family of a request, whose weights move together (its
 // namespace by default: every key of a limiter moves with the others). Keep the families
 // few: each is a field of a hash in every region's Redis.
-func WithRegionFamily(f func(ratelimit.Request) string) RegionsOption {
-	return regionsOption(func(r *Regions) {
+func WithFamily(f func(ratelimit.Request) string) Option {
+	return optionFunc(func(r *Regions) {
 		if f != nil {
 			r.family = f
 		}
 	})
 }
 
-// WithRegionsClock sets the clock of intervals and graces (the system's by default).
-func WithRegionsClock(c clock.Clock) RegionsOption {
-	return regionsOption(func(r *Regions) {
+// WithClock sets the clock of intervals and graces (the system's by default).
+func WithClock(c clock.Clock) Option {
+	return optionFunc(func(r *Regions) {
 		if c != nil {
 			r.clock = c
 		}
 	})
 }
 
-// WithRegionsPrefix starts the keys of the demand, the weights and the lock with prefix
-// (DefaultPrefix by default).
-func WithRegionsPrefix(prefix string) RegionsOption {
-	return regionsOption(func(r *Regions) {
+// WithPrefix starts the keys of the demand, the weights and the lock with prefix
+// (redisstore.DefaultPrefix by default).
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(r *Regions) {
 		if prefix != "" {
-			r.prefix = prefixForm(prefix)
+			r.prefix = redisx.Prefix(prefix)
 		}
 	})
 }
 
-// NewRegions returns the Regions of self among clients, one client per region's Redis
+// New returns the Regions of self among clients, one client per region's Redis
 // (self's included). It makes no call to Redis. The error says what is wrong with the
 // regions: fewer than two, self not among them, a nil client.
-func NewRegions(self string, clients map[string]redis.Scripter, opts ...RegionsOption) (*Regions, error) {
+func New(self string, clients map[string]redis.Scripter, opts ...Option) (*Regions, error) {
 	if len(clients) < 2 {
-		return nil, fmt.Errorf("redisstore: regions: %d region(s); a split needs two or more", len(clients))
+		return nil, fmt.Errorf("regions: %d region(s); a split needs two or more", len(clients))
 	}
 	if _, ok := clients[self]; !ok {
-		return nil, fmt.Errorf("redisstore: regions: %q is not one of the regions", self)
+		return nil, fmt.Errorf("regions: %q is not one of the regions", self)
 	}
-	r := &Regions{self: self, clients: clients, prefix: DefaultPrefix,
+	r := &Regions{self: self, clients: clients, prefix: redisx.DefaultPrefix,
 		family:   func(req ratelimit.Request) string { return req.Namespace },
 		interval: 5 * time.Minute, grace: 3 * time.Second, refresh: time.Second, flush: time.Second,
 		floor: 100, step: 100, clock: clock.Real{}}
 	for name, c := range clients {
-		if isNil(c) {
-			return nil, fmt.Errorf("redisstore: regions: region %q has a nil client", name)
+		if core.IsNil(c) {
+			return nil, fmt.Errorf("regions: region %q has a nil client", name)
 		}
 		r.names = append(r.names, name)
 	}
 	slices.Sort(r.names)
 	for _, o := range opts {
 		if o == nil {
-			return nil, errors.New("redisstore: regions: a nil option")
+			return nil, errors.New("regions: a nil option")
 		}
-		o.applyRegions(r)
+		o.apply(r)
 	}
 	r.floor = min(r.floor, 1000/int64(len(r.names)))
 	empty := map[string]weight{}
@@ -250,7 +253,7 @@ func (s *regionStore) share(req ratelimit.Request, family string) (ratelimit.Rul
 	}
 	share, err := req.Rule.Share(w, 1000)
 	if err != nil {
-		return ratelimit.Rule{}, fmt.Errorf("redisstore: region %s: %w", s.r.self, err)
+		return ratelimit.Rule{}, fmt.Errorf("regions: region %s: %w", s.r.self, err)
 	}
 	return share, nil
 }
@@ -262,7 +265,7 @@ func (s *regionStore) share(req ratelimit.Request, family string) (ratelimit.Rul
 func (s *regionStore) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
 	bs, ok := s.next.(ratelimit.BatchStore)
 	if !ok {
-		return nil, fmt.Errorf("redisstore: region %s: its store decides no batches: %w", s.r.self, errors.ErrUnsupported)
+		return nil, fmt.Errorf("regions: region %s: its store decides no batches: %w", s.r.self, errors.ErrUnsupported)
 	}
 	scaled := make([]ratelimit.Request, len(reqs))
 	for i, req := range reqs {
@@ -365,7 +368,7 @@ func (r *Regions) Flush(ctx context.Context) error {
 		for of, n := range taken {
 			r.countIn(of, n)
 		}
-		return fmt.Errorf("redisstore: region %s: flushing its demand: %w", r.self, err)
+		return fmt.Errorf("regions: region %s: flushing its demand: %w", r.self, err)
 	}
 	return nil
 }
@@ -375,7 +378,7 @@ func (r *Regions) Flush(ctx context.Context) error {
 func (r *Regions) Refresh(ctx context.Context) error {
 	m, err := r.readWeights(ctx, r.self)
 	if err != nil {
-		return fmt.Errorf("redisstore: region %s: reading its weights: %w", r.self, err)
+		return fmt.Errorf("regions: region %s: reading its weights: %w", r.self, err)
 	}
 	r.weights.Store(&m)
 	return nil
@@ -426,7 +429,7 @@ func (r *Regions) Rebalance(ctx context.Context) (map[string]map[string]int64, e
 		for _, name := range r.names {
 			n, err := r.clients[name].Eval(ctx, "return redis.call('EXISTS', KEYS[1])", []string{r.reportedKey(k)}).Int()
 			if err != nil {
-				return nil, fmt.Errorf("redisstore: regions: reading %s's reports: %w", name, err)
+				return nil, fmt.Errorf("regions: reading %s's reports: %w", name, err)
 			}
 			missing = missing || n == 0
 		}
@@ -438,7 +441,7 @@ func (r *Regions) Rebalance(ctx context.Context) (map[string]map[string]int64, e
 	got, err := r.clients[r.self].Eval(ctx, "return redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1])",
 		[]string{lock}, (2 * r.interval).Milliseconds()).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("redisstore: regions: taking the lock: %w", err)
+		return nil, fmt.Errorf("regions: taking the lock: %w", err)
 	}
 	if got == nil {
 		return nil, nil // another instance has it
@@ -448,7 +451,7 @@ func (r *Regions) Rebalance(ctx context.Context) (map[string]map[string]int64, e
 	for _, name := range r.names {
 		v, err := r.clients[name].Eval(ctx, "return redis.call('HGETALL', KEYS[1])", []string{r.demandKey(k - 1)}).StringSlice()
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: regions: reading %s's demand: %w", name, err)
+			return nil, fmt.Errorf("regions: reading %s's demand: %w", name, err)
 		}
 		for i := 0; i+1 < len(v); i += 2 {
 			n, _ := strconv.ParseInt(v[i+1], 10, 64)
@@ -458,7 +461,7 @@ func (r *Regions) Rebalance(ctx context.Context) (map[string]map[string]int64, e
 			demand[v[i]][name] = n
 		}
 		if current[name], err = r.readWeights(ctx, name); err != nil {
-			return nil, fmt.Errorf("redisstore: regions: reading %s's weights: %w", name, err)
+			return nil, fmt.Errorf("regions: reading %s's weights: %w", name, err)
 		}
 	}
 	out := map[string]map[string]int64{}
@@ -490,7 +493,7 @@ func (r *Regions) Rebalance(ctx context.Context) (map[string]map[string]int64, e
 	for _, wr := range append(lowered, raised...) {
 		val := fmt.Sprintf("%d:%d:%d:%d", wr.w.bucket, wr.w.old, wr.w.new, wr.w.effective)
 		if err := r.clients[wr.region].Eval(ctx, setWeightScript, []string{r.weightsKey()}, wr.family, k, val).Err(); err != nil {
-			return out, fmt.Errorf("redisstore: regions: writing %s's weight of %s (the weights raised after it are not written): %w",
+			return out, fmt.Errorf("regions: writing %s's weight of %s (the weights raised after it are not written): %w",
 				wr.region, wr.family, err)
 		}
 	}

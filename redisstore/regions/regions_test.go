@@ -1,9 +1,10 @@
-package redisstore_test
+package regions_test
 
 import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,12 +16,13 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/redistest"
 	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/redisstore/regions"
 )
 
 // region is one region of a test: its Redis, its Regions and its limiter.
 type region struct {
 	srv     *redistest.Server
-	regions *redisstore.Regions
+	regions *regions.Regions
 	limiter *fixedwindow.Limiter
 }
 
@@ -36,8 +38,8 @@ func twoRegions(t *testing.T, rule ratelimit.Rule) (eu, us *region, clk *clock.F
 	}
 	prefix := "regions" + strconv.FormatInt(time.Now().UnixNano(), 10)
 	make := func(name string) *region {
-		r, err := redisstore.NewRegions(name, clients, redisstore.WithRegionsClock(clk),
-			redisstore.WithRegionInterval(time.Minute), redisstore.WithRegionsPrefix(prefix))
+		r, err := regions.New(name, clients, regions.WithClock(clk),
+			regions.WithInterval(time.Minute), regions.WithPrefix(prefix))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,15 +201,15 @@ func TestRegionsBadInput(t *testing.T) {
 		"self missing": {"us": c, "ap": c},
 		"nil client":   {"eu": c, "us": (*redis.Client)(nil)},
 	} {
-		if _, err := redisstore.NewRegions("eu", clients); err == nil {
+		if _, err := regions.New("eu", clients); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	r, err := redisstore.NewRegions("eu", map[string]redis.Scripter{"eu": c, "us": c})
+	r, err := regions.New("eu", map[string]redis.Scripter{"eu": c, "us": c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := fixedwindow.New(r.Store(redisstore.New(c, freshPrefix())), ratelimit.PerSecond(1))
+	l, err := fixedwindow.New(r.Store(redisstore.New(c, redisstore.WithPrefix(freshPrefix()))), ratelimit.PerSecond(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,11 +221,11 @@ func TestRegionsBadInput(t *testing.T) {
 // Several limits at once through a region: all or none, each under the region's share.
 func TestRegionsApplyAll(t *testing.T) {
 	c := redistest.Start(t).Client()
-	r, err := redisstore.NewRegions("eu", map[string]redis.Scripter{"eu": c, "us": c})
+	r, err := regions.New("eu", map[string]redis.Scripter{"eu": c, "us": c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := r.Store(redisstore.New(c, freshPrefix()))
+	store := r.Store(redisstore.New(c, redisstore.WithPrefix(freshPrefix())))
 	alg := fixedwindow.Algorithm()
 	reqs := []ratelimit.Request{
 		{Algorithm: alg, Namespace: "a", Key: "k", Rule: ratelimit.PerHour(10), N: 5},
@@ -286,3 +288,8 @@ func TestRegionReconnects(t *testing.T) {
 		t.Errorf("after us reconnected: moved to %v; want eu 400, us 600 (toward 30/70)", got)
 	}
 }
+
+var prefixes atomic.Int64
+
+// freshPrefix is a key prefix no other test uses.
+func freshPrefix() string { return "regions-test" + strconv.FormatInt(prefixes.Add(1), 10) }

@@ -20,6 +20,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/fallback"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/redisstore/members"
 )
 
 // Flags registers the store's flags on fs, into c: -redis, -redis-cluster, -instances,
@@ -130,21 +131,21 @@ func Open(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (_ rate
 	instances := fallback.WithInstances(cfg.Instances)
 	count := func() int { return cfg.Instances }
 	if cfg.Instances < 1 { // learned: each instance beats in Redis, and counts the live ones
-		members := redisstore.NewMembers(client, cfg.Members)
-		if _, err := members.Beat(start); err != nil {
+		fleet := members.New(client, cfg.Members)
+		if _, err := fleet.Beat(start); err != nil {
 			log.Warn("cannot count the instances in Redis yet; assuming 1 until it answers", "err", err)
 		}
 		beat, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
-		go func() { defer close(done); members.Run(beat) }()
+		go func() { defer close(done); fleet.Run(beat) }()
 		closeAll = append([]func(){func() {
 			stopBeat()
 			<-done
 			leave, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			members.Leave(leave)
+			fleet.Leave(leave)
 		}}, closeAll...)
-		instances, count = fallback.WithInstanceCount(members.Count), members.Count
+		instances, count = fallback.WithInstanceCount(fleet.Count), fleet.Count
 	}
 	store := fallback.New(rs, localstore.New(localstore.WithMaxKeys(cfg.LocalMaxKeys), localstore.WithMaxBytes(cfg.LocalMaxBytes)),
 		instances, fallback.WithTimeout(cmp.Or(timeout, DefaultTimeout)),
