@@ -583,10 +583,14 @@ func alone(err error) bool {
 }
 
 // flagsMissing reports whether the server did not understand the script's shebang line:
-// a Redis before 7.
+// a Redis before 7, which reads "#!lua flags=..." as Lua and stops at its first
+// character. Any other error compiling a batch script is this store's fault, and is
+// returned as one, never taken for an old server (which would turn coalescing off
+// without a word).
 func flagsMissing(err error) bool {
 	msg := err.Error()
-	return strings.Contains(msg, "Error compiling script") || strings.Contains(msg, "shebang")
+	return strings.Contains(msg, "shebang") ||
+		strings.Contains(msg, "Error compiling script") && strings.Contains(msg, ":1:") && strings.Contains(msg, "'#'")
 }
 
 // node is the queue of c's server: the store's for a single client; on a cluster, the
@@ -768,8 +772,8 @@ func (s *Store) batchScriptFor(calls []*call, cluster bool) (*script, map[*ratel
 
 // writeSteps writes the steps of a batch script: steps[i], the step of algs[i] as a
 // function of its KEYS and ARGV that returns the five values of its Decision, and
-// readsAhead[i], whether it takes the state of its first key from ARGV[9]. The prelude's
-// helpers, the same for every algorithm of this module, are written once before them; a
+// readsAhead[i], whether it takes the state of its first key from ARGV[9]. The scripts'
+// helpers (core.BatchParts), the same for every algorithm of this module, are written once before them; a
 // step that is not this module's returns its table, unpacked by a function around it.
 func writeSteps(b *strings.Builder, algs []*ratelimit.Algorithm) {
 	b.WriteString("local steps, readsAhead = {}, {}\n")

@@ -71,3 +71,19 @@ func TestFirstKeys(t *testing.T) {
 	check("the last twice", append(many[:len(many):len(many)], many[len(many)-1]), false)
 	check("more than the table holds", append(many[:len(many):len(many)], "x"), false)
 }
+
+// TestFlagsMissing: only an old server's refusal of the shebang line turns coalescing off
+// on a cluster; any other error compiling a batch script is the store's, returned as it
+// is.
+func TestFlagsMissing(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"ERR Error compiling script (new function): user_script:1: unexpected symbol near '#'": true,
+		"ERR Unknown lua shebang option: flags":                                                true,
+		"ERR Error compiling script (new function): user_script:57: '=' expected near 'x'":     false,
+		"ERR Error running script (call to f_...): @user_script:12: attempt to index a nil":    false,
+	} {
+		if got := flagsMissing(errors.New(msg)); got != want {
+			t.Errorf("flagsMissing(%q) = %v; want %v", msg, got, want)
+		}
+	}
+}

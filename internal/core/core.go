@@ -1,5 +1,6 @@
-// Package core is what the five algorithm packages and the stores share: the Lua prelude
-// of the scripts, the validation of rules and n, and a few operations on rules and states.
+// Package core is what the five algorithm packages and the stores share: the parts of
+// the Lua scripts around each algorithm's step, the validation of rules and n, and a
+// few operations on rules and states.
 package core
 
 import (
@@ -13,12 +14,24 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
-//go:embed prelude.lua
-var prelude string
+// An algorithm's script is composed of four parts and its step (see Script), so that a
+// batch script can hold the parts it shares once and its steps' own parts after them:
+// helpers (functions, read once by a batch), args (the reading of ARGV by a script that
+// decides alone, which a batch's step does without: see batchArgs), state (the op and
+// the key's state, each step's) and the reply.
+var (
+	//go:embed helpers.lua
+	helpers string
+	//go:embed args.lua
+	args string
+	//go:embed state.lua
+	state string
+)
 
-// Script is an algorithm's Lua step between the prelude that every step shares and the
-// reply every step ends with: the five values of its Decision, as a table (see reply).
-func Script(step string) string { return prelude + step + reply }
+// Script is an algorithm's Lua script around its step, which may use what the parts
+// before it define and sets the five values of its Decision: helpers, args, state, the
+// step, and the reply, which returns those values as a table.
+func Script(step string) string { return helpers + args + state + step + reply }
 
 // reply ends every step of Script: allowed (0 or 1), remaining, retry after, reset after
 // and delay (us). A batch's step returns the five values themselves (batchReply), which
@@ -28,36 +41,26 @@ const (
 	batchReply = "return allowed, remaining, retry, reset, delay\n"
 )
 
-// ReadsAhead reports whether script is one of Script's, whose prelude takes the state of
-// KEYS[1] from ARGV[9] when a batch has read it ahead.
+// ReadsAhead reports whether script is one of Script's, whose state part takes the state
+// of KEYS[1] from ARGV[9] when a batch has read it ahead.
 func ReadsAhead(script string) bool {
-	return strings.HasPrefix(script, prelude) && strings.HasSuffix(script, reply)
+	return strings.HasPrefix(script, helpers+args+state) && strings.HasSuffix(script, reply)
 }
 
-// stepMark ends the part of the prelude that a batch of steps runs once, and argsMark the
-// part that reads the arguments of a single script, strings to be converted and a time
-// that may be Redis's.
-const (
-	stepMark = "-- the step: the part above is a batch's once, this part each call's\n"
-	argsMark = "-- the arguments end: a batch hands them over as numbers, with the time it read once\n"
-)
-
-// batchArgs is what a batch's step runs instead of the prelude's reading of the
-// arguments: a batch hands over n, the rule's four and the time as numbers (a Lua call
-// each to convert them again is a good part of a step's cost in a batch).
+// batchArgs is what a batch's step runs instead of args: a batch hands over n, the rule's
+// four and the time as numbers (a Lua call each to convert them again is a good part of
+// a step's cost in a batch).
 const batchArgs = "local n, limit, period, unit, rate, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]\n"
 
 // BatchParts splits one of Script's scripts into what a batch script runs once (the
-// prelude's helpers, shared by every step) and what it runs per call, which returns its
-// Decision's five values rather than a table of them, and takes its first six ARGV as
-// numbers, the time included (batchArgs). Any other script is all step, as it is.
+// helpers, shared by every step) and what it runs per call: batchArgs, state and the
+// step, returning its Decision's five values rather than a table of them. Any other
+// script is all step, as it is.
 func BatchParts(script string) (once, step string) {
 	if !ReadsAhead(script) {
 		return "", script
 	}
-	i := strings.Index(prelude, stepMark) + len(stepMark)
-	j := strings.Index(prelude, argsMark) + len(argsMark)
-	return prelude[:i], batchArgs + script[j:len(script)-len(reply)] + batchReply
+	return helpers, batchArgs + script[len(helpers)+len(args):len(script)-len(reply)] + batchReply
 }
 
 // CheckN returns an error unless 1 <= n <= limit.

@@ -3,7 +3,7 @@
 // limiter key's, so that every key of one limiter key sits in one Redis Cluster hash
 // slot and no two keys share a name; see the redisstore package doc, "Keys"), and what
 // an error of go-redis means (errors.go). The value a key holds is the scripts' ("T:L:A",
-// see internal/core's prelude.lua).
+// see internal/core's helpers.lua).
 package redisx
 
 import "strings"

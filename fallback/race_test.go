@@ -1,7 +1,0 @@
-//go:build race
-
-package fallback_test
-
-// raceEnabled says the race detector is on: it slows the code it watches several times
-// over, and the tests that measure time against a budget take that into account.
-const raceEnabled = true

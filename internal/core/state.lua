@@ -1,0 +1,36 @@
+-- What every step reads before its algorithm's own part (see core.Script): the op, and
+-- the state of KEYS[1].
+-- Division rounds down as floor(a / b) and up as -floor(-a / b), written inline (a call
+-- costs more than the division). Both are exact here: every numerator is an integer
+-- below 2^53 in magnitude and every divisor a positive integer, so the quotient a / b,
+-- rounded to a double, is never within its rounding error of the next integer.
+
+-- op: take (empty), peek (the decision take gives, writing nothing), refund or reset. A
+-- batch runs each request first as a peek, then as a take if all are allowed.
+local op = ARGV[7] or ''
+local dry = op == 'peek'
+if op == 'reset' then -- forget the key; answer as a peek of 1 on a fresh key
+  if not dry then
+    redis.call('DEL', unpack(KEYS))
+  end
+  n, dry = 1, true
+end
+
+-- the state is one string "T:L:A", read and written with one call each; a batch reads
+-- every call's state at once and hands it over as ARGV[9] (false: no key)
+local T, L, A = 0, 0, 0
+local state = false
+if op ~= 'reset' then
+  state = ARGV[9]
+  if state == nil then state = redis.call('GET', KEYS[1]) end
+end
+if state then
+  local t, l, a = string.match(state, '^(-?%d+):(%d+):(%d+)$')
+  T, L, A = tonumber(t) or 0, tonumber(l) or 0, tonumber(a) or 0
+end
+
+
+-- the reply, which core.Script returns after the step: allowed (0 or 1), remaining, retry
+-- after, reset after and delay (us)
+local allowed, remaining, retry, reset, delay = 0, 0, 0, 0, 0
+

@@ -1,0 +1,6 @@
+//go:build !race
+
+package redistest
+
+// RaceEnabled says the race detector is on (see race.go).
+const RaceEnabled = false
