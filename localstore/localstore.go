@@ -19,8 +19,10 @@
 //     key starts over with its full allowance, so under an attack that rotates keys the
 //     cap costs accuracy for the evicted keys, never memory.
 //
-// Each key costs about 110 bytes besides the key string itself: TestMemoryBound drives a
-// million 16-byte keys through a store capped at 100,000 and measures 128 bytes per key.
+// A key of 16 bytes costs 128 bytes in all (its string, its entry, its slot):
+// TestMemoryBound drives a million of them through a store capped at 100,000 and
+// measures the heap they retain. WithMaxBytes counts each key as keyCost (128) plus its
+// length, more than it takes.
 //
 // Time comes from a clock.Clock (WithClock; by default clock.NewMonotonic(), the wall
 // clock at New plus the monotonic time since, which never steps back). Each key's time
@@ -187,7 +189,8 @@ func WithMaxKeys(n int) Option {
 
 // WithMaxBytes caps the memory the keys take, in bytes (DefaultMaxBytes by default; less
 // than 1 means the default): each key counts its length plus 128 bytes (its entry, its
-// slot in the map). Past it, a new key evicts others as WithMaxKeys does, so long keys
+// slot in the map, its string's header), which is more than it takes (see the package
+// doc). Past it, a new key evicts others as WithMaxKeys does, so long keys
 // cost memory only up to the cap, however many come. The cap is divided among the
 // shards (at least 64 KiB each); a key longer than its shard's part is still held, alone,
 // so the bound is n plus one such key per shard.

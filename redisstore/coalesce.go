@@ -313,8 +313,7 @@ func (s *Store) fly(n *node, batch []*call) {
 		s.flyBatch(n, batch)
 		// The callers just answered are runnable on this goroutine's P: yielding once
 		// lets them run and queue their next decisions before the next batch is taken,
-		// rather than leave them for a batch of their own (measured with the third
-		// flight: commit f21fa96).
+		// rather than leave them for a batch of their own.
 		runtime.Gosched()
 		n.mu.Lock()
 		if len(n.waiting) == 0 {

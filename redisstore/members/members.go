@@ -40,12 +40,13 @@ import (
 // The set is one Redis key, "<prefix>:members:{<group>}" (prefix "rl" unless
 // WithPrefix says otherwise).
 type Members struct {
-	client redis.Scripter
-	key    string
-	id     string
-	every  time.Duration
-	clock  clock.Clock // nil: Redis TIME
-	count  atomic.Int64
+	client  redis.Scripter
+	key     string
+	id      string
+	every   time.Duration
+	clock   clock.Clock // nil: Redis TIME
+	count   atomic.Int64
+	onError func(error) // Run's errors (WithOnError); nil: none
 }
 
 // Option configures Members.
@@ -73,6 +74,12 @@ func WithID(id string) Option {
 			m.id = id
 		}
 	})
+}
+
+// WithOnError has f called with each error of a beat of Run, for logs and metrics; Run
+// goes on whatever f does. Nil means none.
+func WithOnError(f func(error)) Option {
+	return optionFunc(func(m *Members) { m.onError = f })
 }
 
 // WithClock sends c's time instead of using Redis TIME, for tests (nil means
@@ -146,14 +153,17 @@ func (m *Members) Beat(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
-// Run beats every interval until ctx ends, and returns ctx's error. Errors of a beat
-// (Redis down) are not returned: the count stays, and the next beat tries again.
+// Run beats every interval until ctx ends, and returns ctx's error. An error of a beat
+// (Redis down) leaves the count as it was, goes to WithOnError's function, and the next
+// beat tries again.
 func (m *Members) Run(ctx context.Context) error {
 	t := time.NewTicker(m.every)
 	defer t.Stop()
 	for {
 		beat, cancel := context.WithTimeout(ctx, m.every)
-		m.Beat(beat)
+		if _, err := m.Beat(beat); err != nil && m.onError != nil {
+			m.onError(err)
+		}
 		cancel()
 		select {
 		case <-ctx.Done():

@@ -84,3 +84,26 @@ func TestMembersRun(t *testing.T) {
 		t.Errorf("Run after its context ended: %v", err)
 	}
 }
+
+// TestRunReportsErrors: Run hands each failed beat to WithOnError's function and goes
+// on, and returns its context's error when it ends.
+func TestRunReportsErrors(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(func(o *redis.Options) { o.MaxRetries = -1; o.DialerRetries = 1 })
+	srv.Kill()
+	errs := make(chan error, 100)
+	m := members.New(client, "fleet", members.WithBeat(10*time.Millisecond),
+		members.WithOnError(func(err error) { errs <- err }))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	for range 2 { // two failed beats: Run went on after the first
+		if err := <-errs; !errors.Is(err, ratelimit.ErrUnavailable) {
+			t.Errorf("a beat on a dead Redis: %v; want ErrUnavailable", err)
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run returned %v; want its context's error", err)
+	}
+}

@@ -83,6 +83,7 @@ type Regions struct {
 
 	weights atomic.Pointer[map[string]weight] // this region's, by family
 	demand  sync.Map                          // demandOf -> *atomic.Int64: takes since the last flush
+	onError func(error)                       // Run's errors (WithOnError); nil: none
 }
 
 // demandOf is what one counter of demand counts: the takes of a family in one interval.
@@ -156,6 +157,12 @@ func WithFamily(f func(ratelimit.Request) string) Option {
 			r.family = f
 		}
 	})
+}
+
+// WithOnError has f called with each error of a round of Run (a region's Redis that
+// cannot be read, say), for logs and metrics; Run goes on whatever f does. Nil means none.
+func WithOnError(f func(error)) Option {
+	return optionFunc(func(r *Regions) { r.onError = f })
 }
 
 // WithClock sets the clock of intervals and graces (the system's by default).
@@ -535,25 +542,34 @@ func (r *Regions) move(cur, demand map[string]int64) map[string]int64 {
 // interval before to land: two flushes, or half an interval when that is shorter.
 func (r *Regions) settle() time.Duration { return min(2*r.flush, r.interval/2) }
 
-// Run keeps the region's weights and demand in step with Redis until ctx ends: it reads
-// the weights and adds the demand every second, and rebalances once an interval, two
-// seconds into it, when this region leads. Errors leave things as they were, and are
-// tried again on the next round.
-func (r *Regions) Run(ctx context.Context) {
+// Run keeps the region's weights and demand in step with Redis until ctx ends, and
+// returns ctx's error: it reads the weights and adds the demand every second, and
+// rebalances once an interval, two seconds into it, when this region leads. An error of
+// a round leaves things as they were, goes to WithOnError's function, and is tried again
+// on the next round.
+func (r *Regions) Run(ctx context.Context) error {
 	t := time.NewTicker(r.refresh)
 	defer t.Stop()
 	for {
 		rc, cancel := context.WithTimeout(ctx, r.refresh)
-		r.Refresh(rc)
-		r.Flush(rc)
-		r.Rebalance(rc) // once an interval: the lock refuses the rest
+		r.report(r.Refresh(rc))
+		r.report(r.Flush(rc))
+		_, err := r.Rebalance(rc) // once an interval: the lock refuses the rest
+		r.report(err)
 		cancel()
 		select {
 		case <-ctx.Done():
-			r.Flush(context.WithoutCancel(ctx))
-			return
+			r.report(r.Flush(context.WithoutCancel(ctx)))
+			return ctx.Err()
 		case <-t.C:
 		}
+	}
+}
+
+// report hands a round's error to WithOnError's function, if any.
+func (r *Regions) report(err error) {
+	if err != nil && r.onError != nil {
+		r.onError(err)
 	}
 }
 

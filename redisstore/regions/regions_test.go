@@ -293,3 +293,29 @@ var prefixes atomic.Int64
 
 // freshPrefix is a key prefix no other test uses.
 func freshPrefix() string { return "regions-test" + strconv.FormatInt(prefixes.Add(1), 10) }
+
+// TestRunReportsErrors: Run hands the errors of its rounds to WithOnError's function and
+// goes on, and returns its context's error when it ends.
+func TestRunReportsErrors(t *testing.T) {
+	eu, us := redistest.Start(t), redistest.Start(t)
+	clients := map[string]redis.Scripter{
+		"eu": eu.Client(func(o *redis.Options) { o.MaxRetries = -1 }),
+		"us": us.Client(func(o *redis.Options) { o.MaxRetries = -1; o.DialerRetries = 1 }),
+	}
+	eu.Kill() // this region's own Redis: every round's reads and flushes fail
+	errs := make(chan error, 100)
+	r, err := regions.New("eu", clients, regions.WithPrefix(freshPrefix()), regions.WithOnError(func(err error) { errs <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	if err := <-errs; err == nil {
+		t.Error("a nil error reported")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run returned %v; want its context's error", err)
+	}
+}
