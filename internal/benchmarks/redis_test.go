@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/redistest"
 	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
@@ -163,7 +164,7 @@ func BenchmarkHotKey(b *testing.B) {
 		make func(*testing.B) allowFunc
 	}{
 		{"ratelimit-prefetch-100", func(b *testing.B) allowFunc {
-			store := redisstore.NewPrefetch(redisstore.New(newClient(b, addr), redisstore.WithPrefix("hot")), 100)
+			store := hotkey.NewPrefetch(redisstore.New(newClient(b, addr), redisstore.WithPrefix("hot")), 100)
 			var l ratelimit.Limiter
 			l, err := tokenbucket.New(store, ratelimit.PerSecond(1e9))
 			if err != nil {
