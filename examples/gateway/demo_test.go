@@ -26,25 +26,8 @@ import (
 // shares (at most 1% there; at the old 5ms timeout it sent 2-8% there and admitted more
 // than the rules allow), and no tenant gets more than its rule.
 func TestDemoDecidesOnItsStore(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	admin := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, config{addr: addr, adminAddr: admin, reload: time.Hour,
-			store: backend.Config{Instances: 1, BreakerOpen: time.Second, LocalMaxKeys: 100_000, LocalMaxBytes: 64 << 20}}, quiet())
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+	addr, admin := startGateway(t, config{reload: time.Hour,
+		store: backend.Config{Instances: 1, BreakerOpen: time.Second, LocalMaxKeys: 100_000, LocalMaxBytes: 64 << 20}})
 	get := func(tenant string) int {
 		req, _ := http.NewRequest("GET", "http://"+addr+"/orders", nil)
 		req.Header.Set("X-Api-Key", tenant)
@@ -109,15 +92,31 @@ func TestDemoDecidesOnItsStore(t *testing.T) {
 	}
 }
 
-// freeAddr is a loopback address with a free port.
-func freeAddr(t *testing.T) string {
+// startGateway runs the gateway with c on free loopback ports (the request's and the
+// admin's), bound before it returns, and stops it when the test ends, failing the test if
+// it did not stop cleanly.
+func startGateway(t *testing.T, c config) (addr, admin string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	c.addr, c.adminAddr = "127.0.0.1:0", "127.0.0.1:0"
+	bound := make(chan []string, 1)
+	c.listening = func(addrs []string) { bound <- addrs }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, c, quiet()) }()
+	select {
+	case addrs := <-bound:
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+		return addrs[0], addrs[1]
+	case err := <-done:
+		cancel()
+		t.Fatalf("the gateway did not start: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return "", ""
 }
 
 // TestServers: /metrics and /healthz are the admin address's; on the request address they
@@ -125,20 +124,8 @@ func freeAddr(t *testing.T) string {
 // after the idle timeout, and a request that never finishes its headers after the read
 // timeout.
 func TestServers(t *testing.T) {
-	addr, admin := freeAddr(t), freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, config{addr: addr, adminAddr: admin, reload: time.Hour,
-			idle: 200 * time.Millisecond, read: 300 * time.Millisecond,
-			store: backend.Config{Instances: 1, BreakerOpen: time.Second, LocalMaxKeys: 1000, LocalMaxBytes: 1 << 20}}, quiet())
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+	addr, admin := startGateway(t, config{reload: time.Hour, idle: 200 * time.Millisecond, read: 300 * time.Millisecond,
+		store: backend.Config{Instances: 1, BreakerOpen: time.Second, LocalMaxKeys: 1000, LocalMaxBytes: 1 << 20}})
 	eventually(t, "the admin address to answer", func() bool {
 		res, err := http.Get("http://" + admin + "/healthz")
 		if err == nil {

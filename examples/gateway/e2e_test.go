@@ -42,7 +42,12 @@ func TestEndToEnd(t *testing.T) {
 	defer stopBeating()
 	go other.Run(beating) // and as long as the test runs
 	// no -instances: the gateway learns that there are 2
-	admin := freeAddr(t)
+	la, err := net.Listen("tcp", "127.0.0.1:0") // the binary's admin address
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := la.Addr().String()
+	la.Close()
 	gw := exec.Command(bin, "-addr", addr, "-admin-addr", admin, "-redis", "redis://"+srv.Addr,
 		"-timeout", "50ms", "-breaker-open", "200ms")
 	if err := gw.Start(); err != nil {
@@ -106,26 +111,10 @@ func TestEndToEnd(t *testing.T) {
 // half, and its responses' X-RateLimit-Limit with it.
 func TestRegionsEndToEnd(t *testing.T) {
 	eu, us := redistest.Start(t), redistest.Start(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, config{addr: addr, reload: time.Hour,
-			regions: regionsConfig{self: "eu", list: "eu=redis://" + eu.Addr + ",us=redis://" + us.Addr, every: time.Second},
-			store: backend.Config{Instances: 1, Timeout: 50 * time.Millisecond, BreakerOpen: time.Second,
-				LocalMaxKeys: 1000, LocalMaxBytes: 1 << 20}}, quiet())
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+	addr, _ := startGateway(t, config{reload: time.Hour,
+		regions: regionsConfig{self: "eu", list: "eu=redis://" + eu.Addr + ",us=redis://" + us.Addr, every: time.Second},
+		store: backend.Config{Instances: 1, Timeout: 50 * time.Millisecond, BreakerOpen: time.Second,
+			LocalMaxKeys: 1000, LocalMaxBytes: 1 << 20}})
 	limit := func() string {
 		req, _ := http.NewRequest("GET", "http://"+addr+"/anything", nil)
 		req.Header.Set("X-Api-Key", "shop-z")

@@ -56,6 +56,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -76,7 +77,8 @@ var defaultRules []byte
 
 type config struct {
 	addr, adminAddr               string
-	idle, read, write             time.Duration // the request server's timeouts; 0: the defaults
+	listening                     func(addrs []string) // the addresses bound, the request's first (for tests on ":0")
+	idle, read, write             time.Duration        // the request server's timeouts; 0: the defaults
 	upstream, rulesFile, rulesDSN string
 	envoyRules                    string
 	reload                        time.Duration
@@ -220,11 +222,30 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		servers = append(servers, &http.Server{Addr: c.adminAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute})
 	}
-	errc := make(chan error, len(servers))
-	for _, s := range servers {
-		go func() { errc <- s.ListenAndServe() }()
+	// both addresses bound before either serves: an address taken is an error at start
+	listeners := make([]net.Listener, len(servers))
+	for i, s := range servers {
+		l, err := net.Listen("tcp", s.Addr)
+		if err != nil {
+			for _, l := range listeners[:i] {
+				l.Close()
+			}
+			return err
+		}
+		listeners[i] = l
 	}
-	log.Info("gateway listening", "addr", c.addr, "admin", c.adminAddr, "upstream", c.upstream, "instances", c.store.Instances)
+	errc := make(chan error, len(servers))
+	for i, s := range servers {
+		go func() { errc <- s.Serve(listeners[i]) }()
+	}
+	addrs := make([]string, len(listeners))
+	for i, l := range listeners {
+		addrs[i] = l.Addr().String()
+	}
+	if c.listening != nil {
+		c.listening(addrs)
+	}
+	log.Info("gateway listening", "addr", addrs[0], "admin", c.adminAddr, "upstream", c.upstream, "instances", c.store.Instances)
 
 	var failed error
 	select {
