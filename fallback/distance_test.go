@@ -39,7 +39,7 @@ func recommendedClient(addr string) *redis.Client {
 // keeps its connection, so the next one does not pay a new handshake.
 //
 // A run is 2 seconds of traffic on a new client and store, and a case passes when one of
-// up to three runs reaches its share; every run is logged. The share is a measure of time,
+// up to five runs reaches its share; every run is logged. The share is a measure of time,
 // and other work on the machine (go test runs packages side by side; the race detector
 // slows this process's side of every round trip several times over) takes from the
 // slack the timeout leaves. So the exact distances and shares are held where the machine
@@ -52,6 +52,8 @@ func TestRedisFarAway(t *testing.T) {
 		t.Skip("-short: 12s of paced traffic")
 	}
 	srv := redistest.Start(t)
+	// at 4ms a quiet machine's runs range from 88% to 99%: the best of five
+	const attempts = 5
 	for _, c := range []struct {
 		delay   time.Duration
 		callers int
@@ -65,15 +67,13 @@ func TestRedisFarAway(t *testing.T) {
 			c.want = 0.90
 		}
 		t.Run(fmt.Sprintf("%v,%d callers", c.delay, c.callers), func(t *testing.T) {
-			for attempt := 1; ; attempt++ {
-				share := farAwayRun(t, srv.Addr, c.delay, c.callers)
-				if share >= c.want {
+			best := 0.0
+			for range attempts {
+				if best = max(best, farAwayRun(t, srv.Addr, c.delay, c.callers)); best >= c.want {
 					return
 				}
-				if attempt == 3 {
-					t.Fatalf("Redis decided %.1f%% of the decisions in the best of 3 runs; want at least %.0f%%", 100*share, 100*c.want)
-				}
 			}
+			t.Fatalf("Redis decided %.1f%% of the decisions in the best of %d runs; want at least %.0f%%", 100*best, attempts, 100*c.want)
 		})
 	}
 }
