@@ -64,9 +64,10 @@
 // application runs (OnDecision reports the primary's latency of every decision it
 // makes; or redis-cli --latency from an instance), and choose the timeout above its 99th
 // percentile, with a millisecond or more of slack for the moments the process waits for
-// a CPU. With the default of 5ms, a Redis 1 or 2.5ms away decides more than 99% of the
-// decisions and one 4ms away about 95% (TestRedisFarAway measures it through a delaying
-// proxy); for a Redis across a region, raise it. The timeout is spent only while the
+// a CPU. With the default of 5ms, a Redis 1ms away decides all the decisions, one 2.5ms
+// away about 99% of them, and one 4ms away 88 to 99% (TestRedisFarAway measures it
+// through a delaying proxy; BENCHMARKS.md has the figures): the last millisecond of a
+// timeout is thin slack. For a Redis across a region, raise it. The timeout is spent only while the
 // primary is slow: a primary that is down opens the breaker, and then no decision waits.
 // A reply that comes after its decision's timeout is still read by redisstore, and its
 // connection kept, so a slow moment does not cost the next decisions a new connection.
