@@ -122,9 +122,11 @@ type node struct {
 	flights int
 	waiting []*call
 	// how many connections of the client's pool its flights have been warmed to (see
-	// warm), and whether a warming runs now
-	warmed  atomic.Int32
-	warming atomic.Bool
+	// warm), whether a warming runs now, and when one may next be tried after one failed
+	// (UnixNano)
+	warmed    atomic.Int32
+	warming   atomic.Bool
+	warmAfter atomic.Int64
 }
 
 // coalescing reports whether decisions may ride together: a *redis.Client, or a
@@ -246,16 +248,18 @@ const flightStep = 500 * time.Microsecond
 // a connection inside the decisions it carries, which on a Redis a few milliseconds away
 // would take them past a fallback's timeout. The PINGs' round trips are timed too: the
 // first decisions then see how far the server is (see flightCap). A warming that fails
-// is tried again by a later decision.
+// is tried again by a decision a second later or more.
 func (s *Store) warm(n *node, limit int) {
-	if !n.warming.CompareAndSwap(false, true) {
+	if time.Now().UnixNano() < n.warmAfter.Load() || !n.warming.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
 		defer n.warming.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 		defer cancel()
-		s.warmNow(ctx, n, limit)
+		if s.warmNow(ctx, n, limit) != nil { // a server down: not again at every decision
+			n.warmAfter.Store(time.Now().Add(warmRetry).UnixNano())
+		}
 	}()
 }
 
@@ -279,8 +283,12 @@ func (s *Store) warmNow(ctx context.Context, n *node, limit int) error {
 	return err
 }
 
-// warmTimeout bounds a warming's PINGs.
-const warmTimeout = 5 * time.Second
+// warmTimeout bounds a warming's PINGs; warmRetry is how long after a failed warming the
+// next may start.
+const (
+	warmTimeout = 5 * time.Second
+	warmRetry   = time.Second
+)
 
 // timed records how long a flight took: flightTime moves an eighth of the way to it (is
 // set to it, the first time).

@@ -503,8 +503,8 @@ func (s *Store) send(ctx context.Context, to processor, cmd noRetry) error {
 // read even after the caller has given up, and its connection kept. The command may
 // still run after the caller has gone: it counts at most once (see the package doc).
 func (s *Store) await(ctx context.Context, f func(context.Context) error) error {
-	if ctx.Done() == nil {
-		return f(ctx)
+	if _, detached := ctx.(noDeadline); detached || ctx.Done() == nil {
+		return f(ctx) // on a goroutine of the store's already (a flight), or one that cannot end
 	}
 	done := make(chan error, 1)
 	go func() {
