@@ -447,7 +447,7 @@ func TestHotOptionsApart(t *testing.T) {
 		prefetch, shard, blocks bool
 	}{
 		{"ForRequests", hotkey.ForRequests(nil), true, true, true},
-		{"WithHotClock", hotkey.WithClock(nil), true, false, true},
+		{"WithClock", hotkey.WithClock(nil), true, false, true},
 		{"WithMaxKeys", hotkey.WithMaxKeys(1), true, false, true},
 		{"WithLease", hotkey.WithLease(time.Second), true, false, false},
 		{"WithRetries", hotkey.WithRetries(1), false, true, false},

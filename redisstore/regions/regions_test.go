@@ -192,7 +192,7 @@ func TestRegionCutOff(t *testing.T) {
 	}
 }
 
-// Bad regions are refused at NewRegions, and a rule too small for a region's weight is
+// Bad regions are refused at New, and a rule too small for a region's weight is
 // an error that says so, consuming nothing.
 func TestRegionsBadInput(t *testing.T) {
 	c := redistest.Start(t).Client()
