@@ -168,8 +168,9 @@ func (s *Store) oneSlot(names []string) bool {
 // applyAllScript is the script of ApplyAll for algs, and the index of each algorithm's
 // step in it, by its script's SHA. It holds the step of every algorithm this store has
 // decided with ApplyAll so far, once each whatever the requests (a new algorithm makes a
-// new script, with its step and all the earlier ones): so the scripts loaded into Redis
-// (which never drops one) are at most one per algorithm, not one per list of requests.
+// new script, with its step and all the earlier ones): so a store loads into Redis
+// (which never drops a script) at most one script per algorithm, not one per list of
+// requests.
 func (s *Store) applyAllScript(algs []*ratelimit.Algorithm) (*script, map[string]int) {
 	if all := s.all.Load(); all != nil && all.holds(s, algs) {
 		return all.script, all.index
@@ -185,12 +186,18 @@ func (s *Store) applyAllScript(algs []*ratelimit.Algorithm) (*script, map[string
 		next.algs = slices.Clone(old.algs)
 		maps.Copy(next.index, old.index)
 	}
+	hash := func(a *ratelimit.Algorithm) string { return s.script(a).hash.(string) }
 	for _, a := range algs {
-		hash := s.script(a).hash.(string)
-		if _, ok := next.index[hash]; !ok {
+		if _, ok := next.index[hash(a)]; !ok {
 			next.algs = append(next.algs, a)
-			next.index[hash] = len(next.algs)
+			next.index[hash(a)] = 0
 		}
+	}
+	// in the order of their SHAs: instances that have seen the same algorithms share one
+	// script in Redis, whatever order they saw them in
+	slices.SortFunc(next.algs, func(a, b *ratelimit.Algorithm) int { return strings.Compare(hash(a), hash(b)) })
+	for i, a := range next.algs {
+		next.index[hash(a)] = i + 1
 	}
 	var b strings.Builder
 	writeSteps(&b, next.algs)

@@ -270,7 +270,7 @@ func (s *Store) warmNow(ctx context.Context, n *node, limit int) error {
 	for i := range limit {
 		wg.Go(func() {
 			start := time.Now()
-			if errs[i] = n.to.Process(noDeadline{ctx}, redis.NewStatusCmd(ctx, "ping")); errs[i] == nil {
+			if errs[i] = ping(noDeadline{ctx}, n.to); errs[i] == nil {
 				s.timed(time.Since(start))
 			}
 		})
@@ -281,6 +281,12 @@ func (s *Store) warmNow(ctx context.Context, n *node, limit int) error {
 		n.warmed.Store(int32(limit))
 	}
 	return err
+}
+
+// ping sends a PING to to, on a goroutine of the store's (see clientPanic).
+func ping(ctx context.Context, to processor) (err error) {
+	defer clientPanic("warming", &err)
+	return to.Process(ctx, redis.NewStatusCmd(ctx, "ping"))
 }
 
 // warmTimeout bounds a warming's PINGs; warmRetry is how long after a failed warming the
@@ -382,25 +388,15 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 	}
 }
 
-// safeSingle is single, with a panic of the client turned into an error, as
-// safeDecideBatch.
+// safeSingle is single, and safeDecideBatch decideBatch, with a panic of the client
+// turned into an error (see clientPanic): they run on a goroutine of the store's.
 func (s *Store) safeSingle(ctx context.Context, c *call) (d ratelimit.Decision, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			d, err = ratelimit.Decision{}, fmt.Errorf("redisstore: %s: the client panicked: %v: %w", c.sc.alg, p, ratelimit.ErrUnavailable)
-		}
-	}()
+	defer clientPanic(c.sc.alg, &err)
 	return s.single(ctx, c)
 }
 
-// safeDecideBatch is decideBatch, with a panic of the client turned into an error for
-// the batch: it runs on a goroutine of the store's, where a panic would end the process.
 func (s *Store) safeDecideBatch(ctx context.Context, n *node, calls []*call) (ds []result, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			ds, err = nil, fmt.Errorf("redisstore: batch: the client panicked: %v: %w", p, ratelimit.ErrUnavailable)
-		}
-	}()
+	defer clientPanic("batch", &err)
 	return s.decideBatch(ctx, n, calls)
 }
 
@@ -780,8 +776,9 @@ func (s *Store) batchScriptFor(calls []*call, cluster bool) (*script, map[*ratel
 // writeSteps writes the steps of a batch script: steps[i], the step of algs[i] as a
 // function of its KEYS and ARGV that returns the five values of its Decision, and
 // readsAhead[i], whether it takes the state of its first key from ARGV[9]. The scripts'
-// helpers (core.BatchParts), the same for every algorithm of this module, are written once before them; a
-// step that is not this module's returns its table, unpacked by a function around it.
+// helpers (core.BatchParts), the same for every algorithm of this module, are written
+// once before them; a step that is not this module's returns its table, unpacked by a
+// function around it.
 func writeSteps(b *strings.Builder, algs []*ratelimit.Algorithm) {
 	b.WriteString("local steps, readsAhead = {}, {}\n")
 	wroteOnce := false

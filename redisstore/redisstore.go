@@ -476,15 +476,19 @@ func (s *Store) loadErr(ctx context.Context, sc *script, seen uint64) error {
 	}
 }
 
-// scriptLoad is SCRIPT LOAD of source, with a panic of the client turned into an error:
-// it runs on a goroutine of the store's, where a panic would end the process.
+// scriptLoad is SCRIPT LOAD of source, on a goroutine of the store's (see clientPanic).
 func scriptLoad(ctx context.Context, client redis.Scripter, source string) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("redisstore: loading a script: the client panicked: %v: %w", p, ratelimit.ErrUnavailable)
-		}
-	}()
+	defer clientPanic("loading a script", &err)
 	return client.ScriptLoad(ctx, source).Err()
+}
+
+// clientPanic, deferred, turns a panic of the client into *err, an error wrapping
+// ratelimit.ErrUnavailable: the store calls the client on goroutines of its own, where a
+// panic would end the process.
+func clientPanic(what string, err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("redisstore: %s: the client panicked: %v: %w", what, p, ratelimit.ErrUnavailable)
+	}
 }
 
 // send processes cmd, and returns when it is done or when ctx ends, whichever comes
@@ -512,12 +516,7 @@ func (s *Store) await(ctx context.Context, f func(context.Context) error) error 
 			done <- err
 			return
 		}
-		defer func() { // on this goroutine a panic of the client would end the process
-			if p := recover(); p != nil {
-				done <- fmt.Errorf("redisstore: the client panicked: %v: %w", p, ratelimit.ErrUnavailable)
-			}
-		}()
-		done <- f(noDeadline{ctx})
+		done <- safely(noDeadline{ctx}, f)
 	}()
 	select {
 	case err := <-done:
@@ -525,6 +524,12 @@ func (s *Store) await(ctx context.Context, f func(context.Context) error) error 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// safely is f(ctx), on a goroutine of the store's (see clientPanic).
+func safely(ctx context.Context, f func(context.Context) error) (err error) {
+	defer clientPanic("a call", &err)
+	return f(ctx)
 }
 
 // noDeadline is a context that ends when its parent does but has no deadline, which is

@@ -67,9 +67,10 @@ import (
 // instance that cannot reach its own Redis keeps the weights it last read, and decides
 // as its store does (the fallback store's shares, say).
 //
-// Nothing of it is on a request's path but a map lookup and an atomic add. Run does the
-// reading, the counting and the rebalancing in the background; Flush, Refresh and
-// Rebalance do one round each, for tests and for applications that schedule their own.
+// Nothing of it is on a request's path but a clock read (the take's interval), a map
+// lookup and an atomic add. Run does the reading, the counting and the rebalancing in the
+// background; Flush, Refresh and Rebalance do one round each, for tests and for
+// applications that schedule their own.
 type Regions struct {
 	self    string
 	names   []string // sorted; names[0] leads
