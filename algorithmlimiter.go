@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/ratelimit-go/ratelimit/internal/fast"
 )
 
 // AlgorithmLimiter is a Limiter that runs one Algorithm under one Rule on a Store, in one
@@ -24,8 +26,21 @@ type AlgorithmLimiter struct {
 	rule      Rule
 	namespace string
 	limit     int64    // the largest n the rule can ever allow
-	take      TakeFunc // AllowN's and AllowRule's path when the store is a BindStore; nil otherwise
+	take      takeFunc // AllowN's and AllowRule's path when the store is a binder; nil otherwise
 }
+
+// binder is a store of this module that finds once what every take of one limiter
+// shares (localstore): a limiter binds its algorithm and namespace when it is made, and
+// sends AllowN and AllowRule through the takeFunc, whose Outcome comes back in registers
+// (see package internal/fast); every other call goes through Apply. Its method's type
+// names an internal package, so no store outside this module can be one.
+type binder interface {
+	Bind(alg *Algorithm, namespace string) func(ctx context.Context, key string, rule Rule, n int64) (fast.Outcome, int64, error)
+}
+
+// takeFunc is what Apply does for a take of n on key under rule, in the bound algorithm
+// and namespace, without a lease: the Decision is the Outcome's, with limit.
+type takeFunc = func(ctx context.Context, key string, rule Rule, n int64) (o fast.Outcome, limit int64, err error)
 
 var _ Limiter = (*AlgorithmLimiter)(nil)
 
@@ -63,7 +78,7 @@ func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule, opts ...Option)
 		}
 		o.apply(l)
 	}
-	if b, ok := store.(BindStore); ok {
+	if b, ok := store.(binder); ok {
 		l.take = b.Bind(alg, l.namespace)
 	}
 	return l, nil
@@ -81,13 +96,14 @@ func ruleNamespace(r Rule) string {
 
 // Allow is AllowN with n = 1.
 func (l *AlgorithmLimiter) Allow(ctx context.Context, key string) (Decision, error) {
-	// AllowN's body again, not a call of it: see Outcome
+	// AllowN's body again, not a call of it: a Decision returned from AllowN would be
+	// copied once more through memory (see package internal/fast)
 	if l.take == nil {
 		return l.apply(ctx, key, l.rule, 1)
 	}
 	o, limit, err := l.take(ctx, key, l.rule, 1)
 	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining,
-		RetryAfter: o.retryAfter(), ResetAfter: o.ResetAfter, Delay: o.delay()}, err
+		RetryAfter: o.RetryAfter(), ResetAfter: o.ResetAfter, Delay: o.Delay()}, err
 }
 
 // AllowN admits n events for key, all or none. n must be between 1 and the most the rule
@@ -99,10 +115,10 @@ func (l *AlgorithmLimiter) AllowN(ctx context.Context, key string, n int64) (Dec
 	}
 	o, limit, err := l.take(ctx, key, l.rule, n) // which validates n as Apply does
 	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining,
-		RetryAfter: o.retryAfter(), ResetAfter: o.ResetAfter, Delay: o.delay()}, err
+		RetryAfter: o.RetryAfter(), ResetAfter: o.ResetAfter, Delay: o.Delay()}, err
 }
 
-// apply is a take through Store.Apply, for a store that is not a BindStore.
+// apply is a take through Store.Apply, for a store that is not a binder.
 func (l *AlgorithmLimiter) apply(ctx context.Context, key string, rule Rule, n int64) (Decision, error) {
 	if rule == l.rule && (n < 1 || n > l.limit) { // the store is not asked
 		return Decision{}, badN(l.alg, rule, n)
@@ -122,7 +138,7 @@ func (l *AlgorithmLimiter) AllowRule(ctx context.Context, key string, rule Rule,
 	}
 	o, limit, err := l.take(ctx, key, rule, n)
 	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining,
-		RetryAfter: o.retryAfter(), ResetAfter: o.ResetAfter, Delay: o.delay()}, err
+		RetryAfter: o.RetryAfter(), ResetAfter: o.ResetAfter, Delay: o.Delay()}, err
 }
 
 // badN is the error for an n out of range of rule, as Prepare, the one place that words
@@ -137,7 +153,7 @@ func badN(alg *Algorithm, rule Rule, n int64) error {
 
 // PeekN is the Decision AllowN(ctx, key, n) would give now, consuming nothing.
 func (l *AlgorithmLimiter) PeekN(ctx context.Context, key string, n int64) (Decision, error) {
-	return l.do(ctx, key, n, OpPeek)
+	return l.do(ctx, key, n, "peek")
 }
 
 // Refund gives back n events taken for key before (a request the upstream failed, say),
@@ -146,16 +162,16 @@ func (l *AlgorithmLimiter) PeekN(ctx context.Context, key string, n int64) (Deci
 // events off a window's current count (not off a past window's), the newest events of a
 // sliding log.
 func (l *AlgorithmLimiter) Refund(ctx context.Context, key string, n int64) (Decision, error) {
-	return l.do(ctx, key, n, OpRefund)
+	return l.do(ctx, key, n, "refund")
 }
 
 // Reset forgets key: its next decision sees it full (after a successful login, say).
 func (l *AlgorithmLimiter) Reset(ctx context.Context, key string) error {
-	_, err := l.do(ctx, key, 1, OpReset)
+	_, err := l.do(ctx, key, 1, "reset")
 	return err
 }
 
-func (l *AlgorithmLimiter) do(ctx context.Context, key string, n int64, op Op) (Decision, error) {
+func (l *AlgorithmLimiter) do(ctx context.Context, key string, n int64, op string) (Decision, error) {
 	if n < 1 || n > l.limit {
 		return Decision{}, badN(l.alg, l.rule, n)
 	}

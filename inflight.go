@@ -154,7 +154,7 @@ func (x *Lease) Release(ctx context.Context) error {
 	if x == nil || x.limiter == nil {
 		return nil
 	}
-	_, err := x.apply(ctx, OpRefund)
+	_, err := x.apply(ctx, "refund")
 	return err
 }
 
@@ -166,11 +166,11 @@ func (x *Lease) Extend(ctx context.Context) (bool, error) {
 	if x == nil || x.limiter == nil {
 		return false, nil
 	}
-	d, err := x.apply(ctx, OpExtend)
+	d, err := x.apply(ctx, "extend")
 	return err == nil && d.Allowed, err
 }
 
-func (x *Lease) apply(ctx context.Context, op Op) (Decision, error) {
+func (x *Lease) apply(ctx context.Context, op string) (Decision, error) {
 	return x.limiter.base.store.Apply(ctx, Request{Algorithm: &inflight, Namespace: x.limiter.base.namespace,
 		Key: x.key, Rule: x.rule, N: 1, Op: op, Lease: x.id})
 }
@@ -273,7 +273,7 @@ func findLease(log *eventlog.Log, id int64) int {
 
 // acquireLease takes a lease a.Lease for a.Period, if fewer than a.Limit are held (a
 // lease held already is renewed).
-func acquireLease(st *State, now int64, a Args) Outcome {
+func acquireLease(st *State, now int64, a Args) Decision {
 	expireLeases(st, now)
 	allowed := true
 	if i := findLease(st.Log, a.Lease); i >= 0 {
@@ -284,7 +284,7 @@ func acquireLease(st *State, now int64, a Args) Outcome {
 		allowed = false
 	}
 	st.Level = int64(st.Log.Len())
-	d := Outcome{Allowed: allowed, Remaining: max(0, a.Limit-st.Level)}
+	d := Decision{Allowed: allowed, Limit: a.Limit, Remaining: max(0, a.Limit-st.Level)}
 	if st.Log.Len() > 0 {
 		first, last := st.Log.At(0).At, st.Log.At(0).At
 		for i := 1; i < st.Log.Len(); i++ {
@@ -292,7 +292,7 @@ func acquireLease(st *State, now int64, a Args) Outcome {
 			first, last = min(first, at), max(last, at)
 		}
 		if !allowed {
-			d.Wait = mathx.Micros(first - now)
+			d.RetryAfter = mathx.Micros(first - now)
 		}
 		d.ResetAfter = mathx.Micros(last - now)
 	}

@@ -30,8 +30,8 @@
 // clock.Clock for localstore, Redis's own clock for redisstore. No algorithm reads the
 // system clock.
 //
-// The rest of the package (Store, BatchStore, BindStore, TakeFunc, Request, Op, Algorithm,
-// Args, State, Outcome) is the contract between algorithms and stores, for those who write
+// The rest of the package (Store, BatchStore, Request, Algorithm, Args, State) is the
+// contract between algorithms and stores, for those who write
 // one.
 package ratelimit
 

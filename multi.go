@@ -74,7 +74,7 @@ func ApplyAll(ctx context.Context, store Store, reqs []Request) ([]Decision, err
 		return nil, nil
 	}
 	for i, r := range reqs {
-		if r.Algorithm == nil || r.Op != OpTake {
+		if r.Algorithm == nil || r.Op != "" {
 			return nil, fmt.Errorf("ratelimit: ApplyAll: request %d is not a take of an algorithm", i)
 		}
 	}
@@ -126,7 +126,7 @@ func applyEach(ctx context.Context, store Store, reqs []Request) ([]Decision, er
 		}
 		for j := range i { // give back what was taken
 			back := reqs[j]
-			back.Op = OpRefund
+			back.Op = "refund"
 			if _, rerr := store.Apply(context.WithoutCancel(ctx), back); rerr != nil && err == nil {
 				err = rerr
 			}
@@ -137,7 +137,7 @@ func applyEach(ctx context.Context, store Store, reqs []Request) ([]Decision, er
 		ds[i] = d
 		for k := i + 1; k < len(reqs); k++ { // the rest, as they stand
 			peek := reqs[k]
-			peek.Op = OpPeek
+			peek.Op = "peek"
 			if ds[k], err = store.Apply(ctx, peek); err != nil {
 				return nil, err
 			}

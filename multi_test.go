@@ -37,7 +37,7 @@ func TestApplyAll(t *testing.T) {
 			for _, bad := range [][]ratelimit.Request{
 				{reqs[0], reqs[0]},
 				{{Key: "x", N: 1}},
-				{{Algorithm: alg, Key: "x", Rule: ratelimit.PerHour(1), N: 1, Op: ratelimit.OpPeek}},
+				{{Algorithm: alg, Key: "x", Rule: ratelimit.PerHour(1), N: 1, Op: "peek"}},
 			} {
 				if _, err := ratelimit.ApplyAll(ctx, store, bad); err == nil {
 					t.Errorf("ApplyAll(%+v): no error", bad)

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"time"
 
 	"github.com/ratelimit-go/ratelimit/internal/eventlog"
 )
@@ -43,22 +42,6 @@ type BatchStore interface {
 	ApplyAll(ctx context.Context, reqs []Request) ([]Decision, error)
 }
 
-// BindStore is a Store that can find once what every take of one limiter shares, so
-// that each call pays only for its key: AlgorithmLimiter binds its algorithm and
-// namespace when it is made, when its store is a BindStore, and sends AllowN and
-// AllowRule through the TakeFunc; every other call goes through Apply. localstore is a
-// BindStore.
-type BindStore interface {
-	Store
-	// Bind returns the takes of alg in namespace.
-	Bind(alg *Algorithm, namespace string) TakeFunc
-}
-
-// TakeFunc is what Apply does for a Request of OpTake of n on key under rule, with the
-// Algorithm and Namespace that BindStore.Bind was given, and no Lease: its Decision is
-// o.Decision(limit), limit being the rule's (Args.Limit).
-type TakeFunc func(ctx context.Context, key string, rule Rule, n int64) (o Outcome, limit int64, err error)
-
 // Request is one decision asked of a Store.
 type Request struct {
 	Algorithm *Algorithm
@@ -68,34 +51,23 @@ type Request struct {
 	Key       string // any string, the empty one included; two different strings never share state
 	Rule      Rule
 	N         int64 // events to admit (or to refund), all or none
-	Op        Op    // OpTake unless said otherwise
-	// Lease names the lease a request of an in-flight limit acquires (OpTake), releases
-	// (OpRefund) or extends (OpExtend); 0 for the rate algorithms. Stores copy it into
-	// Args.Lease, and into the script's ARGV.
+	// Op is what the request does to the key, as the Script receives it:
+	//   - "" takes N events, all or none (AllowN);
+	//   - "peek" gives the Decision a take would give, changing nothing;
+	//   - "refund" gives back N events taken before (a request the upstream failed,
+	//     say), never above the key's full allowance;
+	//   - "reset" forgets the key: its next decision sees it full;
+	//   - "extend" renews Lease for another Period from now, for an algorithm of leases
+	//     (Algorithm.Extend), and its Allowed says whether the lease was still held (a
+	//     lease released, or expired, stays gone); stores refuse it for the others.
+	// The Decision of a refund, a reset or an extension is a peek of 1 after it (an
+	// extension's Allowed aside). A store refuses any other Op with an error.
+	Op string
+	// Lease names the lease a request of an in-flight limit takes, refunds (releases) or
+	// extends; 0 for the rate algorithms. Stores copy it into Args.Lease, and into the
+	// script's ARGV.
 	Lease int64
 }
-
-// Op is what a Request does to its key.
-type Op uint8
-
-const (
-	// OpTake admits N events, all or none: AllowN. The zero Op.
-	OpTake Op = iota
-	// OpPeek gives the Decision OpTake would give, and changes nothing.
-	OpPeek
-	// OpRefund gives back N events taken before (a request the upstream failed, say),
-	// never above the key's full allowance. Its Decision is what OpPeek with N = 1 gives
-	// after it.
-	OpRefund
-	// OpReset forgets the key: its next decision sees it full. Its Decision is what OpPeek
-	// with N = 1 gives after it.
-	OpReset
-	// OpExtend renews Request.Lease for another Period from now, for algorithms of leases
-	// (Algorithm.Extend); stores refuse it for the others. Its Decision is what OpPeek
-	// with N = 1 gives after it, except Allowed, which says whether the lease was still
-	// held (and is now extended): a lease released, or expired, stays gone.
-	OpExtend
-)
 
 // Algorithm is one rate-limiting algorithm as stores see it: the integers it needs from a
 // rule, its decision step in Go, and the same step as a Lua script. Stores keep one state
@@ -129,10 +101,10 @@ type Algorithm struct {
 	Prepare func(rule Rule, n int64) (Args, error)
 
 	// Step decides one request against st at now (microseconds since the Unix epoch) and
-	// updates st: its Decision is the Outcome's, with a.Limit. It is a pure function of its
-	// inputs, and the Script computes the same. Args must come from Prepare. OpPeek is Step
-	// on a copy of the state; OpReset is the zero State.
-	Step func(st *State, now int64, a Args) Outcome
+	// updates st; its Decision's Limit is a.Limit. It is a pure function of its inputs, and
+	// the Script computes the same. Args must come from Prepare. A peek is Step on a copy
+	// of the state; a reset is the zero State.
+	Step func(st *State, now int64, a Args) Decision
 
 	// Refund gives a.N events back to st at now, never above its full allowance. For an
 	// algorithm of leases, it releases the lease a.Lease.
@@ -141,7 +113,7 @@ type Algorithm struct {
 	// Extend is set only by an algorithm of leases (the in-flight limit of
 	// InFlightLimiter), whose state is a set of leases, each expiring by itself: it renews
 	// the lease a.Lease so that it expires no sooner than a.Period after now, and reports
-	// whether st held it. Stores refuse OpExtend for an algorithm without it, and the
+	// whether st held it. Stores refuse an "extend" for an algorithm without it, and the
 	// decorators that cache or split a key's decisions pass leases straight through.
 	Extend func(st *State, now int64, a Args) bool
 
@@ -152,44 +124,6 @@ type Algorithm struct {
 	// and the sliding window counter; false for the leaky bucket (each request has its own
 	// Delay) and the sliding log (which records each event at its own instant).
 	Prefetchable bool
-}
-
-// Outcome is a Decision as Algorithm.Step and TakeFunc give it: without its Limit, which
-// the rule sets, and with one wait for RetryAfter and Delay, of which a Decision has only
-// one, so that it is four words. A call returns four words in registers; a Decision, six,
-// goes through memory, and copying one that a call has just returned stalls the
-// processor (its store forwarding fails): in memory, two such copies on the way from the
-// step to the caller were a good part of a decision's time (BENCHMARKS.md).
-type Outcome struct {
-	Allowed   bool
-	Remaining int64
-	// Wait is the Decision's Delay when allowed, and its RetryAfter when denied.
-	Wait       time.Duration
-	ResetAfter time.Duration
-}
-
-// Decision is the Decision o stands for, under a rule whose Limit is limit.
-func (o Outcome) Decision(limit int64) Decision {
-	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining,
-		RetryAfter: o.retryAfter(), ResetAfter: o.ResetAfter, Delay: o.delay()}
-}
-
-// retryAfter and delay are the two halves of Wait, as Decision has them. (A caller that
-// returns a Decision built from an Outcome writes the Decision's literal in its own return
-// statement, with these two: returned from Outcome.Decision, even inlined, the Decision
-// is copied once more through memory, with the stall above.)
-func (o Outcome) retryAfter() time.Duration {
-	if o.Allowed {
-		return 0
-	}
-	return o.Wait
-}
-
-func (o Outcome) delay() time.Duration {
-	if o.Allowed {
-		return o.Wait
-	}
-	return 0
 }
 
 // Args are the integers one decision needs, as Algorithm.Prepare derives them from a Rule

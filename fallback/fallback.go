@@ -309,14 +309,14 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 // release or an extension finds its lease on the share too; a denial leaves the share's
 // leases alone.
 func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.Decision) {
-	if req.Op == ratelimit.OpPeek {
+	if req.Op == "peek" {
 		return
 	}
 	req.Rule = s.share(req)
-	if req.Op == ratelimit.OpExtend && !d.Allowed {
+	if req.Op == "extend" && !d.Allowed {
 		return // a lease the primary no longer holds: the share's copy expires by itself
 	}
-	if req.Op == ratelimit.OpTake {
+	if req.Op == "" {
 		share := shareCapacity(req)
 		if share == 0 || (!d.Allowed && d.Remaining > 0) { // nothing to mirror; or n was too many, the key not spent
 			return
@@ -326,7 +326,7 @@ func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.D
 		}
 		if !d.Allowed {
 			empty := req
-			empty.Op = ratelimit.OpReset
+			empty.Op = "reset"
 			s.secondary.Apply(ctx, empty)
 			req.N = share // all of a full share
 		}

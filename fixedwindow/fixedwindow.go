@@ -21,27 +21,27 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/fast"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 const name = "fixedwindow"
 
-var algorithm = ratelimit.Algorithm{
+var algorithm = core.Algorithm(ratelimit.Algorithm{
 	Name:       name,
 	Script:     core.Script(script),
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
-	Step:       step,
 	Refund:     refund,
 
 	Prefetchable: true,
-}
+}, step)
 
 //go:embed fixedwindow.lua
 var script string
 
 // Algorithm is the fixed window as stores see it.
-func Algorithm() *ratelimit.Algorithm { return &algorithm }
+func Algorithm() *ratelimit.Algorithm { return algorithm }
 
 func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 	period, err := core.Micros(name, rule)
@@ -69,9 +69,9 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (window int64) {
 	return window
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	end := (advance(st, now, a) + 1) * a.Period
-	var d ratelimit.Outcome
+	var d fast.Outcome
 	if st.Level+a.N <= a.Limit {
 		st.Level += a.N
 		d.Allowed = true

@@ -25,25 +25,25 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/fast"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 const name = "leakybucket"
 
-var algorithm = ratelimit.Algorithm{
+var algorithm = core.Algorithm(ratelimit.Algorithm{
 	Name:       name,
 	Script:     core.Script(script),
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
-	Step:       step,
 	Refund:     refund,
-}
+}, step)
 
 //go:embed leakybucket.lua
 var script string
 
 // Algorithm is the leaky bucket as stores see it.
-func Algorithm() *ratelimit.Algorithm { return &algorithm }
+func Algorithm() *ratelimit.Algorithm { return algorithm }
 
 // prepare rejects a rule whose queue in units of 1/Unit request exceeds 2^52, as the
 // token bucket does for its capacity.
@@ -72,10 +72,10 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 	return t - now
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	lag := advance(st, now, a)
 	full := a.Limit * a.Unit
-	var d ratelimit.Outcome
+	var d fast.Outcome
 	need := a.N * a.Unit
 	if st.Level+need <= full {
 		d.Allowed = true

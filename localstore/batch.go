@@ -29,7 +29,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if err := checkAlgorithm(r.Algorithm); err != nil {
 			return nil, err
 		}
-		if r.Op != ratelimit.OpTake || r.Algorithm.Extend != nil {
+		if r.Op != "" || r.Algorithm.Extend != nil {
 			return nil, errors.New("localstore: ApplyAll only takes, and no leases")
 		}
 		a, err := r.Algorithm.Prepare(r.Rule, r.N)
@@ -76,7 +76,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 				states[i] = core.Clone(e.state)
 			}
 		}
-		ds[i] = r.Algorithm.Step(&states[i], now, args[i]).Decision(args[i].Limit)
+		ds[i] = core.Decision(spaces[i].step(&states[i], now, args[i]), args[i].Limit)
 		all = all && ds[i].Allowed
 	}
 	if !all {

@@ -45,7 +45,9 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/eventlog"
+	"github.com/ratelimit-go/ratelimit/internal/fast"
 )
 
 // Defaults of the options.
@@ -98,6 +100,9 @@ type Store struct {
 // slot for each.
 const fewSpaces = 16
 
+// takeFunc is a space's take: a take of n on key under rule, without a lease.
+type takeFunc = func(ctx context.Context, key string, rule ratelimit.Rule, n int64) (o fast.Outcome, limit int64, err error)
+
 type spaceKey struct {
 	alg *ratelimit.Algorithm
 	ns  string
@@ -108,7 +113,8 @@ type space struct {
 	alg  *ratelimit.Algorithm
 	ns   string
 	ord  int
-	take ratelimit.TakeFunc // its takes without a lease (Store.newTake)
+	step core.Step // alg's Step, as an Outcome
+	take takeFunc  // its takes without a lease (Store.newTake)
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -251,9 +257,9 @@ func New(opts ...Option) *Store {
 // req.Algorithm.Prepare for an invalid rule or n.
 func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	sp := findSpace(s.spaces.Load(), req.Algorithm, req.Namespace)
-	if sp != nil && req.Op == ratelimit.OpTake && req.Lease == 0 { // the common case, in one call
+	if sp != nil && req.Op == "" && req.Lease == 0 { // the common case, in one call
 		o, limit, err := sp.take(ctx, req.Key, req.Rule, req.N)
-		return o.Decision(limit), err
+		return core.Decision(o, limit), err
 	}
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
@@ -265,9 +271,9 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if sp == nil { // not among the few, or not yet made
 		sp = s.space(alg, req.Namespace)
 	}
-	if req.Op == ratelimit.OpTake && req.Lease == 0 {
+	if req.Op == "" && req.Lease == 0 {
 		o, limit, err := sp.take(ctx, req.Key, req.Rule, req.N)
-		return o.Decision(limit), err
+		return core.Decision(o, limit), err
 	}
 	now := s.now()
 	h := maphash.String(s.seed, req.Key)
@@ -283,7 +289,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	args.N, args.Lease = req.N, req.Lease
 	sh.sweepIfDue(now, s.sweepEvery)
 	e := t.keys.get(h, req.Key)
-	if e == nil && req.Op == ratelimit.OpTake { // of a lease; the others take in sp.take
+	if e == nil && req.Op == "" { // of a lease; the others take in sp.take
 		e = s.add(sh, &t.keys, h, req.Key, now, &entry{})
 	}
 	if e != nil {
@@ -294,15 +300,15 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		}
 	}
 	switch req.Op {
-	case ratelimit.OpTake:
-		o := alg.Step(&e.state, now, args)
+	case "":
+		o := sp.step(&e.state, now, args)
 		e.expires = now + expiry(o.ResetAfter)
-		return o.Decision(args.Limit), nil
-	case ratelimit.OpRefund:
+		return core.Decision(o, args.Limit), nil
+	case "refund":
 		if e != nil {
 			alg.Refund(&e.state, now, args) // the key is full no later than before: expires stays
 		}
-	case ratelimit.OpReset:
+	case "reset":
 		if e != nil {
 			e.expires = dead
 			t.keys.del(h, req.Key)
@@ -310,23 +316,23 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 			sh.bytes -= cost(req.Key)
 			e = nil
 		}
-	case ratelimit.OpExtend:
+	case "extend":
 		if alg.Extend == nil {
 			return ratelimit.Decision{}, fmt.Errorf("localstore: %s has no leases to extend", alg.Name)
 		}
 		held := e != nil && alg.Extend(&e.state, now, args)
-		d := sh.peek(alg, e, now, args, true)
+		d := sh.peek(sp, e, now, args, true)
 		d.Allowed = held
 		if held {
 			e.expires = max(e.expires, now+expiry(d.ResetAfter))
 		}
 		return d, nil
-	case ratelimit.OpPeek:
-		return sh.peek(alg, e, now, args, false), nil
+	case "peek":
+		return sh.peek(sp, e, now, args, false), nil
 	default:
-		return ratelimit.Decision{}, fmt.Errorf("localstore: unknown op %d", req.Op)
+		return ratelimit.Decision{}, fmt.Errorf("localstore: unknown op %q", req.Op)
 	}
-	return sh.peek(alg, e, now, args, true), nil
+	return sh.peek(sp, e, now, args, true), nil
 }
 
 // reset empties a state back to full: what is left counts for nothing, whatever the rule
@@ -338,13 +344,14 @@ func (e *entry) reset() {
 	}
 }
 
-// Bind returns the takes of alg in namespace, with the (algorithm, namespace) found
-// once: the limiters of every algorithm package call it when they are made
-// (ratelimit.BindStore).
-func (s *Store) Bind(alg *ratelimit.Algorithm, namespace string) ratelimit.TakeFunc {
+// Bind is for the limiters of this module, which call it when they are made: it returns
+// the takes of alg in namespace, with the (algorithm, namespace) found once, giving an
+// Outcome and the rule's limit rather than a Decision. (Its type names an internal
+// package: it is not for other callers, whom Apply serves.)
+func (s *Store) Bind(alg *ratelimit.Algorithm, namespace string) func(ctx context.Context, key string, rule ratelimit.Rule, n int64) (fast.Outcome, int64, error) {
 	if err := checkAlgorithm(alg); err != nil {
-		return func(context.Context, string, ratelimit.Rule, int64) (ratelimit.Outcome, int64, error) {
-			return ratelimit.Outcome{}, 0, err
+		return func(context.Context, string, ratelimit.Rule, int64) (fast.Outcome, int64, error) {
+			return fast.Outcome{}, 0, err
 		}
 	}
 	return s.space(alg, namespace).take
@@ -371,10 +378,10 @@ func checkAlgorithm(alg *ratelimit.Algorithm) error {
 // into it.)
 //
 //go:noinline
-func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
-	return func(ctx context.Context, key string, rule ratelimit.Rule, n int64) (ratelimit.Outcome, int64, error) {
+func (s *Store) newTake(sp *space) takeFunc {
+	return func(ctx context.Context, key string, rule ratelimit.Rule, n int64) (fast.Outcome, int64, error) {
 		if err := ctx.Err(); err != nil {
-			return ratelimit.Outcome{}, 0, err
+			return fast.Outcome{}, 0, err
 		}
 		var now int64 // s.now(), without its call
 		if s.isMono {
@@ -412,7 +419,7 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 							// remembered, as the keys of one table may each have their own
 							var err error
 							if args, err = sp.alg.Prepare(rule, n); err != nil {
-								return ratelimit.Outcome{}, 0, err
+								return fast.Outcome{}, 0, err
 							}
 						}
 						args.N = n
@@ -422,7 +429,7 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 							if e.expires <= now {
 								e.reset()
 							}
-							o := sp.alg.Step(&e.state, now, args)
+							o := sp.step(&e.state, now, args)
 							e.expires = now + expiry(o.ResetAfter)
 							return o, args.Limit, nil
 						}
@@ -436,7 +443,7 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 		t := sh.table(sp)
 		args, err := t.argsFor(rule, n)
 		if err != nil {
-			return ratelimit.Outcome{}, 0, err
+			return fast.Outcome{}, 0, err
 		}
 		args.N = n
 		sh.sweepIfDue(now, s.sweepEvery)
@@ -449,7 +456,7 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 		if e.expires <= now {
 			e.reset()
 		}
-		o := sp.alg.Step(&e.state, now, args)
+		o := sp.step(&e.state, now, args)
 		e.expires = now + expiry(o.ResetAfter)
 		return o, args.Limit, nil
 	}
@@ -458,7 +465,7 @@ func (s *Store) newTake(sp *space) ratelimit.TakeFunc {
 // peek is the Decision of a take of args on e's state (a fresh state when e is nil),
 // changing nothing, on the shard's scratch copy; sh.mu is held. After a refund, a reset
 // or an extension (after) it is the answer, as a peek of 1, of a new lease.
-func (sh *shard) peek(alg *ratelimit.Algorithm, e *entry, now int64, args ratelimit.Args, after bool) ratelimit.Decision {
+func (sh *shard) peek(sp *space, e *entry, now int64, args ratelimit.Args, after bool) ratelimit.Decision {
 	if after {
 		args.N, args.Lease = 1, 0
 	}
@@ -473,7 +480,7 @@ func (sh *shard) peek(alg *ratelimit.Algorithm, e *entry, now int64, args rateli
 		sh.scratchLog.Clear() // for an algorithm that keeps a log, a fresh one
 	}
 	st.Log = &sh.scratchLog
-	return alg.Step(st, now, args).Decision(args.Limit)
+	return core.Decision(sp.step(st, now, args), args.Limit)
 }
 
 // add holds e, new, for a new key in keys, a table of sh, evicting others while the
@@ -544,7 +551,7 @@ func (s *Store) addSpace(alg *ratelimit.Algorithm, ns string) *space {
 	if sp, ok := s.moreSpaces.Load(key); ok {
 		return sp.(*space)
 	}
-	sp := &space{alg: alg, ns: ns, ord: s.nSpaces}
+	sp := &space{alg: alg, ns: ns, ord: s.nSpaces, step: core.StepOf(alg)}
 	sp.take = s.newTake(sp)
 	s.nSpaces++
 	if sp.ord >= fewSpaces {

@@ -91,7 +91,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if alg == nil || alg.Script == "" || len(alg.ScriptKeys) == 0 {
 			return nil, errors.New("redisstore: request has no algorithm with a script")
 		}
-		if r.Op != ratelimit.OpTake || r.Algorithm.Extend != nil {
+		if r.Op != "" || r.Algorithm.Extend != nil {
 			return nil, errors.New("redisstore: ApplyAll only takes, and no leases")
 		}
 		a, err := alg.Prepare(r.Rule, r.N)

@@ -53,8 +53,8 @@ func TestCoalescedParity(t *testing.T) {
 				t.Fatal(err)
 			}
 			req := ratelimit.Request{Algorithm: kind.Algorithm, Namespace: "parity", Key: fmt.Sprint("key-", k),
-				Rule: rule, N: 1 + rng.Int64N(a.Limit), Op: ratelimit.Op(rng.IntN(8) / 5 * (1 + rng.IntN(3)))}
-			if req.Op != ratelimit.OpTake {
+				Rule: rule, N: 1 + rng.Int64N(a.Limit), Op: []string{"", "peek", "refund", "reset"}[rng.IntN(8)/5*(1+rng.IntN(3))]}
+			if req.Op != "" {
 				req.N = 1
 			}
 			seqs[k] = append(seqs[k], step{req: req})
@@ -80,7 +80,7 @@ func TestCoalescedParity(t *testing.T) {
 					for i, st := range seqs[k] {
 						d, err := s.Apply(context.Background(), st.req)
 						if err != nil || d != st.d {
-							t.Errorf("key %d, step %d (%s %v n %d op %d): %+v, %v; localstore %+v",
+							t.Errorf("key %d, step %d (%s %v n %d op %q): %+v, %v; localstore %+v",
 								k, i, st.req.Algorithm.Name, st.req.Rule, st.req.N, st.req.Op, d, err, st.d)
 							return
 						}
@@ -553,7 +553,7 @@ func TestCoalescedReplyLost(t *testing.T) {
 	}
 	peeker := redisstore.New(direct, redisstore.WithPrefix("lostb"))
 	for _, key := range keys {
-		d, err := peeker.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1, Op: ratelimit.OpPeek})
+		d, err := peeker.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1, Op: "peek"})
 		if err != nil || d.Remaining != 98 { // a peek answers as a take would: 98 left after one take
 			t.Errorf("%s: a peek gives %+v, %v; want 98 left: taken once", key, d, err)
 		}

@@ -272,17 +272,18 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
-	if int(req.Op) >= len(opNames) {
-		return ratelimit.Decision{}, fmt.Errorf("redisstore: unknown op %d", req.Op)
+	op, ok := opArg(req.Op)
+	if !ok {
+		return ratelimit.Decision{}, fmt.Errorf("redisstore: unknown op %q", req.Op)
 	}
-	if req.Op == ratelimit.OpExtend && alg.Extend == nil {
+	if req.Op == "extend" && alg.Extend == nil {
 		return ratelimit.Decision{}, fmt.Errorf("redisstore: %s has no leases to extend", alg.Name)
 	}
 	a.Lease = req.Lease
 	sc := s.script(alg)
 	ra := sc.args(req, a)
 	pre, post := redisx.Form(req.Key)
-	c := call{alg: alg, sc: sc, ra: ra, a: a, op: opNames[req.Op], now: s.now(), key: req.Key, pre: pre, post: post}
+	c := call{alg: alg, sc: sc, ra: ra, a: a, op: op, now: s.now(), key: req.Key, pre: pre, post: post}
 	if s.coalescing() {
 		return s.coalesce(ctx, &c)
 	}
@@ -327,9 +328,23 @@ func (s *Store) nodeFailed() {
 	}
 }
 
-// opNames are the ops as the scripts know them, boxed once.
-var opNames = [...]any{ratelimit.OpTake: "", ratelimit.OpPeek: "peek", ratelimit.OpRefund: "refund",
-	ratelimit.OpReset: "reset", ratelimit.OpExtend: "extend"}
+// opArg is op as the scripts know it, in an interface without an allocation (op's own
+// string would be boxed anew on every call), and whether it is one of Request.Op's.
+func opArg(op string) (any, bool) {
+	switch op {
+	case "":
+		return "", true
+	case "peek":
+		return "peek", true
+	case "refund":
+		return "refund", true
+	case "reset":
+		return "reset", true
+	case "extend":
+		return "extend", true
+	}
+	return nil, false
+}
 
 // args are the rule's and the namespace's boxed ARGV and key form, made once while they
 // stay the same (most scripts see one rule and namespace again and again).

@@ -20,25 +20,25 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/eventlog"
+	"github.com/ratelimit-go/ratelimit/internal/fast"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 const name = "slidinglog"
 
-var algorithm = ratelimit.Algorithm{
+var algorithm = core.Algorithm(ratelimit.Algorithm{
 	Name:       name,
 	Script:     core.Script(script),
 	ScriptKeys: []string{"state", "log"},
 	Prepare:    prepare,
-	Step:       step,
 	Refund:     refund,
-}
+}, step)
 
 //go:embed slidinglog.lua
 var script string
 
 // Algorithm is the sliding log as stores see it.
-func Algorithm() *ratelimit.Algorithm { return &algorithm }
+func Algorithm() *ratelimit.Algorithm { return algorithm }
 
 func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 	period, err := core.Micros(name, rule)
@@ -67,10 +67,10 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
 	st.Time = t
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	advance(st, now, a)
 	log, t := st.Log, st.Time
-	var d ratelimit.Outcome
+	var d fast.Outcome
 	if st.Level+a.N <= a.Limit {
 		log.Push(t, a.N)
 		st.Level += a.N

@@ -32,27 +32,27 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/fast"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 const name = "slidingwindow"
 
-var algorithm = ratelimit.Algorithm{
+var algorithm = core.Algorithm(ratelimit.Algorithm{
 	Name:       name,
 	Script:     core.Script(script),
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
-	Step:       step,
 	Refund:     refund,
 
 	Prefetchable: true,
-}
+}, step)
 
 //go:embed slidingwindow.lua
 var script string
 
 // Algorithm is the sliding window counter as stores see it.
-func Algorithm() *ratelimit.Algorithm { return &algorithm }
+func Algorithm() *ratelimit.Algorithm { return algorithm }
 
 // prepare sets Unit to the tick in which elapsed time is weighed, in microseconds.
 func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
@@ -98,7 +98,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (start int64) {
 	return start
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	start := advance(st, now, a)
 	t := st.Time
 	// the ticks in a window, and the whole ticks into this one; a tick of a millisecond
@@ -115,7 +115,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	weighted := st.Aux * (ticks - elapsed)
 
 	// estimate + n <= Limit, multiplied through by ticks
-	var d ratelimit.Outcome
+	var d fast.Outcome
 	if st.Level+a.N <= a.Limit && weighted+(st.Level+a.N)*ticks <= a.Limit*ticks {
 		st.Level += a.N
 		d.Allowed = true

@@ -11,7 +11,7 @@ type Limiter struct{ ratelimit.AlgorithmLimiter }
 // ratelimit.ErrInvalidRule for a rule it cannot enforce, and an error for a nil store.
 // Its keys are in the rule's namespace unless ratelimit.WithNamespace names one.
 func New(store ratelimit.Store, rule ratelimit.Rule, opts ...ratelimit.Option) (*Limiter, error) {
-	l, err := ratelimit.NewAlgorithmLimiter(store, &algorithm, rule, opts...)
+	l, err := ratelimit.NewAlgorithmLimiter(store, algorithm, rule, opts...)
 	if err != nil {
 		return nil, err
 	}

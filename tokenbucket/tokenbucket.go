@@ -21,27 +21,27 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/fast"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 const name = "tokenbucket"
 
-var algorithm = ratelimit.Algorithm{
+var algorithm = core.Algorithm(ratelimit.Algorithm{
 	Name:       name,
 	Script:     core.Script(script),
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
-	Step:       step,
 	Refund:     refund,
 
 	Prefetchable: true,
-}
+}, step)
 
 //go:embed tokenbucket.lua
 var script string
 
 // Algorithm is the token bucket as stores see it.
-func Algorithm() *ratelimit.Algorithm { return &algorithm }
+func Algorithm() *ratelimit.Algorithm { return algorithm }
 
 // prepare rejects a rule whose capacity in units of 1/Unit token exceeds 2^52: with
 // the Period in microseconds reduced by the gcd of Limit and Period, that allows, for
@@ -71,7 +71,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 	return t - now
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	full := a.Limit * a.Unit
 	level, t := st.Level, st.Time
 	if st.Aux == a.Unit && t < now { // the common case: advance as advance does, on locals
@@ -95,7 +95,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	if level < full {
 		reset = lag + mathx.CeilDiv(full-level, a.Rate)
 	}
-	return ratelimit.Outcome{
+	return fast.Outcome{
 		Allowed:    allowed,
 		Remaining:  int64(uint64(level) / uint64(a.Unit)), // both positive: an unsigned division is cheaper
 		Wait:       mathx.Micros(retry),

@@ -99,7 +99,7 @@ func simulate(alg *ratelimit.Algorithm, sc scenario) (result, error) {
 	var st ratelimit.State
 	var r result
 	for _, at := range sc.arrivals {
-		d := alg.Step(&st, start.Add(at).UnixMicro(), args).Decision(args.Limit)
+		d := alg.Step(&st, start.Add(at).UnixMicro(), args)
 		if d.Allowed {
 			r.admitted++
 			r.leave = append(r.leave, at+d.Delay)

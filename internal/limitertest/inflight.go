@@ -221,15 +221,15 @@ func testInFlightBadInput(t *testing.T, newStore NewStore) {
 			t.Errorf("a lease of n = %d: %v, want ErrInvalidN or ErrNExceedsLimit", n, err)
 		}
 	}
-	for _, k := range Kinds { // OpExtend of a rate algorithm: an error, and nothing taken
+	for _, k := range Kinds { // an "extend" of a rate algorithm: an error, and nothing taken
 		rule := ratelimit.PerHour(1)
-		_, err := store.Apply(context.Background(), ratelimit.Request{Algorithm: k.Algorithm, Key: "x", Rule: rule, N: 1, Op: ratelimit.OpExtend})
+		_, err := store.Apply(context.Background(), ratelimit.Request{Algorithm: k.Algorithm, Key: "x", Rule: rule, N: 1, Op: "extend"})
 		if err == nil {
-			t.Errorf("%s: OpExtend: no error", k.Name)
+			t.Errorf("%s: extend: no error", k.Name)
 		}
 		d, err := store.Apply(context.Background(), ratelimit.Request{Algorithm: k.Algorithm, Key: "x", Rule: rule, N: 1})
 		if err != nil || !d.Allowed {
-			t.Errorf("%s: a take after a refused OpExtend = %+v, %v; want allowed", k.Name, d, err)
+			t.Errorf("%s: a take after a refused extend = %+v, %v; want allowed", k.Name, d, err)
 		}
 	}
 	if bs, ok := store.(ratelimit.BatchStore); ok {

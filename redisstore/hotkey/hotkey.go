@@ -271,8 +271,8 @@ func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 	}
 	now := clock.UnixNano(p.cfg.clock)
 	l := p.leases.get(algKey{req.Algorithm, req.Namespace, req.Key}, now)
-	if req.Op != ratelimit.OpTake { // peeks go through; a refund or reset ends the lease
-		if req.Op == ratelimit.OpPeek {
+	if req.Op != "" { // peeks go through; a refund or reset ends the lease
+		if req.Op == "peek" {
 			return p.next.Apply(ctx, req)
 		}
 		l.mu.Lock()
@@ -409,7 +409,7 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		return ratelimit.Decision{}, fmt.Errorf("hotkey: shard: n = %d, one of %d shards holds %d: %w",
 			req.N, s.shards, one.Limit, ratelimit.ErrNExceedsLimit)
 	}
-	if req.Op == ratelimit.OpReset { // every shard
+	if req.Op == "reset" { // every shard
 		var d ratelimit.Decision
 		for i := range uint64(s.shards) {
 			sub := req
@@ -433,7 +433,7 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		if d.Allowed || i == 0 || d.RetryAfter < best.RetryAfter {
 			best = d
 		}
-		if d.Allowed || req.Op != ratelimit.OpTake {
+		if d.Allowed || req.Op != "" {
 			break
 		}
 	}
@@ -492,7 +492,7 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	}
 	now := clock.UnixNano(b.cfg.clock)
 	bl := b.blocked.get(algKey{req.Algorithm, req.Namespace, req.Key}, now)
-	gives := req.Op == ratelimit.OpRefund || req.Op == ratelimit.OpReset // the key may have room after it
+	gives := req.Op == "refund" || req.Op == "reset" // the key may have room after it
 	bl.mu.Lock()
 	if gives {
 		bl.unblock()
@@ -513,7 +513,7 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		bl.mu.Lock()
 		bl.unblock()
 		bl.mu.Unlock()
-	case err == nil && !d.Allowed && d.RetryAfter > 0 && req.Op == ratelimit.OpTake:
+	case err == nil && !d.Allowed && d.RetryAfter > 0 && req.Op == "":
 		bl.mu.Lock()
 		if bl.gen == gen { // no refund or reset came between the decision and now
 			bl.rule, bl.n, bl.limit, bl.remaining, bl.initialized = req.Rule, req.N, d.Limit, d.Remaining, true

@@ -279,12 +279,12 @@ func TestPrefetchOps(t *testing.T) {
 	rule := ratelimit.PerHour(100)
 	p.Apply(ctx, tb("k", rule)) // a lease of 10: 9 in hand, 90 left in the store
 	peek := tb("k", rule)
-	peek.Op = ratelimit.OpPeek
+	peek.Op = "peek"
 	if d, _ := p.Apply(ctx, peek); d.Remaining != 89 {
 		t.Errorf("a peek through the lease: %+v; want the store's own view", d)
 	}
 	reset := tb("k", rule)
-	reset.Op = ratelimit.OpReset
+	reset.Op = "reset"
 	p.Apply(ctx, reset)
 	calls := next.calls.Load()
 	if d, _ := p.Apply(ctx, tb("k", rule)); d.Remaining != 99 || next.calls.Load() != calls+1 {
@@ -302,7 +302,7 @@ type gated struct {
 
 func (g *gated) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	d, err := g.Store.Apply(ctx, req)
-	if req.Op == ratelimit.OpTake {
+	if req.Op == "" {
 		g.once.Do(func() {
 			close(g.reached)
 			<-g.release
@@ -330,7 +330,7 @@ func TestBlockCacheRefundRace(t *testing.T) {
 	}()
 	<-g.reached // denied by the store, not yet recorded
 	refund := tb("k", rule)
-	refund.Op = ratelimit.OpRefund
+	refund.Op = "refund"
 	if _, err := b.Apply(ctx, refund); err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +354,7 @@ type blocking struct {
 
 func (b *blocking) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	d, err := b.Store.Apply(ctx, req)
-	if req.Op == ratelimit.OpTake && b.slow[req.Key] {
+	if req.Op == "" && b.slow[req.Key] {
 		b.reached <- req.Key
 		<-b.release
 	}

@@ -110,7 +110,7 @@ func (dc *Decider) Decide(ctx context.Context, d *Domain, descriptors [][]Entry,
 	if ok && len(quota) > 0 {
 		over := 0
 		for _, i := range quota {
-			if err := dc.decide(ctx, &res.Statuses[i], n, ratelimit.OpTake); err != nil {
+			if err := dc.decide(ctx, &res.Statuses[i], n, ""); err != nil {
 				return Result{}, err
 			}
 			if res.Statuses[i].OverLimit {
@@ -122,21 +122,21 @@ func (dc *Decider) Decide(ctx context.Context, d *Domain, descriptors [][]Entry,
 		if over == len(quota) { // every quota descriptor is over: the request is, and gives back
 			ok = false
 			for _, i := range taken {
-				if err := dc.decide(ctx, &Status{Match: res.Statuses[i].Match}, n, ratelimit.OpRefund); err != nil {
+				if err := dc.decide(ctx, &Status{Match: res.Statuses[i].Match}, n, "refund"); err != nil {
 					return Result{}, err
 				}
 			}
 		}
 	} else {
 		for _, i := range quota {
-			if err := dc.decide(ctx, &res.Statuses[i], n, ratelimit.OpPeek); err != nil {
+			if err := dc.decide(ctx, &res.Statuses[i], n, "peek"); err != nil {
 				return Result{}, err
 			}
 		}
 	}
-	op := ratelimit.OpTake
+	op := ""
 	if !ok {
-		op = ratelimit.OpPeek
+		op = "peek"
 	}
 	for _, i := range shadow {
 		if err := dc.decide(ctx, &res.Statuses[i], n, op); err != nil {
@@ -188,7 +188,7 @@ func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64)
 			if r.Rule.Limit == 0 || neverFits(r.Algorithm, r.Rule, r.N) {
 				continue
 			}
-			r.Op, r.N = ratelimit.OpPeek, 1
+			r.Op, r.N = "peek", 1
 			asked[k] = 1
 			if ds[k], err = dc.Store.Apply(ctx, r); err != nil {
 				return nil, false, err
@@ -241,10 +241,10 @@ func (dc *Decider) untilWindowEnds(rule ratelimit.Rule) time.Duration {
 }
 
 // decide applies op with n under s's limit, and records the outcome in s.
-func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op ratelimit.Op) error {
+func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op string) error {
 	m := s.Match
 	if neverFits(m.Algorithm, m.Rule, n) {
-		if op != ratelimit.OpRefund { // a refund of what was never taken: nothing to give back
+		if op != "refund" { // a refund of what was never taken: nothing to give back
 			s.deny(n)
 			s.ResetAfter = dc.untilWindowEnds(m.Rule)
 		}
@@ -252,7 +252,7 @@ func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op ratelimit.
 	}
 	req := ratelimit.Request{Algorithm: m.Algorithm, Namespace: m.namespace, Key: m.Key, Rule: m.Rule, N: n, Op: op}
 	d, err := dc.Store.Apply(ctx, req)
-	if err != nil || op == ratelimit.OpRefund {
+	if err != nil || op == "refund" {
 		return err
 	}
 	s.record(d, n, dc.ratio())

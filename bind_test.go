@@ -12,19 +12,6 @@ import (
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
-func TestOutcomeDecision(t *testing.T) {
-	allowed := ratelimit.Outcome{Allowed: true, Remaining: 3, Wait: 2 * time.Second, ResetAfter: 5 * time.Second}
-	want := ratelimit.Decision{Allowed: true, Limit: 10, Remaining: 3, Delay: 2 * time.Second, ResetAfter: 5 * time.Second}
-	if got := allowed.Decision(10); got != want {
-		t.Errorf("allowed: %+v, want %+v", got, want)
-	}
-	denied := ratelimit.Outcome{Wait: time.Second, ResetAfter: 4 * time.Second}
-	want = ratelimit.Decision{Limit: 7, RetryAfter: time.Second, ResetAfter: 4 * time.Second}
-	if got := denied.Decision(7); got != want {
-		t.Errorf("denied: %+v, want %+v", got, want)
-	}
-}
-
 // applyOnly hides localstore's Bind, so that a limiter on it goes through Apply.
 type applyOnly struct{ s *localstore.Store }
 
@@ -32,7 +19,7 @@ func (a applyOnly) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 	return a.s.Apply(ctx, req)
 }
 
-// A limiter on a BindStore, which builds its Decisions from Outcomes, decides exactly as
+// A limiter on localstore, bound to its takes, which build Decisions from Outcomes, decides exactly as
 // one on Apply: Delay, RetryAfter and Limit included, by Allow, AllowN and AllowRule.
 func TestBoundTakesAsApply(t *testing.T) {
 	ctx := context.Background()
