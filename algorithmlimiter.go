@@ -84,6 +84,12 @@ func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule, opts ...Option)
 	return l, nil
 }
 
+// Rule is the limiter's rule, the one Allow and AllowN decide under.
+func (l *AlgorithmLimiter) Rule() Rule { return l.rule }
+
+// Namespace is the namespace of the limiter's keys (see WithNamespace).
+func (l *AlgorithmLimiter) Namespace() string { return l.namespace }
+
 // ruleNamespace is the default namespace of a rule: "100/1s", or "100/1s/200" with a
 // burst.
 func ruleNamespace(r Rule) string {
@@ -107,7 +113,7 @@ func (l *AlgorithmLimiter) Allow(ctx context.Context, key string) (Decision, err
 }
 
 // AllowN admits n events for key, all or none. n must be between 1 and the most the rule
-// allows at once (Decision.Limit), or the error wraps ErrInvalidN or ErrNExceedsLimit and
+// allows at once (Decision.Limit), or the error wraps ErrInvalidN and
 // nothing is consumed.
 func (l *AlgorithmLimiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	if l.take == nil {
@@ -130,7 +136,7 @@ func (l *AlgorithmLimiter) apply(ctx context.Context, key string, rule Rule, n i
 // (a tenant's plan, looked up per request). The key is counted in the limiter's
 // namespace whatever the rule, so a key whose rule changes keeps its count (give such a
 // limiter a namespace with WithNamespace). An invalid rule, or an n it cannot allow,
-// returns an error wrapping ErrInvalidRule, ErrInvalidN or ErrNExceedsLimit and consumes
+// returns an error wrapping ErrInvalidRule or ErrInvalidN and consumes
 // nothing.
 func (l *AlgorithmLimiter) AllowRule(ctx context.Context, key string, rule Rule, n int64) (Decision, error) {
 	if l.take == nil {
@@ -178,6 +184,6 @@ func (l *AlgorithmLimiter) do(ctx context.Context, key string, n int64, op strin
 	return l.store.Apply(ctx, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: n, Op: op})
 }
 
-// base is how AllowAll and Middleware find the AlgorithmLimiter inside an algorithm's
+// base is how AllowAll finds the AlgorithmLimiter inside an algorithm's
 // Limiter.
 func (l *AlgorithmLimiter) base() *AlgorithmLimiter { return l }

@@ -9,12 +9,9 @@ var (
 	// compute exactly (every number in it at most 2^52).
 	ErrInvalidRule = errors.New("ratelimit: invalid rule")
 
-	// ErrInvalidN: n is less than 1.
-	ErrInvalidN = errors.New("ratelimit: n must be at least 1")
-
-	// ErrNExceedsLimit: n is more than the rule can ever allow at once (Decision.Limit),
-	// so waiting would never help.
-	ErrNExceedsLimit = errors.New("ratelimit: n exceeds what the rule can ever allow")
+	// ErrInvalidN: n is less than 1, or more than the rule can ever allow at once
+	// (Decision.Limit): waiting would never help. The error says which.
+	ErrInvalidN = errors.New("ratelimit: invalid n")
 
 	// ErrDuplicateKey: one decision under several limits (AllowAll, a store's ApplyAll)
 	// names the same algorithm, namespace and key twice. Each key is decided once; merge

@@ -42,7 +42,7 @@ type Middleware struct {
 	Limiter Limiter
 
 	// Key is the limiter key of a request: a client IP (see ClientIP), an API key, a
-	// tenant and a route joined with Key or TaggedKey. Required. When it returns an error,
+	// tenant and a route joined with Key or redisstore.TaggedKey. Required. When it returns an error,
 	// the request gets KeyError's answer and the limiter is not asked. A key longer than
 	// MaxKeyLength, or that holds control characters (a header folded over several lines
 	// does), gets KeyError's answer too, so that no client makes itself a fresh key per
@@ -173,7 +173,7 @@ func (m *Middleware) serveInFlight(w http.ResponseWriter, r *http.Request, key s
 		next.ServeHTTP(w, r)
 		return
 	}
-	limit := m.InFlight.Limit()
+	limit := m.InFlight.Rule().Limit
 	if m.InFlightLimit != nil {
 		if limit = m.InFlightLimit(r); limit <= 0 {
 			next.ServeHTTP(w, r)
@@ -218,8 +218,8 @@ func (m *Middleware) decide(r *http.Request, key string) (Decision, Rule, error)
 	}
 	d, err := m.Limiter.Allow(r.Context(), key)
 	var rule Rule
-	if b, ok := m.Limiter.(interface{ base() *AlgorithmLimiter }); ok && b.base() != nil {
-		rule = b.base().rule
+	if rl, ok := m.Limiter.(interface{ Rule() Rule }); ok {
+		rule = rl.Rule()
 	}
 	return d, rule, err
 }

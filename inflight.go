@@ -54,11 +54,9 @@ func NewInFlight(store Store, limit int64, lease time.Duration, opts ...Option) 
 	return &InFlightLimiter{base: base}, nil
 }
 
-// Limit is the most leases of a key held at once.
-func (l *InFlightLimiter) Limit() int64 { return l.base.rule.Limit }
-
-// LeaseDuration is how long a lease lives after it is acquired or extended.
-func (l *InFlightLimiter) LeaseDuration() time.Duration { return l.base.rule.Period }
+// Rule is the limiter's limit as a Rule: at most Limit leases of a key held at once, each
+// living Period after it is acquired or extended.
+func (l *InFlightLimiter) Rule() Rule { return l.base.rule }
 
 // Acquire takes one of key's leases, or says that all of them are held. Allowed, the
 // Lease is held until released or expired; denied, it is nil (its Release is harmless)
@@ -135,14 +133,6 @@ type Lease struct {
 	key     string
 	rule    Rule
 	id      int64
-}
-
-// Key is the key the lease is of.
-func (x *Lease) Key() string {
-	if x == nil {
-		return ""
-	}
-	return x.key
 }
 
 // Release gives the lease back, so that another request of its key may start. A lease
@@ -237,14 +227,14 @@ var inflightScript string
 // (unordered, at most Limit of them while the limit stays); Level is their number.
 
 func prepareInFlight(rule Rule, n int64) (Args, error) {
-	if err := rule.Validate(); err != nil {
+	if err := rule.validate(); err != nil {
 		return Args{}, fmt.Errorf("inflight: %w", err)
 	}
 	switch {
 	case n < 1:
 		return Args{}, fmt.Errorf("inflight: n = %d: %w", n, ErrInvalidN)
 	case n > 1:
-		return Args{}, fmt.Errorf("inflight: n = %d: a lease is one request in progress: %w", n, ErrNExceedsLimit)
+		return Args{}, fmt.Errorf("inflight: n = %d: a lease is one request in progress: %w", n, ErrInvalidN)
 	}
 	return Args{N: 1, Limit: rule.Limit, Period: rule.Period.Microseconds()}, nil
 }

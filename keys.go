@@ -9,19 +9,12 @@ var keyEscaper = strings.NewReplacer("%", "%25", ":", "%3A", "{", "%7B", "}", "%
 // each part is escaped ("%", ":", "{" and "}" become "%25", "%3A", "%7B" and
 // "%7D") and the parts are joined with ":". Key("a:b", "c") is "a%3Ab:c" and Key("a",
 // "b:c") is "a:b%3Ac". No part can open a Redis hash tag, so keys built from untrusted
-// input (a tenant name, a path) cannot choose their Redis Cluster slot.
+// input (a tenant name, a path) cannot choose their Redis Cluster slot (see
+// redisstore.TaggedKey for keys that share one on purpose).
 func Key(parts ...string) string {
 	escaped := make([]string, len(parts))
 	for i, p := range parts {
 		escaped[i] = keyEscaper.Replace(p)
 	}
 	return strings.Join(escaped, ":")
-}
-
-// TaggedKey is Key(parts...) under the Redis hash tag of tag: "{" + escaped tag + "}:" +
-// Key(parts...). All the keys of one tag (a tenant's limits, say) then sit on one Redis
-// Cluster node, where several of them can be decided in one script; and, escaped, no
-// tag or part can close the tag early.
-func TaggedKey(tag string, parts ...string) string {
-	return "{" + keyEscaper.Replace(tag) + "}:" + Key(parts...)
 }

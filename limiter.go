@@ -15,7 +15,7 @@
 //
 // A denial is a Decision with Allowed false, never an error: an error means the caller's
 // mistake (an invalid rule or n, matched with errors.Is against ErrInvalidRule,
-// ErrInvalidN or ErrNExceedsLimit) or a failure of the store's backend (ErrUnavailable).
+// ErrInvalidN) or a failure of the store's backend (ErrUnavailable).
 //
 // Limiters on one store count together only when they share an algorithm, a namespace
 // and a key; the namespace is the rule's unless WithNamespace names it (see

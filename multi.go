@@ -8,7 +8,9 @@ import (
 )
 
 // Part is one limit of a decision under several (see AllowAll): a limiter of one of the
-// algorithm packages (anything built on AlgorithmLimiter) and the key it limits.
+// algorithm packages (any built on AlgorithmLimiter, whose store, algorithm, namespace
+// and rule AllowAll reads) and the key it limits. Limits of another kind join one
+// decision through ApplyAll, with Requests of their own.
 type Part struct {
 	Limiter Limiter
 	Key     string
@@ -23,7 +25,7 @@ type Part struct {
 //
 // The parts must share one Store and name distinct (limiter namespace, key) pairs. On a
 // BatchStore the decision is atomic (one lock, one script; on Redis Cluster when the keys
-// share a hash slot: the same key, or keys of one ratelimit.TaggedKey tag). Otherwise the
+// share a hash slot: the same key, or keys of one redisstore.TaggedKey tag). Otherwise the
 // parts are taken one by one and, when one denies, the ones taken are refunded: never
 // counted in the end, but visible to a concurrent request meanwhile.
 //
@@ -37,7 +39,7 @@ func AllowAll(ctx context.Context, n int64, parts ...Part) (Decision, error) {
 	reqs := make([]Request, len(parts))
 	var store Store
 	for i, p := range parts {
-		b, ok := p.Limiter.(interface{ base() *AlgorithmLimiter })
+		b, ok := p.Limiter.(algorithmBased)
 		if !ok || b.base() == nil {
 			return Decision{}, fmt.Errorf("ratelimit: AllowAll: part %d: %T is not a limiter of an algorithm package", i, p.Limiter)
 		}
@@ -58,6 +60,10 @@ func AllowAll(ctx context.Context, n int64, parts ...Part) (Decision, error) {
 	}
 	return combine(ds), nil
 }
+
+// algorithmBased is a limiter built on AlgorithmLimiter: every algorithm package's
+// Limiter, which embeds one.
+type algorithmBased interface{ base() *AlgorithmLimiter }
 
 // ApplyAll takes reqs on store all or none, as AllowAll does for its parts, and returns
 // each request's Decision as it would be alone (a request that would be allowed alone

@@ -117,8 +117,8 @@ func TestWaitNReturnsLimiterErrors(t *testing.T) {
 	if err := ratelimit.WaitN(t.Context(), l, "k", 0); !errors.Is(err, ratelimit.ErrInvalidN) {
 		t.Errorf("WaitN(0) = %v; want ErrInvalidN", err)
 	}
-	if err := ratelimit.WaitN(t.Context(), l, "k", 4); !errors.Is(err, ratelimit.ErrNExceedsLimit) {
-		t.Errorf("WaitN(4) = %v; want ErrNExceedsLimit", err)
+	if err := ratelimit.WaitN(t.Context(), l, "k", 4); !errors.Is(err, ratelimit.ErrInvalidN) {
+		t.Errorf("WaitN(4) = %v; want ErrInvalidN", err)
 	}
 }
 

@@ -342,7 +342,7 @@ func (s *Store) share(req ratelimit.Request) ratelimit.Rule {
 	if req.Algorithm.Extend == nil {
 		return core.Share(req.Rule, s.n())
 	}
-	return core.ShareLeases(req.Rule, 1, s.n())
+	return core.PortionLeases(req.Rule, 1, s.n())
 }
 
 // n is the number of instances sharing the rule now.

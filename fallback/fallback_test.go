@@ -262,7 +262,7 @@ func TestOtherErrors(t *testing.T) {
 	bad := req("k", ratelimit.PerHour(10))
 	bad.N = 11
 	calls := p.calls.Load()
-	if _, err := s.Apply(context.Background(), bad); !errors.Is(err, ratelimit.ErrNExceedsLimit) || p.calls.Load() != calls {
+	if _, err := s.Apply(context.Background(), bad); !errors.Is(err, ratelimit.ErrInvalidN) || p.calls.Load() != calls {
 		t.Errorf("an invalid request: %v, primary called %d times", err, p.calls.Load()-calls)
 	}
 }

@@ -69,7 +69,7 @@ return out
 const MaxApplyAll = 100
 
 // ApplyAll takes every request or none. When all the keys share one hash tag (the same
-// limiter key, or keys of one ratelimit.TaggedKey tag), or the client is a single
+// limiter key, or keys of one redisstore.TaggedKey tag), or the client is a single
 // *redis.Client, it is one script, atomic, in one round trip. Otherwise (keys on a Redis
 // Cluster that may sit on different nodes) it counts nothing and returns an error
 // matching errors.ErrUnsupported, and ratelimit.AllowAll takes them one by one: never a

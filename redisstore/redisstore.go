@@ -608,3 +608,11 @@ func decodeVals(vals []any, limit int64) (ratelimit.Decision, error) {
 		Delay:      mathx.Micros(n[4]),
 	}, nil
 }
+
+// TaggedKey is ratelimit.Key(parts...) under the Redis hash tag of tag: "{" + escaped
+// tag + "}:" + Key(parts...). All the keys of one tag (a tenant's limits, say) then sit
+// on one Redis Cluster node, where several of them can be decided in one script
+// (ratelimit.AllowAll); and, escaped, no tag or part can close the tag early.
+func TaggedKey(tag string, parts ...string) string {
+	return "{" + redisx.Escape(tag) + "}:" + ratelimit.Key(parts...)
+}

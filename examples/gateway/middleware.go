@@ -16,6 +16,7 @@ import (
 	"unicode"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/redisstore"
 )
 
 // limit is the gateway's rate limiting: ratelimit.Middleware, with the tenant
@@ -192,7 +193,7 @@ func (m *limit) route(r *http.Request) string {
 	return m.rules.Load().route(r.Method, r.URL.Path)
 }
 
-// key is TaggedKey(tenant, route): one hash tag per tenant, so a tenant's keys share a
+// key is redisstore.TaggedKey(tenant, route): one hash tag per tenant, so a tenant's keys share a
 // Redis Cluster node, and no name collides; with trusted proxies, the client IP too.
 func (m *limit) key(r *http.Request) (string, error) {
 	t, err := tenant(r)
@@ -201,10 +202,10 @@ func (m *limit) key(r *http.Request) (string, error) {
 	}
 	if m.trusted != nil {
 		if ip, err := ratelimit.ClientIP(r, m.trusted); err == nil {
-			return ratelimit.TaggedKey(t, m.route(r), ip.String()), nil
+			return redisstore.TaggedKey(t, m.route(r), ip.String()), nil
 		}
 	}
-	return ratelimit.TaggedKey(t, m.route(r)), nil
+	return redisstore.TaggedKey(t, m.route(r)), nil
 }
 
 // decide decides under the (tenant, route) rule, with the limiter of its algorithm.

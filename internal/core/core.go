@@ -72,14 +72,23 @@ func CheckN(name string, n, limit int64) error {
 		return fmt.Errorf("%s: n = %d: %w", name, n, ratelimit.ErrInvalidN)
 	}
 	if n > limit {
-		return fmt.Errorf("%s: n = %d, at most %d: %w", name, n, limit, ratelimit.ErrNExceedsLimit)
+		return fmt.Errorf("%s: n = %d, at most %d: %w", name, n, limit, ratelimit.ErrInvalidN)
+	}
+	return nil
+}
+
+// CheckRule returns an error wrapping ratelimit.ErrInvalidRule for a rule no algorithm
+// can enforce exactly (see mathx.CheckRule).
+func CheckRule(rule ratelimit.Rule) error {
+	if err := mathx.CheckRule(rule.Limit, rule.Period, rule.Burst); err != nil {
+		return fmt.Errorf("%w: %w", ratelimit.ErrInvalidRule, err)
 	}
 	return nil
 }
 
 // Micros is a rule's period in microseconds, after checking the rule.
 func Micros(name string, rule ratelimit.Rule) (int64, error) {
-	if err := rule.Validate(); err != nil {
+	if err := CheckRule(rule); err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
 	return rule.Period.Microseconds(), nil
@@ -108,8 +117,8 @@ func Share(rule ratelimit.Rule, n int64) ratelimit.Rule {
 		rule.Limit /= n
 	} else {
 		k := (n + rule.Limit - 1) / rule.Limit // periods per event of the share
-		if rule.Period > maxPeriod/time.Duration(k) {
-			rule.Period = maxPeriod
+		if rule.Period > mathx.MaxPeriod/time.Duration(k) {
+			rule.Period = mathx.MaxPeriod
 		} else {
 			rule.Period *= time.Duration(k)
 		}
@@ -121,23 +130,42 @@ func Share(rule ratelimit.Rule, n int64) ratelimit.Rule {
 	return rule
 }
 
-// ShareLeases is part/whole of an in-flight limit (ratelimit.InFlightLimiter) for one of
+// Portion is part/whole of rule, for one of several parts that enforce it together
+// (regions splitting a limit 70/30, say): Limit and Burst times part/whole, rounded
+// down, and the same Period, so that the parts together never admit more than the rule
+// in any window of any algorithm. part and whole must satisfy 1 <= part <= whole. A
+// portion whose Limit, or Burst when it is set, rounds down to 0 is an error wrapping
+// ratelimit.ErrInvalidRule: the rule is too small to split so, and rounding each part up
+// to 1 would let the parts admit more than the rule. (Share, for n equal parts, stretches
+// the Period instead.)
+func Portion(rule ratelimit.Rule, part, whole int64) (ratelimit.Rule, error) {
+	if err := CheckRule(rule); err != nil {
+		return ratelimit.Rule{}, err
+	}
+	if part < 1 || part > whole {
+		return ratelimit.Rule{}, fmt.Errorf("%w: a portion of %d/%d: want 1 <= part <= whole", ratelimit.ErrInvalidRule, part, whole)
+	}
+	p := ratelimit.Rule{Limit: mathx.MulDiv(rule.Limit, part, whole), Period: rule.Period, Burst: mathx.MulDiv(rule.Burst, part, whole)}
+	if p.Limit < 1 || (rule.Burst > 0 && p.Burst < 1) {
+		return ratelimit.Rule{}, fmt.Errorf("%w: %v is too small to split: %d/%d of it is %v", ratelimit.ErrInvalidRule, rule, part, whole, p)
+	}
+	return p, nil
+}
+
+// PortionLeases is part/whole of an in-flight limit (ratelimit.InFlightLimiter) for one of
 // the parts that enforce it together (instances during an outage, regions): its leases
 // scaled and rounded down, but at least one, so that every part can serve, each lease
 // living as long as in the whole. A rule with no lease (an invalid one) is returned as
 // it is, for Prepare to refuse.
-func ShareLeases(rule ratelimit.Rule, part, whole int64) ratelimit.Rule {
-	if share, err := rule.Share(part, whole); err == nil {
-		return share
+func PortionLeases(rule ratelimit.Rule, part, whole int64) ratelimit.Rule {
+	if p, err := Portion(rule, part, whole); err == nil {
+		return p
 	}
-	if rule.Validate() == nil && part >= 1 && part <= whole { // fewer than one lease: one
+	if CheckRule(rule) == nil && part >= 1 && part <= whole { // fewer than one lease: one
 		rule.Limit, rule.Burst = 1, 0
 	}
 	return rule
 }
-
-// maxPeriod is the longest Period a Rule may have (see Rule.Validate).
-const maxPeriod = 10 * 365 * 24 * time.Hour
 
 // CheckDistinct returns an error wrapping ratelimit.ErrDuplicateKey if two requests of a
 // batch name the same algorithm, namespace and key: a batch decides each key once.

@@ -1,12 +1,14 @@
 package core_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/limitertest"
 )
 
 // TestBatchParts: a script of Script's splits into the helpers a batch holds once and a
@@ -70,7 +72,7 @@ func TestSharesNeverExceedTheRule(t *testing.T) {
 			rule := ratelimit.Rule{Limit: limit, Period: time.Second, Burst: burst}
 			for n := int64(1); n <= 40; n++ {
 				s := core.Share(rule, n)
-				if err := s.Validate(); err != nil {
+				if err := core.CheckRule(s); err != nil {
 					t.Fatalf("Share(%v, %d) = %v: %v", rule, n, s, err)
 				}
 				// n * s.Limit / s.Period <= limit / Period
@@ -85,16 +87,90 @@ func TestSharesNeverExceedTheRule(t *testing.T) {
 	}
 }
 
-// ShareLeases scales an in-flight limit exactly, but never below one lease, and leaves
+// PortionLeases scales an in-flight limit exactly, but never below one lease, and leaves
 // an invalid rule invalid.
-func TestShareLeases(t *testing.T) {
+func TestPortionLeases(t *testing.T) {
 	lease := 30 * time.Second
 	for _, c := range []struct {
 		limit, part, whole, want int64
 	}{{10, 1, 3, 3}, {10, 700, 1000, 7}, {1, 1, 20, 1}, {2, 300, 1000, 1}, {0, 1, 2, 0}, {10, 0, 2, 10}} {
-		got := core.ShareLeases(ratelimit.Rule{Limit: c.limit, Period: lease}, c.part, c.whole)
+		got := core.PortionLeases(ratelimit.Rule{Limit: c.limit, Period: lease}, c.part, c.whole)
 		if got.Limit != c.want || got.Period != lease {
 			t.Errorf("%d leases, %d/%d: %v; want %d leases of %v", c.limit, c.part, c.whole, got, c.want, lease)
+		}
+	}
+}
+
+func TestCheckRule(t *testing.T) {
+	for _, r := range limitertest.InvalidRules {
+		if err := core.CheckRule(r); !errors.Is(err, ratelimit.ErrInvalidRule) {
+			t.Errorf("CheckRule(%+v) = %v; want ErrInvalidRule", r, err)
+		}
+	}
+	for _, r := range []ratelimit.Rule{
+		{Limit: 1, Period: time.Millisecond},
+		{Limit: 1, Period: 3650 * 24 * time.Hour},
+		{Limit: 1 << 52, Period: time.Second, Burst: 1 << 52},
+		{Limit: 1, Period: 1500 * time.Microsecond},
+	} {
+		if err := core.CheckRule(r); err != nil {
+			t.Errorf("CheckRule(%+v) = %v; want nil", r, err)
+		}
+	}
+}
+
+// Portion is exact: the parts of any split never admit more than the rule, each is the
+// rule's times its part rounded down, and a rule too small to split says so.
+func TestPortion(t *testing.T) {
+	for _, tc := range []struct {
+		rule        ratelimit.Rule
+		part, whole int64
+		want        ratelimit.Rule
+	}{
+		{ratelimit.PerSecond(100), 7, 10, ratelimit.PerSecond(70)},
+		{ratelimit.PerSecond(100), 3, 10, ratelimit.PerSecond(30)},
+		{ratelimit.Rule{Limit: 10, Period: time.Minute, Burst: 25}, 1, 3, ratelimit.Rule{Limit: 3, Period: time.Minute, Burst: 8}},
+		{ratelimit.PerHour(1 << 52), 999, 1000, ratelimit.PerHour(4499096027743125)}, // 2^52 x 999 / 1000, rounded down
+		{ratelimit.PerDay(5), 1, 1, ratelimit.PerDay(5)},
+	} {
+		got, err := core.Portion(tc.rule, tc.part, tc.whole)
+		if err != nil || got != tc.want {
+			t.Errorf("Portion(%v, %d, %d) = %v, %v; want %v", tc.rule, tc.part, tc.whole, got, err, tc.want)
+		}
+	}
+	for _, bad := range []struct {
+		rule        ratelimit.Rule
+		part, whole int64
+	}{
+		{ratelimit.PerSecond(2), 3, 10},                                    // 0.6 a second
+		{ratelimit.Rule{Limit: 100, Period: time.Second, Burst: 3}, 1, 10}, // burst 0.3
+		{ratelimit.PerSecond(10), 0, 10},
+		{ratelimit.PerSecond(10), 11, 10},
+		{ratelimit.PerSecond(10), -1, -1},
+		{ratelimit.Rule{}, 1, 2},
+	} {
+		if got, err := core.Portion(bad.rule, bad.part, bad.whole); !errors.Is(err, ratelimit.ErrInvalidRule) {
+			t.Errorf("Portion(%v, %d, %d) = %v, %v; want ErrInvalidRule", bad.rule, bad.part, bad.whole, got, err)
+		}
+	}
+	for limit := int64(1); limit <= 200; limit++ { // the parts of a split never admit more than the whole
+		rule := ratelimit.Rule{Limit: limit, Period: time.Second, Burst: 2 * limit}
+		for _, split := range [][]int64{{7, 3}, {1, 1, 1}, {5, 2, 2, 1}, {999, 1}} {
+			whole, sumL, sumB := int64(0), int64(0), int64(0)
+			for _, p := range split {
+				whole += p
+			}
+			for _, p := range split {
+				if s, err := core.Portion(rule, p, whole); err == nil {
+					sumL, sumB = sumL+s.Limit, sumB+s.Burst
+					if s.Limit != limit*p/whole {
+						t.Fatalf("Portion(%v, %d, %d).Limit = %d", rule, p, whole, s.Limit)
+					}
+				}
+			}
+			if sumL > limit || sumB > 2*limit {
+				t.Fatalf("%v split %v: the parts admit %d, burst %d", rule, split, sumL, sumB)
+			}
 		}
 	}
 }

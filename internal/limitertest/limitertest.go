@@ -151,9 +151,9 @@ func testBadInput(t *testing.T, newStore NewStore, k Kind) {
 		{0, ratelimit.ErrInvalidN},
 		{-1, ratelimit.ErrInvalidN},
 		{math.MinInt64, ratelimit.ErrInvalidN},
-		{6, ratelimit.ErrNExceedsLimit},
-		{math.MaxInt64 - 1, ratelimit.ErrNExceedsLimit},
-		{math.MaxInt64, ratelimit.ErrNExceedsLimit},
+		{6, ratelimit.ErrInvalidN},
+		{math.MaxInt64 - 1, ratelimit.ErrInvalidN},
+		{math.MaxInt64, ratelimit.ErrInvalidN},
 	} {
 		if d, err := l.AllowN(ctx, "k", tc.n); !errors.Is(err, tc.want) || d != (ratelimit.Decision{}) {
 			t.Errorf("AllowN(%d) = %+v, %v; want a zero Decision and %v", tc.n, d, err, tc.want)

@@ -92,7 +92,7 @@ func testRulePerCall(t *testing.T, newStore NewStore, k Kind) {
 		rule ratelimit.Rule
 		n    int64
 		want error
-	}{{ratelimit.Rule{}, 1, ratelimit.ErrInvalidRule}, {large, 0, ratelimit.ErrInvalidN}, {large, 6, ratelimit.ErrNExceedsLimit}} {
+	}{{ratelimit.Rule{}, 1, ratelimit.ErrInvalidRule}, {large, 0, ratelimit.ErrInvalidN}, {large, 6, ratelimit.ErrInvalidN}} {
 		if _, err := rl.AllowRule(ctx, "tenant", bad.rule, bad.n); !errors.Is(err, bad.want) {
 			t.Errorf("AllowRule(%v, n=%d): %v; want %v", bad.rule, bad.n, err, bad.want)
 		}

@@ -1,9 +1,11 @@
-// Package mathx holds the integer arithmetic the algorithms share. Every function is
-// exact for the magnitudes the algorithms use (at most MaxExact), and each has
-// a twin in the Lua scripts that computes the same in doubles.
+// Package mathx holds the integer arithmetic the algorithms share, and the bounds of a
+// rule that keep it exact. Every function is exact for the magnitudes the algorithms use
+// (at most MaxExact), and each that a step uses has a twin in the Lua scripts that
+// computes the same in doubles.
 package mathx
 
 import (
+	"fmt"
 	"math/bits"
 	"time"
 )
@@ -11,6 +13,44 @@ import (
 // MaxExact is the largest integer any algorithm handles in one decision: every quantity
 // stays an exact integer in a double.
 const MaxExact = 1 << 52
+
+// The bounds of a rule's Period.
+const (
+	MinPeriod = time.Millisecond
+	MaxPeriod = 10 * 365 * 24 * time.Hour
+)
+
+// CheckRule is why a rule of limit events per period, with burst, is one no algorithm can
+// enforce exactly, or nil: limit at least 1, period between MinPeriod and MaxPeriod in
+// whole microseconds, burst not negative, limit and burst at most MaxExact. Callers wrap
+// it with ratelimit.ErrInvalidRule.
+func CheckRule(limit int64, period time.Duration, burst int64) error {
+	switch {
+	case limit < 1:
+		return fmt.Errorf("limit %d is less than 1", limit)
+	case limit > MaxExact:
+		return fmt.Errorf("limit %d is more than %d", limit, int64(MaxExact))
+	case period < MinPeriod:
+		return fmt.Errorf("period %v is shorter than %v", period, MinPeriod)
+	case period > MaxPeriod:
+		return fmt.Errorf("period %v is longer than %v", period, MaxPeriod)
+	case period%time.Microsecond != 0:
+		return fmt.Errorf("period %v is not a whole number of microseconds", period)
+	case burst < 0:
+		return fmt.Errorf("burst %d is negative", burst)
+	case burst > MaxExact:
+		return fmt.Errorf("burst %d is more than %d", burst, int64(MaxExact))
+	}
+	return nil
+}
+
+// MulDiv is x*part/whole rounded down, for 0 <= x and 1 <= part <= whole, without
+// overflow.
+func MulDiv(x, part, whole int64) int64 {
+	hi, lo := bits.Mul64(uint64(x), uint64(part))
+	q, _ := bits.Div64(hi, lo, uint64(whole)) // hi < whole: the quotient is at most x
+	return int64(q)
+}
 
 // Gcd is the greatest common divisor of a and b, both positive.
 func Gcd(a, b int64) int64 {

@@ -6,7 +6,11 @@
 // see internal/core's helpers.lua).
 package redisx
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/ratelimit-go/ratelimit"
+)
 
 // DefaultPrefix starts every key's name unless an option says otherwise.
 const DefaultPrefix = "rl"
@@ -21,10 +25,9 @@ var prefixEscaper = strings.NewReplacer("{", "(", "}", ")")
 func Namespace(ns string) string { return Escape(ns) + ":" }
 
 // Escape is s with "%", ":", "{" and "}" escaped as in a URL, so that it holds no colon
-// or brace: it can stand between a key name's colons and steer no hash slot.
-func Escape(s string) string { return nsEscaper.Replace(s) }
-
-var nsEscaper = strings.NewReplacer("%", "%25", ":", "%3A", "{", "%7B", "}", "%7D")
+// or brace: it can stand between a key name's colons and steer no hash slot. It is
+// ratelimit.Key's escaping of one part, the one home of it.
+func Escape(s string) string { return ratelimit.Key(s) }
 
 // Form is what goes before and after limiter key k at the end of each of its Redis keys'
 // names: distinct for distinct keys, and with one hash tag for all the parts of a key.

@@ -365,15 +365,16 @@ func (l *lease) end() {
 	l.gen++
 }
 
-// Shard splits one limit over shards keys, each with 1/shards of the rule
-// (Rule.Share). Requests go to the shards in turn, and a denied one tries up to
+// Shard splits one limit over shards keys, each with 1/shards of the rule (Limit and
+// Burst divided, rounded down; a Limit below shards is 1 per a Period stretched to
+// fit). Requests go to the shards in turn, and a denied one tries up to
 // WithRetries (2) more before the answer is "denied", so a key under its total limit is
 // not denied by an uneven spread. Each shard's key has a hash tag of its own, so on Redis
 // Cluster the shards of one key sit on different nodes.
 //
 // Decisions report the whole rule's Limit, and Remaining as the shard's times shards (an
 // estimate). A request for more than one shard's capacity is an error wrapping
-// ratelimit.ErrNExceedsLimit. A peek or a refund goes to the next shard in turn; a reset
+// ratelimit.ErrInvalidN. A peek or a refund goes to the next shard in turn; a reset
 // to every shard.
 type Shard struct {
 	next   ratelimit.Store
@@ -407,7 +408,7 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	}
 	if req.N > one.Limit {
 		return ratelimit.Decision{}, fmt.Errorf("hotkey: shard: n = %d, one of %d shards holds %d: %w",
-			req.N, s.shards, one.Limit, ratelimit.ErrNExceedsLimit)
+			req.N, s.shards, one.Limit, ratelimit.ErrInvalidN)
 	}
 	if req.Op == "reset" { // every shard
 		var d ratelimit.Decision

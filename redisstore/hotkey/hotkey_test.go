@@ -131,8 +131,8 @@ func TestShardLocal(t *testing.T) {
 	}
 	big := tb("k", rule)
 	big.N = 101
-	if _, err := s.Apply(context.Background(), big); !errors.Is(err, ratelimit.ErrNExceedsLimit) {
-		t.Errorf("n over one shard's capacity: %v; want ErrNExceedsLimit", err)
+	if _, err := s.Apply(context.Background(), big); !errors.Is(err, ratelimit.ErrInvalidN) {
+		t.Errorf("n over one shard's capacity: %v; want ErrInvalidN", err)
 	}
 }
 
@@ -466,11 +466,11 @@ func TestHotOptionsApart(t *testing.T) {
 func TestShardInvalidShare(t *testing.T) {
 	s := hotkey.NewShard(localstore.New(), 7)
 	_, err := s.Apply(context.Background(), tb("k", ratelimit.Rule{Limit: 1e12, Period: time.Second}))
-	if !errors.Is(err, ratelimit.ErrInvalidRule) || errors.Is(err, ratelimit.ErrNExceedsLimit) {
+	if !errors.Is(err, ratelimit.ErrInvalidRule) || errors.Is(err, ratelimit.ErrInvalidN) {
 		t.Errorf("a share that cannot be counted: %v; want ErrInvalidRule", err)
 	}
 	_, err = s.Apply(context.Background(), ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "k", Rule: ratelimit.PerSecond(70), N: 11})
-	if !errors.Is(err, ratelimit.ErrNExceedsLimit) {
-		t.Errorf("n above one shard's capacity: %v; want ErrNExceedsLimit", err)
+	if !errors.Is(err, ratelimit.ErrInvalidN) {
+		t.Errorf("n above one shard's capacity: %v; want ErrInvalidN", err)
 	}
 }

@@ -31,7 +31,7 @@ import (
 //
 // # Weights
 //
-// Each region enforces its weight of every rule (Rule.Share, in thousandths), per
+// Each region enforces its weight of every rule (core.Portion, in thousandths), per
 // family of limits (a request's namespace unless WithFamily says otherwise), so
 // that the regions together never admit more than the rule: the shares are rounded
 // down, and a rule too small to split is an error (wrapping ratelimit.ErrInvalidRule),
@@ -252,14 +252,14 @@ func (s *regionStore) Apply(ctx context.Context, req ratelimit.Request) (ratelim
 	return s.next.Apply(ctx, req)
 }
 
-// share is this region's weight of req's rule: exact (Rule.Share), or for an in-flight
+// share is this region's weight of req's rule: exact (core.Portion), or for an in-flight
 // limit at least one lease, as the fallback's shares.
 func (s *regionStore) share(req ratelimit.Request, family string) (ratelimit.Rule, error) {
 	w := s.r.Weight(family)
 	if req.Algorithm != nil && req.Algorithm.Extend != nil {
-		return core.ShareLeases(req.Rule, w, 1000), nil
+		return core.PortionLeases(req.Rule, w, 1000), nil
 	}
-	share, err := req.Rule.Share(w, 1000)
+	share, err := core.Portion(req.Rule, w, 1000)
 	if err != nil {
 		return ratelimit.Rule{}, fmt.Errorf("regions: region %s: %w", s.r.self, err)
 	}

@@ -266,7 +266,7 @@ func neverFits(alg *ratelimit.Algorithm, rule ratelimit.Rule, n int64) bool {
 		return true
 	}
 	_, err := alg.Prepare(rule, n)
-	return errors.Is(err, ratelimit.ErrNExceedsLimit)
+	return n >= 1 && errors.Is(err, ratelimit.ErrInvalidN)
 }
 
 func (dc *Decider) ratio() float64 {

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"strings"
 
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/redisstore"
 )
 
 // Entry is one (key, value) of a descriptor.
@@ -105,7 +105,7 @@ func (d *Domain) Match(entries []Entry) *Match {
 	for i, e := range entries {
 		parts = append(parts, e.Key, cmp.Or(shared[i], e.Value))
 	}
-	m.Key = ratelimit.TaggedKey(parts[1], parts...)
+	m.Key = redisstore.TaggedKey(parts[1], parts...)
 	return m
 }
 
