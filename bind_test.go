@@ -19,8 +19,9 @@ func (a applyOnly) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 	return a.s.Apply(ctx, req)
 }
 
-// A limiter on localstore, bound to its takes, which build Decisions from Outcomes, decides exactly as
-// one on Apply: Delay, RetryAfter and Limit included, by Allow, AllowN and AllowRule.
+// A limiter on localstore, bound to its takes, which build Decisions from Outcomes,
+// decides exactly as one on Apply: Delay, RetryAfter and Limit included, by Allow, AllowN
+// and AllowRule.
 func TestBoundTakesAsApply(t *testing.T) {
 	ctx := context.Background()
 	type limiter interface {

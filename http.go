@@ -42,11 +42,11 @@ type Middleware struct {
 	Limiter Limiter
 
 	// Key is the limiter key of a request: a client IP (see ClientIP), an API key, a
-	// tenant and a route joined with Key or redisstore.TaggedKey. Required. When it returns an error,
-	// the request gets KeyError's answer and the limiter is not asked. A key longer than
-	// MaxKeyLength, or that holds control characters (a header folded over several lines
-	// does), gets KeyError's answer too, so that no client makes itself a fresh key per
-	// request by padding one.
+	// tenant and a route joined with Key or redisstore.TaggedKey. Required. When it
+	// returns an error, the request gets KeyError's answer and the limiter is not asked.
+	// A key longer than MaxKeyLength, or that holds control characters (a header folded
+	// over several lines does), gets KeyError's answer too, so that no client makes
+	// itself a fresh key per request by padding one.
 	Key func(r *http.Request) (string, error)
 
 	// Decide, when set, decides a request instead of Limiter: for a rule chosen per

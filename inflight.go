@@ -210,6 +210,9 @@ func newLeaseID() int64 {
 // Algorithm.Extend), for redisstore.LoadScripts and third-party stores.
 func InFlightAlgorithm() *Algorithm { return &inflight }
 
+// inflight is the in-flight limit. Its state: Log holds the leases, At each one's expiry
+// and N its id (unordered, at most Limit of them while the limit stays); Level is their
+// number.
 var inflight = Algorithm{
 	Name:       "inflight",
 	Script:     inflightScript,
@@ -222,9 +225,6 @@ var inflight = Algorithm{
 
 //go:embed inflight.lua
 var inflightScript string
-
-// The in-flight limit's state: Log holds the leases, At each one's expiry and N its id
-// (unordered, at most Limit of them while the limit stays); Level is their number.
 
 func prepareInFlight(rule Rule, n int64) (Args, error) {
 	if err := rule.validate(); err != nil {

@@ -6,33 +6,31 @@
 // and ask the resulting Limiter for a Decision before each event:
 //
 //	store := localstore.New()
-//	limiter, err := tokenbucket.New(store, ratelimit.PerSecond(10))
+//	limiter, err := tokenbucket.New(store, ratelimit.PerSecond(10), ratelimit.WithNamespace("api"))
 //	...
 //	d, err := limiter.Allow(ctx, "tenant-42")
 //	if err == nil && !d.Allowed {
 //		// reject, and tell the client to come back after d.RetryAfter
 //	}
 //
-// A denial is a Decision with Allowed false, never an error: an error means the caller's
-// mistake (an invalid rule or n, matched with errors.Is against ErrInvalidRule,
-// ErrInvalidN) or a failure of the store's backend (ErrUnavailable).
+// A denial is a Decision with Allowed false, never an error: an error is the caller's
+// mistake (ErrInvalidRule, ErrInvalidN, ErrDuplicateKey, matched with errors.Is) or a
+// failure of the store's backend (ErrUnavailable).
 //
-// Limiters on one store count together only when they share an algorithm, a namespace
-// and a key; the namespace is the rule's unless WithNamespace names it (see
-// AlgorithmLimiter). Every algorithm's limiter also decides under a rule chosen per call
-// (AllowRule), peeks (the Decision AllowN would give, consuming nothing), refunds (gives
-// back events taken before) and resets a key. AllowAll decides under several limits at
-// once, all or none. Middleware limits net/http handlers, with the usual headers.
-// InFlightLimiter bounds the requests of a key in progress at once, with leases that
-// expire by themselves, on the same stores.
+// Limiters on one store count together when they share an algorithm, a namespace and a
+// key. Name the namespace (WithNamespace): by default it is the rule's, and a limiter
+// whose rule changes starts every key afresh.
 //
-// Time inside the library has microsecond resolution and comes from the store: a
-// clock.Clock for localstore, Redis's own clock for redisstore. No algorithm reads the
-// system clock.
+// Every algorithm's limiter (AlgorithmLimiter) also decides under a rule chosen per call
+// (AllowRule), peeks, refunds and resets a key. AllowAll decides under several limits
+// at once, all or none; Wait blocks until a limiter allows; InFlightLimiter bounds the
+// requests of a key in progress at once; Middleware limits net/http handlers, with the
+// usual headers. Time has microsecond resolution and comes from the store: a
+// clock.Clock for localstore, Redis's own clock for redisstore.
 //
-// The rest of the package (Store, BatchStore, Request, Algorithm, Args, State) is the
-// contract between algorithms and stores, for those who write
-// one.
+// Store, BatchStore, Request, Algorithm, Args and State are the contract between
+// algorithms and stores, for those who write one: a store outside this module runs
+// every algorithm through them.
 package ratelimit
 
 import (

@@ -8,11 +8,6 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/eventlog"
 )
 
-// This file is the contract between algorithms and stores. Users of the library need
-// none of it: they pick a store (localstore, redisstore, fallback) and an algorithm
-// package, and call the Limiter. It is public so that a third-party store or algorithm
-// can plug in.
-
 // Store keeps the state of every key and applies an Algorithm to it, one atomic decision
 // at a time. A store knows nothing of any particular algorithm: it runs the Algorithm it is
 // handed, in Go (Algorithm.Step, as localstore does) or as a server-side script

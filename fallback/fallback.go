@@ -6,97 +6,15 @@
 //	limiter, err := tokenbucket.New(fallback.New(redisstore.New(client), localstore.New(),
 //		fallback.WithInstances(20)), rule)
 //
-// # While the primary is down
-//
-// With WithInstances(n), or WithInstanceCount(f) for a number learned at run time (see
-// members.Members), each of n instances enforces 1/n of every rule on its secondary,
-// never rounded up: Limit and Burst divided by n and rounded down, a share below 1 per
-// Period becoming 1 per a longer Period (2 per second over 5 instances: 1 per 3 seconds
-// each), and Burst at least 1. With 4 instances and a limit of 100, each admits 25. An
-// in-flight limit (ratelimit.InFlightLimiter) is divided likewise, at least one lease
-// each; the leases taken on the primary are mirrored onto the share (below), so that
-// their releases and extensions find them there while the primary is down.
-// WithPolicy chooses instead to allow everything (FailOpen) or deny everything
-// (FailClosed) while the primary is down.
-//
-// While the primary decides, each instance mirrors its decisions onto its share: an
-// admission takes from the share, a denial (the key spent cluster-wide) empties it. So a
-// share never hands out again what the primary has just admitted, and a breaker that
-// flaps does not let each store admit a full allowance in turn. Nothing decided locally
-// is replayed into the primary when it comes back.
-//
-// The bound. Over any interval, the instances together admit at most what the rule
-// allows on the primary plus the sum of their shares' allowances, each share less what
-// the primary admitted for its instance: so never more than twice the rule, and the
-// whole rule only when the primary had admitted nothing for the instances that then
-// decide locally. When a rule is smaller than n at once (2 at once over 5 instances),
-// each share still holds 1, so n may pass at once. TestBreakerFlaps drives n instances
-// at one small key while the primary fails and heals every half second: they admit 31 in
-// 30s where the rule allows 32 (62 for one instance, 121 for three, before the shares
-// were rounded down and mirrored).
-//
-// # Timeout and breaker
-//
-// A decision waits for the primary at most the timeout (WithTimeout, 5ms by default),
-// whatever the primary's client does with its context: the call returns at the timeout
-// even if the client keeps waiting in the background. When at least half of the calls of
-// the last second failed (a timeout, or an error wrapping ratelimit.ErrUnavailable), and
-// there were at least 20, the breaker opens (see Breaker): for a second no decision
-// tries the primary, so none pays the timeout. A burst of timeouts among many answers
-// (callers starved of CPU together), or within a tenth of a second (a load's start),
-// does not open it; a primary that is down opens it within about half a second of
-// traffic, and below 20 calls a second it stays closed, each call paying the timeout. Then a single probe goes to the
-// primary; its success closes the breaker, its failure opens it for another second. An
-// error that says nothing about availability (a missing script, say) is answered from the
-// secondary too, but does not count as a failure; neither does a caller that gives up:
-// a decision whose context ends returns ctx.Err().
-//
-// A decision the primary is too slow for is decided again on the secondary, though the
-// primary may still count it when it gets there: fail-open errs towards admitting. A
-// timeout too close to the primary's normal latency turns that into steady overshoot,
-// and each instance then enforces its share, not the cluster's limit; watch
-// OnDecision's sources.
-//
-// # Choosing the timeout
-//
-// The timeout is the most a decision waits for the primary, so it must cover the
-// primary's round trip with room for the slow ones: measure the round trip where the
-// application runs (OnDecision reports the primary's latency of every decision it
-// makes; or redis-cli --latency from an instance), and choose the timeout above its 99th
-// percentile, with a millisecond or more of slack for the moments the process waits for
-// a CPU. With the default of 5ms, a Redis 1ms away decides all the decisions, one 2.5ms
-// away about 99% of them, and one 4ms away 88 to 99% (TestRedisFarAway measures it
-// through a delaying proxy; BENCHMARKS.md has the figures): the last millisecond of a
-// timeout is thin slack. For a Redis across a region, raise it. The timeout is spent only while the
-// primary is slow: a primary that is down opens the breaker, and then no decision waits.
-// A reply that comes after its decision's timeout is still read by redisstore, and its
-// connection kept, so a slow moment does not cost the next decisions a new connection.
-//
-// # go-redis settings
-//
-// For the timeout to stop the work as well as the wait, let go-redis honour context
-// deadlines, and keep its own timeouts short so that an outage does not pile up
-// connections and goroutines:
-//
-//	redis.NewClient(&redis.Options{
-//		Addr:                  addr,
-//		ContextTimeoutEnabled: true,                   // stop waiting for a connection at the decision's deadline
-//		DialTimeout:           100 * time.Millisecond, // reconnect attempts fail fast
-//		DialerRetries:         1,                      // not 5 attempts, 100ms apart, per call
-//		ReadTimeout:           50 * time.Millisecond,  // how long a late reply is waited for
-//		WriteTimeout:          50 * time.Millisecond,
-//		PoolTimeout:           10 * time.Millisecond,  // a saturated pool fails fast
-//		MaxRetries:            -1,                     // redisstore never retries its scripts anyway
-//	})
-//
-// and call redisstore's LoadScripts before serving: it loads the scripts and opens the
-// connections the first decisions will use, so that none of them pays a dial and a
-// handshake inside its timeout.
-//
-// # Observability
-//
-// WithHooks reports decisions by source, the primary's errors and latency, and the
-// breaker's changes of state, with plain callbacks, for Prometheus or OpenTelemetry.
+// While the primary is down, each of n instances enforces 1/n of every rule on its
+// secondary (WithInstances, or WithInstanceCount for a number learned at run time), and
+// while it decides, each instance mirrors its decisions onto its share, so that the
+// instances together never admit more than twice the rule in any interval (see Store).
+// The timeout (WithTimeout, 5ms by default) must cover the primary's round trip with room
+// for the slow ones: see WithTimeout for the breaker and how to choose it, and New for
+// the go-redis settings that go with it. WithHooks reports decisions by source, the
+// primary's errors and latency, and the breaker's changes of state, with plain callbacks,
+// for Prometheus or OpenTelemetry.
 package fallback
 
 import (
@@ -161,6 +79,34 @@ type Hooks struct {
 }
 
 // Store is a fail-open ratelimit.Store. It is safe for concurrent use.
+//
+// # While the primary is down
+//
+// With WithInstances(n), or WithInstanceCount(f) for a number learned at run time (see
+// members.Members), each of n instances enforces 1/n of every rule on its secondary,
+// never rounded up: Limit and Burst divided by n and rounded down, a share below 1 per
+// Period becoming 1 per a longer Period (2 per second over 5 instances: 1 per 3 seconds
+// each), and Burst at least 1. With 4 instances and a limit of 100, each admits 25. An
+// in-flight limit (ratelimit.InFlightLimiter) is divided likewise, at least one lease
+// each; the leases taken on the primary are mirrored onto the share (below), so that
+// their releases and extensions find them there while the primary is down.
+// WithPolicy chooses instead to allow everything (FailOpen) or deny everything
+// (FailClosed) while the primary is down.
+//
+// While the primary decides, each instance mirrors its decisions onto its share: an
+// admission takes from the share, a denial (the key spent cluster-wide) empties it. So a
+// share never hands out again what the primary has just admitted, and a breaker that
+// flaps does not let each store admit a full allowance in turn. Nothing decided locally
+// is replayed into the primary when it comes back.
+//
+// The bound. Over any interval, the instances together admit at most what the rule
+// allows on the primary plus the sum of their shares' allowances, each share less what
+// the primary admitted for its instance: so never more than twice the rule, and the
+// whole rule only when the primary had admitted nothing for the instances that then
+// decide locally. When a rule is smaller than n at once (2 at once over 5 instances),
+// each share still holds 1, so n may pass at once. TestBreakerFlaps drives n instances
+// at one small key while the primary fails and heals every half second: they admit 31 in
+// 30s where the rule allows 32.
 type Store struct {
 	primary, secondary ratelimit.Store
 	instances          int64
@@ -197,6 +143,45 @@ func WithInstances(n int) Option {
 
 // WithTimeout bounds each call of the primary (DefaultTimeout by default; 0 or less means
 // the default).
+//
+// # Timeout and breaker
+//
+// A decision waits for the primary at most the timeout (WithTimeout, 5ms by default),
+// whatever the primary's client does with its context: the call returns at the timeout
+// even if the client keeps waiting in the background. When at least half of the calls of
+// the last second failed (a timeout, or an error wrapping ratelimit.ErrUnavailable), and
+// there were at least 20, the breaker opens (see Breaker): for a second no decision
+// tries the primary, so none pays the timeout. A burst of timeouts among many answers
+// (callers starved of CPU together), or within a tenth of a second (a load's start),
+// does not open it; a primary that is down opens it within about half a second of
+// traffic, and below 20 calls a second it stays closed, each call paying the timeout.
+// Then a single probe goes to the primary; its success closes the breaker, its failure
+// opens it for another second. An
+// error that says nothing about availability (a missing script, say) is answered from the
+// secondary too, but does not count as a failure; neither does a caller that gives up:
+// a decision whose context ends returns ctx.Err().
+//
+// A decision the primary is too slow for is decided again on the secondary, though the
+// primary may still count it when it gets there: fail-open errs towards admitting. A
+// timeout too close to the primary's normal latency turns that into steady overshoot,
+// and each instance then enforces its share, not the cluster's limit; watch
+// OnDecision's sources.
+//
+// # Choosing the timeout
+//
+// The timeout is the most a decision waits for the primary, so it must cover the
+// primary's round trip with room for the slow ones: measure the round trip where the
+// application runs (OnDecision reports the primary's latency of every decision it makes;
+// or redis-cli --latency from an instance), and choose the timeout above its 99th
+// percentile, with a millisecond or more of slack for the moments the process waits for a
+// CPU. With the default of 5ms, a Redis 1ms away decides all the decisions, one 2.5ms
+// away about 99% of them, and one 4ms away 88 to 99% (TestRedisFarAway measures it
+// through a delaying proxy; BENCHMARKS.md has the figures): the last millisecond of a
+// timeout is thin slack. For a Redis across a region, raise it. The timeout is spent only
+// while the primary is slow: a primary that is down opens the breaker, and then no
+// decision waits. A reply that comes after its decision's timeout is still read by
+// redisstore, and its connection kept, so a slow moment does not cost the next decisions
+// a new connection.
 func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(s *Store) {
 		if d > 0 {
@@ -246,6 +231,27 @@ func WithClock(c clock.Clock) Option {
 // New returns a Store that asks primary first and secondary when primary cannot decide.
 // It panics with a message that says so for a nil store or a nil option, as net/http does
 // for a nil handler: a fallback without a secondary would fail only during an outage.
+//
+// # go-redis settings
+//
+// For the timeout to stop the work as well as the wait, let go-redis honour context
+// deadlines, and keep its own timeouts short so that an outage does not pile up
+// connections and goroutines:
+//
+//	redis.NewClient(&redis.Options{
+//		Addr:                  addr,
+//		ContextTimeoutEnabled: true,                   // stop waiting for a connection at the decision's deadline
+//		DialTimeout:           100 * time.Millisecond, // reconnect attempts fail fast
+//		DialerRetries:         1,                      // not 5 attempts, 100ms apart, per call
+//		ReadTimeout:           50 * time.Millisecond,  // how long a late reply is waited for
+//		WriteTimeout:          50 * time.Millisecond,
+//		PoolTimeout:           10 * time.Millisecond,  // a saturated pool fails fast
+//		MaxRetries:            -1,                     // redisstore never retries its scripts anyway
+//	})
+//
+// and call redisstore's LoadScripts before serving: it loads the scripts and opens the
+// connections the first decisions will use, so that none of them pays a dial and a
+// handshake inside its timeout.
 func New(primary, secondary ratelimit.Store, opts ...Option) *Store {
 	if core.IsNil(primary) || core.IsNil(secondary) {
 		panic("fallback: New needs a primary and a secondary store; one is nil")
@@ -321,7 +327,7 @@ func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.D
 		if share == 0 || (!d.Allowed && d.Remaining > 0) { // nothing to mirror; or n was too many, the key not spent
 			return
 		}
-		if !d.Allowed && req.Algorithm.Extend != nil {
+		if !d.Allowed && core.OfLeases(req.Algorithm) {
 			return // the share's leases are those of requests in progress: they stay
 		}
 		if !d.Allowed {
@@ -339,7 +345,7 @@ func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.D
 // in-flight limit 1/n of its leases, rounded down but at least one, each living as long
 // as on the primary.
 func (s *Store) share(req ratelimit.Request) ratelimit.Rule {
-	if req.Algorithm.Extend == nil {
+	if !core.OfLeases(req.Algorithm) {
 		return core.Share(req.Rule, s.n())
 	}
 	return core.PortionLeases(req.Rule, 1, s.n())

@@ -19,20 +19,6 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
-// Coalescing (see the package doc). A node is the queue of one server: the store's
-// client, or one master of a cluster. A decision that finds its node idle (no call in
-// flight) goes out alone, from its caller's goroutine; the others wait in the node's
-// queue. The first to wait while a flight is free (mayFly) yields once, so that the
-// callers on their way join it, and sends the batch; when a call lands with decisions
-// waiting, the next batch goes out from a goroutine of the node's, and so on until none
-// is left. A
-// batch's call never runs on a caller's context: it ends at the latest of its callers'
-// deadlines. On a cluster the batch script declares one key, for the routing, reads the
-// others' names from its arguments (the allow-cross-slot-keys flag allows keys of other
-// slots on the same node) and touches every key before it writes any, so that a key the
-// node does not hold fails it before any write. A server without script flags (Redis 6)
-// makes the store decide one by one from then on.
-
 // DefaultMaxBatch is how many decisions one call of the batch script decides at most.
 const DefaultMaxBatch = 128
 
@@ -114,7 +100,17 @@ var errAlone = errors.New("redisstore: decide alone")
 var errGaveUp = errors.New("redisstore: the caller gave up")
 
 // node is the coalescing queue of one Redis server (the store's client, or one master
-// of a cluster).
+// of a cluster; see Store, "Coalescing"). A decision that finds its node idle (no call in
+// flight) goes out alone; the others wait in the node's queue. The first to wait while a
+// flight is free (mayFly) yields once, so that the callers on their way join it, and
+// sends the batch; when a call lands with decisions waiting, the next batch goes out, and
+// so on until none is left. Every call goes out from a goroutine of the store's (fly),
+// never on a caller's deadline: a batch ends at the latest of its callers' deadlines. On a
+// cluster the batch script declares one key, for the routing, reads the others' names
+// from its arguments (the allow-cross-slot-keys flag allows keys of other slots on the
+// same node) and touches every key before it writes any, so that a key the node does
+// not hold fails it before any write. A server without script flags (Redis 6) makes the
+// store decide one by one from then on.
 type node struct {
 	to      processor // where its batches go
 	cluster bool
@@ -634,10 +630,7 @@ local clock, profiles, a = nil, {}, 3
 for p = 1, tonumber(ARGV[1]) do
   local now = ARGV[a + 7]
   if now == '' then -- the server's time: read once for the batch, one instant for all
-    if not clock then
-      local t = redis.call('TIME')
-      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
+    clock = clock or serverTime()
     now = clock
   elseif now ~= '*' then -- '*': each call has its own
     now = tonumber(now)
@@ -775,11 +768,12 @@ func (s *Store) batchScriptFor(calls []*call, cluster bool) (*script, map[*ratel
 
 // writeSteps writes the steps of a batch script: steps[i], the step of algs[i] as a
 // function of its KEYS and ARGV that returns the five values of its Decision, and
-// readsAhead[i], whether it takes the state of its first key from ARGV[9]. The scripts'
-// helpers (core.BatchParts), the same for every algorithm of this module, are written
+// readsAhead[i], whether it takes the state of its first key from ARGV[9], after
+// core.ServerTime. The scripts' helpers (core.BatchParts), the same for every algorithm of this module, are written
 // once before them; a step that is not this module's returns its table, unpacked by a
 // function around it.
 func writeSteps(b *strings.Builder, algs []*ratelimit.Algorithm) {
+	b.WriteString(core.ServerTime)
 	b.WriteString("local steps, readsAhead = {}, {}\n")
 	wroteOnce := false
 	for i, a := range algs {

@@ -1,19 +1,48 @@
 // Package redisstore is the ratelimit.Store on Redis: one limit shared by every instance
 // of an application, with one atomic round trip per decision.
 //
-// A decision is one EVALSHA of the algorithm's Lua script; decisions that arrive while
-// calls to the same server are in flight ride the next call together, one script deciding
-// each of them (see Coalescing). The store loads each script once (SCRIPT LOAD) before
-// its first use and again when the server has lost it (after a restart, a failover or
-// SCRIPT FLUSH), one load for all the callers waiting. The script reads the key's state,
-// decides exactly as the in-memory step does, writes the state back and sets its TTL,
-// all atomically. Time is the Redis server's (TIME), so instances whose clocks disagree
-// still agree on every decision; WithClock sends the caller's clock instead.
+//	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	store := redisstore.New(client)
+//	limiter, err := tokenbucket.New(store, ratelimit.PerSecond(100), ratelimit.WithNamespace("api"))
 //
-// Peek, refund and reset are one script each too, as are the acquire, release and
-// extension of a lease of an in-flight limit (ratelimit.InFlightLimiter), and a decision
-// under several limits (ratelimit.AllowAll) is one script for all of them when their
-// keys share a hash tag (see ApplyAll).
+// A decision is one EVALSHA of the algorithm's Lua script, which reads the key's state,
+// decides exactly as the in-memory step does, writes the state back and sets its TTL,
+// all atomically; peeks, refunds, resets, the leases of an in-flight limit and a
+// decision under several limits (ratelimit.AllowAll, when the keys share a hash tag: see
+// TaggedKey) are one script each too. Time is the Redis server's (TIME), so instances
+// whose clocks disagree still agree on every decision; WithClock sends the caller's clock
+// instead. Decisions that arrive while calls to the same server are in flight ride the
+// next call together, and a decision whose reply is lost is never counted twice (see
+// Store). It runs on a single server, on Redis Cluster (see New) and behind a Ring or
+// an AutoPipeliner; every key has a TTL and one hash slot (see WithPrefix).
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
+	"github.com/ratelimit-go/ratelimit/internal/redisx"
+)
+
+// DefaultPrefix starts every key's name, unless WithPrefix says otherwise.
+const DefaultPrefix = redisx.DefaultPrefix
+
+// ErrUnexpectedReply: the server answered a script with something it does not return, as
+// a server that is not Redis, or a different script under the same SHA, might.
+var ErrUnexpectedReply = errors.New("redisstore: unexpected reply")
+
+// Store is a ratelimit.Store on Redis. It is safe for concurrent use.
 //
 // # Never counted twice
 //
@@ -72,85 +101,6 @@
 // rise in the number of flights, warm that many connections in the background (PINGs
 // at once), and LoadScripts does it before it returns: a decision never pays for a new
 // connection's handshake while other connections are warm.
-//
-// # Redis Cluster
-//
-// On a *redis.ClusterClient, every key of one decision sits in one hash slot (see Keys),
-// so a decision is one call to one master. When a master fails, its slots' decisions are
-// errors wrapping ratelimit.ErrUnavailable (a fallback.Store decides them meanwhile)
-// until a replica takes over: the cluster's cluster-node-timeout (Redis's default is 15s)
-// and the failover election set how long that takes. Each such error makes the store ask
-// the client to reload its slot map, so decisions move to the new master as soon as it
-// serves the slots, not at go-redis's next periodic reload. Set on the client:
-//
-//   - ContextTimeoutEnabled: true, so that the caller's deadline bounds each call at the
-//     socket (see Deadlines);
-//   - DialTimeout well under a second (5s by default): a call to a dead master's address
-//     waits for the dial;
-//   - ClusterStateReloadInterval of a few seconds (60s by default), for the slot moves that
-//     no error announces.
-//
-// # Keys
-//
-// The state of limiter key k for an algorithm, in a limiter's namespace, lives in Redis
-// keys named
-//
-//	<prefix>:<algorithm>:<part>:<namespace>:<form of k>
-//
-// where prefix is "rl" by default (WithPrefix), algorithm is its Name ("tokenbucket"),
-// part names one of its keys ("state", "log" for the sliding log, "leases" for the
-// in-flight limit), and namespace is
-// the limiter's (its rule's, "100/1s", unless ratelimit.WithNamespace names it), with "%",
-// ":", "{" and "}" escaped as in ratelimit.Key. The form of k keeps every key distinct and
-// all parts of one key in one Redis Cluster hash slot, whatever the namespace:
-//
-//   - k carries a hash tag (a "{...}" with something inside, by Redis's own rule): the
-//     form is "t:" + k, and the tag is kept. Put a tenant's keys on one node on purpose
-//     with keys like "{shop-a}:create-order".
-//   - k is not empty and has no braces: the form is "{" + k + "}", so each key hashes on
-//     its own: "rl:tokenbucket:state:100/1s:{tenant-42}".
-//   - otherwise (empty, or stray braces): the form is "{" + 16 hex digits of k's 64-bit
-//     FNV-1a hash + "}:" + k, so no brace a user puts in a key can steer its slot.
-//
-// Build keys from untrusted input with care: a key that carries a hash tag keeps it.
-//
-// A key's state is a string "T:L:A" in decimal: the latest instant the key has seen (in
-// microseconds since the Unix epoch), and the algorithm's Level and Aux (see each
-// algorithm's package doc); the sliding log keeps its events in a list beside it, as
-// pairs (instant, count), oldest first. An in-flight limit's key is a sorted set alone:
-// each lease's id, scored by its expiry in microseconds, with the TTL of the latest.
-//
-// Every write sets a TTL: the time until the key is back to its full allowance, rounded
-// up to a whole millisecond and never 0. Idle keys vanish and come back full, and a key
-// found without a TTL gets one on its next decision.
-package redisstore
-
-import (
-	"context"
-	"errors"
-	"fmt"
-	"hash/maphash"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/ratelimit-go/ratelimit"
-	"github.com/ratelimit-go/ratelimit/clock"
-	"github.com/ratelimit-go/ratelimit/internal/core"
-	"github.com/ratelimit-go/ratelimit/internal/mathx"
-	"github.com/ratelimit-go/ratelimit/internal/redisx"
-)
-
-// DefaultPrefix starts every key's name, unless WithPrefix says otherwise.
-const DefaultPrefix = redisx.DefaultPrefix
-
-// ErrUnexpectedReply: the server answered a script with something it does not return, as
-// a server that is not Redis, or a different script under the same SHA, might.
-var ErrUnexpectedReply = errors.New("redisstore: unexpected reply")
-
-// Store is a ratelimit.Store on Redis. It is safe for concurrent use.
 type Store struct {
 	client  redis.Scripter
 	process processor // the client's Process, nil if it has none
@@ -213,6 +163,40 @@ func (f optionFunc) apply(s *Store) { f(s) }
 // WithPrefix starts every key's name with prefix and a colon (DefaultPrefix by default; an
 // empty prefix means the default). Braces in prefix would pin every key to one hash slot,
 // so they are replaced with parentheses.
+//
+// # Keys
+//
+// The state of limiter key k for an algorithm, in a limiter's namespace, lives in Redis
+// keys named
+//
+//	<prefix>:<algorithm>:<part>:<namespace>:<form of k>
+//
+// where prefix is "rl" by default (WithPrefix), algorithm is its Name ("tokenbucket"),
+// part names one of its keys ("state", "log" for the sliding log, "leases" for the
+// in-flight limit), and namespace is
+// the limiter's (its rule's, "100/1s", unless ratelimit.WithNamespace names it), with "%",
+// ":", "{" and "}" escaped as in ratelimit.Key. The form of k keeps every key distinct and
+// all parts of one key in one Redis Cluster hash slot, whatever the namespace:
+//
+//   - k carries a hash tag (a "{...}" with something inside, by Redis's own rule): the
+//     form is "t:" + k, and the tag is kept. Put a tenant's keys on one node on purpose
+//     with keys like "{shop-a}:create-order".
+//   - k is not empty and has no braces: the form is "{" + k + "}", so each key hashes on
+//     its own: "rl:tokenbucket:state:100/1s:{tenant-42}".
+//   - otherwise (empty, or stray braces): the form is "{" + 16 hex digits of k's 64-bit
+//     FNV-1a hash + "}:" + k, so no brace a user puts in a key can steer its slot.
+//
+// Build keys from untrusted input with care: a key that carries a hash tag keeps it.
+//
+// A key's state is a string "T:L:A" in decimal: the latest instant the key has seen (in
+// microseconds since the Unix epoch), and the algorithm's Level and Aux (see each
+// algorithm's package doc); the sliding log keeps its events in a list beside it, as
+// pairs (instant, count), oldest first. An in-flight limit's key is a sorted set alone:
+// each lease's id, scored by its expiry in microseconds, with the TTL of the latest.
+//
+// Every write sets a TTL: the time until the key is back to its full allowance, rounded
+// up to a whole millisecond and never 0. Idle keys vanish and come back full, and a key
+// found without a TTL gets one on its next decision.
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(s *Store) {
 		if prefix != "" {
@@ -231,6 +215,24 @@ func WithClock(c clock.Clock) Option {
 // *redis.AutoPipeliner, or any redis.Scripter. It makes no call to Redis. It panics with
 // a message that says so for a nil client or a nil option, as net/http does for a nil
 // handler: a store without Redis would fail every decision, and only once traffic came.
+//
+// # Redis Cluster
+//
+// On a *redis.ClusterClient, every key of one decision sits in one hash slot (see
+// WithPrefix), so a decision is one call to one master. When a master fails, its slots'
+// decisions are errors wrapping ratelimit.ErrUnavailable (a fallback.Store decides them
+// meanwhile) until a replica takes over: the cluster's cluster-node-timeout (Redis's
+// default is 15s) and the failover election set how long that takes. Each such error
+// makes the store ask the client to reload its slot map, so decisions move to the new
+// master as soon as it serves the slots, not at go-redis's next periodic reload. Set on
+// the client:
+//
+//   - ContextTimeoutEnabled: true, so that the caller's deadline bounds each call at the
+//     socket (see Store, "Deadlines");
+//   - DialTimeout well under a second (5s by default): a call to a dead master's address
+//     waits for the dial;
+//   - ClusterStateReloadInterval of a few seconds (60s by default), for the slot moves that
+//     no error announces.
 func New(client redis.Scripter, opts ...Option) *Store {
 	if core.IsNil(client) {
 		panic("redisstore: New with a nil client")
@@ -422,7 +424,7 @@ func (s *Store) runOn(ctx context.Context, to processor, sc *script, args []any)
 // that an application can check Redis and warm the store before it serves: the first
 // decisions then cost one round trip each, not a load too. On a *redis.Client it also
 // opens and readies the connections its first flights will take, and times the round
-// trip (see Coalescing). It returns the first error, wrapped with
+// trip (see Store, "Coalescing"). It returns the first error, wrapped with
 // ratelimit.ErrUnavailable when Redis cannot be reached. Decisions load what they need
 // without it.
 func (s *Store) LoadScripts(ctx context.Context, algs ...*ratelimit.Algorithm) error {
@@ -517,10 +519,10 @@ func (s *Store) send(ctx context.Context, to processor, cmd noRetry) error {
 }
 
 // await calls f, a blocking call to the client, and returns when it does or when ctx
-// ends, whichever comes first. f runs in a goroutine of its own when ctx can end, on
-// ctx without its deadline (see noDeadline): the reply of a command already written is
-// read even after the caller has given up, and its connection kept. The command may
-// still run after the caller has gone: it counts at most once (see the package doc).
+// ends, whichever comes first. f runs in a goroutine of its own when ctx can end, on ctx
+// without its deadline (see noDeadline): the reply of a command already written is read
+// even after the caller has given up, and its connection kept. The command may still run
+// after the caller has gone: it counts at most once (see Store, "Never counted twice").
 func (s *Store) await(ctx context.Context, f func(context.Context) error) error {
 	if _, detached := ctx.(noDeadline); detached || ctx.Done() == nil {
 		return f(ctx) // on a goroutine of the store's already (a flight), or one that cannot end

@@ -2,9 +2,9 @@ package slidingwindow
 
 import "github.com/ratelimit-go/ratelimit"
 
-// Limiter is a sliding window counter limiter over a Store: two counters per key, all under one
-// Rule. Allow, AllowN and the rest are ratelimit.AlgorithmLimiter's. It is safe for
-// concurrent use.
+// Limiter is a sliding window counter limiter over a Store: two counters per key, all
+// under one Rule. Allow, AllowN and the rest are ratelimit.AlgorithmLimiter's. It is safe
+// for concurrent use.
 type Limiter struct{ ratelimit.AlgorithmLimiter }
 
 // New returns a slidingwindow limiter with rule over store. It returns an error wrapping

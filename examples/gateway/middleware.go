@@ -193,8 +193,9 @@ func (m *limit) route(r *http.Request) string {
 	return m.rules.Load().route(r.Method, r.URL.Path)
 }
 
-// key is redisstore.TaggedKey(tenant, route): one hash tag per tenant, so a tenant's keys share a
-// Redis Cluster node, and no name collides; with trusted proxies, the client IP too.
+// key is redisstore.TaggedKey(tenant, route): one hash tag per tenant, so a tenant's keys
+// share a Redis Cluster node, and no name collides; with trusted proxies, the client IP
+// too.
 func (m *limit) key(r *http.Request) (string, error) {
 	t, err := tenant(r)
 	if err != nil {

@@ -19,9 +19,10 @@ var fuzzPeriods = []time.Duration{
 // moves the clock back.
 var fuzzSteps = []time.Duration{time.Microsecond, time.Millisecond, 37 * time.Millisecond, time.Second, time.Minute}
 
-// Fuzz checks alg's step (Algorithm.Step, and the stores' core.StepOf, which must agree) on random rules and random sequences of (time step, n), each op
-// three bytes of ops: the clock moves by int8(ops[0]) * fuzzSteps[ops[1]], then AllowN with
-// n from ops[2]. Every decision must keep the invariants of check.
+// Fuzz checks alg's step (Algorithm.Step, and the stores' core.StepOf, which must agree)
+// on random rules and random sequences of (time step, n), each op three bytes of ops: the
+// clock moves by int8(ops[0]) * fuzzSteps[ops[1]], then AllowN with n from ops[2]. Every
+// decision must keep the invariants of check.
 func Fuzz(f *testing.F, alg *ratelimit.Algorithm) {
 	f.Add(uint8(10), uint8(0), uint8(2), []byte{0, 0, 1, 0, 0, 1, 100, 3, 1, 0xff, 3, 1})
 	f.Add(uint8(3), uint8(5), uint8(0), []byte{1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0})
