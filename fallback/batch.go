@@ -34,7 +34,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if r.Algorithm == nil {
 			return nil, errors.New("fallback: request has no algorithm")
 		}
-		if r.Op != "" || r.Algorithm.Extend != nil {
+		if r.Op != "" || core.OfLeases(r.Algorithm) {
 			return nil, errors.New("fallback: ApplyAll only takes, and no leases")
 		}
 		a, err := r.Algorithm.Prepare(r.Rule, r.N)

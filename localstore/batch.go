@@ -29,7 +29,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if err := checkAlgorithm(r.Algorithm); err != nil {
 			return nil, err
 		}
-		if r.Op != "" || r.Algorithm.Extend != nil {
+		if r.Op != "" || core.OfLeases(r.Algorithm) {
 			return nil, errors.New("localstore: ApplyAll only takes, and no leases")
 		}
 		a, err := r.Algorithm.Prepare(r.Rule, r.N)

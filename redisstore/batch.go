@@ -35,10 +35,7 @@ while a <= #ARGV do
   end
   local now = tonumber(ARGV[a + 7])
   if not now then
-    if not clock then
-      local t = redis.call('TIME')
-      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
+    clock = clock or serverTime()
     now = clock
   end
   argvs[nreq] = {tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]),
@@ -91,7 +88,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if alg == nil || alg.Script == "" || len(alg.ScriptKeys) == 0 {
 			return nil, errors.New("redisstore: request has no algorithm with a script")
 		}
-		if r.Op != "" || r.Algorithm.Extend != nil {
+		if r.Op != "" || core.OfLeases(r.Algorithm) {
 			return nil, errors.New("redisstore: ApplyAll only takes, and no leases")
 		}
 		a, err := alg.Prepare(r.Rule, r.N)

@@ -3,8 +3,4 @@
 -- as numbers already, with the time the batch read once, and runs core.batchArgs instead.
 local n, limit, period, unit, rate =
   tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local now = tonumber(ARGV[6])
-if not now then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-end
+local now = tonumber(ARGV[6]) or serverTime()

@@ -28,10 +28,19 @@ var (
 	state string
 )
 
+// ServerTime defines serverTime(), the Redis server's clock in microseconds since the Unix
+// epoch: every script of this module that may read the server's time starts with it (a
+// batch script once, whatever its steps).
+const ServerTime = `local function serverTime()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+`
+
 // Script is an algorithm's Lua script around its step, which may use what the parts
-// before it define and sets the five values of its Decision: helpers, args, state, the
-// step, and the reply, which returns those values as a table.
-func Script(step string) string { return helpers + args + state + step + reply }
+// before it define and sets the five values of its Decision: ServerTime, helpers, args,
+// state, the step, and the reply, which returns those values as a table.
+func Script(step string) string { return ServerTime + helpers + args + state + step + reply }
 
 // reply ends every step of Script: allowed (0 or 1), remaining, retry after, reset after
 // and delay (us). A batch's step returns the five values themselves (batchReply), which
@@ -44,7 +53,7 @@ const (
 // ReadsAhead reports whether script is one of Script's, whose state part takes the state
 // of KEYS[1] from ARGV[9] when a batch has read it ahead.
 func ReadsAhead(script string) bool {
-	return strings.HasPrefix(script, helpers+args+state) && strings.HasSuffix(script, reply)
+	return strings.HasPrefix(script, ServerTime+helpers+args+state) && strings.HasSuffix(script, reply)
 }
 
 // batchArgs is what a batch's step runs instead of args: a batch hands over n, the rule's
@@ -52,15 +61,16 @@ func ReadsAhead(script string) bool {
 // a step's cost in a batch).
 const batchArgs = "local n, limit, period, unit, rate, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]\n"
 
-// BatchParts splits one of Script's scripts into what a batch script runs once (the
-// helpers, shared by every step) and what it runs per call: batchArgs, state and the
-// step, returning its Decision's five values rather than a table of them. Any other
-// script is all step, as it is.
+// BatchParts splits one of Script's scripts into what a batch script runs once after
+// ServerTime (the helpers, shared by every step) and what it runs per call: batchArgs,
+// state and the step, returning its Decision's five values rather than a table of them.
+// Any other script is all step, as it is.
 func BatchParts(script string) (once, step string) {
 	if !ReadsAhead(script) {
 		return "", script
 	}
-	return helpers, batchArgs + script[len(helpers)+len(args):len(script)-len(reply)] + batchReply
+	head := len(ServerTime) + len(helpers)
+	return helpers, batchArgs + script[head+len(args):len(script)-len(reply)] + batchReply
 }
 
 // CheckN returns an error unless 1 <= n <= limit.
@@ -222,3 +232,9 @@ func BucketArgs(name string, rule ratelimit.Rule, n int64) (ratelimit.Args, erro
 	}
 	return ratelimit.Args{N: n, Limit: capacity, Period: period, Unit: unit, Rate: rate}, nil
 }
+
+// OfLeases reports whether alg is an algorithm of leases (the in-flight limit of
+// ratelimit.InFlightLimiter), whose state is a set of leases each expiring by itself:
+// the contract marks one by its Extend. Batches refuse its requests, and the decorators
+// that split or cache a key's decisions pass them straight through.
+func OfLeases(alg *ratelimit.Algorithm) bool { return alg != nil && alg.Extend != nil }

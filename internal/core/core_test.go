@@ -18,10 +18,10 @@ func TestBatchParts(t *testing.T) {
 	step := "allowed = 1\n"
 	script := core.Script(step)
 	once, batchStep := core.BatchParts(script)
-	if once == "" || !strings.HasPrefix(script, once) {
-		t.Fatalf("BatchParts: once %q is not the script's start", once)
+	if once == "" || !strings.HasPrefix(script, core.ServerTime+once) {
+		t.Fatalf("BatchParts: once %q is not the script's start after ServerTime", once)
 	}
-	if strings.Contains(batchStep, "tonumber(ARGV[1])") || strings.Contains(batchStep, "redis.call('TIME')") {
+	if strings.Contains(batchStep, "tonumber(ARGV[1])") || strings.Contains(batchStep, "serverTime()") {
 		t.Errorf("the batch step reads its arguments as strings, or the time: %q", batchStep)
 	}
 	if !strings.HasPrefix(batchStep, "local n, limit, period, unit, rate, now = ARGV[1]") ||

@@ -13,11 +13,11 @@
 // the requests ForRequests selects (all by default); the others go straight through.
 //
 // Each decorator takes only the options that mean something to it, so that a misplaced
-// one (a lease given to a Shard) does not compile:
+// one (a grant time given to a Shard) does not compile:
 //
 //   - ForRequests: all three (Option);
 //   - WithClock and WithMaxKeys: Prefetch and BlockCache, which remember keys (MemoryOption);
-//   - WithLease: Prefetch only (PrefetchOption);
+//   - WithGrantTime: Prefetch only (PrefetchOption);
 //   - WithRetries: Shard only (ShardOption).
 package hotkey
 
@@ -58,11 +58,11 @@ type Option interface {
 }
 
 type hotConfig struct {
-	only    func(ratelimit.Request) bool
-	clock   clock.Clock
-	lease   time.Duration
-	retries int
-	maxKeys int
+	only      func(ratelimit.Request) bool
+	clock     clock.Clock
+	grantTime time.Duration
+	retries   int
+	maxKeys   int
 }
 
 // The option types: one per set of decorators an option applies to.
@@ -87,12 +87,12 @@ func ForRequests(f func(ratelimit.Request) bool) Option {
 	return anyOption(func(c *hotConfig) { c.only = f })
 }
 
-// WithLease sets how long Prefetch may spend the tokens of one fetch (100ms by default; 0
+// WithGrantTime sets how long Prefetch may spend the tokens of one fetch, its grant (100ms by default; 0
 // or less means the default).
-func WithLease(d time.Duration) PrefetchOption {
+func WithGrantTime(d time.Duration) PrefetchOption {
 	return prefetchOption(func(c *hotConfig) {
 		if d > 0 {
-			c.lease = d
+			c.grantTime = d
 		}
 	})
 }
@@ -102,7 +102,7 @@ func WithRetries(n int) ShardOption {
 	return shardOption(func(c *hotConfig) { c.retries = max(0, n) })
 }
 
-// WithClock sets the clock of leases and blocks (clock.NewMonotonic() by default).
+// WithClock sets the clock of grants and blocks (clock.NewMonotonic() by default).
 func WithClock(c clock.Clock) MemoryOption {
 	return memoryOption(func(cfg *hotConfig) {
 		if c != nil {
@@ -125,7 +125,7 @@ func newHotConfig[O any](name string, next ratelimit.Store, opts []O, apply func
 	if next == nil {
 		panic("hotkey: " + name + " with a nil store")
 	}
-	c := hotConfig{clock: clock.NewMonotonic(), lease: 100 * time.Millisecond, retries: 2, maxKeys: 100_000}
+	c := hotConfig{clock: clock.NewMonotonic(), grantTime: 100 * time.Millisecond, retries: 2, maxKeys: 100_000}
 	for _, o := range opts {
 		if any(o) == nil {
 			panic("hotkey: " + name + " with a nil option")
@@ -139,7 +139,7 @@ func newHotConfig[O any](name string, next ratelimit.Store, opts []O, apply func
 // leases of an in-flight limit always pass, as a lease must be released where it was
 // taken, and a release on another instance frees it before any RetryAfter.
 func (c *hotConfig) handles(req ratelimit.Request) bool {
-	return req.Algorithm != nil && req.Algorithm.Extend == nil && (c.only == nil || c.only(req))
+	return req.Algorithm != nil && !core.OfLeases(req.Algorithm) && (c.only == nil || c.only(req))
 }
 
 type algKey struct {
@@ -196,16 +196,16 @@ func (t *table[V]) prune(now int64) {
 // A request for a key without tokens in hand asks the next store for batch tokens at once
 // (fewer if the rule's capacity is smaller; just the request's own if a batch is not
 // left), keeps what it does not use, and spends it on the following requests until the
-// lease runs out (WithLease, 100ms) or the rule changes; then what is left lapses. One
+// grant runs out (WithGrantTime, 100ms) or the rule changes; then what is left lapses. One
 // fetch at a time per key: requests that find one in flight and no tokens in hand wait
 // for it (each no longer than its context allows) and spend from it. No lock is held
 // while the next store decides, so a slow key never delays another.
 //
 // The bound: every token is counted by Redis when it is fetched, so the cluster never
-// admits more than the rule allowed Redis to give out; it may admit them up to a lease
-// later, so in an interval the cluster can admit up to instances x batch more than the
+// admits more than the rule allowed Redis to give out; it may admit them up to a grant
+// time later, so in an interval the cluster can admit up to instances x batch more than the
 // rule would have in that same interval, and tokens that lapse (at most batch per
-// instance per lease) are lost to the key until the bucket or window refills.
+// instance per grant) are lost to the key until the bucket or window refills.
 //
 // A request the next store denies is denied from memory, with the same rule and n, until
 // its RetryAfter has passed, as BlockCache does: a key at its limit
@@ -213,18 +213,20 @@ func (t *table[V]) prune(now int64) {
 //
 // It handles the algorithms that declare themselves ratelimit.Algorithm.Prefetchable
 // (the token bucket, the fixed window and the sliding window counter); the others' requests
-// go straight through, as do peeks; a refund or a reset of a key ends its lease.
-// Decisions from a lease report the next store's Remaining at the fetch plus the tokens
+// go straight through, as do peeks; a refund or a reset of a key ends its grant.
+// Decisions from a grant report the next store's Remaining at the fetch plus the tokens
 // still in hand, and the ResetAfter the next store gave at the fetch, less the time since
 // (never 0: the key is not full while its tokens are out).
 type Prefetch struct {
 	next   ratelimit.Store
 	batch  int64
 	cfg    hotConfig
-	leases table[lease]
+	grants table[grant]
 }
 
-type lease struct {
+// grant is the tokens of one key that Prefetch holds from a fetch, and the denial it
+// remembers.
+type grant struct {
 	mu               sync.Mutex
 	gen              uint64 // bumped by every refund and reset, before and after it reaches the store
 	rule             ratelimit.Rule
@@ -239,7 +241,7 @@ type lease struct {
 	until            atomic.Int64 // max(expires, deniedUntil), for the table's prune
 }
 
-// fetch is a call in flight that others wait for (a lease's fetch, a script's load);
+// fetch is a call in flight that others wait for (a grant's fetch, a script's load);
 // done is closed when it ends.
 type fetch struct {
 	done chan struct{}
@@ -253,7 +255,7 @@ var _ ratelimit.Store = (*Prefetch)(nil)
 func NewPrefetch(next ratelimit.Store, batch int64, opts ...PrefetchOption) *Prefetch {
 	p := &Prefetch{next: next, batch: max(1, batch),
 		cfg: newHotConfig("NewPrefetch", next, opts, PrefetchOption.applyPrefetch)}
-	p.leases = table[lease]{max: p.cfg.maxKeys, expiry: func(l *lease) *atomic.Int64 { return &l.until }}
+	p.grants = table[grant]{max: p.cfg.maxKeys, expiry: func(l *grant) *atomic.Int64 { return &l.until }}
 	return p
 }
 
@@ -270,8 +272,8 @@ func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 		return ratelimit.Decision{}, err
 	}
 	now := clock.UnixNano(p.cfg.clock)
-	l := p.leases.get(algKey{req.Algorithm, req.Namespace, req.Key}, now)
-	if req.Op != "" { // peeks go through; a refund or reset ends the lease
+	l := p.grants.get(algKey{req.Algorithm, req.Namespace, req.Key}, now)
+	if req.Op != "" { // peeks go through; a refund or reset ends the grant
 		if req.Op == "peek" {
 			return p.next.Apply(ctx, req)
 		}
@@ -335,7 +337,7 @@ func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 				l.resetUntil = now + int64(d.ResetAfter)
 			}
 		} else {
-			l.tokens, l.expires, l.limit, l.remaining = fetched-req.N, now+int64(p.cfg.lease), d.Limit, d.Remaining
+			l.tokens, l.expires, l.limit, l.remaining = fetched-req.N, now+int64(p.cfg.grantTime), d.Limit, d.Remaining
 			l.resetUntil = now + int64(d.ResetAfter)
 			d.Remaining = min(d.Limit, d.Remaining+l.tokens)
 		}
@@ -360,7 +362,7 @@ func (p *Prefetch) fetch(ctx context.Context, req ratelimit.Request, a ratelimit
 
 // end drops the tokens in hand and the denial remembered, and makes a fetch in flight
 // stale; l.mu is held.
-func (l *lease) end() {
+func (l *grant) end() {
 	l.tokens, l.deniedUntil = 0, 0
 	l.gen++
 }

@@ -41,7 +41,7 @@ func tb(key string, rule ratelimit.Rule) ratelimit.Request {
 func TestPrefetch(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
 	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
-	p := hotkey.NewPrefetch(next, 10, hotkey.WithLease(time.Second), hotkey.WithClock(clk))
+	p := hotkey.NewPrefetch(next, 10, hotkey.WithGrantTime(time.Second), hotkey.WithClock(clk))
 	ctx := context.Background()
 	rule := ratelimit.PerHour(1000)
 	for i := range 25 {
@@ -72,7 +72,7 @@ func TestPrefetch(t *testing.T) {
 func TestPrefetchNearTheLimit(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
 	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
-	p := hotkey.NewPrefetch(next, 10, hotkey.WithLease(time.Hour), hotkey.WithClock(clk))
+	p := hotkey.NewPrefetch(next, 10, hotkey.WithGrantTime(time.Hour), hotkey.WithClock(clk))
 	rule := ratelimit.PerHour(15)
 	admitted := 0
 	for range 40 {
@@ -418,12 +418,12 @@ func TestPrefetchNoLockAcrossIO(t *testing.T) {
 	}
 }
 
-// TestPrefetchResetAfter: decisions from a lease say when the key is full again, counting
+// TestPrefetchResetAfter: decisions from a grant say when the key is full again, counting
 // down from the next store's answer at the fetch, and never 0 while tokens are out.
 func TestPrefetchResetAfter(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
 	p := hotkey.NewPrefetch(localstore.New(localstore.WithClock(clk)), 10,
-		hotkey.WithClock(clk), hotkey.WithLease(time.Minute))
+		hotkey.WithClock(clk), hotkey.WithGrantTime(time.Minute))
 	rule := ratelimit.PerHour(3600) // a token a second
 	first, err := p.Apply(context.Background(), tb("k", rule))
 	if err != nil || !first.Allowed || first.ResetAfter != 10*time.Second {
@@ -449,7 +449,7 @@ func TestHotOptionsApart(t *testing.T) {
 		{"ForRequests", hotkey.ForRequests(nil), true, true, true},
 		{"WithClock", hotkey.WithClock(nil), true, false, true},
 		{"WithMaxKeys", hotkey.WithMaxKeys(1), true, false, true},
-		{"WithLease", hotkey.WithLease(time.Second), true, false, false},
+		{"WithGrantTime", hotkey.WithGrantTime(time.Second), true, false, false},
 		{"WithRetries", hotkey.WithRetries(1), false, true, false},
 	} {
 		_, p := tc.opt.(hotkey.PrefetchOption)

@@ -256,7 +256,7 @@ func (s *regionStore) Apply(ctx context.Context, req ratelimit.Request) (ratelim
 // limit at least one lease, as the fallback's shares.
 func (s *regionStore) share(req ratelimit.Request, family string) (ratelimit.Rule, error) {
 	w := s.r.Weight(family)
-	if req.Algorithm != nil && req.Algorithm.Extend != nil {
+	if core.OfLeases(req.Algorithm) {
 		return core.PortionLeases(req.Rule, w, 1000), nil
 	}
 	share, err := core.Portion(req.Rule, w, 1000)
