@@ -21,7 +21,8 @@ type Part struct {
 //
 //	plan, _ := tokenbucket.New(store, ratelimit.PerDay(10_000), ratelimit.WithNamespace("plan"))
 //	rate, _ := tokenbucket.New(store, ratelimit.PerSecond(20), ratelimit.WithNamespace("rate"))
-//	d, err := ratelimit.AllowAll(ctx, 1, ratelimit.Part{plan, tenant}, ratelimit.Part{rate, tenant})
+//	d, err := ratelimit.AllowAll(ctx, 1, ratelimit.Part{Limiter: plan, Key: tenant},
+//		ratelimit.Part{Limiter: rate, Key: tenant})
 //
 // The parts must share one Store and name distinct (limiter namespace, key) pairs. On a
 // BatchStore the decision is atomic (one lock, one script; on Redis Cluster when the keys
