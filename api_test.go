@@ -1,0 +1,75 @@
+package ratelimit_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// maxNames bounds the root package's exported names as go doc lists them (functions,
+// types, methods of exported types, constants and variables; struct fields and interface
+// methods aside) outside the net/http middleware's file: the package is the user's API
+// and the store contract, read as a manual, and a speed-up or a helper that no user needs
+// belongs in an internal package.
+const maxNames = 50
+
+func TestExportedNames(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var names []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || f == "http.go" {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if !d.Name.IsExported() {
+					continue
+				}
+				if d.Recv == nil {
+					names = append(names, d.Name.Name)
+					continue
+				}
+				recv := d.Recv.List[0].Type
+				if star, ok := recv.(*ast.StarExpr); ok {
+					recv = star.X
+				}
+				if id, ok := recv.(*ast.Ident); ok && id.IsExported() {
+					names = append(names, id.Name+"."+d.Name.Name)
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						if s.Name.IsExported() {
+							names = append(names, s.Name.Name)
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							if n.IsExported() {
+								names = append(names, n.Name)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if len(names) < 20 { // the parse found the package at all
+		t.Fatalf("%d exported names: %v", len(names), names)
+	}
+	if len(names) > maxNames {
+		t.Errorf("%d exported names outside http.go, more than %d: %v", len(names), maxNames, names)
+	}
+}
