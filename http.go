@@ -3,7 +3,9 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"math/bits"
 	"net"
 	"net/http"
 	"net/netip"
@@ -38,7 +40,8 @@ import (
 // Fields left nil have the defaults written beside them. A Middleware must not be changed
 // once Wrap has been called; it is safe for concurrent use.
 type Middleware struct {
-	// Limiter decides each request, with n = 1. Required unless Decide or InFlight is set.
+	// Limiter decides each request, with n = 1. Required unless Decide, Policies or
+	// InFlight is set.
 	Limiter Limiter
 
 	// Key is the limiter key of a request: a client IP (see ClientIP), an API key, a
@@ -50,16 +53,32 @@ type Middleware struct {
 	Key func(r *http.Request) (string, error)
 
 	// Decide, when set, decides a request instead of Limiter: for a rule chosen per
-	// request (AlgorithmLimiter.AllowRule) or several limits at once (AllowAll). It
-	// returns the rule the decision was made under, for the RateLimit-Policy header (a
-	// zero Rule leaves that header out).
+	// request (AlgorithmLimiter.AllowRule, a tenant's plan). It returns the rule the
+	// decision was made under, for the RateLimit-Policy header (a zero Rule leaves that
+	// header out). For several limits decided together use Policies, whose headers name
+	// each limit: the Decision of several limits has no one rule.
 	Decide func(r *http.Request, key string) (Decision, Rule, error)
+
+	// Policies, when set, decides each request under several limits at once, all or none
+	// (as AllowAll: a request one limit denies consumes nothing from the others), each a
+	// named limiter of an algorithm package on one store, applied to the requests it
+	// matches, all with the request's key. RateLimit-Policy lists every policy that took
+	// part, and RateLimit names the one that bounds the client now: the denying one with
+	// the longest RetryAfter, or else the one with the least remaining. X-RateLimit-* are
+	// the combined Decision's (AllowAll). A request no policy matches is not limited.
+	// Wrap panics on a policy without a limiter of an algorithm package, with a name that
+	// is not a valid header string (see PolicyName) or the name of another, or on
+	// limiters of different stores.
+	Policies []Policy
 
 	// MaxKeyLength bounds the length of a key in bytes: 256 when 0.
 	MaxKeyLength int
 
 	// PolicyName names a request's policy in the RateLimit and RateLimit-Policy headers
-	// (a route's name, say): "default" when nil.
+	// (a route's name, say): "default" when nil. The headers carry it as a string of
+	// RFC 8941 structured fields: printable ASCII, with '"' and '\\' escaped; a name
+	// with any other character (a control character, a letter outside ASCII) leaves those
+	// two headers out of the response, as no strict client could read them.
 	PolicyName func(r *http.Request) string
 
 	// Denied answers a denied request, after the headers are set: by default 429 Too
@@ -90,9 +109,24 @@ type Middleware struct {
 	InFlightLimit func(r *http.Request) int64
 
 	// InFlightDenied answers a request that found every lease of its key held, after
-	// Retry-After is set to 1 second (a lease may come back at any moment): by default 429
-	// Too Many Requests with a one-line text body. Set it to answer 503 instead, say.
+	// Retry-After is set to 1 second (a lease may come back at any moment) and the rate
+	// limit's headers are taken off (their quota left would contradict the 429): by
+	// default 429 Too Many Requests with a one-line text body. Set it to answer 503
+	// instead, say.
 	InFlightDenied func(w http.ResponseWriter, r *http.Request, d Decision)
+}
+
+// Policy is one of a Middleware's Policies: a limit with a name for the headers.
+type Policy struct {
+	// Name names the policy in RateLimit and RateLimit-Policy (see
+	// Middleware.PolicyName for the characters it may hold). Required.
+	Name string
+	// Limiter is a limiter of an algorithm package (AlgorithmLimiter); every policy's
+	// limiter is on the same store. Required.
+	Limiter Limiter
+	// Match says whether the policy applies to r (an export route's limit, say); nil
+	// applies it to every request.
+	Match func(r *http.Request) bool
 }
 
 // leaseTimeout bounds Middleware's releases and extensions, which outlive the request's
@@ -112,8 +146,11 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		panic("ratelimit: Middleware.Wrap of a nil handler")
 	case m.Key == nil:
 		panic("ratelimit: Middleware without a Key function")
-	case m.Limiter == nil && m.Decide == nil && m.InFlight == nil:
-		panic("ratelimit: Middleware without a Limiter, a Decide function or an InFlight limiter")
+	case m.Limiter == nil && m.Decide == nil && m.Policies == nil && m.InFlight == nil:
+		panic("ratelimit: Middleware without a Limiter, a Decide function, Policies or an InFlight limiter")
+	}
+	if err := checkPolicies(m.Policies); err != nil {
+		panic(err.Error())
 	}
 	cfg := *m // later changes to m do not race with requests
 	if cfg.MaxKeyLength <= 0 {
@@ -135,22 +172,22 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		return
 	}
-	if m.Limiter == nil && m.Decide == nil {
+	if m.Limiter == nil && m.Decide == nil && m.Policies == nil {
 		m.serveInFlight(w, r, key, next)
 		return
 	}
-	d, rule, err := m.decide(r, key)
+	ps, d, err := m.decide(r, key)
 	if err != nil {
 		if m.passes(w, r, err) {
 			m.serveInFlight(w, r, key, next)
 		}
 		return
 	}
-	name := "default"
-	if m.PolicyName != nil {
-		name = m.PolicyName(r)
+	if len(ps) == 0 { // no policy applies
+		m.serveInFlight(w, r, key, next)
+		return
 	}
-	setHeaders(w.Header(), name, rule, d)
+	setHeaders(w.Header(), ps, d)
 	if !d.Allowed {
 		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
 		if m.Denied != nil {
@@ -188,7 +225,11 @@ func (m *Middleware) serveInFlight(w http.ResponseWriter, r *http.Request, key s
 		}
 		return
 	case lease == nil:
-		w.Header().Set("Retry-After", "1")
+		h := w.Header()
+		for _, name := range rateHeaders {
+			h.Del(name)
+		}
+		h.Set("Retry-After", "1")
 		if m.InFlightDenied != nil {
 			m.InFlightDenied(w, r, d)
 		} else {
@@ -212,16 +253,95 @@ func (m *Middleware) passes(w http.ResponseWriter, r *http.Request, err error) b
 	return r.Context().Err() == nil && (m.Error == nil || m.Error(w, r, err))
 }
 
-func (m *Middleware) decide(r *http.Request, key string) (Decision, Rule, error) {
+// policy is one limit that took part in a request's decision, for the headers.
+type policy struct {
+	name string
+	rule Rule
+	d    Decision
+}
+
+// decide decides r under the Middleware's limits: the policies that took part (none
+// when no policy applies) and their combined Decision.
+func (m *Middleware) decide(r *http.Request, key string) ([]policy, Decision, error) {
+	if m.Policies != nil {
+		return m.decidePolicies(r, key)
+	}
+	name := "default"
+	if m.PolicyName != nil {
+		name = m.PolicyName(r)
+	}
 	if m.Decide != nil {
-		return m.Decide(r, key)
+		d, rule, err := m.Decide(r, key)
+		return []policy{{name, rule, d}}, d, err
 	}
 	d, err := m.Limiter.Allow(r.Context(), key)
 	var rule Rule
 	if rl, ok := m.Limiter.(interface{ Rule() Rule }); ok {
 		rule = rl.Rule()
 	}
-	return d, rule, err
+	return []policy{{name, rule, d}}, d, err
+}
+
+// decidePolicies takes one event of key under every policy that matches r, all or none.
+func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, Decision, error) {
+	var ps []policy
+	var reqs []Request
+	var store Store
+	for _, p := range m.Policies {
+		if p.Match != nil && !p.Match(r) {
+			continue
+		}
+		l := p.Limiter.(algorithmBased).base() // checked by Wrap
+		store = l.store
+		ps = append(ps, policy{name: p.Name, rule: l.rule})
+		reqs = append(reqs, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: 1})
+	}
+	if len(reqs) == 0 {
+		return nil, Decision{}, nil
+	}
+	ds, err := ApplyAll(r.Context(), store, reqs)
+	if err != nil {
+		return nil, Decision{}, err
+	}
+	for i := range ps {
+		ps[i].d = ds[i]
+	}
+	return ps, combine(ds), nil
+}
+
+// checkPolicies is why policies cannot be decided together, or nil.
+func checkPolicies(policies []Policy) error {
+	type space struct {
+		alg *Algorithm
+		ns  string
+	}
+	names := make(map[string]bool, len(policies))
+	spaces := make(map[space]string, len(policies))
+	var store Store
+	for i, p := range policies {
+		b, ok := p.Limiter.(algorithmBased)
+		if !ok || b.base() == nil {
+			return fmt.Errorf("ratelimit: Middleware policy %d (%q): %T is not a limiter of an algorithm package", i, p.Name, p.Limiter)
+		}
+		l := b.base()
+		if _, ok := sfString(p.Name); !ok || p.Name == "" {
+			return fmt.Errorf("ratelimit: Middleware policy %d: the name %q is not a header string (printable ASCII)", i, p.Name)
+		}
+		if names[p.Name] {
+			return fmt.Errorf("ratelimit: Middleware policy %d: the name %q is another policy's", i, p.Name)
+		}
+		names[p.Name] = true
+		if other, dup := spaces[space{l.alg, l.namespace}]; dup {
+			return fmt.Errorf("ratelimit: Middleware policies %q and %q count the same keys (one algorithm and namespace): give one a namespace of its own", other, p.Name)
+		}
+		spaces[space{l.alg, l.namespace}] = p.Name
+		if i == 0 {
+			store = l.store
+		} else if !sameStore(store, l.store) {
+			return fmt.Errorf("ratelimit: Middleware policy %q has another store than policy %q", p.Name, policies[0].Name)
+		}
+	}
+	return nil
 }
 
 // checkKey refuses a key that is too long or holds control characters.
@@ -237,23 +357,106 @@ func checkKey(key string, maxLen int) error {
 	return nil
 }
 
-// setHeaders sets the de facto X-RateLimit-* headers and the IETF draft's RateLimit-Policy
-// and RateLimit (draft-ietf-httpapi-ratelimit-headers).
-func setHeaders(h http.Header, name string, rule Rule, d Decision) {
-	reset := ceilSeconds(d.ResetAfter)
-	if d.ResetAfter <= 0 {
-		reset = 0
-	}
+// rateHeaders are the headers setHeaders sets.
+var rateHeaders = [...]string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit"}
+
+// setHeaders sets the de facto X-RateLimit-* headers from d, the combined Decision, and
+// the IETF draft's RateLimit-Policy (each policy's quota and the seconds a full quota takes
+// to come back) and RateLimit (the binding policy's remaining and reset) from ps
+// (draft-ietf-httpapi-ratelimit-headers). A name that is not an RFC 8941 string leaves
+// the draft's two out.
+func setHeaders(h http.Header, ps []policy, d Decision) {
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
 	h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
-	quoted := strconv.Quote(name)
-	if rule.Limit > 0 && rule.Period > 0 && d.Limit > 0 {
-		// the window: how long a full quota takes to come back at the rule's rate
-		window := math.Ceil(float64(d.Limit) / float64(rule.Limit) * rule.Period.Seconds())
-		h.Set("RateLimit-Policy", quoted+";q="+strconv.FormatInt(d.Limit, 10)+";w="+strconv.FormatFloat(max(1, window), 'f', 0, 64))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(resetSeconds(d), 10))
+	var list []string
+	for _, p := range ps {
+		name, ok := sfString(p.name)
+		if !ok {
+			return
+		}
+		if w := windowSeconds(p.d.Limit, p.rule); w > 0 {
+			list = append(list, name+";q="+strconv.FormatInt(p.d.Limit, 10)+";w="+strconv.FormatInt(w, 10))
+		}
 	}
-	h.Set("RateLimit", quoted+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(reset, 10))
+	if len(list) > 0 {
+		h.Set("RateLimit-Policy", strings.Join(list, ", "))
+	}
+	b := binding(ps)
+	name, _ := sfString(b.name)
+	h.Set("RateLimit", name+";r="+strconv.FormatInt(b.d.Remaining, 10)+";t="+strconv.FormatInt(resetSeconds(b.d), 10))
+}
+
+// binding is the policy that bounds the client now: of those that denied, the one with
+// the longest RetryAfter; when none did, the one with the least remaining; the first of
+// equals.
+func binding(ps []policy) policy {
+	b := ps[0]
+	for _, p := range ps[1:] {
+		switch {
+		case !p.d.Allowed && (b.d.Allowed || p.d.RetryAfter > b.d.RetryAfter):
+			b = p
+		case p.d.Allowed && b.d.Allowed && p.d.Remaining < b.d.Remaining:
+			b = p
+		}
+	}
+	return b
+}
+
+// resetSeconds is d's ResetAfter in whole seconds, rounded up; 0 for a key that is full.
+func resetSeconds(d Decision) int64 {
+	if d.ResetAfter <= 0 {
+		return 0
+	}
+	return ceilSeconds(d.ResetAfter)
+}
+
+// windowSeconds is how long a quota of limit takes to come back at rule's rate, in whole
+// seconds rounded up and at least 1 (limit * Period / Limit, exactly: the product may
+// pass 64 bits); 0 for a rule without a rate.
+func windowSeconds(limit int64, rule Rule) int64 {
+	if limit <= 0 || rule.Limit <= 0 || rule.Period <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(limit), uint64(rule.Period))
+	hi, lo = ceilDiv128(hi, lo, uint64(rule.Limit))
+	hi, lo = ceilDiv128(hi, lo, uint64(time.Second))
+	if hi != 0 || lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return max(1, int64(lo))
+}
+
+// ceilDiv128 is the 128-bit hi:lo divided by d > 0, rounded up.
+func ceilDiv128(hi, lo, d uint64) (uint64, uint64) {
+	qhi, r := hi/d, hi%d
+	qlo, r := bits.Div64(r, lo, d)
+	if r != 0 {
+		var carry uint64
+		qlo, carry = bits.Add64(qlo, 1, 0)
+		qhi += carry
+	}
+	return qhi, qlo
+}
+
+// sfString is name as a String of RFC 8941 structured fields (quoted, '"' and '\'
+// escaped), and whether it can be one: printable ASCII only.
+func sfString(name string) (string, bool) {
+	var b strings.Builder
+	b.Grow(len(name) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c < 0x20 || c > 0x7e {
+			return "", false
+		}
+		if c == '"' || c == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+	}
+	b.WriteByte('"')
+	return b.String(), true
 }
 
 // ceilSeconds is d in whole seconds, rounded up, at least 1.

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -224,4 +225,141 @@ func TestClientIP(t *testing.T) {
 	if _, err := ratelimit.ClientIP(r, nil); err == nil {
 		t.Error("a RemoteAddr that is no address: no error")
 	}
+}
+
+// RateLimit-Policy's w is how long a full quota takes to come back, in whole seconds
+// rounded up, computed in integers: a float rounds 2000 s up to 2001 for some rules.
+func TestMiddlewarePolicyWindow(t *testing.T) {
+	for _, tc := range []struct {
+		rule ratelimit.Rule
+		want string
+	}{
+		{ratelimit.Rule{Limit: 3, Period: time.Minute, Burst: 100}, `"default";q=100;w=2000`},
+		{ratelimit.Rule{Limit: 10, Period: time.Minute, Burst: 83}, `"default";q=83;w=498`},
+		{ratelimit.Rule{Limit: 6, Period: time.Minute, Burst: 25}, `"default";q=25;w=250`},
+		{ratelimit.Rule{Limit: 1000, Period: time.Second}, `"default";q=1000;w=1`},
+		{ratelimit.Rule{Limit: 3, Period: 1500 * time.Millisecond}, `"default";q=3;w=2`},
+		{ratelimit.Rule{Limit: 7, Period: 3650 * 24 * time.Hour}, `"default";q=7;w=315360000`},
+	} {
+		l, err := tokenbucket.New(localstore.New(), tc.rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := serve((&ratelimit.Middleware{Limiter: l, Key: headerKey}).Wrap(ok), "k")
+		if got := w.Header().Get("RateLimit-Policy"); got != tc.want {
+			t.Errorf("%v: RateLimit-Policy %q; want %q", tc.rule, got, tc.want)
+		}
+	}
+}
+
+// Policy names go out as RFC 8941 Strings: '"' and '\' escaped; a name no strict client
+// could read (a control character, a letter outside ASCII) leaves the two IETF headers
+// out, and the de facto ones stay.
+func TestMiddlewarePolicyNames(t *testing.T) {
+	l, err := tokenbucket.New(localstore.New(), ratelimit.PerSecond(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for name, want := range map[string]string{
+		`orders`:     `"orders";r=4;t=1`,
+		`say "hi"\a`: `"say \"hi\"\\a";r=4;t=1`,
+		"café":       "",
+		"tab\there":  "",
+		"":           `"";r=4;t=1`,
+	} {
+		h := (&ratelimit.Middleware{Limiter: l, Key: headerKey, PolicyName: func(*http.Request) string { return name }}).Wrap(ok)
+		i++
+		w := serve(h, fmt.Sprint("key-", i))
+		if got := w.Header().Get("RateLimit"); got != want {
+			t.Errorf("name %q: RateLimit %q; want %q", name, got, want)
+		}
+		if (w.Header().Get("RateLimit-Policy") == "") != (want == "") || w.Header().Get("X-RateLimit-Remaining") != "4" {
+			t.Errorf("name %q: headers %v", name, w.Header())
+		}
+	}
+}
+
+// Under several policies, RateLimit-Policy lists each one that took part and RateLimit
+// names the one that bounds the client; a request one policy denies consumes nothing
+// from the others.
+func TestMiddlewarePolicies(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	store := localstore.New(localstore.WithClock(clk))
+	perKey, err := tokenbucket.New(store, ratelimit.PerSecond(20), ratelimit.WithNamespace("per-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	export, err := fixedwindow.New(store, ratelimit.PerMinute(3), ratelimit.WithNamespace("export"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	isExport := func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/export") }
+	h := (&ratelimit.Middleware{Key: headerKey, Policies: []ratelimit.Policy{
+		{Name: "per-key", Limiter: perKey},
+		{Name: "export", Limiter: export, Match: isExport},
+	}}).Wrap(ok)
+	get := func(path string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", path, nil)
+		r.Header.Set("X-Api-Key", "shop-a")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	w := get("/orders")
+	if w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"per-key";q=20;w=1` || w.Header().Get("RateLimit") != `"per-key";r=19;t=1` {
+		t.Fatalf("an order: %d %v", w.Code, w.Header())
+	}
+	for i := range 3 {
+		w := get("/export")
+		wantRL := []string{`"export";r=2;t=60`, `"export";r=1;t=60`, `"export";r=0;t=60`}[i]
+		if w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"per-key";q=20;w=1, "export";q=3;w=60` ||
+			w.Header().Get("RateLimit") != wantRL || w.Header().Get("X-RateLimit-Limit") != "3" {
+			t.Fatalf("export %d: %d %v; want RateLimit %s", i, w.Code, w.Header(), wantRL)
+		}
+	}
+	w = get("/export")
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("RateLimit") != `"export";r=0;t=60` || w.Header().Get("Retry-After") != "60" {
+		t.Fatalf("the fourth export: %d %v", w.Code, w.Header())
+	}
+	// the denied export took nothing from the per-key bucket: 20 - 1 order - 3 exports
+	if w := get("/orders"); w.Code != 200 || w.Header().Get("RateLimit") != `"per-key";r=15;t=1` {
+		t.Fatalf("an order after the denied export: %d %v", w.Code, w.Header())
+	}
+}
+
+func TestMiddlewarePoliciesRefused(t *testing.T) {
+	store := localstore.New()
+	a, _ := tokenbucket.New(store, ratelimit.PerSecond(2), ratelimit.WithNamespace("a"))
+	a2, _ := tokenbucket.New(store, ratelimit.PerSecond(9), ratelimit.WithNamespace("a"))
+	elsewhere, _ := tokenbucket.New(localstore.New(), ratelimit.PerSecond(2), ratelimit.WithNamespace("b"))
+	for name, ps := range map[string][]ratelimit.Policy{
+		"no limiter":       {{Name: "a"}},
+		"not an algorithm": {{Name: "a", Limiter: limiterFunc(nil)}},
+		"a bad name":       {{Name: "café", Limiter: a}},
+		"no name":          {{Limiter: a}},
+		"the same name":    {{Name: "a", Limiter: a}, {Name: "a", Limiter: elsewhere}},
+		"the same keys":    {{Name: "a", Limiter: a}, {Name: "b", Limiter: a2}},
+		"two stores":       {{Name: "a", Limiter: a}, {Name: "b", Limiter: elsewhere}},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: Wrap did not panic", name)
+				}
+			}()
+			(&ratelimit.Middleware{Key: headerKey, Policies: ps}).Wrap(ok)
+		}()
+	}
+}
+
+// limiterFunc is a Limiter that is not built on AlgorithmLimiter.
+type limiterFunc func(ctx context.Context, key string, n int64) (ratelimit.Decision, error)
+
+func (f limiterFunc) Allow(ctx context.Context, key string) (ratelimit.Decision, error) {
+	return f(ctx, key, 1)
+}
+
+func (f limiterFunc) AllowN(ctx context.Context, key string, n int64) (ratelimit.Decision, error) {
+	return f(ctx, key, n)
 }

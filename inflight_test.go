@@ -180,6 +180,12 @@ func TestMiddlewareInFlightWithRate(t *testing.T) {
 		<-g.started
 		if w := get(h, "/", "a"); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" {
 			t.Errorf("a second request in progress, with a limit of 1: %d; want 503 with Retry-After 1", w.Code)
+		} else {
+			for _, name := range []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Ratelimit", "Ratelimit-Policy"} {
+				if v := w.Header().Get(name); v != "" {
+					t.Errorf("an in-flight denial carries the rate's %s: %q (quota left beside a refusal)", name, v)
+				}
+			}
 		}
 		if w := get(h, "/?unlimited=1", "a"); w.Code != 200 {
 			t.Errorf("a request without an in-flight limit: %d; want 200", w.Code)
