@@ -47,7 +47,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		return nil, err
 	}
 	if ok, probe := s.breaker.allow(); ok {
-		ds, err := askPrimary(ctx, s, probe, func(pctx context.Context) ([]ratelimit.Decision, error) {
+		ds, err := askPrimary(ctx, s, probe, len(reqs), func(pctx context.Context) ([]ratelimit.Decision, error) {
 			return applyAll(pctx, s.primary, reqs)
 		})
 		if err == nil && s.policy == LocalShare {
@@ -67,7 +67,9 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	}
 	ds, err := s.decideAllLocally(ctx, reqs, capacities)
 	if err == nil && s.hooks.OnDecision != nil {
-		s.hooks.OnDecision(Secondary, 0)
+		for range reqs {
+			s.hooks.OnDecision(Secondary, 0)
+		}
 	}
 	return ds, err
 }

@@ -68,8 +68,10 @@ func (s Source) String() string {
 // Hooks are callbacks for metrics and logs; a nil one is not called. They run on the
 // decision's goroutine and must be fast and safe for concurrent use.
 type Hooks struct {
-	// OnDecision is called for each decision made (not for errors), with its source, and
-	// the time the primary took when the source is Primary.
+	// OnDecision is called once for each decision made, a take (AllowN, an in-flight
+	// acquire, each request of an ApplyAll), with its source, and the time the primary
+	// took when the source is Primary; not for errors, nor for the calls that decide
+	// nothing (peeks, refunds, resets, a lease's release or extension).
 	OnDecision func(source Source, latency time.Duration)
 	// OnPrimaryError is called for each failed call of the primary, with its error, and
 	// whether it counted as a failure for the breaker.
@@ -293,7 +295,11 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		return ratelimit.Decision{}, err // the caller's mistake, not the primary's
 	}
 	if ok, probe := s.breaker.allow(); ok {
-		d, err := askPrimary(ctx, s, probe, func(pctx context.Context) (ratelimit.Decision, error) {
+		decisions := 0
+		if req.Op == "" {
+			decisions = 1
+		}
+		d, err := askPrimary(ctx, s, probe, decisions, func(pctx context.Context) (ratelimit.Decision, error) {
 			return s.primary.Apply(pctx, req)
 		})
 		if err == nil && s.policy == LocalShare {
@@ -366,7 +372,8 @@ type outcome[T any] struct {
 
 // askPrimary calls the primary with call until the timeout, then records the outcome
 // with the breaker and the hooks. A nil error means the value is the primary's.
-func askPrimary[T any](ctx context.Context, s *Store, probe bool, call func(context.Context) (T, error)) (T, error) {
+// It reports decisions decisions (the takes of the call) to OnDecision.
+func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int, call func(context.Context) (T, error)) (T, error) {
 	var start time.Time
 	if s.hooks.OnDecision != nil {
 		start = s.clock.Now()
@@ -395,7 +402,10 @@ func askPrimary[T any](ctx context.Context, s *Store, probe bool, call func(cont
 	case o.err == nil:
 		s.breaker.success(probe)
 		if s.hooks.OnDecision != nil {
-			s.hooks.OnDecision(Primary, s.clock.Now().Sub(start))
+			latency := s.clock.Now().Sub(start)
+			for range decisions {
+				s.hooks.OnDecision(Primary, latency)
+			}
 		}
 		return o.v, nil
 	case ctx.Err() != nil: // the caller gave up: that says nothing about the primary
@@ -437,7 +447,7 @@ func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capaci
 			d, err = s.secondary.Apply(ctx, req)
 		}
 	}
-	if err == nil && s.hooks.OnDecision != nil {
+	if err == nil && req.Op == "" && s.hooks.OnDecision != nil {
 		s.hooks.OnDecision(Secondary, 0)
 	}
 	return d, err

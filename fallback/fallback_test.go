@@ -325,15 +325,44 @@ func TestHooks(t *testing.T) {
 			}
 		},
 	}))
-	for range 3 {
-		s.Apply(context.Background(), req("k", ratelimit.PerHour(10)))
+	ctx := context.Background()
+	inflight, err := ratelimit.NewInFlight(s, 5, time.Minute)
+	if err != nil {
+		t.Fatal(err)
 	}
+	// a decision each: three takes, an in-flight acquire (its release and extension
+	// decide nothing, nor does a peek), and ApplyAll's two requests
+	for range 3 {
+		s.Apply(ctx, req("k", ratelimit.PerHour(10)))
+	}
+	peek := req("k", ratelimit.PerHour(10))
+	peek.Op = "peek"
+	s.Apply(ctx, peek)
+	lease, _, err := inflight.Acquire(ctx, "k")
+	if err != nil || lease == nil {
+		t.Fatalf("Acquire: %v, %v", lease, err)
+	}
+	lease.Extend(ctx)
+	lease.Release(ctx)
+	ratelimit.ApplyAll(ctx, s, []ratelimit.Request{req("a", ratelimit.PerHour(10)), req("b", ratelimit.PerHour(10))})
 	p.fail(errDown)
 	for range 2 {
-		s.Apply(context.Background(), req("k", ratelimit.PerHour(10)))
+		s.Apply(ctx, req("k", ratelimit.PerHour(10)))
 	}
-	if sources[fallback.Primary] != 3 || sources[fallback.Secondary] != 2 {
-		t.Errorf("decisions by source: %v; want 3 primary, 2 secondary", sources)
+	s.Apply(ctx, peek)
+	ratelimit.ApplyAll(ctx, s, []ratelimit.Request{req("a", ratelimit.PerHour(10)), req("b", ratelimit.PerHour(10))})
+	mu.Lock()
+	defer mu.Unlock()
+	if sources[fallback.Primary] != 6 || sources[fallback.Secondary] != 4 {
+		t.Errorf("decisions by source: %v; want 6 primary (3 takes, 1 acquire, 2 of a batch), 4 secondary", sources)
+	}
+	batched := 0 // a primary that decides a batch at once: a decision per request still
+	b := fallback.New(localstore.New(), localstore.New(), fallback.WithHooks(fallback.Hooks{
+		OnDecision: func(fallback.Source, time.Duration) { batched++ },
+	}))
+	if _, err := b.ApplyAll(ctx, []ratelimit.Request{req("a", ratelimit.PerHour(10)), req("b", ratelimit.PerHour(10)),
+		req("c", ratelimit.PerHour(10))}); err != nil || batched != 3 {
+		t.Errorf("a batch of 3: %v, %d decisions reported", err, batched)
 	}
 }
 
