@@ -51,8 +51,12 @@ type optionFunc func(*AlgorithmLimiter)
 
 func (f optionFunc) apply(l *AlgorithmLimiter) { f(l) }
 
-// WithNamespace puts the limiter's keys in namespace instead of the rule's (see
-// AlgorithmLimiter). Any string is a namespace, the empty one included.
+// WithNamespace puts the limiter's keys in namespace instead of the rule's. Name every
+// limiter's namespace: without one, a limiter whose rule changes starts every key from
+// full, and during a rolling deploy the instances of the old rule and of the new one count
+// apart, admitting up to twice the limit between them. A name also keeps two limiters of
+// one rule apart (logins and password resets, both 5 an hour). Any string is a namespace,
+// the empty one included (see AlgorithmLimiter).
 func WithNamespace(namespace string) Option {
 	return optionFunc(func(l *AlgorithmLimiter) { l.namespace = namespace })
 }

@@ -41,7 +41,7 @@ func Example() {
 
 // The README's quickstart.
 func Example_quickstart() {
-	limiter, err := tokenbucket.New(localstore.New(), ratelimit.PerSecond(10))
+	limiter, err := tokenbucket.New(localstore.New(), ratelimit.PerSecond(10), ratelimit.WithNamespace("api"))
 	if err != nil {
 		panic(err) // an invalid rule: errors.Is(err, ratelimit.ErrInvalidRule)
 	}
@@ -93,8 +93,8 @@ func ExampleAlgorithmLimiter_AllowRule() {
 // denies takes nothing from the plan.
 func ExampleAllowAll() {
 	store := localstore.New()
-	plan, _ := tokenbucket.New(store, ratelimit.PerDay(10_000))
-	rate, _ := tokenbucket.New(store, ratelimit.PerSecond(2))
+	plan, _ := tokenbucket.New(store, ratelimit.PerDay(10_000), ratelimit.WithNamespace("plan"))
+	rate, _ := tokenbucket.New(store, ratelimit.PerSecond(2), ratelimit.WithNamespace("rate"))
 	ctx := context.Background()
 	for range 3 {
 		d, _ := ratelimit.AllowAll(ctx, 1, ratelimit.Part{Limiter: plan, Key: "shop-a"}, ratelimit.Part{Limiter: rate, Key: "shop-a"})
@@ -111,7 +111,7 @@ func ExampleAllowAll() {
 
 // The middleware limits each client IP to 2 requests a second; the third gets 429.
 func ExampleMiddleware() {
-	limiter, _ := tokenbucket.New(localstore.New(), ratelimit.PerSecond(2))
+	limiter, _ := tokenbucket.New(localstore.New(), ratelimit.PerSecond(2), ratelimit.WithNamespace("per-ip"))
 	mw := &ratelimit.Middleware{
 		Limiter: limiter,
 		Key: func(r *http.Request) (string, error) {
@@ -129,6 +129,35 @@ func ExampleMiddleware() {
 	// 200 remaining=1 retry-after=""
 	// 200 remaining=0 retry-after=""
 	// 429 remaining=0 retry-after="1"
+}
+
+// Two limits on one request, decided together: a key's 20 a second, and 3 exports a
+// minute on the export route. The headers list both and name the one that binds.
+func ExampleMiddleware_policies() {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) // a window's start
+	store := localstore.New(localstore.WithClock(clk))
+	perKey, _ := tokenbucket.New(store, ratelimit.PerSecond(20), ratelimit.WithNamespace("per-key"))
+	export, _ := fixedwindow.New(store, ratelimit.PerMinute(3), ratelimit.WithNamespace("export"))
+	mw := &ratelimit.Middleware{
+		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Api-Key"), nil },
+		Policies: []ratelimit.Policy{
+			{Name: "per-key", Limiter: perKey},
+			{Name: "export", Limiter: export, Match: func(r *http.Request) bool { return r.URL.Path == "/export" }},
+		},
+	}
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "done") }))
+	for range 4 {
+		r := httptest.NewRequest("GET", "/export", nil)
+		r.Header.Set("X-Api-Key", "shop-a")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"), "|", w.Header().Get("RateLimit"))
+	}
+	// Output:
+	// 200 "per-key";q=20;w=1, "export";q=3;w=60 | "export";r=2;t=60
+	// 200 "per-key";q=20;w=1, "export";q=3;w=60 | "export";r=1;t=60
+	// 200 "per-key";q=20;w=1, "export";q=3;w=60 | "export";r=0;t=60
+	// 429 "per-key";q=20;w=1, "export";q=3;w=60 | "export";r=0;t=60
 }
 
 // Behind a load balancer at 10.0.0.0/8, the client is the address it saw, not what the
