@@ -1,7 +1,8 @@
 // Compare runs the same traffic through the five algorithms, in memory on a simulated
 // clock (instant and deterministic), prints what each admits, and draws it:
 //
-//	go run ./examples/compare -o compare.svg
+//	go run ./examples/compare                # the chart in the temporary directory
+//	go run ./examples/compare -o compare.svg # or where -o says
 //
 // For each scenario and algorithm it reports the requests admitted and denied, the most
 // admitted in any interval of one period (the fixed window's 2x shows here), how evenly
@@ -14,11 +15,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 )
 
 func main() {
-	out := flag.String("o", "compare.svg", "where to write the chart (SVG); empty for none")
+	out := flag.String("o", filepath.Join(os.TempDir(), "ratelimit-compare.svg"),
+		"where to write the chart (SVG); empty for none")
 	flag.Parse()
 	if err := run(os.Stdout, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
