@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -56,6 +57,20 @@ func ExampleRule_String() {
 	// Output:
 	// 60 per 1m0s
 	// 100 per 1s, burst 200
+}
+
+// Rules as text, from a flag (or JSON, YAML, the environment): the form String writes.
+func ExampleRule_UnmarshalText() {
+	fs := flag.NewFlagSet("api", flag.ContinueOnError)
+	var rule ratelimit.Rule
+	fs.TextVar(&rule, "rule", ratelimit.PerSecond(10), "each tenant's rate")
+	fs.Parse([]string{"-rule", "100 per 1m, burst 20"})
+	fmt.Println(rule.Limit, rule.Period, rule.Burst)
+	err := rule.UnmarshalText([]byte("100 per fortnight"))
+	fmt.Println(err)
+	// Output:
+	// 100 1m0s 20
+	// ratelimit: invalid rule: "100 per fortnight": the period "fortnight" is not a duration (1s, 1m0s, 1h30m) or second, minute, hour or day
 }
 
 // Two limiters on one store and one key count apart: each has its own namespace, the

@@ -116,15 +116,6 @@ func (l *InFlightLimiter) Wait(ctx context.Context, key string) (*Lease, error) 
 // maxWaitPause is the longest pause of Wait between two tries.
 const maxWaitPause = 100 * time.Millisecond
 
-// Peek is the Decision Acquire would give now, acquiring nothing.
-func (l *InFlightLimiter) Peek(ctx context.Context, key string) (Decision, error) {
-	return l.base.PeekN(ctx, key, 1)
-}
-
-// Reset forgets every lease of key: their holders' releases and extensions then change
-// nothing.
-func (l *InFlightLimiter) Reset(ctx context.Context, key string) error { return l.base.Reset(ctx, key) }
-
 // Lease is one lease of an InFlightLimiter's key, held from Acquire until Release or its
 // expiry. A nil *Lease, which a denied Acquire returns, holds nothing (nor does a zero
 // Lease): its Release and Extend do nothing. It is safe for concurrent use.

@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
@@ -50,10 +52,76 @@ func (r Rule) validate() error {
 	return nil
 }
 
-// String formats the rule as "100 per 1s", or "100 per 1s, burst 200" when Burst is set.
+// String formats the rule as "100 per 1s", or "100 per 1s, burst 200" when Burst is set:
+// the form MarshalText writes and UnmarshalText reads.
 func (r Rule) String() string {
 	if r.Burst != 0 {
 		return fmt.Sprintf("%d per %v, burst %d", r.Limit, r.Period, r.Burst)
 	}
 	return fmt.Sprintf("%d per %v", r.Limit, r.Period)
+}
+
+// MarshalText is the rule as String writes it (encoding.TextMarshaler), so that rules go
+// into JSON, YAML and flags (flag.TextVar) as text; the zero Rule is the empty text.
+func (r Rule) MarshalText() ([]byte, error) {
+	if r == (Rule{}) {
+		return []byte{}, nil
+	}
+	return []byte(r.String()), nil
+}
+
+// UnmarshalText sets the rule from text of the form String writes: "<limit> per
+// <period>", then ", burst <n>" when there is a burst. The period is a Go duration
+// ("1s", "1m0s", "1h30m", "1500ms") or one of second, minute, hour and day; spaces
+// around the words do not matter. The empty text is the zero Rule. Any other text, or a
+// rule no algorithm can enforce (see Rule), is an error wrapping ErrInvalidRule that
+// says what is wrong, and leaves the rule as it was.
+func (r *Rule) UnmarshalText(text []byte) error {
+	s := strings.TrimSpace(string(text))
+	if s == "" {
+		*r = Rule{}
+		return nil
+	}
+	bad := func(why string, args ...any) error {
+		return fmt.Errorf("%w: %q: %s", ErrInvalidRule, s, fmt.Sprintf(why, args...))
+	}
+	rate, burstText, hasBurst := strings.Cut(s, ",")
+	limitText, periodText, ok := strings.Cut(strings.TrimSpace(rate), " per ")
+	if !ok {
+		return bad(`want "<limit> per <period>", as "100 per 1s"`)
+	}
+	var rule Rule
+	var err error
+	if rule.Limit, err = strconv.ParseInt(strings.TrimSpace(limitText), 10, 64); err != nil {
+		return bad("the limit %q is not a whole number", strings.TrimSpace(limitText))
+	}
+	periodText = strings.TrimSpace(periodText)
+	switch periodText {
+	case "second":
+		rule.Period = time.Second
+	case "minute":
+		rule.Period = time.Minute
+	case "hour":
+		rule.Period = time.Hour
+	case "day":
+		rule.Period = 24 * time.Hour
+	default:
+		if rule.Period, err = time.ParseDuration(periodText); err != nil {
+			return bad("the period %q is not a duration (1s, 1m0s, 1h30m) or second, minute, hour or day", periodText)
+		}
+	}
+	if hasBurst {
+		word, n, ok := strings.Cut(strings.TrimSpace(burstText), " ")
+		if !ok || word != "burst" {
+			return bad(`want ", burst <n>" after the rate, as "100 per 1s, burst 200"`)
+		}
+		if rule.Burst, err = strconv.ParseInt(strings.TrimSpace(n), 10, 64); err != nil {
+			return bad("the burst %q is not a whole number", strings.TrimSpace(n))
+		}
+	}
+	if err := mathx.CheckRule(rule.Limit, rule.Period, rule.Burst); err != nil {
+		return bad("%v", err)
+	}
+	*r = rule
+	return nil
 }

@@ -146,7 +146,8 @@ func TestInFlightRedisRestart(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
 	ctx := context.Background()
-	l, err := ratelimit.NewInFlight(redisstore.New(client, freshPrefix()), 10, time.Minute)
+	store := redisstore.New(client, freshPrefix())
+	l, err := ratelimit.NewInFlight(store, 10, time.Minute, ratelimit.WithNamespace("x"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,8 @@ func TestInFlightRedisRestart(t *testing.T) {
 	srv.Kill()
 	srv.Restart()
 	redistest.Eventually(t, "the store deciding again", func() bool {
-		_, err := l.Peek(ctx, "k")
+		_, err := store.Apply(ctx, ratelimit.Request{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: "x",
+			Key: "k", Rule: l.Rule(), N: 1, Op: "peek"})
 		return err == nil
 	})
 	after := acquire(15)

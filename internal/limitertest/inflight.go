@@ -21,20 +21,35 @@ func testInFlight(t *testing.T, newStore NewStore) {
 }
 
 func newInFlight(t *testing.T, newStore NewStore, limit int64, lease time.Duration, opts ...ratelimit.Option) (*ratelimit.InFlightLimiter, *clock.Fake) {
-	t.Helper()
-	clk := clock.NewFake(Start)
-	l, err := ratelimit.NewInFlight(newStore(t, clk), limit, lease, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, clk, _ := newInFlightOn(t, newStore, limit, lease, opts...)
 	return l, clk
 }
 
-// inFlight is a test's view of an InFlightLimiter: every call must succeed.
+func newInFlightOn(t *testing.T, newStore NewStore, limit int64, lease time.Duration, opts ...ratelimit.Option) (*ratelimit.InFlightLimiter, *clock.Fake, ratelimit.Store) {
+	t.Helper()
+	clk := clock.NewFake(Start)
+	store := newStore(t, clk)
+	l, err := ratelimit.NewInFlight(store, limit, lease, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, clk, store
+}
+
+// inFlight is a test's view of an InFlightLimiter: every call must succeed. It peeks and
+// resets through its store, in namespace ns.
 type inFlight struct {
-	t   *testing.T
-	l   *ratelimit.InFlightLimiter
-	clk *clock.Fake
+	t     *testing.T
+	l     *ratelimit.InFlightLimiter
+	clk   *clock.Fake
+	store ratelimit.Store
+	ns    string
+}
+
+// apply is a request of op for key's leases, straight to the store.
+func (f inFlight) apply(key, op string) (ratelimit.Decision, error) {
+	return f.store.Apply(context.Background(), ratelimit.Request{Algorithm: ratelimit.InFlightAlgorithm(),
+		Namespace: f.ns, Key: key, Rule: f.l.Rule(), N: 1, Op: op})
 }
 
 func (f inFlight) at(d time.Duration) { f.clk.Set(Start.Add(d)) }
@@ -56,7 +71,7 @@ func (f inFlight) acquire(key string, want ratelimit.Decision) *ratelimit.Lease 
 
 func (f inFlight) peek(key string, want ratelimit.Decision) {
 	f.t.Helper()
-	d, err := f.l.Peek(context.Background(), key)
+	d, err := f.apply(key, "peek")
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -86,8 +101,8 @@ func (f inFlight) extend(x *ratelimit.Lease, want bool) {
 // testInFlightDecisions: every Decision of a limit of 3 leases of 10s, exactly, through
 // acquires, releases (twice, and after expiry), expiry, extensions and a reset.
 func testInFlightDecisions(t *testing.T, newStore NewStore) {
-	l, clk := newInFlight(t, newStore, 3, 10*time.Second)
-	f := inFlight{t, l, clk}
+	l, clk, store := newInFlightOn(t, newStore, 3, 10*time.Second, ratelimit.WithNamespace("leases"))
+	f := inFlight{t, l, clk, store, "leases"}
 	const s = time.Second
 	ok := func(remaining int64, reset time.Duration) ratelimit.Decision {
 		return allowed(3, remaining, reset)
@@ -123,7 +138,7 @@ func testInFlightDecisions(t *testing.T, newStore NewStore) {
 	f.at(13 * s)
 	f.acquire("k", ok(0, 10*s)) // e's place
 
-	if err := l.Reset(context.Background(), "k"); err != nil {
+	if _, err := f.apply("k", "reset"); err != nil {
 		t.Fatal(err)
 	}
 	f.extend(c, false) // reset: every lease gone
@@ -181,7 +196,7 @@ func testInFlightConcurrent(t *testing.T, newStore NewStore) {
 // testInFlightLimitPerCall: AcquireLimit counts the same leases under another limit.
 func testInFlightLimitPerCall(t *testing.T, newStore NewStore) {
 	l, clk := newInFlight(t, newStore, 3, 10*time.Second)
-	f := inFlight{t, l, clk}
+	f := inFlight{t: t, l: l, clk: clk}
 	f.acquire("k", allowed(3, 2, 10*time.Second))
 	f.acquire("k", allowed(3, 1, 10*time.Second))
 	lease, d, err := l.AcquireLimit(context.Background(), "k", 2)
