@@ -175,6 +175,38 @@ func ExampleMiddleware_policies() {
 	// 429 "per-key";q=20;w=1, "export";q=3;w=60 | "export";r=0;t=60
 }
 
+// A new limit tried on live traffic: Shadow counts and reports, denies no one; the
+// health check is exempt; OnDecision sees each decision (here printed; a metric in
+// production).
+func ExampleMiddleware_shadow() {
+	limiter, _ := tokenbucket.New(localstore.New(), ratelimit.PerHour(2), ratelimit.WithNamespace("trial"))
+	mw := &ratelimit.Middleware{
+		Limiter: limiter,
+		Key:     func(r *http.Request) (string, error) { return r.Header.Get("X-Api-Key"), nil },
+		Shadow:  true,
+		Exempt:  func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+		OnDecision: func(ctx context.Context, e ratelimit.Event) {
+			fmt.Printf("key %s: allowed %v, shadowed %v\n", e.Key, e.Decision.Allowed, e.Shadowed)
+		},
+	}
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for _, path := range []string{"/orders", "/orders", "/orders", "/healthz"} {
+		r := httptest.NewRequest("GET", path, nil)
+		r.Header.Set("X-Api-Key", "shop-a")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(path, w.Code)
+	}
+	// Output:
+	// key shop-a: allowed true, shadowed true
+	// /orders 200
+	// key shop-a: allowed true, shadowed true
+	// /orders 200
+	// key shop-a: allowed false, shadowed true
+	// /orders 200
+	// /healthz 200
+}
+
 // Behind a load balancer at 10.0.0.0/8, the client is the address it saw, not what the
 // client wrote into X-Forwarded-For itself.
 func ExampleInFlightLimiter() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/bits"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-go/ratelimit/internal/trace"
 )
 
 // Middleware limits the requests that reach an http.Handler: it finds each request's
@@ -36,6 +39,9 @@ import (
 // admitted by a shaping algorithm (the leaky bucket) is held for its Decision.Delay
 // before it is passed on. With InFlight, it also bounds the requests of a key in progress
 // at once, each holding a lease until its handler returns.
+//
+// Exempt requests skip it whole; Shadow decides and counts without denying anyone;
+// OnDecision sees every decision, and Logger what a fail-open swallows.
 //
 // Fields left nil have the defaults written beside them. A Middleware must not be changed
 // once Wrap has been called; it is safe for concurrent use.
@@ -108,6 +114,28 @@ type Middleware struct {
 	// instead of InFlight's own; 0 or less means none for this request.
 	InFlightLimit func(r *http.Request) int64
 
+	// Exempt, when set, says which requests skip the limits entirely (health checks, an
+	// allow-list of internal callers): no key is read, no limiter asked, no header set,
+	// no hook called.
+	Exempt func(r *http.Request) bool
+
+	// Shadow decides and counts every request as without it, but denies none: a request
+	// the limits would deny goes on, without the rate-limit headers (their absence says
+	// that nothing was enforced), and OnDecision sees it. For trying limits on live
+	// traffic (envoyproxy/ratelimit's shadow_mode). A Policy's Shadow shadows that policy
+	// alone.
+	Shadow bool
+
+	// OnDecision, when set, sees every decision the Middleware makes, after it is made and
+	// before the request goes on or is answered: for metrics and logs. It runs on the
+	// request's goroutine and must be fast.
+	OnDecision func(ctx context.Context, e Event)
+
+	// Logger, when set, receives at Warn level what the Middleware would otherwise
+	// swallow: a limiter's error after which the request went on (fail open), a lease
+	// that could not be released or extended.
+	Logger *slog.Logger
+
 	// InFlightDenied answers a request that found every lease of its key held, after
 	// Retry-After is set to 1 second (a lease may come back at any moment) and the rate
 	// limit's headers are taken off (their quota left would contradict the 429): by
@@ -127,6 +155,34 @@ type Policy struct {
 	// Match says whether the policy applies to r (an export route's limit, say); nil
 	// applies it to every request.
 	Match func(r *http.Request) bool
+	// Shadow decides and counts the policy without enforcing it (see
+	// Middleware.Shadow): it is decided alone, after the policies it does not shadow
+	// have admitted the request, and is left out of the headers.
+	Shadow bool
+}
+
+// Event is one decision of a Middleware, as OnDecision sees it.
+type Event struct {
+	// Key is the request's limiter key.
+	Key string
+	// Policy names the limit: the binding policy of a rate decision (see Policies), the
+	// shadowed policy of a shadow decision, PolicyName's of the Limiter's or Decide's.
+	Policy string
+	// Decision is the decision (the combined one under several policies); zero when Err
+	// is set. When Shadowed and not Allowed, the request went on anyway.
+	Decision Decision
+	// InFlight says that the decision is the in-flight limit's: a lease acquired, or
+	// refused.
+	InFlight bool
+	// Shadowed says that the decision was not enforced (Shadow, Policy.Shadow).
+	Shadowed bool
+	// Source is the store that decided when the limiter's store is a fallback.Store:
+	// "primary" (Redis) or "secondary" (this instance's share); "" for any other store.
+	Source string
+	// Latency is how long the decision took.
+	Latency time.Duration
+	// Err is the limiter's error; the request then went on or not as Error says.
+	Err error
 }
 
 // leaseTimeout bounds Middleware's releases and extensions, which outlive the request's
@@ -160,6 +216,10 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if m.Exempt != nil && m.Exempt(r) {
+		next.ServeHTTP(w, r)
+		return
+	}
 	key, err := m.Key(r)
 	if err == nil {
 		err = checkKey(key, m.MaxKeyLength)
@@ -176,7 +236,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.serveInFlight(w, r, key, next)
 		return
 	}
-	ps, d, err := m.decide(r, key)
+	ps, d, err := m.decideReported(r, key)
 	if err != nil {
 		if m.passes(w, r, err) {
 			m.serveInFlight(w, r, key, next)
@@ -184,6 +244,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if len(ps) == 0 { // no policy applies
+		m.serveInFlight(w, r, key, next)
+		return
+	}
+	if m.Shadow { // decided and counted, never enforced: no headers, and on it goes
 		m.serveInFlight(w, r, key, next)
 		return
 	}
@@ -217,12 +281,19 @@ func (m *Middleware) serveInFlight(w http.ResponseWriter, r *http.Request, key s
 			return
 		}
 	}
-	lease, d, err := m.InFlight.AcquireLimit(r.Context(), key, limit)
+	ctx, rec := m.traced(r.Context())
+	start := time.Now()
+	lease, d, err := m.InFlight.AcquireLimit(ctx, key, limit)
+	m.report(ctx, Event{Key: key, Policy: "in-flight", Decision: d, InFlight: true, Shadowed: m.Shadow,
+		Source: rec.Source(), Latency: time.Since(start), Err: err})
 	switch {
 	case err != nil:
 		if m.passes(w, r, err) {
 			next.ServeHTTP(w, r)
 		}
+		return
+	case lease == nil && m.Shadow:
+		next.ServeHTTP(w, r)
 		return
 	case lease == nil:
 		h := w.Header()
@@ -237,11 +308,13 @@ func (m *Middleware) serveInFlight(w http.ResponseWriter, r *http.Request, key s
 		}
 		return
 	}
-	stop := lease.keepAlive(r.Context(), leaseTimeout)
+	stop := lease.keepAlive(r.Context(), leaseTimeout, func(err error) { m.warn(r.Context(), "extending a lease", key, err) })
 	defer func() {
 		stop()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), leaseTimeout)
-		lease.Release(ctx) // an error: the lease expires by itself
+		if err := lease.Release(ctx); err != nil { // the lease expires by itself
+			m.warn(r.Context(), "releasing a lease", key, err)
+		}
 		cancel()
 	}()
 	next.ServeHTTP(w, r)
@@ -250,7 +323,57 @@ func (m *Middleware) serveInFlight(w http.ResponseWriter, r *http.Request, key s
 // passes says whether a request whose limiter failed with err goes on: not when its
 // client is gone; else as Error says, or yes without it.
 func (m *Middleware) passes(w http.ResponseWriter, r *http.Request, err error) bool {
-	return r.Context().Err() == nil && (m.Error == nil || m.Error(w, r, err))
+	pass := r.Context().Err() == nil && (m.Error == nil || m.Error(w, r, err))
+	if pass {
+		m.warn(r.Context(), "the limiter failed; the request goes on", "", err)
+	}
+	return pass
+}
+
+// warn logs what the Middleware swallows, when it has a Logger.
+func (m *Middleware) warn(ctx context.Context, what, key string, err error) {
+	if m.Logger != nil {
+		m.Logger.WarnContext(ctx, "ratelimit: "+what, "key", key, "err", err)
+	}
+}
+
+// traced is ctx carrying a record of the store that decides, when there is a hook to
+// tell.
+func (m *Middleware) traced(ctx context.Context) (context.Context, *trace.Record) {
+	if m.OnDecision == nil {
+		return ctx, nil
+	}
+	return trace.With(ctx)
+}
+
+// report hands e to the hook, if any.
+func (m *Middleware) report(ctx context.Context, e Event) {
+	if m.OnDecision != nil {
+		m.OnDecision(ctx, e)
+	}
+}
+
+// decideReported is decide, reported to the hook: the decision, then each shadowed
+// policy's.
+func (m *Middleware) decideReported(r *http.Request, key string) ([]policy, Decision, error) {
+	ctx, rec := m.traced(r.Context())
+	start := time.Now()
+	rr := r
+	if rec != nil {
+		rr = r.WithContext(ctx)
+	}
+	ps, shadows, d, err := m.decide(rr, key)
+	if m.OnDecision != nil && (len(ps) > 0 || err != nil) {
+		e := Event{Key: key, Decision: d, Shadowed: m.Shadow, Source: rec.Source(), Latency: time.Since(start), Err: err}
+		if len(ps) > 0 {
+			e.Policy = binding(ps).name
+		}
+		m.OnDecision(ctx, e)
+	}
+	for _, s := range shadows {
+		m.report(ctx, Event{Key: key, Policy: s.name, Decision: s.d, Shadowed: true, Source: rec.Source(), Latency: s.latency})
+	}
+	return ps, d, err
 }
 
 // policy is one limit that took part in a request's decision, for the headers.
@@ -260,9 +383,17 @@ type policy struct {
 	d    Decision
 }
 
-// decide decides r under the Middleware's limits: the policies that took part (none
-// when no policy applies) and their combined Decision.
-func (m *Middleware) decide(r *http.Request, key string) ([]policy, Decision, error) {
+// shadowed is the decision of a shadowed policy, for the hook.
+type shadowed struct {
+	name    string
+	d       Decision
+	latency time.Duration
+}
+
+// decide decides r under the Middleware's limits: the policies that took part and are
+// enforced (none when no policy applies), their combined Decision, and the decisions of
+// the shadowed policies.
+func (m *Middleware) decide(r *http.Request, key string) ([]policy, []shadowed, Decision, error) {
 	if m.Policies != nil {
 		return m.decidePolicies(r, key)
 	}
@@ -272,20 +403,22 @@ func (m *Middleware) decide(r *http.Request, key string) ([]policy, Decision, er
 	}
 	if m.Decide != nil {
 		d, rule, err := m.Decide(r, key)
-		return []policy{{name, rule, d}}, d, err
+		return []policy{{name, rule, d}}, nil, d, err
 	}
 	d, err := m.Limiter.Allow(r.Context(), key)
 	var rule Rule
 	if rl, ok := m.Limiter.(interface{ Rule() Rule }); ok {
 		rule = rl.Rule()
 	}
-	return []policy{{name, rule, d}}, d, err
+	return []policy{{name, rule, d}}, nil, d, err
 }
 
-// decidePolicies takes one event of key under every policy that matches r, all or none.
-func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, Decision, error) {
+// decidePolicies takes one event of key under every enforced policy that matches r, all
+// or none, and then, if they admit it, under each shadowed one alone.
+func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []shadowed, Decision, error) {
 	var ps []policy
-	var reqs []Request
+	var reqs, shadowReqs []Request
+	var shadowNames []string
 	var store Store
 	for _, p := range m.Policies {
 		if p.Match != nil && !p.Match(r) {
@@ -293,20 +426,39 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, Deci
 		}
 		l := p.Limiter.(algorithmBased).base() // checked by Wrap
 		store = l.store
+		req := Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: 1}
+		if p.Shadow {
+			shadowReqs, shadowNames = append(shadowReqs, req), append(shadowNames, p.Name)
+			continue
+		}
 		ps = append(ps, policy{name: p.Name, rule: l.rule})
-		reqs = append(reqs, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: 1})
+		reqs = append(reqs, req)
 	}
-	if len(reqs) == 0 {
-		return nil, Decision{}, nil
+	var d Decision
+	if len(reqs) > 0 {
+		ds, err := ApplyAll(r.Context(), store, reqs)
+		if err != nil {
+			return nil, nil, Decision{}, err
+		}
+		for i := range ps {
+			ps[i].d = ds[i]
+		}
+		d = combine(ds)
+		if !d.Allowed {
+			return ps, nil, d, nil // a request the enforced policies deny counts in no shadow
+		}
 	}
-	ds, err := ApplyAll(r.Context(), store, reqs)
-	if err != nil {
-		return nil, Decision{}, err
+	var shadows []shadowed
+	for i, req := range shadowReqs {
+		start := time.Now()
+		sd, err := store.Apply(r.Context(), req)
+		if err != nil { // a shadow's failure never touches the request
+			m.warn(r.Context(), "a shadowed policy failed", key, err)
+			continue
+		}
+		shadows = append(shadows, shadowed{shadowNames[i], sd, time.Since(start)})
 	}
-	for i := range ps {
-		ps[i].d = ds[i]
-	}
-	return ps, combine(ds), nil
+	return ps, shadows, d, nil
 }
 
 // checkPolicies is why policies cannot be decided together, or nil.

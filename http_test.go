@@ -1,19 +1,23 @@
 package ratelimit_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/fallback"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
 	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/localstore"
@@ -362,4 +366,163 @@ func (f limiterFunc) Allow(ctx context.Context, key string) (ratelimit.Decision,
 
 func (f limiterFunc) AllowN(ctx context.Context, key string, n int64) (ratelimit.Decision, error) {
 	return f(ctx, key, n)
+}
+
+// eventLog is an OnDecision that keeps what it sees.
+type eventLog struct {
+	mu     sync.Mutex
+	events []ratelimit.Event
+}
+
+func (l *eventLog) hook(_ context.Context, e ratelimit.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+func (l *eventLog) take() []ratelimit.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.events
+	l.events = nil
+	return e
+}
+
+// Exempt requests skip everything: no limiter, no headers, no hook.
+func TestMiddlewareExempt(t *testing.T) {
+	l, _ := tokenbucket.New(localstore.New(), ratelimit.PerHour(1), ratelimit.WithNamespace("x"))
+	var log eventLog
+	h := (&ratelimit.Middleware{Limiter: l, Key: headerKey, OnDecision: log.hook,
+		Exempt: func(r *http.Request) bool { return r.URL.Path == "/healthz" }}).Wrap(ok)
+	for range 3 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/healthz", nil)) // no key at all
+		if w.Code != 200 || w.Header().Get("X-Ratelimit-Limit") != "" {
+			t.Fatalf("an exempt request: %d %v", w.Code, w.Header())
+		}
+	}
+	if e := log.take(); len(e) != 0 {
+		t.Errorf("exempt requests reached the hook: %+v", e)
+	}
+	if w := serve(h, "k"); w.Code != 200 {
+		t.Fatalf("the first limited request: %d", w.Code)
+	}
+	if w := serve(h, "k"); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("the second limited request: %d; want 429 (the exempt ones took nothing)", w.Code)
+	}
+}
+
+// Shadow decides and counts but denies none: a would-be denial goes on, without the
+// headers, and the hook sees it.
+func TestMiddlewareShadow(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l, _ := tokenbucket.New(localstore.New(localstore.WithClock(clk)), ratelimit.PerHour(2), ratelimit.WithNamespace("x"))
+	var log eventLog
+	h := (&ratelimit.Middleware{Limiter: l, Key: headerKey, Shadow: true, OnDecision: log.hook,
+		PolicyName: func(*http.Request) string { return "trial" }}).Wrap(ok)
+	for i := range 4 {
+		w := serve(h, "k")
+		if w.Code != 200 || w.Header().Get("X-Ratelimit-Remaining") != "" || w.Header().Get("Ratelimit") != "" || w.Header().Get("Retry-After") != "" {
+			t.Fatalf("request %d in shadow mode: %d %v", i, w.Code, w.Header())
+		}
+	}
+	events := log.take()
+	if len(events) != 4 {
+		t.Fatalf("%d events: %+v", len(events), events)
+	}
+	for i, e := range events {
+		if e.Key != "k" || e.Policy != "trial" || !e.Shadowed || e.Decision.Allowed != (i < 2) || e.InFlight || e.Err != nil {
+			t.Errorf("event %d: %+v; want the %d-th decision of 2 an hour, shadowed", i, e, i+1)
+		}
+	}
+	if d, _ := l.PeekN(context.Background(), "k", 1); d.Allowed {
+		t.Errorf("after shadowed requests: %+v; want the bucket spent (shadow mode counts)", d)
+	}
+}
+
+// A shadowed policy counts alone, after the enforced ones admit a request, and is in
+// neither the headers nor the answer.
+func TestMiddlewareShadowPolicy(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	store := localstore.New(localstore.WithClock(clk))
+	live, _ := tokenbucket.New(store, ratelimit.PerHour(3), ratelimit.WithNamespace("live"))
+	trial, _ := fixedwindow.New(store, ratelimit.PerHour(1), ratelimit.WithNamespace("trial"))
+	var log eventLog
+	h := (&ratelimit.Middleware{Key: headerKey, OnDecision: log.hook, Policies: []ratelimit.Policy{
+		{Name: "live", Limiter: live}, {Name: "trial", Limiter: trial, Shadow: true},
+	}}).Wrap(ok)
+	codes := ""
+	for range 4 {
+		w := serve(h, "k")
+		codes += fmt.Sprint(w.Code, " ")
+		if strings.Contains(w.Header().Get("Ratelimit-Policy"), "trial") {
+			t.Errorf("the shadowed policy in the headers: %v", w.Header())
+		}
+	}
+	if codes != "200 200 200 429 " {
+		t.Errorf("codes %s; want the live policy's alone: 200 200 200 429", codes)
+	}
+	var trials []bool
+	for _, e := range log.take() {
+		if e.Policy == "trial" {
+			if !e.Shadowed {
+				t.Errorf("a trial event not shadowed: %+v", e)
+			}
+			trials = append(trials, e.Decision.Allowed)
+		}
+	}
+	if fmt.Sprint(trials) != "[true false false]" { // the fourth, denied live, is not counted
+		t.Errorf("the trial policy's decisions: %v; want [true false false]", trials)
+	}
+}
+
+// downStore is a store whose backend is down.
+type downStore struct{}
+
+func (downStore) Apply(context.Context, ratelimit.Request) (ratelimit.Decision, error) {
+	return ratelimit.Decision{}, fmt.Errorf("down: %w", ratelimit.ErrUnavailable)
+}
+
+// The hook sees which store of a fallback decided, the in-flight limit's decisions, and
+// a failed limiter's error, which also reaches the Logger as the request goes on.
+func TestMiddlewareOnDecision(t *testing.T) {
+	up := fallback.New(localstore.New(), localstore.New())
+	down := fallback.New(downStore{}, localstore.New())
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	for _, tc := range []struct {
+		store  ratelimit.Store
+		source string
+	}{{up, "primary"}, {down, "secondary"}} {
+		l, _ := tokenbucket.New(tc.store, ratelimit.PerSecond(5), ratelimit.WithNamespace("api"))
+		inflight, _ := ratelimit.NewInFlight(tc.store, 2, time.Minute)
+		var log eventLog
+		h := (&ratelimit.Middleware{Limiter: l, InFlight: inflight, Key: headerKey, OnDecision: log.hook, Logger: logger}).Wrap(ok)
+		if w := serve(h, "k"); w.Code != 200 {
+			t.Fatalf("%s: %d", tc.source, w.Code)
+		}
+		events := log.take()
+		if len(events) != 2 {
+			t.Fatalf("%s: %d events: %+v", tc.source, len(events), events)
+		}
+		rate, lease := events[0], events[1]
+		if rate.InFlight || rate.Source != tc.source || !rate.Decision.Allowed || rate.Decision.Remaining != 4 || rate.Latency <= 0 || rate.Policy != "default" {
+			t.Errorf("%s: the rate's event %+v", tc.source, rate)
+		}
+		if !lease.InFlight || lease.Source != tc.source || !lease.Decision.Allowed || lease.Decision.Remaining != 1 {
+			t.Errorf("%s: the lease's event %+v", tc.source, lease)
+		}
+	}
+	l, _ := tokenbucket.New(downStore{}, ratelimit.PerSecond(5), ratelimit.WithNamespace("api"))
+	var log eventLog
+	h := (&ratelimit.Middleware{Limiter: l, Key: headerKey, OnDecision: log.hook, Logger: logger}).Wrap(ok)
+	if w := serve(h, "k"); w.Code != 200 {
+		t.Fatalf("a failed limiter: %d; want the request to go on", w.Code)
+	}
+	if e := log.take(); len(e) != 1 || !errors.Is(e[0].Err, ratelimit.ErrUnavailable) || e[0].Source != "" {
+		t.Errorf("a failed limiter's events: %+v", e)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "the limiter failed") || !strings.Contains(logs.String(), "down") {
+		t.Errorf("the log: %q", logs.String())
+	}
 }

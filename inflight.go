@@ -157,8 +157,9 @@ func (x *Lease) apply(ctx context.Context, op string) (Decision, error) {
 }
 
 // keepAlive extends the lease every half lease duration, each time within timeout of
-// ctx's values (not of its end), until stop is called or the lease is found gone.
-func (x *Lease) keepAlive(ctx context.Context, timeout time.Duration) (stop func()) {
+// ctx's values (not of its end), until stop is called or the lease is found gone; an
+// extension's error goes to failed, when set.
+func (x *Lease) keepAlive(ctx context.Context, timeout time.Duration, failed func(error)) (stop func()) {
 	if x == nil {
 		return func() {}
 	}
@@ -172,6 +173,9 @@ func (x *Lease) keepAlive(ctx context.Context, timeout time.Duration) (stop func
 		ectx, cancel := context.WithTimeout(ctx, timeout)
 		held, err := x.Extend(ectx)
 		cancel()
+		if err != nil && failed != nil {
+			failed(err)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if !stopped && (held || err != nil) { // an error: the store may be back by the next one

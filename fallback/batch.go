@@ -7,6 +7,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/trace"
 )
 
 // shareCapacity is the most req's rule, already a share, admits at once; 0 if the share
@@ -66,9 +67,12 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		}
 	}
 	ds, err := s.decideAllLocally(ctx, reqs, capacities)
-	if err == nil && s.hooks.OnDecision != nil {
-		for range reqs {
-			s.hooks.OnDecision(Secondary, 0)
+	if err == nil {
+		trace.Set(ctx, Secondary.String())
+		if s.hooks.OnDecision != nil {
+			for range reqs {
+				s.hooks.OnDecision(Secondary, 0)
+			}
 		}
 	}
 	return ds, err

@@ -26,6 +26,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/trace"
 )
 
 // Defaults of the options.
@@ -401,6 +402,9 @@ func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int,
 	switch {
 	case o.err == nil:
 		s.breaker.success(probe)
+		if decisions > 0 {
+			trace.Set(ctx, Primary.String())
+		}
 		if s.hooks.OnDecision != nil {
 			latency := s.clock.Now().Sub(start)
 			for range decisions {
@@ -447,8 +451,11 @@ func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capaci
 			d, err = s.secondary.Apply(ctx, req)
 		}
 	}
-	if err == nil && req.Op == "" && s.hooks.OnDecision != nil {
-		s.hooks.OnDecision(Secondary, 0)
+	if err == nil && req.Op == "" {
+		trace.Set(ctx, Secondary.String())
+		if s.hooks.OnDecision != nil {
+			s.hooks.OnDecision(Secondary, 0)
+		}
 	}
 	return d, err
 }
