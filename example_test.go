@@ -207,6 +207,30 @@ func ExampleMiddleware_shadow() {
 	// /healthz 200
 }
 
+// A limit for gRPC: ContextLimiter is the Limiter of go-grpc-middleware's
+// interceptors/ratelimit (grpcratelimit.UnaryServerInterceptor(limit)), which answers
+// ResourceExhausted when Limit returns an error. Here the key is a context value; a
+// service reads it from the call's metadata (examples/grpcservice).
+func ExampleContextLimiter() {
+	type apiKey struct{}
+	limiter, _ := tokenbucket.New(localstore.New(), ratelimit.PerMinute(2), ratelimit.WithNamespace("grpc"))
+	limit := &ratelimit.ContextLimiter{
+		Limiter: limiter,
+		Key: func(ctx context.Context) (string, error) {
+			key, _ := ctx.Value(apiKey{}).(string)
+			return key, nil
+		},
+	}
+	ctx := context.WithValue(context.Background(), apiKey{}, "shop-a")
+	for range 3 {
+		fmt.Println(limit.Limit(ctx))
+	}
+	// Output:
+	// <nil>
+	// <nil>
+	// rate limit exceeded; retry after 30s
+}
+
 // Behind a load balancer at 10.0.0.0/8, the client is the address it saw, not what the
 // client wrote into X-Forwarded-For itself.
 func ExampleInFlightLimiter() {

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/ratelimit-go/ratelimit"
+)
+
+// start runs the service on free loopback ports, and returns its gRPC client and its
+// metrics' URL.
+func start(t *testing.T, c config) (testpb.TestServiceClient, string) {
+	t.Helper()
+	c.addr, c.httpAddr = "127.0.0.1:0", "127.0.0.1:0"
+	if c.lease == 0 {
+		c.lease = 30 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan [2]string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, c, slog.New(slog.NewTextHandler(io.Discard, nil)), func(g, h string) { addrs <- [2]string{g, h} })
+	}()
+	var a [2]string
+	select {
+	case a = <-addrs:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	conn, err := grpc.NewClient(a[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return testpb.NewTestServiceClient(conn), "http://" + a[1] + "/metrics"
+}
+
+func withKey(key string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key)
+}
+
+func call(c testpb.TestServiceClient, ctx context.Context, body string) error {
+	_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 3, Payload: &testpb.Payload{Body: []byte(body)}})
+	return err
+}
+
+// The rate limit, through go-grpc-middleware's interceptor: a key's calls past its rule
+// are ResourceExhausted with the time to retry; other keys are apart; a call without a
+// key is Unauthenticated, and counts nowhere.
+func TestRateLimit(t *testing.T) {
+	client, metrics := start(t, config{rate: ratelimit.PerMinute(3), inflight: 5})
+	for i := range 3 {
+		if err := call(client, withKey("a"), ""); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	err := call(client, withKey("a"), "")
+	if s := status.Convert(err); s.Code() != codes.ResourceExhausted || !strings.Contains(s.Message(), "rate limit exceeded; retry after 20s") {
+		t.Fatalf("the fourth call: %v", err)
+	}
+	stream, err := client.StreamingOutputCall(withKey("a"), &testpb.StreamingOutputCallRequest{})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a stream of a key past its rate: %v", err)
+	}
+	if err := call(client, withKey("b"), ""); err != nil {
+		t.Errorf("another key: %v", err)
+	}
+	if err := call(client, context.Background(), ""); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("no key: %v", err)
+	}
+	body := get(t, metrics)
+	for _, want := range []string{
+		`ratelimit_decisions_total{outcome="allowed",policy="calls",source="primary"} 4`,
+		`ratelimit_decisions_total{outcome="denied",policy="calls",source="primary"} 2`,
+		`ratelimit_decisions_total{outcome="allowed",policy="in-flight",source="primary"} 4`,
+		`ratelimit_decision_duration_seconds_count{policy="calls"} 6`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// The in-flight limit, for unary and streaming calls alike: a key with two calls in
+// progress is refused a third until one ends, whatever the rate allows.
+func TestInFlight(t *testing.T) {
+	release := make(chan struct{})
+	client, _ := start(t, config{rate: ratelimit.PerSecond(1000), inflight: 2, release: release})
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Go(func() { errs <- call(client, withKey("c"), "hold") })
+	wg.Go(func() {
+		stream, err := client.StreamingOutputCall(withKey("c"), &testpb.StreamingOutputCallRequest{
+			Payload: &testpb.Payload{Body: []byte("hold")}, ResponseParameters: []*testpb.ResponseParameters{{Size: 2}}})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		errs <- err
+	})
+	refused := func(key string) bool {
+		s := status.Convert(call(client, withKey(key), ""))
+		return s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "2 calls of this key are in progress")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !refused("c") { // until both held calls hold their leases
+		if time.Now().After(deadline) {
+			t.Fatal("a third call of a key with two held was never refused")
+		}
+	}
+	if err := call(client, withKey("d"), ""); err != nil {
+		t.Errorf("another key while c is full: %v", err)
+	}
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a held call: %v", err)
+		}
+	}
+	if refused("c") {
+		t.Error("after the held calls ended, a call of c was still refused")
+	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

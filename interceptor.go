@@ -1,0 +1,189 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// ContextLimiter limits calls whose key comes from their context alone, as gRPC
+// interceptors see a call: its Limit method is the Limiter of go-grpc-middleware's
+// interceptors/ratelimit (Limit(ctx) error), which answers codes.ResourceExhausted with
+// the error's text when Limit returns one, and passes the call on otherwise:
+//
+//	limit := &ratelimit.ContextLimiter{
+//		Limiter: limiter,
+//		Key: func(ctx context.Context) (string, error) {
+//			md, _ := metadata.FromIncomingContext(ctx)
+//			if v := md.Get("x-api-key"); len(v) == 1 {
+//				return v[0], nil
+//			}
+//			return "", errors.New("no x-api-key")
+//		},
+//	}
+//	grpc.NewServer(grpc.ChainUnaryInterceptor(grpcratelimit.UnaryServerInterceptor(limit)))
+//
+// It needs nothing but the standard library; examples/grpcservice has a whole service,
+// with ContextInFlight's interceptors beside it. Shadow, OnDecision and Logger are as in
+// Middleware. It must not be changed once in use; it is safe for concurrent use.
+type ContextLimiter struct {
+	// Limiter decides each call, with n = 1. Required.
+	Limiter Limiter
+	// Key is a call's limiter key, from its context (gRPC metadata, an authenticated
+	// identity). Required. Its error is Limit's, and the limiter is not asked.
+	Key func(ctx context.Context) (string, error)
+	// Policy names the limit in OnDecision's events: "default" when empty.
+	Policy string
+	// Error is called when the limiter fails, and returns Limit's error: nil lets the
+	// call go on (fail open), which is what a nil Error does.
+	Error func(ctx context.Context, err error) error
+	// Shadow decides and counts every call but denies none (see Middleware.Shadow).
+	Shadow bool
+	// OnDecision, when set, sees every decision (see Middleware.OnDecision).
+	OnDecision func(ctx context.Context, e Event)
+	// Logger, when set, receives at Warn level a limiter's error after which the call
+	// went on.
+	Logger *slog.Logger
+}
+
+// Limit decides one call: nil when it may go on (after the Decision's Delay, for a
+// shaping algorithm), a *DeniedError when the limit denies it, the Key function's error,
+// Error's for a failed limiter, or ctx's when it ends during the Delay.
+func (c *ContextLimiter) Limit(ctx context.Context) error {
+	if c == nil || c.Limiter == nil || c.Key == nil {
+		return errors.New("ratelimit: ContextLimiter without a Limiter or a Key function")
+	}
+	key, err := c.Key(ctx)
+	if err != nil {
+		return err
+	}
+	m := Middleware{OnDecision: c.OnDecision}
+	tctx, rec := m.traced(ctx)
+	start := time.Now()
+	d, err := c.Limiter.Allow(tctx, key)
+	if c.OnDecision != nil {
+		policy := c.Policy
+		if policy == "" {
+			policy = "default"
+		}
+		c.OnDecision(ctx, Event{Key: key, Policy: policy, Decision: d, Shadowed: c.Shadow, Source: rec.Source(),
+			Latency: time.Since(start), Err: err})
+	}
+	switch {
+	case err != nil && ctx.Err() != nil: // the caller is gone: that says nothing of the limiter
+		return ctx.Err()
+	case err != nil:
+		if c.Error != nil {
+			return c.Error(ctx, err)
+		}
+		if c.Logger != nil {
+			c.Logger.WarnContext(ctx, "ratelimit: the limiter failed; the call goes on", "key", key, "err", err)
+		}
+		return nil
+	case !d.Allowed && !c.Shadow:
+		return &DeniedError{Decision: d}
+	case d.Allowed && d.Delay > 0: // a shaping algorithm's pace (the leaky bucket)
+		return sleep(ctx, d.Delay)
+	}
+	return nil
+}
+
+// ContextInFlight bounds the calls of a key in progress at once, for interceptors that
+// wrap a handler (gRPC's unary and stream interceptors, whose key comes from the call's
+// context): Acquire before the handler runs, and call the release it returns when the
+// handler returns. While the call runs its lease is extended every half lease duration,
+// so that a call that outlives its lease keeps its place; a crashed instance's leases come
+// back by themselves. examples/grpcservice has the interceptors. Shadow, OnDecision and
+// Logger are as in Middleware. It must not be changed once in use; it is safe for
+// concurrent use.
+type ContextInFlight struct {
+	// InFlight is the limit. Required.
+	InFlight *InFlightLimiter
+	// Key is a call's limiter key, from its context. Required. Its error is Acquire's.
+	Key func(ctx context.Context) (string, error)
+	// Limit, when set, is a call's limit instead of InFlight's own (a method's, say); 0
+	// or less means none for this call.
+	Limit func(ctx context.Context) int64
+	// Error is called when the limit's store fails, and returns Acquire's error: nil lets
+	// the call go on without a lease (fail open), which is what a nil Error does.
+	Error func(ctx context.Context, err error) error
+	// Shadow acquires as without it but denies no call (see Middleware.Shadow).
+	Shadow bool
+	// OnDecision, when set, sees every decision (see Middleware.OnDecision).
+	OnDecision func(ctx context.Context, e Event)
+	// Logger, when set, receives at Warn level a store's error after which the call went
+	// on, and a lease that could not be released or extended.
+	Logger *slog.Logger
+}
+
+// Acquire takes one of the leases of the key of the call in ctx, and returns the function
+// that gives it back (call it once the handler has returned; it never fails, and a second
+// call does nothing), or a *DeniedError whose InFlight is set when every lease of the key
+// is held, the Key function's error, or Error's for a failed store.
+func (c *ContextInFlight) Acquire(ctx context.Context) (release func(), err error) {
+	if c == nil || c.InFlight == nil || c.Key == nil {
+		return nil, errors.New("ratelimit: ContextInFlight without an InFlight limiter or a Key function")
+	}
+	key, err := c.Key(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limit := c.InFlight.Rule().Limit
+	if c.Limit != nil {
+		if limit = c.Limit(ctx); limit <= 0 {
+			return func() {}, nil
+		}
+	}
+	m := Middleware{OnDecision: c.OnDecision, Logger: c.Logger}
+	tctx, rec := m.traced(ctx)
+	start := time.Now()
+	lease, d, err := c.InFlight.AcquireLimit(tctx, key, limit)
+	m.report(ctx, Event{Key: key, Policy: "in-flight", Decision: d, InFlight: true, Shadowed: c.Shadow,
+		Source: rec.Source(), Latency: time.Since(start), Err: err})
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, ctx.Err()
+	case err != nil:
+		if c.Error != nil {
+			if err := c.Error(ctx, err); err != nil {
+				return nil, err
+			}
+		} else {
+			m.warn(ctx, "the in-flight limit failed; the call goes on", key, err)
+		}
+		return func() {}, nil
+	case lease == nil && c.Shadow:
+		return func() {}, nil
+	case lease == nil:
+		return nil, &DeniedError{Decision: d, InFlight: true}
+	}
+	stop := lease.keepAlive(ctx, leaseTimeout, func(err error) { m.warn(ctx, "extending a lease", key, err) })
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			stop()
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseTimeout)
+			defer cancel()
+			if err := lease.Release(rctx); err != nil { // the lease expires by itself
+				m.warn(ctx, "releasing a lease", key, err)
+			}
+		})
+	}, nil
+}
+
+// DeniedError is the error of a call a limit denied: its Decision says when to retry.
+type DeniedError struct {
+	Decision Decision
+	// InFlight says that the in-flight limit denied it: every lease of its key is held.
+	InFlight bool
+}
+
+func (e *DeniedError) Error() string {
+	if e.InFlight {
+		return strconv.FormatInt(e.Decision.Limit, 10) + " calls of this key are in progress; retry when one ends"
+	}
+	return "rate limit exceeded; retry after " + strconv.FormatInt(ceilSeconds(e.Decision.RetryAfter), 10) + "s"
+}

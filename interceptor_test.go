@@ -1,0 +1,105 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/leakybucket"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+type keyCtx struct{}
+
+func ctxKey(ctx context.Context) (string, error) {
+	if k, ok := ctx.Value(keyCtx{}).(string); ok {
+		return k, nil
+	}
+	return "", errors.New("no key")
+}
+
+func withKey(k string) context.Context { return context.WithValue(context.Background(), keyCtx{}, k) }
+
+func TestContextLimiter(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l, _ := tokenbucket.New(localstore.New(localstore.WithClock(clk)), ratelimit.PerSecond(2), ratelimit.WithNamespace("grpc"))
+	var log eventLog
+	c := &ratelimit.ContextLimiter{Limiter: l, Key: ctxKey, OnDecision: log.hook, Policy: "calls"}
+	for i := range 2 {
+		if err := c.Limit(withKey("a")); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	err := c.Limit(withKey("a"))
+	var denied *ratelimit.DeniedError
+	if !errors.As(err, &denied) || denied.Decision.RetryAfter != 500*time.Millisecond || err.Error() != "rate limit exceeded; retry after 1s" {
+		t.Fatalf("the third call: %v", err)
+	}
+	if err := c.Limit(withKey("b")); err != nil {
+		t.Errorf("another key: %v", err)
+	}
+	if err := c.Limit(context.Background()); err == nil || err.Error() != "no key" {
+		t.Errorf("no key: %v", err)
+	}
+	events := log.take()
+	if len(events) != 4 || events[2].Decision.Allowed || events[2].Policy != "calls" || events[3].Key != "b" {
+		t.Errorf("events: %+v", events)
+	}
+	c.Shadow = true
+	if err := c.Limit(withKey("a")); err != nil {
+		t.Errorf("shadowed: %v", err)
+	}
+	if e := log.take(); len(e) != 1 || !e[0].Shadowed || e[0].Decision.Allowed {
+		t.Errorf("a shadowed denial's event: %+v", e)
+	}
+}
+
+// A failed limiter lets the call go on, unless Error says otherwise.
+func TestContextLimiterFails(t *testing.T) {
+	l, _ := tokenbucket.New(downStore{}, ratelimit.PerSecond(2), ratelimit.WithNamespace("grpc"))
+	c := &ratelimit.ContextLimiter{Limiter: l, Key: ctxKey}
+	if err := c.Limit(withKey("a")); err != nil {
+		t.Errorf("fail open: %v", err)
+	}
+	closed := errors.New("closed")
+	c.Error = func(ctx context.Context, err error) error {
+		if !errors.Is(err, ratelimit.ErrUnavailable) {
+			t.Errorf("Error got %v", err)
+		}
+		return closed
+	}
+	if err := c.Limit(withKey("a")); err != closed {
+		t.Errorf("fail closed: %v", err)
+	}
+	if err := (&ratelimit.ContextLimiter{Key: ctxKey}).Limit(withKey("a")); err == nil {
+		t.Error("no Limiter: no error")
+	}
+}
+
+// A shaping algorithm's Delay holds the call, within its context.
+func TestContextLimiterDelay(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l, _ := leakybucket.New(localstore.New(localstore.WithClock(clk)), ratelimit.Rule{Limit: 1, Period: time.Hour, Burst: 5}, ratelimit.WithNamespace("q"))
+	c := &ratelimit.ContextLimiter{Limiter: l, Key: ctxKey}
+	if err := c.Limit(withKey("a")); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(withKey("a"), time.Second)
+		defer cancel()
+		// the second call is admitted to wait an hour: its context ends first
+		if err := c.Limit(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("a delayed call whose context ended: %v", err)
+		}
+	})
+	ctx, cancel := context.WithCancel(withKey("a"))
+	cancel()
+	if err := c.Limit(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("a call whose context had ended: %v", err)
+	}
+}
