@@ -13,8 +13,9 @@
 // whose clocks disagree still agree on every decision; WithClock sends the caller's clock
 // instead. Decisions that arrive while calls to the same server are in flight ride the
 // next call together, and a decision whose reply is lost is never counted twice (see
-// Store). It runs on a single server, on Redis Cluster (see New) and behind a Ring or
-// an AutoPipeliner; every key has a TTL and one hash slot (see WithPrefix).
+// Store). It runs on a single server, behind Sentinel, on Redis Cluster, behind a Ring
+// or an AutoPipeliner (see New for what each gives); every key has a TTL and one hash
+// slot (see WithPrefix).
 package redisstore
 
 import (
@@ -215,6 +216,26 @@ func WithClock(c clock.Clock) Option {
 // *redis.AutoPipeliner, or any redis.Scripter. It makes no call to Redis. It panics with
 // a message that says so for a nil client or a nil option, as net/http does for a nil
 // handler: a store without Redis would fail every decision, and only once traffic came.
+//
+// # What each client gives
+//
+//   - *redis.Client, one server: decisions coalesce, and ApplyAll (AllowAll) is one
+//     atomic script whatever its keys.
+//   - Sentinel (redis.NewFailoverClient, a *redis.Client to the master the sentinels
+//     name): the same. When the master dies, decisions fail with ErrUnavailable (a
+//     fallback.Store decides them meanwhile) until the sentinels promote a replica, then
+//     go to it: 3s after a kill with down-after-milliseconds 1000 (TestSentinelFailover).
+//     Replication is asynchronous: what the old master counted and had not yet sent is
+//     lost, so a key may admit a little more right after.
+//   - *redis.ClusterClient: decisions coalesce per master, and ApplyAll is one script
+//     when its keys share a hash tag (see below).
+//   - *redis.Ring (keys sharded by their hash tag): one call per decision, no
+//     coalescing; ApplyAll is one script when its keys share a hash tag, and otherwise
+//     returns errors.ErrUnsupported, so AllowAll takes them one by one with refunds (all
+//     or none in the end, not atomic: TestRing). A shard that goes down fails its keys'
+//     decisions until the ring's heartbeat drops it; its keys then start full on another
+//     shard.
+//   - *redis.AutoPipeliner: one call per decision, pipelined by go-redis.
 //
 // # Redis Cluster
 //
