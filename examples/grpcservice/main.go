@@ -40,6 +40,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
 	"github.com/ratelimit-go/ratelimit/examples/internal/observe"
+	"github.com/ratelimit-go/ratelimit/examples/internal/servers"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
@@ -148,31 +149,11 @@ func run(ctx context.Context, c config, log *slog.Logger, ready func(grpcAddr, h
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	h := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 2)
-	go func() { errc <- g.Serve(lis) }()
-	go func() { errc <- h.Serve(hlis) }()
 	log.Info("grpc service listening", "grpc", lis.Addr().String(), "http", hlis.Addr().String(), "rate", c.rate, "inflight", c.inflight)
 	if ready != nil {
 		ready(lis.Addr().String(), hlis.Addr().String())
 	}
-	select {
-	case err = <-errc:
-	case <-ctx.Done():
-	}
-	stopped := make(chan struct{})
-	go func() { g.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(10 * time.Second):
-		g.Stop()
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	h.Shutdown(shutdown)
-	if errors.Is(err, grpc.ErrServerStopped) || errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return err
+	return servers.GRPCAndHTTP(ctx, g, lis, h, hlis, nil)
 }
 
 // service answers the TestService's unary and server-streaming calls; a payload of

@@ -24,7 +24,6 @@ package main
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -43,6 +42,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
 	"github.com/ratelimit-go/ratelimit/examples/internal/envoyrules"
+	"github.com/ratelimit-go/ratelimit/examples/internal/servers"
 )
 
 //go:embed rules.yaml
@@ -112,33 +112,14 @@ func run(ctx context.Context, c config, log *slog.Logger, ready func(grpcAddr, h
 	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("OK\n")) })
 	h := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
-	errc := make(chan error, 2)
-	go func() { errc <- g.Serve(lis) }()
-	go func() { errc <- h.Serve(hlis) }()
 	log.Info("rate limit service listening", "grpc", lis.Addr().String(), "http", hlis.Addr().String(), "domains", rules.Domains())
 	if ready != nil {
 		ready(lis.Addr().String(), hlis.Addr().String())
 	}
-	select {
-	case err = <-errc:
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	hs.Shutdown() // health checks answer NOT_SERVING while the calls in flight end
-	stopped := make(chan struct{})
-	go func() { g.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(10 * time.Second):
-		g.Stop()
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	h.Shutdown(shutdown)
-	if errors.Is(err, grpc.ErrServerStopped) || errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return err
+	return servers.GRPCAndHTTP(ctx, g, lis, h, hlis, func() {
+		log.Info("shutting down")
+		hs.Shutdown() // health checks answer NOT_SERVING while the calls in flight end
+	})
 }
 
 // loadRules reads the rules at path, or the embedded ones.
