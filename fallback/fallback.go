@@ -14,13 +14,16 @@
 // for the slow ones: see WithTimeout for the breaker and how to choose it, and New for
 // the go-redis settings that go with it. WithHooks reports decisions by source, the
 // primary's errors and latency, and the breaker's changes of state, with plain callbacks,
-// for Prometheus or OpenTelemetry.
+// for Prometheus or OpenTelemetry; WithLogger logs the breaker's openings with their
+// cause.
 package fallback
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -119,6 +122,9 @@ type Store struct {
 	hooks              Hooks
 	clock              clock.Clock
 	breaker            breaker
+	log                *slog.Logger
+	lastErr            atomic.Pointer[error] // the primary's latest failure, for the log
+	lastLogged         atomic.Int64          // UnixNano of the latest error logged that opens nothing
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -221,6 +227,14 @@ func WithHooks(h Hooks) Option {
 	return optionFunc(func(s *Store) { s.hooks = h })
 }
 
+// WithLogger logs what the store swallows while it keeps deciding: at Warn, each time the
+// breaker opens (with the primary's error that opened it) and the primary's errors that
+// open nothing (a missing script, a reply of the wrong shape: at most one a second); at
+// Info, each time the primary decides again. nil logs nothing, the default.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(s *Store) { s.log = l })
+}
+
 // WithClock sets the clock of the breaker and of the latency hooks (clock.NewMonotonic()
 // by default; nil means the default). It does not change the stores' clocks.
 func WithClock(c clock.Clock) Option {
@@ -275,6 +289,15 @@ func New(primary, secondary ratelimit.Store, opts ...Option) *Store {
 		o.apply(s)
 	}
 	s.breaker.clock, s.breaker.onChange = s.clock, s.hooks.OnStateChange
+	if s.log != nil {
+		hook := s.hooks.OnStateChange
+		s.breaker.onChange = func(from, to BreakerState) {
+			if hook != nil {
+				hook(from, to)
+			}
+			s.logChange(from, to)
+		}
+	}
 	return s
 }
 
@@ -429,7 +452,38 @@ func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int,
 	if s.hooks.OnPrimaryError != nil {
 		s.hooks.OnPrimaryError(o.err, failure)
 	}
+	if s.log != nil {
+		s.logError(ctx, o.err, failure)
+	}
 	return zero, o.err
+}
+
+// logError keeps a failure for the log line of the breaker's opening, and logs an error
+// that opens nothing, at most once a second.
+func (s *Store) logError(ctx context.Context, err error, failure bool) {
+	if failure {
+		s.lastErr.Store(&err)
+		return
+	}
+	now := s.clock.Now().UnixNano()
+	if last := s.lastLogged.Load(); now-last >= int64(time.Second) && s.lastLogged.CompareAndSwap(last, now) {
+		s.log.WarnContext(ctx, "fallback: the primary failed; decided on the secondary", "err", err)
+	}
+}
+
+// logChange logs a change of the breaker's state.
+func (s *Store) logChange(from, to BreakerState) {
+	switch to {
+	case Open:
+		var err error
+		if p := s.lastErr.Load(); p != nil {
+			err = *p
+		}
+		s.log.Warn("fallback: the breaker opened; deciding on the secondary", "from", from.String(), "err", err,
+			"instances", s.n(), "for", s.breaker.openFor.String())
+	case Closed:
+		s.log.Info("fallback: the breaker closed; the primary decides again", "from", from.String())
+	}
 }
 
 // decideLocally decides by the policy while the primary cannot; capacity is the most the

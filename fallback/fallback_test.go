@@ -1,9 +1,11 @@
 package fallback_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -601,5 +603,48 @@ func TestInFlightShare(t *testing.T) {
 	clk.Advance(45 * time.Second) // leases[1]'s place was retaken at 30s; leases[0] extended to 90s
 	if lease, _, err := l.Acquire(ctx, "k"); err != nil || lease != nil {
 		t.Errorf("at 75s, with an extended lease and one of 30s held, Acquire = %v, %v; want denied", lease, err)
+	}
+}
+
+// The log says when the breaker opens, with the error that opened it, and when the primary
+// decides again; an error that opens nothing is logged at most once a second.
+func TestLogger(t *testing.T) {
+	clk := clock.NewFake(limitertest.Start)
+	p := newPrimary()
+	var buf bytes.Buffer
+	s := fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk), fallback.WithTimeout(time.Minute),
+		fallback.WithBreaker(fallback.Breaker{MinCalls: 3, OpenFor: time.Second}),
+		fallback.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	ctx := context.Background()
+	decide := func() {
+		t.Helper()
+		if _, err := s.Apply(ctx, req("k", ratelimit.PerHour(1000))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.fail(errDown)
+	for range 5 {
+		decide()
+	}
+	clk.Advance(time.Second)
+	p.heal()
+	decide() // the probe: closed again
+	p.fail(errors.New("ERR Error running script: a bug"))
+	for range 5 {
+		decide() // one line for the five
+	}
+	clk.Advance(time.Second)
+	decide() // and one more a second later
+	log := buf.String()
+	for _, want := range []string{
+		`level=WARN msg="fallback: the breaker opened; deciding on the secondary" from=closed err="` + errDown.Error(),
+		`level=INFO msg="fallback: the breaker closed; the primary decides again" from=half-open`,
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log lacks %s:\n%s", want, log)
+		}
+	}
+	if n := strings.Count(log, "a bug"); n != 2 {
+		t.Errorf("%d lines of an error that opens nothing; want 2 (one a second):\n%s", n, log)
 	}
 }
