@@ -50,7 +50,8 @@ type config struct {
 	inflight       int64
 	lease          time.Duration
 	store          backend.Config
-	release        chan struct{} // for tests: calls with a payload of "hold" wait for it to close
+	release        chan struct{} // for tests: calls with a payload of "hold" wait for it to close,
+	entered        chan struct{} // after a send on this one
 }
 
 func main() {
@@ -145,7 +146,7 @@ func run(ctx context.Context, c config, log *slog.Logger, ready func(grpcAddr, h
 		return err
 	}
 	g := grpc.NewServer(grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
-	testpb.RegisterTestServiceServer(g, &service{release: c.release})
+	testpb.RegisterTestServiceServer(g, &service{release: c.release, entered: c.entered})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	h := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -157,15 +158,19 @@ func run(ctx context.Context, c config, log *slog.Logger, ready func(grpcAddr, h
 }
 
 // service answers the TestService's unary and server-streaming calls; a payload of
-// "hold" holds the call until the service's release channel is closed (for the tests).
+// "hold" holds the call (for the tests): it says so on entered, then waits for release to
+// close.
 type service struct {
 	testpb.UnimplementedTestServiceServer
-	release chan struct{}
+	release, entered chan struct{}
 }
 
 func (s *service) hold(ctx context.Context, p *testpb.Payload) error {
 	if s.release == nil || p == nil || string(p.Body) != "hold" {
 		return nil
+	}
+	if s.entered != nil {
+		s.entered <- struct{}{}
 	}
 	select {
 	case <-s.release:

@@ -110,8 +110,8 @@ func TestRateLimit(t *testing.T) {
 // The in-flight limit, for unary and streaming calls alike: a key with two calls in
 // progress is refused a third until one ends, whatever the rate allows.
 func TestInFlight(t *testing.T) {
-	release := make(chan struct{})
-	client, _ := start(t, config{rate: ratelimit.PerSecond(1000), inflight: 2, release: release})
+	release, entered := make(chan struct{}), make(chan struct{})
+	client, _ := start(t, config{rate: ratelimit.PerSecond(1000), inflight: 2, release: release, entered: entered})
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	wg.Go(func() { errs <- call(client, withKey("c"), "hold") })
@@ -127,11 +127,10 @@ func TestInFlight(t *testing.T) {
 		s := status.Convert(call(client, withKey(key), ""))
 		return s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "2 calls of this key are in progress")
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !refused("c") { // until both held calls hold their leases
-		if time.Now().After(deadline) {
-			t.Fatal("a third call of a key with two held was never refused")
-		}
+	<-entered // both held calls are in their handlers, each holding a lease
+	<-entered
+	if !refused("c") {
+		t.Fatal("a third call of a key with two in progress was not refused")
 	}
 	if err := call(client, withKey("d"), ""); err != nil {
 		t.Errorf("another key while c is full: %v", err)
