@@ -486,7 +486,7 @@ func (downStore) Apply(context.Context, ratelimit.Request) (ratelimit.Decision, 
 // The hook sees which store of a fallback decided, the in-flight limit's decisions, and
 // a failed limiter's error, which also reaches the Logger as the request goes on.
 func TestMiddlewareOnDecision(t *testing.T) {
-	up := fallback.New(localstore.New(), localstore.New())
+	up := fallback.New(localstore.New(), localstore.New(), fallback.WithTimeout(time.Minute))
 	down := fallback.New(downStore{}, localstore.New())
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))

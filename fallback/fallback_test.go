@@ -359,7 +359,7 @@ func TestHooks(t *testing.T) {
 		t.Errorf("decisions by source: %v; want 6 primary (3 takes, 1 acquire, 2 of a batch), 4 secondary", sources)
 	}
 	batched := 0 // a primary that decides a batch at once: a decision per request still
-	b := fallback.New(localstore.New(), localstore.New(), fallback.WithHooks(fallback.Hooks{
+	b := fallback.New(localstore.New(), localstore.New(), fallback.WithTimeout(time.Minute), fallback.WithHooks(fallback.Hooks{
 		OnDecision: func(fallback.Source, time.Duration) { batched++ },
 	}))
 	if _, err := b.ApplyAll(ctx, []ratelimit.Request{req("a", ratelimit.PerHour(10)), req("b", ratelimit.PerHour(10)),

@@ -26,7 +26,7 @@ import (
 // store whose primary decides, and one shadowed denial.
 func decide(t *testing.T, hook func(context.Context, ratelimit.Event)) {
 	t.Helper()
-	l, err := tokenbucket.New(fallback.New(localstore.New(), localstore.New()), ratelimit.PerHour(2), ratelimit.WithNamespace("api"))
+	l, err := tokenbucket.New(fallback.New(localstore.New(), localstore.New(), fallback.WithTimeout(time.Minute)), ratelimit.PerHour(2), ratelimit.WithNamespace("api"))
 	if err != nil {
 		t.Fatal(err)
 	}
