@@ -236,7 +236,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.serveInFlight(w, r, key, next)
 		return
 	}
-	ps, d, err := m.decideReported(r, key)
+	var one [1]policy // the usual decision, under one policy, without an allocation
+	ps, d, err := m.decideReported(r, key, one[:0])
 	if err != nil {
 		if m.passes(w, r, err) {
 			m.serveInFlight(w, r, key, next)
@@ -355,18 +356,18 @@ func (m *Middleware) report(ctx context.Context, e Event) {
 
 // decideReported is decide, reported to the hook: the decision, then each shadowed
 // policy's.
-func (m *Middleware) decideReported(r *http.Request, key string) ([]policy, Decision, error) {
+func (m *Middleware) decideReported(r *http.Request, key string, ps []policy) ([]policy, Decision, error) {
 	ctx, rec := m.traced(r.Context())
 	start := time.Now()
 	rr := r
 	if rec != nil {
 		rr = r.WithContext(ctx)
 	}
-	ps, shadows, d, err := m.decide(rr, key)
+	ps, shadows, d, err := m.decide(rr, key, ps)
 	if m.OnDecision != nil && (len(ps) > 0 || err != nil) {
 		e := Event{Key: key, Decision: d, Shadowed: m.Shadow, Source: rec.Source(), Latency: time.Since(start), Err: err}
 		if len(ps) > 0 {
-			e.Policy = binding(ps).name
+			e.Policy = ps[binding(ps)].name
 		}
 		m.OnDecision(ctx, e)
 	}
@@ -393,7 +394,9 @@ type shadowed struct {
 // decide decides r under the Middleware's limits: the policies that took part and are
 // enforced (none when no policy applies), their combined Decision, and the decisions of
 // the shadowed policies.
-func (m *Middleware) decide(r *http.Request, key string) ([]policy, []shadowed, Decision, error) {
+//
+// The policies are appended to ps.
+func (m *Middleware) decide(r *http.Request, key string, ps []policy) ([]policy, []shadowed, Decision, error) {
 	if m.Policies != nil {
 		return m.decidePolicies(r, key)
 	}
@@ -403,14 +406,14 @@ func (m *Middleware) decide(r *http.Request, key string) ([]policy, []shadowed, 
 	}
 	if m.Decide != nil {
 		d, rule, err := m.Decide(r, key)
-		return []policy{{name, rule, d}}, nil, d, err
+		return append(ps, policy{name, rule, d}), nil, d, err
 	}
 	d, err := m.Limiter.Allow(r.Context(), key)
 	var rule Rule
 	if rl, ok := m.Limiter.(interface{ Rule() Rule }); ok {
 		rule = rl.Rule()
 	}
-	return []policy{{name, rule, d}}, nil, d, err
+	return append(ps, policy{name, rule, d}), nil, d, err
 }
 
 // decidePolicies takes one event of key under every enforced policy that matches r, all
@@ -521,35 +524,46 @@ func setHeaders(h http.Header, ps []policy, d Decision) {
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
 	h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
 	h.Set("X-RateLimit-Reset", strconv.FormatInt(resetSeconds(d), 10))
-	var list []string
-	for _, p := range ps {
+	b := binding(ps)
+	var bname string
+	var list strings.Builder
+	list.Grow(48 * len(ps))
+	for i, p := range ps {
 		name, ok := sfString(p.name)
 		if !ok {
 			return
 		}
+		if i == b {
+			bname = name
+		}
 		if w := windowSeconds(p.d.Limit, p.rule); w > 0 {
-			list = append(list, name+";q="+strconv.FormatInt(p.d.Limit, 10)+";w="+strconv.FormatInt(w, 10))
+			if list.Len() > 0 {
+				list.WriteString(", ")
+			}
+			list.WriteString(name)
+			list.WriteString(";q=")
+			list.WriteString(strconv.FormatInt(p.d.Limit, 10))
+			list.WriteString(";w=")
+			list.WriteString(strconv.FormatInt(w, 10))
 		}
 	}
-	if len(list) > 0 {
-		h.Set("RateLimit-Policy", strings.Join(list, ", "))
+	if list.Len() > 0 {
+		h.Set("RateLimit-Policy", list.String())
 	}
-	b := binding(ps)
-	name, _ := sfString(b.name)
-	h.Set("RateLimit", name+";r="+strconv.FormatInt(b.d.Remaining, 10)+";t="+strconv.FormatInt(resetSeconds(b.d), 10))
+	h.Set("RateLimit", bname+";r="+strconv.FormatInt(ps[b].d.Remaining, 10)+";t="+strconv.FormatInt(resetSeconds(ps[b].d), 10))
 }
 
-// binding is the policy that bounds the client now: of those that denied, the one with
-// the longest RetryAfter; when none did, the one with the least remaining; the first of
-// equals.
-func binding(ps []policy) policy {
-	b := ps[0]
-	for _, p := range ps[1:] {
+// binding is the index of the policy that bounds the client now: of those that denied,
+// the one with the longest RetryAfter; when none did, the one with the least remaining;
+// the first of equals.
+func binding(ps []policy) int {
+	b := 0
+	for i, p := range ps {
 		switch {
-		case !p.d.Allowed && (b.d.Allowed || p.d.RetryAfter > b.d.RetryAfter):
-			b = p
-		case p.d.Allowed && b.d.Allowed && p.d.Remaining < b.d.Remaining:
-			b = p
+		case !p.d.Allowed && (ps[b].d.Allowed || p.d.RetryAfter > ps[b].d.RetryAfter):
+			b = i
+		case p.d.Allowed && ps[b].d.Allowed && p.d.Remaining < ps[b].d.Remaining:
+			b = i
 		}
 	}
 	return b
@@ -594,18 +608,25 @@ func ceilDiv128(hi, lo, d uint64) (uint64, uint64) {
 // sfString is name as a String of RFC 8941 structured fields (quoted, '"' and '\'
 // escaped), and whether it can be one: printable ASCII only.
 func sfString(name string) (string, bool) {
+	plain := true
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c > 0x7e {
+			return "", false
+		} else if c == '"' || c == '\\' {
+			plain = false
+		}
+	}
+	if plain {
+		return `"` + name + `"`, true
+	}
 	var b strings.Builder
-	b.Grow(len(name) + 2)
+	b.Grow(len(name) + 4)
 	b.WriteByte('"')
 	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c < 0x20 || c > 0x7e {
-			return "", false
-		}
-		if c == '"' || c == '\\' {
+		if c := name[i]; c == '"' || c == '\\' {
 			b.WriteByte('\\')
 		}
-		b.WriteByte(c)
+		b.WriteByte(name[i])
 	}
 	b.WriteByte('"')
 	return b.String(), true
