@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/internal/trace"
@@ -282,21 +283,17 @@ func (m *Middleware) serveInFlight(w http.ResponseWriter, r *http.Request, key s
 			return
 		}
 	}
-	ctx, rec := m.traced(r.Context())
-	start := time.Now()
-	lease, d, err := m.InFlight.AcquireLimit(ctx, key, limit)
-	m.report(ctx, Event{Key: key, Policy: "in-flight", Decision: d, InFlight: true, Shadowed: m.Shadow,
-		Source: rec.Source(), Latency: time.Since(start), Err: err})
+	release, d, err := m.observer().hold(r.Context(), m.InFlight, key, limit, m.Shadow)
 	switch {
 	case err != nil:
 		if m.passes(w, r, err) {
 			next.ServeHTTP(w, r)
 		}
 		return
-	case lease == nil && m.Shadow:
+	case release == nil && m.Shadow:
 		next.ServeHTTP(w, r)
 		return
-	case lease == nil:
+	case release == nil:
 		h := w.Header()
 		for _, name := range rateHeaders {
 			h.Del(name)
@@ -309,15 +306,7 @@ func (m *Middleware) serveInFlight(w http.ResponseWriter, r *http.Request, key s
 		}
 		return
 	}
-	stop := lease.keepAlive(r.Context(), leaseTimeout, func(err error) { m.warn(r.Context(), "extending a lease", key, err) })
-	defer func() {
-		stop()
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), leaseTimeout)
-		if err := lease.Release(ctx); err != nil { // the lease expires by itself
-			m.warn(r.Context(), "releasing a lease", key, err)
-		}
-		cancel()
-	}()
+	defer release()
 	next.ServeHTTP(w, r)
 }
 
@@ -326,53 +315,91 @@ func (m *Middleware) serveInFlight(w http.ResponseWriter, r *http.Request, key s
 func (m *Middleware) passes(w http.ResponseWriter, r *http.Request, err error) bool {
 	pass := r.Context().Err() == nil && (m.Error == nil || m.Error(w, r, err))
 	if pass {
-		m.warn(r.Context(), "the limiter failed; the request goes on", "", err)
+		m.observer().warn(r.Context(), "the limiter failed; the request goes on", "", err)
 	}
 	return pass
 }
 
-// warn logs what the Middleware swallows, when it has a Logger.
-func (m *Middleware) warn(ctx context.Context, what, key string, err error) {
-	if m.Logger != nil {
-		m.Logger.WarnContext(ctx, "ratelimit: "+what, "key", key, "err", err)
+// observer is what a middleware tells of its decisions: to the hook, and to the logger
+// what it swallows. Either may be nil.
+type observer struct {
+	hook func(context.Context, Event)
+	log  *slog.Logger
+}
+
+func (m *Middleware) observer() observer { return observer{m.OnDecision, m.Logger} }
+
+// warn logs what the middleware swallows, when it has a logger.
+func (o observer) warn(ctx context.Context, what, key string, err error) {
+	if o.log != nil {
+		o.log.WarnContext(ctx, "ratelimit: "+what, "key", key, "err", err)
 	}
 }
 
-// traced is ctx carrying a record of the store that decides, when there is a hook to
-// tell.
-func (m *Middleware) traced(ctx context.Context) (context.Context, *trace.Record) {
-	if m.OnDecision == nil {
-		return ctx, nil
+// begin starts a decision to report: ctx carrying a record of the store that decides,
+// and the clock's reading, when there is a hook to tell (none read otherwise).
+func (o observer) begin(ctx context.Context) (context.Context, *trace.Record, time.Time) {
+	if o.hook == nil {
+		return ctx, nil, time.Time{}
 	}
-	return trace.With(ctx)
+	ctx, rec := trace.With(ctx)
+	return ctx, rec, time.Now()
 }
 
-// report hands e to the hook, if any.
-func (m *Middleware) report(ctx context.Context, e Event) {
-	if m.OnDecision != nil {
-		m.OnDecision(ctx, e)
+// report hands e to the hook, if any, with the store rec names and the time since start.
+func (o observer) report(ctx context.Context, rec *trace.Record, start time.Time, e Event) {
+	if o.hook != nil {
+		e.Source, e.Latency = rec.Source(), time.Since(start)
+		o.hook(ctx, e)
 	}
+}
+
+// hold takes one of key's leases of l under limit for the call in ctx, reported as an
+// in-flight decision. With a lease it returns release, which stops the lease's
+// extensions (every half lease duration meanwhile) and gives it back, once; without
+// one, a nil release, the Decision and the store's error.
+func (o observer) hold(ctx context.Context, l *InFlightLimiter, key string, limit int64, shadow bool) (release func(), d Decision, err error) {
+	tctx, rec, start := o.begin(ctx)
+	lease, d, err := l.AcquireLimit(tctx, key, limit)
+	o.report(ctx, rec, start, Event{Key: key, Policy: "in-flight", Decision: d, InFlight: true, Shadowed: shadow, Err: err})
+	if lease == nil {
+		return nil, d, err
+	}
+	stop := lease.keepAlive(ctx, leaseTimeout, func(err error) { o.warn(ctx, "extending a lease", key, err) })
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			stop()
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseTimeout)
+			defer cancel()
+			if err := lease.Release(rctx); err != nil { // the lease expires by itself
+				o.warn(ctx, "releasing a lease", key, err)
+			}
+		})
+	}, d, nil
 }
 
 // decideReported is decide, reported to the hook: the decision, then each shadowed
 // policy's.
 func (m *Middleware) decideReported(r *http.Request, key string, ps []policy) ([]policy, Decision, error) {
-	ctx, rec := m.traced(r.Context())
-	start := time.Now()
+	o := m.observer()
+	ctx, rec, start := o.begin(r.Context())
 	rr := r
 	if rec != nil {
 		rr = r.WithContext(ctx)
 	}
 	ps, shadows, d, err := m.decide(rr, key, ps)
-	if m.OnDecision != nil && (len(ps) > 0 || err != nil) {
-		e := Event{Key: key, Decision: d, Shadowed: m.Shadow, Source: rec.Source(), Latency: time.Since(start), Err: err}
+	if len(ps) > 0 || err != nil {
+		e := Event{Key: key, Decision: d, Shadowed: m.Shadow, Err: err}
 		if len(ps) > 0 {
 			e.Policy = ps[binding(ps)].name
 		}
-		m.OnDecision(ctx, e)
+		o.report(ctx, rec, start, e)
 	}
 	for _, s := range shadows {
-		m.report(ctx, Event{Key: key, Policy: s.name, Decision: s.d, Shadowed: true, Source: rec.Source(), Latency: s.latency})
+		if o.hook != nil {
+			o.hook(ctx, Event{Key: key, Policy: s.name, Decision: s.d, Shadowed: true, Source: rec.Source(), Latency: s.latency})
+		}
 	}
 	return ps, d, err
 }
@@ -456,7 +483,7 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 		start := time.Now()
 		sd, err := store.Apply(r.Context(), req)
 		if err != nil { // a shadow's failure never touches the request
-			m.warn(r.Context(), "a shadowed policy failed", key, err)
+			m.observer().warn(r.Context(), "a shadowed policy failed", key, err)
 			continue
 		}
 		shadows = append(shadows, shadowed{shadowNames[i], sd, time.Since(start)})

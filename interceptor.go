@@ -5,8 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
-	"sync"
-	"time"
 )
 
 // ContextLimiter limits calls whose key comes from their context alone, as gRPC
@@ -60,18 +58,14 @@ func (c *ContextLimiter) Limit(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m := Middleware{OnDecision: c.OnDecision}
-	tctx, rec := m.traced(ctx)
-	start := time.Now()
+	o := observer{c.OnDecision, c.Logger}
+	tctx, rec, start := o.begin(ctx)
 	d, err := c.Limiter.Allow(tctx, key)
-	if c.OnDecision != nil {
-		policy := c.Policy
-		if policy == "" {
-			policy = "default"
-		}
-		c.OnDecision(ctx, Event{Key: key, Policy: policy, Decision: d, Shadowed: c.Shadow, Source: rec.Source(),
-			Latency: time.Since(start), Err: err})
+	policy := c.Policy
+	if policy == "" {
+		policy = "default"
 	}
+	o.report(ctx, rec, start, Event{Key: key, Policy: policy, Decision: d, Shadowed: c.Shadow, Err: err})
 	switch {
 	case err != nil && ctx.Err() != nil: // the caller is gone: that says nothing of the limiter
 		return ctx.Err()
@@ -79,9 +73,7 @@ func (c *ContextLimiter) Limit(ctx context.Context) error {
 		if c.Error != nil {
 			return c.Error(ctx, err)
 		}
-		if c.Logger != nil {
-			c.Logger.WarnContext(ctx, "ratelimit: the limiter failed; the call goes on", "key", key, "err", err)
-		}
+		o.warn(ctx, "the limiter failed; the call goes on", key, err)
 		return nil
 	case !d.Allowed && !c.Shadow:
 		return &DeniedError{Decision: d}
@@ -137,12 +129,8 @@ func (c *ContextInFlight) Acquire(ctx context.Context) (release func(), err erro
 			return func() {}, nil
 		}
 	}
-	m := Middleware{OnDecision: c.OnDecision, Logger: c.Logger}
-	tctx, rec := m.traced(ctx)
-	start := time.Now()
-	lease, d, err := c.InFlight.AcquireLimit(tctx, key, limit)
-	m.report(ctx, Event{Key: key, Policy: "in-flight", Decision: d, InFlight: true, Shadowed: c.Shadow,
-		Source: rec.Source(), Latency: time.Since(start), Err: err})
+	o := observer{c.OnDecision, c.Logger}
+	release, d, err := o.hold(ctx, c.InFlight, key, limit, c.Shadow)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil, ctx.Err()
@@ -152,26 +140,15 @@ func (c *ContextInFlight) Acquire(ctx context.Context) (release func(), err erro
 				return nil, err
 			}
 		} else {
-			m.warn(ctx, "the in-flight limit failed; the call goes on", key, err)
+			o.warn(ctx, "the in-flight limit failed; the call goes on", key, err)
 		}
 		return func() {}, nil
-	case lease == nil && c.Shadow:
+	case release == nil && c.Shadow:
 		return func() {}, nil
-	case lease == nil:
+	case release == nil:
 		return nil, &DeniedError{Decision: d, InFlight: true}
 	}
-	stop := lease.keepAlive(ctx, leaseTimeout, func(err error) { m.warn(ctx, "extending a lease", key, err) })
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			stop()
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseTimeout)
-			defer cancel()
-			if err := lease.Release(rctx); err != nil { // the lease expires by itself
-				m.warn(ctx, "releasing a lease", key, err)
-			}
-		})
-	}, nil
+	return release, nil
 }
 
 // DeniedError is the error of a call a limit denied: its Decision says when to retry.
