@@ -1,7 +1,9 @@
-// Package redistest starts real redis-server processes for tests: single servers on free
-// ports, and Redis Clusters. Each is stopped when its test ends. Tests that only send
-// commands may use a server of the caller's instead, named by REDIS_ADDR (see Addr). When redis-server is not
-// installed the test is skipped, or fails if RATELIMIT_REQUIRE_REDIS=1 (as in CI).
+// Package redistest starts real Redis servers for tests: single servers on free ports,
+// and Redis Clusters, killed when their test ends. They run as redis-server processes of
+// this machine, or wherever the Launcher set with UseLauncher runs them (the containers of
+// internal/integration). Tests that only send commands may use a server of the caller's
+// instead, named by REDIS_ADDR (see Addr). When Redis cannot be started (no redis-server
+// installed, say) the test is skipped, or fails if RATELIMIT_REQUIRE_REDIS=1 (as in CI).
 // Waiting is always polling for the event with a deadline, never a fixed sleep.
 package redistest
 
@@ -10,8 +12,7 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,48 +25,62 @@ import (
 // StartupTimeout bounds how long a server or cluster may take to come up.
 const StartupTimeout = 20 * time.Second
 
-// Server is one redis-server process.
+// Server is one redis-server, run by the current Launcher.
 type Server struct {
 	t    testing.TB
 	Addr string
-	port int
-	dir  string
-	args []string
-	cmd  *exec.Cmd
+	node Node
 }
 
-// binary returns the path of name, or ends the test: skipped, or failed when Redis is
-// required.
-func binary(t testing.TB, name string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err == nil {
-		return path
-	}
-	if os.Getenv("RATELIMIT_REQUIRE_REDIS") == "1" {
-		t.Fatalf("%s is not installed, and RATELIMIT_REQUIRE_REDIS=1", name)
-	}
-	t.Skipf("%s is not installed: skipping a test that needs a real Redis (apt-get install redis-server)", name)
-	return ""
-}
+// settings are what every server of the harness runs with, before a test's own args:
+// nothing kept on disk, in the foreground.
+var settings = []string{"--save", "", "--appendonly", "no", "--daemonize", "no"}
 
 // Start starts a redis-server on a free port with args added to its command line, and
-// waits until it answers PING.
+// waits until it answers PING. It is killed when the test ends.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
-	binary(t, "redis-server")
-	s := &Server{t: t, dir: t.TempDir(), args: args}
+	return launch(t, 1, args)[0]
+}
+
+// launch starts n servers with args through the current Launcher and waits until each
+// answers PING, trying fresh ports when one was taken between finding it and binding it.
+func launch(t testing.TB, n int, args []string) []*Server {
+	t.Helper()
+	l := CurrentLauncher()
 	var err error
-	for range 5 { // a free port can be taken between finding it and binding it
-		if s.port, err = freePort(); err != nil {
+	for range 5 {
+		var ports []int
+		for len(ports) < n && err == nil {
+			var port int
+			port, err = freePort()
+			ports = append(ports, port)
+		}
+		if err != nil {
 			continue
 		}
-		if err = s.start(); err == nil {
-			t.Cleanup(s.Kill)
-			return s
+		var nodes []Node
+		if nodes, err = l.Launch(t, ports, append(slices.Clone(settings), args...)); err != nil {
+			continue
+		}
+		servers := make([]*Server, n)
+		for i, node := range nodes {
+			servers[i] = &Server{t: t, Addr: node.Addr(), node: node}
+			t.Cleanup(servers[i].Kill)
+		}
+		for _, s := range servers {
+			if err = s.waitUp(); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			return servers
+		}
+		for _, s := range servers {
+			s.Kill()
 		}
 	}
-	t.Fatalf("redis-server did not start: %v", err)
+	t.Fatalf("redis-server (%s) did not start: %v", l.Name(), err)
 	return nil
 }
 
@@ -78,39 +93,26 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func (s *Server) start() error {
-	s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
-	args := append([]string{
-		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
-		"--save", "", "--appendonly", "no", "--daemonize", "no",
-		"--logfile", filepath.Join(s.dir, "redis.log"),
-	}, s.args...)
-	cmd := exec.Command("redis-server", args...)
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	s.cmd = cmd
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+// waitUp polls the server with PING until it answers, or it exits, or StartupTimeout.
+func (s *Server) waitUp() error {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(StartupTimeout)
 	for {
 		select {
-		case err := <-exited:
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			return fmt.Errorf("redis-server on port %d exited: %v: %s", s.port, err, lastLines(string(log), 5))
+		case <-s.node.Exited():
+			return fmt.Errorf("redis-server on %s exited: %s", s.Addr, s.node.Log())
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			return nil // the goroutine above reaps the process when it exits
+			return nil
 		}
 		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			return fmt.Errorf("redis-server on port %d does not answer: %v", s.port, err)
+			s.node.Signal(syscall.SIGKILL)
+			return fmt.Errorf("redis-server on %s does not answer: %v: %s", s.Addr, err, s.node.Log())
 		}
 		time.Sleep(10 * time.Millisecond) // poll interval, not a wait for time to pass
 	}
@@ -134,11 +136,8 @@ func (s *Server) Client(opts ...func(*redis.Options)) *redis.Client {
 
 // Kill kills the server (SIGKILL) and waits until its port is closed.
 func (s *Server) Kill() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	syscall.Kill(s.cmd.Process.Pid, syscall.SIGCONT) // a stopped process must run to die
-	syscall.Kill(s.cmd.Process.Pid, syscall.SIGKILL)
+	s.node.Signal(syscall.SIGCONT) // a stopped process must run to die
+	s.node.Signal(syscall.SIGKILL)
 	deadline := time.Now().Add(StartupTimeout)
 	for time.Now().Before(deadline) {
 		c, err := net.DialTimeout("tcp", s.Addr, 100*time.Millisecond)
@@ -146,7 +145,7 @@ func (s *Server) Kill() {
 			return
 		}
 		c.Close()
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	s.t.Errorf("redis-server on %s still answers after SIGKILL", s.Addr)
 }
@@ -157,18 +156,20 @@ func (s *Server) Restart() {
 	var err error
 	deadline := time.Now().Add(StartupTimeout)
 	for time.Now().Before(deadline) { // the port may linger a moment after the kill
-		if err = s.start(); err == nil {
-			return
+		if err = s.node.Restart(); err == nil {
+			if err = s.waitUp(); err == nil {
+				return
+			}
 		}
 	}
 	s.t.Fatalf("redis-server did not restart on %s: %v", s.Addr, err)
 }
 
-// Pause stops the process (SIGSTOP): connections stay open, nothing answers.
-func (s *Server) Pause() { syscall.Kill(s.cmd.Process.Pid, syscall.SIGSTOP) }
+// Pause stops the server (SIGSTOP): connections stay open, nothing answers.
+func (s *Server) Pause() { s.node.Signal(syscall.SIGSTOP) }
 
-// Resume continues a paused process (SIGCONT).
-func (s *Server) Resume() { syscall.Kill(s.cmd.Process.Pid, syscall.SIGCONT) }
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.node.Signal(syscall.SIGCONT) }
 
 // Addr is the address of a Redis for tests that only send it commands: REDIS_ADDR if it is
 // set (a server of the caller's; tests keep to their own key prefixes there), else a
@@ -197,42 +198,81 @@ func StartClusterWithReplicas(t testing.TB, n int) *Cluster { return startCluste
 
 func startCluster(t testing.TB, n, replicas int) *Cluster {
 	t.Helper()
-	binary(t, "redis-cli")
-	c := &Cluster{}
-	var addrs []string
-	for i := range n * (1 + replicas) {
-		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "5000")
-		if i < n { // redis-cli makes the first n masters
-			c.Masters = append(c.Masters, s)
-		} else {
-			c.Replicas = append(c.Replicas, s)
+	servers := launch(t, n*(1+replicas), []string{"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"})
+	c := &Cluster{Masters: servers[:n], Replicas: servers[n:]}
+	if err := c.create(); err != nil {
+		t.Fatalf("creating a cluster of %d masters and %d replicas (%s): %v", n, len(c.Replicas), CurrentLauncher().Name(), err)
+	}
+	return c
+}
+
+// create makes the servers one cluster, as redis-cli --cluster create would: the slots
+// split evenly over the masters, every node introduced to the first, each replica
+// following its master (replica i of master i), and every node seeing all slots served.
+func (c *Cluster) create() error {
+	ctx := context.Background()
+	all := append(slices.Clone(c.Masters), c.Replicas...)
+	clients := make([]*redis.Client, len(all))
+	for i, s := range all {
+		clients[i] = redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+		defer clients[i].Close()
+	}
+	const slots = 16384
+	for i := range c.Masters {
+		lo, hi := i*slots/len(c.Masters), (i+1)*slots/len(c.Masters)-1
+		if err := clients[i].Do(ctx, "cluster", "addslotsrange", lo, hi).Err(); err != nil {
+			return fmt.Errorf("CLUSTER ADDSLOTSRANGE %d %d on %s: %w", lo, hi, all[i].Addr, err)
 		}
-		addrs = append(addrs, s.Addr)
+		// Distinct epochs at once, rather than collisions resolved by gossip.
+		if err := clients[i].Do(ctx, "cluster", "set-config-epoch", i+1).Err(); err != nil {
+			return fmt.Errorf("CLUSTER SET-CONFIG-EPOCH on %s: %w", all[i].Addr, err)
+		}
 	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v: %s", err, out)
+	for _, s := range all[1:] { // nodes of one launch reach each other at 127.0.0.1
+		_, port, err := net.SplitHostPort(s.Addr)
+		if err != nil {
+			return err
+		}
+		if err := clients[0].Do(ctx, "cluster", "meet", "127.0.0.1", port).Err(); err != nil {
+			return fmt.Errorf("CLUSTER MEET 127.0.0.1 %s: %w", port, err)
+		}
 	}
+	known := "cluster_known_nodes:" + strconv.Itoa(len(all)) + "\r\n"
+	if err := c.await(clients, "knows every node", func(info string) bool { return strings.Contains(info, known) }); err != nil {
+		return err
+	}
+	for i := range c.Replicas {
+		id, err := clients[i].Do(ctx, "cluster", "myid").Text()
+		if err != nil {
+			return fmt.Errorf("CLUSTER MYID on %s: %w", c.Masters[i].Addr, err)
+		}
+		if err := clients[len(c.Masters)+i].Do(ctx, "cluster", "replicate", id).Err(); err != nil {
+			return fmt.Errorf("CLUSTER REPLICATE on %s: %w", c.Replicas[i].Addr, err)
+		}
+	}
+	return c.await(clients, "sees all slots served", func(info string) bool {
+		return strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384") &&
+			strings.Contains(info, known)
+	})
+}
+
+// await polls every node's CLUSTER INFO until ready holds on each, within StartupTimeout.
+func (c *Cluster) await(clients []*redis.Client, what string, ready func(info string) bool) error {
 	deadline := time.Now().Add(StartupTimeout)
-	known := "cluster_known_nodes:" + strconv.Itoa(len(addrs)) + "\r\n"
-	for _, s := range append(c.Masters, c.Replicas...) {
-		client := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	for _, client := range clients {
 		for {
 			info, err := client.ClusterInfo(context.Background()).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384") &&
-				strings.Contains(info, known) {
+			if err == nil && ready(info) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %s not ready: %v %q", s.Addr, err, info)
+				return fmt.Errorf("node %s never %s: %v %q", client.Options().Addr, what, err, info)
 			}
 			time.Sleep(20 * time.Millisecond) // poll interval
 		}
-		client.Close()
 	}
-	return c
+	return nil
 }
 
 // Addrs are the masters' addresses.

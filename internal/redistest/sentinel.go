@@ -37,7 +37,8 @@ func StartReplica(t testing.TB, master *Server) *Server {
 	return r
 }
 
-// StartSentinel starts a sentinel on a free port monitoring master as "mymaster", with a
+// StartSentinel starts a sentinel, a redis-server process of this machine whatever the
+// Launcher, on a free port monitoring master as "mymaster", with a
 // quorum of 1 (it alone decides a failover), a master down after 1s of silence and a
 // failover timeout of 5s, and waits until it answers and knows the master's replicas.
 func StartSentinel(t testing.TB, master *Server, replicas int) *Sentinel {
