@@ -35,32 +35,3 @@ func TestMultiIsOneRoundTrip(t *testing.T) {
 		t.Errorf("20 decisions under 3 limits ran %d scripts; want 20, one each", calls)
 	}
 }
-
-// TestAllowAllAcrossSlots: parts whose keys may sit on different cluster nodes are taken
-// one by one and refunded on a denial, never a CROSSSLOT error, and a denial counts
-// nothing.
-func TestAllowAllAcrossSlots(t *testing.T) {
-	cluster := redistest.StartCluster(t, 3)
-	store := redisstore.New(cluster.Client(t), redisstore.WithPrefix("cross"))
-	plan, _ := tokenbucket.New(store, ratelimit.PerHour(100))
-	rate, _ := fixedwindow.New(store, ratelimit.PerHour(3))
-	ctx := context.Background()
-	parts := []ratelimit.Part{{Limiter: plan, Key: "plan:shop-a"}, {Limiter: rate, Key: "rate:shop-a:search"}}
-	admitted := 0
-	for range 10 {
-		d, err := ratelimit.AllowAll(ctx, 1, parts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Allowed {
-			admitted++
-		}
-	}
-	d, err := plan.PeekN(ctx, "plan:shop-a", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if admitted != 3 || d.Remaining != 100-3-1 {
-		t.Errorf("admitted %d (want 3); the plan counted %d (want 3: denials refunded)", admitted, 100-d.Remaining-1)
-	}
-}

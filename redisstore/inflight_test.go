@@ -2,80 +2,18 @@ package redisstore_test
 
 import (
 	"context"
-	"math/rand/v2"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/internal/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/redistest"
-	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 )
-
-// inFlightParity drives the same random leases (acquires, releases, extensions, peeks,
-// resets, limits per call) through localstore and redis on one fake clock, and requires
-// identical decisions. Time moves in multiples of step.
-func inFlightParity(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, step time.Duration, steps int) {
-	rng := rand.New(rand.NewPCG(7, 11))
-	stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore}
-	alg := ratelimit.InFlightAlgorithm()
-	ops := []string{"", "", "", "refund", "refund",
-		"extend", "peek"}
-	ctx := context.Background()
-	for i := range steps {
-		if rng.IntN(3) == 0 {
-			clk.Advance(time.Duration(rng.IntN(20)) * step)
-		}
-		req := ratelimit.Request{
-			Algorithm: alg,
-			Key:       "key" + strconv.Itoa(rng.IntN(3)),
-			Rule:      ratelimit.Rule{Limit: 1 + rng.Int64N(6), Period: time.Duration(10+rng.IntN(30)) * step},
-			N:         1,
-			Op:        ops[rng.IntN(len(ops))],
-			Lease:     1 + rng.Int64N(12), // few ids, so that releases and extensions find theirs
-		}
-		if rng.IntN(200) == 0 {
-			req.Op = "reset"
-		}
-		local, err := stores[0].Apply(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		remote, err := stores[1].Apply(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if local != remote {
-			t.Fatalf("step %d, %s op %q lease %d limit %d lease %v at %v:\n localstore %+v\n     redis %+v",
-				i, req.Key, req.Op, req.Lease, req.Rule.Limit, req.Rule.Period, clk.Now().Sub(limitertest.Start), local, remote)
-		}
-	}
-}
-
-// On miniredis, whose TTLs move with the fake clock, leases may be short.
-func TestInFlightParityMiniredis(t *testing.T) {
-	mr := miniredis.RunT(t)
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { client.Close() })
-	clk := clock.NewFake(limitertest.Start)
-	store := &ttlClock{redisstore.New(client, redisstore.WithClock(clk), freshPrefix()), mr, clk, clk.Now()}
-	inFlightParity(t, store, clk, 997*time.Microsecond, 5000)
-}
-
-// On a real Redis, whose TTLs run on real time, each step is 100ms of the fake clock and
-// no lease is shorter than a second, far more than the real time the run takes.
-func TestInFlightParity(t *testing.T) {
-	client := redistest.Start(t).Client()
-	clk := clock.NewFake(limitertest.Start)
-	inFlightParity(t, redisstore.New(client, redisstore.WithClock(clk), freshPrefix()), clk, 100*time.Millisecond, 2000)
-}
 
 // Each key's leases are one sorted set under the key's hash tag, whose TTL follows its
 // latest lease, and which is gone once every lease has expired or been released.

@@ -28,37 +28,6 @@ func apply(t *testing.T, s ratelimit.Store, alg *ratelimit.Algorithm, key string
 	return s.Apply(context.Background(), ratelimit.Request{Algorithm: alg, Key: key, Rule: rule, N: n})
 }
 
-// TestAtomicity: 1000 parallel requests from 8 clients on one key, on the server's clock,
-// admit exactly the limit for every algorithm (it cannot refill in an hour).
-func TestAtomicity(t *testing.T) {
-	srv := redistest.Start(t)
-	var stores []*redisstore.Store
-	for range 8 {
-		stores = append(stores, redisstore.New(srv.Client(), redisstore.WithPrefix("atomic")))
-	}
-	rule := ratelimit.PerHour(100)
-	for _, k := range limitertest.Kinds {
-		t.Run(k.Name, func(t *testing.T) {
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			for i := range 1000 {
-				wg.Go(func() {
-					d, err := apply(t, stores[i%8], k.Algorithm, "hot", rule, 1)
-					if err != nil {
-						t.Error(err)
-					} else if d.Allowed {
-						admitted.Add(1)
-					}
-				})
-			}
-			wg.Wait()
-			if admitted.Load() != rule.Limit {
-				t.Errorf("admitted %d of 1000; want exactly %d", admitted.Load(), rule.Limit)
-			}
-		})
-	}
-}
-
 // TestClusterWide: 20 instances, each with its own client, drive 100 tenants at twice
 // their limit for 3 seconds on the server's clock; summed over all instances, each
 // tenant is admitted what its token bucket allows over the time it was driven (or all
@@ -431,23 +400,6 @@ func TestReplyLostIsCountedOnce(t *testing.T) {
 	}
 }
 
-// TestClusterSpread: the keys of many tenants spread over all masters.
-func TestClusterSpread(t *testing.T) {
-	cluster := redistest.StartCluster(t, 3)
-	s := redisstore.New(cluster.Client(t), redisstore.WithPrefix("spread"))
-	for i := range 300 {
-		if _, err := apply(t, s, tokenbucket.Algorithm(), fmt.Sprint("tenant-", i), ratelimit.PerHour(10), 1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, m := range cluster.Masters {
-		n := redis.NewClient(&redis.Options{Addr: m.Addr}).DBSize(context.Background()).Val()
-		if n < 50 || n > 150 {
-			t.Errorf("master %s holds %d of 300 keys; want about a third", m.Addr, n)
-		}
-	}
-}
-
 // silentServer accepts connections and never answers: a Redis that hangs. Calling hangUp
 // closes them (clients drain their calls in flight on Close: hang up first).
 func silentServer(t *testing.T) (addr string, hangUp func()) {
@@ -528,74 +480,6 @@ func TestContextDeadline(t *testing.T) {
 				t.Fatal("Allow with a 50ms deadline against a silent server had not returned after 30s")
 			}
 		})
-	}
-}
-
-// TestClusterFailover: after a master dies and its replica takes over, decisions on its
-// slots resume as soon as the replica serves them, without waiting for go-redis's periodic
-// reload of the slot map (an hour here): the store asks for a reload when a node fails.
-func TestClusterFailover(t *testing.T) {
-	cluster := redistest.StartClusterWithReplicas(t, 3)
-	ctx := context.Background()
-	var addrs []string
-	for _, s := range append(cluster.Masters, cluster.Replicas...) {
-		addrs = append(addrs, s.Addr)
-	}
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ClusterStateReloadInterval: time.Hour,
-		DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { client.Close() })
-	s := redisstore.New(client)
-	rule := ratelimit.PerHour(100)
-	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1); err != nil || !d.Allowed {
-		t.Fatalf("before the failover: %+v, %v", d, err)
-	}
-	owner, err := client.MasterForKey(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var master, replica *redistest.Server
-	for _, m := range cluster.Masters {
-		if m.Addr == owner.Options().Addr {
-			master = m
-		}
-	}
-	for _, r := range cluster.Replicas {
-		rc := redis.NewClient(&redis.Options{Addr: r.Addr})
-		info, err := rc.Info(ctx, "replication").Result()
-		rc.Close()
-		if err == nil && master != nil && strings.Contains(info, "master_port:"+master.Addr[strings.LastIndexByte(master.Addr, ':')+1:]+"\r\n") {
-			replica = r
-		}
-	}
-	if master == nil || replica == nil {
-		t.Fatalf("no master and replica found for the slot of k (owner %s)", owner.Options().Addr)
-	}
-	master.Kill()
-	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
-	defer rc.Close()
-	if err := rc.Do(ctx, "cluster", "failover", "takeover").Err(); err != nil { // the master is gone: no handshake
-		t.Fatalf("CLUSTER FAILOVER TAKEOVER on %s: %v", replica.Addr, err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	failures := 0
-	for {
-		short, cancel := context.WithTimeout(ctx, time.Second)
-		d, err := s.Apply(short, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "k", Rule: rule, N: 1})
-		cancel()
-		if err == nil {
-			if !d.Allowed || d.Remaining < 98 { // 98 left, or 99 if the replica had not the first decision yet
-				t.Errorf("after the failover: %+v; want allowed, 98 or 99 left", d)
-			}
-			break
-		}
-		if !errors.Is(err, ratelimit.ErrUnavailable) {
-			t.Fatalf("during the failover: %v; want an error wrapping ErrUnavailable", err)
-		}
-		failures++
-		if time.Now().After(deadline) {
-			t.Fatalf("decisions on the failed master's slots still fail 30s after its replica took over (%d failures): %v", failures, err)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 }
 

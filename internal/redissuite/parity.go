@@ -1,0 +1,134 @@
+package redissuite
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+)
+
+// ParityOn drives the same random traffic through localstore and redis, on one fake
+// clock, and requires identical decisions: same algorithm, same time, same answer.
+// Each step picks a key, a rule and n; the clock moves forward by a multiple of step.
+// With changeRules, a key's rule changes mid-stream, and the state must convert (or
+// expire) the same way in Go and in Lua; else key i keeps rule i.
+func ParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store, rules []ratelimit.Rule, changeRules bool, step time.Duration, steps int) {
+	for _, k := range limitertest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, uint64(len(k.Name))))
+			clk := clock.NewFake(limitertest.Start)
+			stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore(clk)}
+			ctx := context.Background()
+			for i := range steps {
+				if rng.IntN(3) > 0 {
+					clk.Advance(time.Duration(rng.IntN(40)) * step)
+				}
+				key := rng.IntN(len(rules))
+				rule := rules[key]
+				if changeRules {
+					rule = rules[rng.IntN(len(rules))]
+				}
+				a, err := k.Algorithm.Prepare(rule, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req := ratelimit.Request{
+					Algorithm: k.Algorithm,
+					Key:       "key" + strconv.Itoa(key),
+					Rule:      rule,
+					N:         1 + rng.Int64N(a.Limit),
+				}
+				if rng.IntN(2) == 0 {
+					req.N = 1
+				}
+				local, err := stores[0].Apply(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				remote, err := stores[1].Apply(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if local != remote {
+					t.Fatalf("step %d, %s %v n %d at %v:\n localstore %+v\n     redis %+v",
+						i, req.Key, rule, req.N, clk.Now().Sub(limitertest.Start), local, remote)
+				}
+			}
+		})
+	}
+}
+
+// Parity runs ParityOn on a real Redis. TTLs run there on the server's real clock while
+// the test's clock is fake: a key may outlive its fake reset, so each key keeps its rule
+// (a state past its reset then decides as a fresh one), and every time step and every
+// event's share of a period is a multiple of 100ms, so that no TTL is shorter than the
+// real time between two steps.
+func Parity(t *testing.T) {
+	client := redistest.Start(t).Client()
+	rules := []ratelimit.Rule{
+		ratelimit.PerSecond(5),
+		{Limit: 10, Period: 2 * time.Second, Burst: 7},
+		ratelimit.PerMinute(60),
+		{Limit: 36, Period: time.Hour, Burst: 50},
+	}
+	ParityOn(t, func(clk *clock.Fake) ratelimit.Store {
+		return redisstore.New(client, redisstore.WithClock(clk), FreshPrefix())
+	}, rules, false, 100*time.Millisecond, 1500)
+}
+
+// InFlightParityOn drives the same random leases (acquires, releases, extensions, peeks,
+// resets, limits per call) through localstore and redis on one fake clock, and requires
+// identical decisions. Time moves in multiples of step.
+func InFlightParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, step time.Duration, steps int) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore}
+	alg := ratelimit.InFlightAlgorithm()
+	ops := []string{"", "", "", "refund", "refund",
+		"extend", "peek"}
+	ctx := context.Background()
+	for i := range steps {
+		if rng.IntN(3) == 0 {
+			clk.Advance(time.Duration(rng.IntN(20)) * step)
+		}
+		req := ratelimit.Request{
+			Algorithm: alg,
+			Key:       "key" + strconv.Itoa(rng.IntN(3)),
+			Rule:      ratelimit.Rule{Limit: 1 + rng.Int64N(6), Period: time.Duration(10+rng.IntN(30)) * step},
+			N:         1,
+			Op:        ops[rng.IntN(len(ops))],
+			Lease:     1 + rng.Int64N(12), // few ids, so that releases and extensions find theirs
+		}
+		if rng.IntN(200) == 0 {
+			req.Op = "reset"
+		}
+		local, err := stores[0].Apply(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		remote, err := stores[1].Apply(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if local != remote {
+			t.Fatalf("step %d, %s op %q lease %d limit %d lease %v at %v:\n localstore %+v\n     redis %+v",
+				i, req.Key, req.Op, req.Lease, req.Rule.Limit, req.Rule.Period, clk.Now().Sub(limitertest.Start), local, remote)
+		}
+	}
+}
+
+// InFlightParity runs InFlightParityOn on a real Redis, whose TTLs run on real time: each
+// step is 100ms of the fake clock and no lease is shorter than a second, far more than
+// the real time the run takes.
+func InFlightParity(t *testing.T) {
+	client := redistest.Start(t).Client()
+	clk := clock.NewFake(limitertest.Start)
+	InFlightParityOn(t, redisstore.New(client, redisstore.WithClock(clk), FreshPrefix()), clk, 100*time.Millisecond, 2000)
+}
