@@ -78,7 +78,7 @@ func New(ctx context.Context) (*Launcher, error) {
 	setDefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 	docker, err := testcontainers.NewDockerClientWithOpts(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("containers: no Docker client: %w", err)
+		return nil, fmt.Errorf("containers: no Docker engine found (testcontainers says: %w)", err)
 	}
 	info, err := docker.Info(ctx, client.InfoOptions{})
 	if err != nil {
