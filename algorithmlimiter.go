@@ -27,6 +27,8 @@ type AlgorithmLimiter struct {
 	namespace string
 	limit     int64    // the largest n the rule can ever allow
 	take      takeFunc // AllowN's and AllowRule's path when the store is a binder; nil otherwise
+	reserves  []int64  // by priority, in percent (WithReserves); nil for none
+	err       error    // an option's
 }
 
 // binder is a store of this module that finds once what every take of one limiter
@@ -82,6 +84,9 @@ func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule, opts ...Option)
 		}
 		o.apply(l)
 	}
+	if l.err != nil {
+		return nil, fmt.Errorf("%s: %w", alg.Name, l.err)
+	}
 	if b, ok := store.(binder); ok {
 		l.take = b.Bind(alg, l.namespace)
 	}
@@ -108,7 +113,7 @@ func ruleNamespace(r Rule) string {
 func (l *AlgorithmLimiter) Allow(ctx context.Context, key string) (Decision, error) {
 	// AllowN's body again, not a call of it: a Decision returned from AllowN would be
 	// copied once more through memory (see package internal/fast)
-	if l.take == nil {
+	if l.take == nil || l.reserves != nil {
 		return l.apply(ctx, key, l.rule, 1)
 	}
 	o, limit, err := l.take(ctx, key, l.rule, 1)
@@ -120,7 +125,7 @@ func (l *AlgorithmLimiter) Allow(ctx context.Context, key string) (Decision, err
 // allows at once (Decision.Limit), or the error wraps ErrInvalidN and
 // nothing is consumed.
 func (l *AlgorithmLimiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	if l.take == nil {
+	if l.take == nil || l.reserves != nil {
 		return l.apply(ctx, key, l.rule, n)
 	}
 	o, limit, err := l.take(ctx, key, l.rule, n) // which validates n as Apply does
@@ -128,12 +133,14 @@ func (l *AlgorithmLimiter) AllowN(ctx context.Context, key string, n int64) (Dec
 		RetryAfter: o.RetryAfter(), ResetAfter: o.ResetAfter, Delay: o.Delay()}, err
 }
 
-// apply is a take through Store.Apply, for a store that is not a binder.
+// apply is a take through Store.Apply, for a store that is not a binder or a request that
+// keeps a reserve.
 func (l *AlgorithmLimiter) apply(ctx context.Context, key string, rule Rule, n int64) (Decision, error) {
 	if rule == l.rule && (n < 1 || n > l.limit) { // the store is not asked
 		return Decision{}, badN(l.alg, rule, n)
 	}
-	return l.store.Apply(ctx, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: rule, N: n})
+	return l.store.Apply(ctx, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: rule, N: n,
+		Reserve: l.reserve(ctx)})
 }
 
 // AllowRule is AllowN under rule instead of the limiter's own: for a rule chosen per call
@@ -143,7 +150,7 @@ func (l *AlgorithmLimiter) apply(ctx context.Context, key string, rule Rule, n i
 // returns an error wrapping ErrInvalidRule or ErrInvalidN and consumes
 // nothing.
 func (l *AlgorithmLimiter) AllowRule(ctx context.Context, key string, rule Rule, n int64) (Decision, error) {
-	if l.take == nil {
+	if l.take == nil || l.reserves != nil {
 		return l.apply(ctx, key, rule, n)
 	}
 	o, limit, err := l.take(ctx, key, rule, n)
@@ -161,7 +168,8 @@ func badN(alg *Algorithm, rule Rule, n int64) error {
 	return err
 }
 
-// PeekN is the Decision AllowN(ctx, key, n) would give now, consuming nothing.
+// PeekN is the Decision AllowN(ctx, key, n) would give now, at ctx's priority, consuming
+// nothing.
 func (l *AlgorithmLimiter) PeekN(ctx context.Context, key string, n int64) (Decision, error) {
 	return l.do(ctx, key, n, "peek")
 }
@@ -185,7 +193,11 @@ func (l *AlgorithmLimiter) do(ctx context.Context, key string, n int64, op strin
 	if n < 1 || n > l.limit {
 		return Decision{}, badN(l.alg, l.rule, n)
 	}
-	return l.store.Apply(ctx, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: n, Op: op})
+	req := Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: n, Op: op}
+	if op == "peek" {
+		req.Reserve = l.reserve(ctx)
+	}
+	return l.store.Apply(ctx, req)
 }
 
 // base is how AllowAll finds the AlgorithmLimiter inside an algorithm's

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -60,8 +61,9 @@ func (l *InFlightLimiter) Rule() Rule { return l.base.rule }
 
 // Acquire takes one of key's leases, or says that all of them are held. Allowed, the
 // Lease is held until released or expired; denied, it is nil (its Release is harmless)
-// and the Decision says so: Remaining is 0, and RetryAfter the time until the oldest
-// lease expires if no one releases it, which is only the latest a lease can come back
+// and the Decision says so: Remaining is 0, and RetryAfter the time until enough leases
+// expire for this one to fit if no one releases them (the oldest, unless a lower limit
+// per call or a reserve asks for more), which is only the latest a lease can come back
 // (a release frees one at once). Limit is the limit, Remaining the leases left after
 // this one, ResetAfter the time until every lease held has expired.
 func (l *InFlightLimiter) Acquire(ctx context.Context, key string) (*Lease, Decision, error) {
@@ -80,7 +82,7 @@ func (l *InFlightLimiter) AcquireLimit(ctx context.Context, key string, limit in
 func (l *InFlightLimiter) acquire(ctx context.Context, key string, rule Rule) (*Lease, Decision, error) {
 	id := newLeaseID()
 	d, err := l.base.store.Apply(ctx, Request{Algorithm: &inflight, Namespace: l.base.namespace, Key: key,
-		Rule: rule, N: 1, Lease: id})
+		Rule: rule, N: 1, Lease: id, Reserve: l.base.reserve(ctx)})
 	if err != nil || !d.Allowed {
 		return nil, d, err
 	}
@@ -260,21 +262,31 @@ func findLease(log *eventlog.Log, id int64) int {
 // lease held already is renewed).
 func acquireLease(st *State, now int64, a Args) Decision {
 	expireLeases(st, now)
-	allowed := true
+	allowed, keep := true, a.Keep()
 	if i := findLease(st.Log, a.Lease); i >= 0 {
 		renew(st.Log, i, now+a.Period)
-	} else if int64(st.Log.Len()) < a.Limit {
+	} else if int64(st.Log.Len())+keep < a.Limit {
 		st.Log.Append(eventlog.Event{At: now + a.Period, N: a.Lease})
 	} else {
 		allowed = false
 	}
 	st.Level = int64(st.Log.Len())
-	d := Decision{Allowed: allowed, Limit: a.Limit, Remaining: max(0, a.Limit-st.Level)}
+	d := Decision{Allowed: allowed, Limit: a.Limit, Remaining: max(0, a.Limit-st.Level-keep)}
 	if st.Log.Len() > 0 {
 		first, last := st.Log.At(0).At, st.Log.At(0).At
 		for i := 1; i < st.Log.Len(); i++ {
 			at := st.Log.At(i).At
 			first, last = min(first, at), max(last, at)
+		}
+		// until enough leases expire that this one fits with what it keeps: the oldest,
+		// unless a lower limit per call or a reserve asks for more
+		if k := st.Level + keep - a.Limit; !allowed && k > 0 {
+			expiries := make([]int64, st.Log.Len())
+			for i := range expiries {
+				expiries[i] = st.Log.At(i).At
+			}
+			slices.Sort(expiries)
+			first = expiries[k]
 		}
 		if !allowed {
 			d.RetryAfter = mathx.Micros(first - now)

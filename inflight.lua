@@ -1,7 +1,8 @@
 -- The in-flight limit, as acquireLease, releaseLease and extendLease in inflight.go.
 -- KEYS[1]: the key's leases, a sorted set of lease ids scored by their expiry (us since
 -- the Unix epoch); its TTL is the latest expiry's. ARGV: n (1), limit, period (the lease
--- duration, us), unit, rate (unused), now (us; empty for Redis TIME), op, lease id.
+-- duration, us), unit, rate (unused), now (us; empty for Redis TIME), op, lease id, and
+-- the reserve: the percent of limit a new lease must leave (Args.Keep).
 local max, tonumber = math.max, tonumber
 local limit, period = tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = tonumber(ARGV[6])
@@ -14,6 +15,10 @@ local function int(x) -- an integer as Redis must read it: never in exponent not
   return string.format('%.0f', x)
 end
 local after = '(' .. int(now) -- scores after now: the leases alive
+local keep, reserve = 0, tonumber(ARGV[9]) or 0
+if reserve > 0 and (op == '' or op == 'take' or op == 'peek') then
+  keep = math.min(math.floor(limit / 100) * reserve + math.floor(limit % 100 * reserve / 100), limit - 1)
+end
 
 if op == 'reset' then -- forget every lease; answer as a peek
   redis.call('DEL', key)
@@ -57,7 +62,7 @@ if at then
     redis.call('ZADD', key, int(until_), lease)
     wrote = true
   end
-elseif held < limit then
+elseif held + keep < limit then
   allowed, added = 1, true
   if not dry then
     redis.call('ZADD', key, int(until_), lease)
@@ -73,10 +78,10 @@ if wrote then
 end
 if added then held = held + 1 end
 if added or at then latest = max(latest or 0, until_) end
-if allowed == 0 and held > 0 then -- until the first lease expires
-  local first = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+if allowed == 0 and held > 0 then -- until enough leases expire that one fits with keep
+  local first = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', held + keep - limit, 1)
   retry = tonumber(first[2]) - now
 end
 if latest then reset = latest - now end
 if op == 'extend' then allowed = extended end
-return {allowed, max(0, limit - held), retry, reset, 0}
+return {allowed, max(0, limit - held - keep), retry, reset, 0}

@@ -53,7 +53,7 @@ func AllowAll(ctx context.Context, n int64, parts ...Part) (Decision, error) {
 		if _, err := l.alg.Prepare(l.rule, n); err != nil {
 			return Decision{}, err
 		}
-		reqs[i] = Request{Algorithm: l.alg, Namespace: l.namespace, Key: p.Key, Rule: l.rule, N: n}
+		reqs[i] = Request{Algorithm: l.alg, Namespace: l.namespace, Key: p.Key, Rule: l.rule, N: n, Reserve: l.reserve(ctx)}
 	}
 	ds, err := ApplyAll(ctx, store, reqs)
 	if err != nil {

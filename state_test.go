@@ -41,7 +41,17 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
-	a.Lease = req.Lease
+	if req.Reserve < 0 || req.Reserve > 99 {
+		return ratelimit.Decision{}, fmt.Errorf("bytesStore: reserve %d%%: %w", req.Reserve, ratelimit.ErrInvalidRule)
+	}
+	w := req.Window
+	if alg.Windowed && !(w.Start < w.End && w.End < w.Next) {
+		return ratelimit.Decision{}, fmt.Errorf("bytesStore: %s needs a window: %w", alg.Name, ratelimit.ErrInvalidRule)
+	}
+	a.Lease, a.Window = req.Lease, w
+	if req.Op == "" || req.Op == "peek" {
+		a.Reserve = req.Reserve
+	}
 	if req.Op == "extend" && alg.Extend == nil {
 		return ratelimit.Decision{}, fmt.Errorf("bytesStore: %s has no leases", alg.Name)
 	}
@@ -66,7 +76,7 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		return err
 	}
 	after := a
-	after.N, after.Lease = 1, 0
+	after.N, after.Lease, after.Reserve = 1, 0, 0
 	peek := func() ratelimit.Decision { // on a copy, through the bytes again
 		var c ratelimit.State
 		b, _ := st.MarshalBinary()
@@ -80,7 +90,7 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		d := alg.Step(&st, now, a)
 		return d, save(d)
 	case "peek":
-		after.N, after.Lease = a.N, a.Lease
+		after.N, after.Lease, after.Reserve = a.N, a.Lease, a.Reserve
 		return peek(), nil
 	case "refund":
 		alg.Refund(&st, now, a)

@@ -64,6 +64,25 @@ type Request struct {
 	// extends; 0 for the rate algorithms. Stores copy it into Args.Lease, and into the
 	// script's ARGV.
 	Lease int64
+	// Reserve is the part of the key's allowance, in percent (0 to 99), that a take or a
+	// peek must leave for more important requests (see WithReserves): it is admitted only
+	// if the key could admit N more than that part of Decision.Limit (rounded down, and
+	// never more than Limit - N), and takes N. Stores copy it into Args.Reserve; a refund,
+	// a reset or an extension ignores it.
+	Reserve int64
+	// Window is the calendar window around the application's clock, for an algorithm that
+	// counts in calendar windows (Algorithm.Windowed); zero for every other. Stores copy
+	// it into Args.Window.
+	Window Window
+}
+
+// Window is a calendar window and the next one as an application's clock places them:
+// [Start, End) and [End, Next), in microseconds since the Unix epoch. A windowed
+// algorithm counts in the window its store's time falls in (the Redis server's, which may
+// be a window ahead of or behind the application's): a time before Start falls in the
+// window that ends at Start, one from Next on in windows as long as [End, Next).
+type Window struct {
+	Start, End, Next int64
 }
 
 // Algorithm is one rate-limiting algorithm as stores see it: the integers it needs from a
@@ -114,6 +133,10 @@ type Algorithm struct {
 	// decorators that cache or split a key's decisions pass leases straight through.
 	Extend func(st *State, now int64, a Args) bool
 
+	// Windowed says that the algorithm counts in the calendar windows of Request.Window:
+	// stores refuse a request of it without a window (Start < End < Next).
+	Windowed bool
+
 	// Prefetchable says that events may be taken ahead, in a batch, and admitted later one
 	// by one (hotkey.Prefetch does): a Decision carries no Delay that paces each
 	// request, and the algorithm promises no more than a count per period, which events
@@ -132,6 +155,21 @@ type Args struct {
 	Unit   int64 // algorithm-defined (the size of one event in Level's units, or a tick)
 	Rate   int64 // algorithm-defined (Level's units gained or drained per microsecond)
 	Lease  int64 // Request.Lease, copied by the store after Prepare
+
+	// Reserve and Window are Request.Reserve (0 for a refund, a reset or an extension) and
+	// Request.Window, copied by the store after Prepare. Every Step admits N only if N
+	// more than Keep(a) could be admitted.
+	Reserve int64
+	Window  Window
+}
+
+// Keep is what a request with a must leave of a.Limit: a.Reserve percent of it, rounded
+// down, and never more than a.Limit - a.N.
+func (a Args) Keep() int64 {
+	if a.Reserve <= 0 {
+		return 0
+	}
+	return min(a.Limit/100*a.Reserve+a.Limit%100*a.Reserve/100, a.Limit-a.N)
 }
 
 // State is one key's state as a Store keeps it for Step. The zero State is a key never

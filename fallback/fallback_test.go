@@ -648,3 +648,47 @@ func TestLogger(t *testing.T) {
 		t.Errorf("%d lines of an error that opens nothing; want 2 (one a second):\n%s", n, log)
 	}
 }
+
+// Priorities under the shares: with the primary down, one of 20 instances decides a
+// token bucket of 100 at once as its share, 5, and reserves 20% and 50% of that: 1 and 2
+// tokens. Ten requests of each priority, least important first, admit 3 sheddable, 1
+// normal and 1 critical; the same limiter with a healthy primary admits 50, 30 and 20.
+func TestPrioritiesUnderShares(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		down bool
+		each int
+		want [3]int
+	}{{"primary down, a share of 1/20", true, 10, [3]int{3, 1, 1}}, {"primary up", false, 100, [3]int{50, 30, 20}}} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clock.NewFake(limitertest.Start)
+			p := newPrimary()
+			if c.down {
+				p.fail(errDown)
+			} else {
+				p.local = localstore.New(localstore.WithClock(clk))
+			}
+			s := fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithInstances(20),
+				fallback.WithClock(clk), fallback.WithTimeout(time.Minute))
+			l, err := tokenbucket.New(s, limitertest.PriorityRule, ratelimit.WithReserves(limitertest.Reserves...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, pr := range []ratelimit.Priority{ratelimit.Sheddable, ratelimit.Normal, ratelimit.Critical} {
+				admitted := 0
+				for range c.each {
+					d, err := l.Allow(ratelimit.WithPriority(context.Background(), pr), "k")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Allowed {
+						admitted++
+					}
+				}
+				if admitted != c.want[i] {
+					t.Errorf("%d %v requests admitted %d; want %d", c.each, pr, admitted, c.want[i])
+				}
+			}
+		})
+	}
+}

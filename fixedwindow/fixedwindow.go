@@ -72,13 +72,14 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (window int64) {
 func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	end := (advance(st, now, a) + 1) * a.Period
 	var d fast.Outcome
-	if st.Level+a.N <= a.Limit {
+	keep := a.Keep()
+	if st.Level+a.N+keep <= a.Limit {
 		st.Level += a.N
 		d.Allowed = true
 	} else {
 		d.Wait = mathx.Micros(end - now)
 	}
-	d.Remaining = max(0, a.Limit-st.Level)
+	d.Remaining = max(0, a.Limit-st.Level-keep)
 	if st.Level > 0 {
 		d.ResetAfter = mathx.Micros(end - now)
 	}

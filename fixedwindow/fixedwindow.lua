@@ -11,13 +11,13 @@ if op == 'refund' then
 end
 local ending = (floor(t / period) + 1) * period
 
-if L + n <= limit then
+if L + n + keep <= limit then
   L = L + n
   allowed = 1
 else
   retry = ending - now
 end
-remaining = max(0, limit - L)
+remaining = max(0, limit - L - keep)
 if L > 0 then
   reset = ending - now
 end

@@ -76,15 +76,16 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	lag := advance(st, now, a)
 	full := a.Limit * a.Unit
 	var d fast.Outcome
-	need := a.N * a.Unit
+	keep := a.Keep()
+	need := (a.N + keep) * a.Unit // the slots it takes, and those it must leave
 	if st.Level+need <= full {
 		d.Allowed = true
 		d.Wait = mathx.Micros(lag + mathx.CeilDiv(st.Level, a.Rate))
-		st.Level += need
+		st.Level += a.N * a.Unit
 	} else {
 		d.Wait = mathx.Micros(lag + mathx.CeilDiv(st.Level+need-full, a.Rate))
 	}
-	d.Remaining = (full - st.Level) / a.Unit
+	d.Remaining = max(0, (full-st.Level)/a.Unit-keep)
 	if st.Level > 0 {
 		d.ResetAfter = mathx.Micros(lag + mathx.CeilDiv(st.Level, a.Rate))
 	}

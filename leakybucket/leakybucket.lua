@@ -20,15 +20,15 @@ if op == 'refund' then
   n, dry = refunded(KEYS[1], state, dry, T, L, A)
 end
 
-local need = n * unit
+local need = (n + keep) * unit -- the slots it takes, and those it must leave
 if L + need <= full then
   allowed = 1
   delay = lag - floor(-L / rate)
-  L = L + need
+  L = L + n * unit
 else
   retry = lag - floor(-(L + need - full) / rate)
 end
-remaining = floor((full - L) / unit)
+remaining = max(0, floor((full - L) / unit) - keep)
 if L > 0 then
   reset = lag - floor(-L / rate)
 end

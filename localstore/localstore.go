@@ -257,7 +257,9 @@ func New(opts ...Option) *Store {
 // req.Algorithm.Prepare for an invalid rule or n.
 func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	sp := findSpace(s.spaces.Load(), req.Algorithm, req.Namespace)
-	if sp != nil && req.Op == "" && req.Lease == 0 { // the common case, in one call
+	// a take of nothing but a rule and n: no lease, no reserve, no calendar window
+	plain := req.Op == "" && req.Lease == 0 && req.Reserve == 0 && req.Algorithm != nil && !req.Algorithm.Windowed
+	if sp != nil && plain { // the common case, in one call
 		o, limit, err := sp.take(ctx, req.Key, req.Rule, req.N)
 		return core.Decision(o, limit), err
 	}
@@ -271,7 +273,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if sp == nil { // not among the few, or not yet made
 		sp = s.space(alg, req.Namespace)
 	}
-	if req.Op == "" && req.Lease == 0 {
+	if plain {
 		o, limit, err := sp.take(ctx, req.Key, req.Rule, req.N)
 		return core.Decision(o, limit), err
 	}
@@ -286,10 +288,13 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
-	args.N, args.Lease = req.N, req.Lease
+	args.N = req.N
+	if err := core.Extras("localstore", req, &args); err != nil {
+		return ratelimit.Decision{}, err
+	}
 	sh.sweepIfDue(now, s.sweepEvery)
 	e := t.keys.get(h, req.Key)
-	if e == nil && req.Op == "" { // of a lease; the others take in sp.take
+	if e == nil && req.Op == "" { // a take with a lease, a reserve or a window; the others take in sp.take
 		e = s.add(sh, &t.keys, h, req.Key, now, &entry{})
 	}
 	if e != nil {
@@ -467,7 +472,7 @@ func (s *Store) newTake(sp *space) takeFunc {
 // or an extension (after) it is the answer, as a peek of 1, of a new lease.
 func (sh *shard) peek(sp *space, e *entry, now int64, args ratelimit.Args, after bool) ratelimit.Decision {
 	if after {
-		args.N, args.Lease = 1, 0
+		args.N, args.Lease, args.Reserve = 1, 0, 0
 	}
 	st := &sh.scratch
 	*st = ratelimit.State{}

@@ -20,8 +20,9 @@ var _ ratelimit.BatchStore = (*Store)(nil)
 // batchMain runs the requests' steps (steps[i], one per algorithm of the store's
 // ApplyAll scripts) first dry, writing nothing, and then, if every one is allowed, for
 // real. ARGV: for each request, the index of its step and its number of keys, then n,
-// limit, period, unit, rate and now, as a single step's ARGV; the steps get them as
-// numbers, and an empty now as the one instant of Redis's clock the batch reads.
+// limit, period, unit, rate, now, reserve and window, as a single step's ARGV; the steps
+// get the first six as numbers, and an empty now as the one instant of Redis's clock the
+// batch reads.
 const batchMain = `
 local keys, argvs, step, k, a, clock, nreq = {}, {}, {}, 1, 1, nil, 0
 while a <= #ARGV do
@@ -39,8 +40,8 @@ while a <= #ARGV do
     now = clock
   end
   argvs[nreq] = {tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]),
-    tonumber(ARGV[a + 6]), now, 'take'}
-  a = a + 8
+    tonumber(ARGV[a + 6]), now, 'take', '0', ARGV[a + 8], ARGV[a + 9]}
+  a = a + 10
 end
 local out, all = {}, true
 for i = 1, nreq do
@@ -95,13 +96,16 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if err != nil {
 			return nil, err
 		}
+		if err := core.Extras("redisstore", r, &a); err != nil {
+			return nil, err
+		}
 		pre, post := redisx.Form(r.Key)
 		nsForm := redisx.Namespace(r.Namespace)
 		for _, name := range s.script(alg).names {
 			names = append(names, name+nsForm+pre+r.Key+post)
 		}
 		algs[i], limits[i] = alg, a.Limit
-		tail = append(tail, 0, len(alg.ScriptKeys), a.N, a.Limit, a.Period, a.Unit, a.Rate, now)
+		tail = append(tail, 0, len(alg.ScriptKeys), a.N, a.Limit, a.Period, a.Unit, a.Rate, now, a.Reserve, core.WindowArg(a.Window))
 	}
 	if err := core.CheckDistinct("redisstore", reqs); err != nil {
 		return nil, err
@@ -111,7 +115,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	}
 	sc, index := s.applyAllScript(algs)
 	for i, alg := range algs {
-		tail[8*i] = index[s.script(alg).hash.(string)]
+		tail[10*i] = index[s.script(alg).hash.(string)]
 	}
 	args := make([]any, 0, 3+len(names)+len(tail))
 	args = append(args, "evalsha", sc.hash, len(names))

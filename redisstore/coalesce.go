@@ -422,6 +422,8 @@ type profile struct {
 	n                         int64
 	limit, period, unit, rate any
 	now, op, lease            any
+	reserve                   int64
+	window                    string
 }
 
 type result struct {
@@ -448,7 +450,8 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 		if now != "" {
 			now = "*" // the store's clock: each call sends its own
 		}
-		p := profile{step, len(c.sc.names), c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, now, c.op, lease}
+		p := profile{step, len(c.sc.names), c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, now, c.op, lease,
+			c.a.Reserve, core.WindowArg(c.a.Window)}
 		of[i] = slices.Index(profiles, p)
 		if of[i] < 0 {
 			of[i] = len(profiles)
@@ -457,7 +460,7 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 	}
 	// EVALSHA hash numkeys [routing key] nprofiles distinct profiles... then per call:
 	// [its profile], [its lease], [its time], its keys...
-	args := make([]any, 0, 6+len(profiles)*10+len(calls)*3)
+	args := make([]any, 0, 6+len(profiles)*12+len(calls)*3)
 	args = append(args, "evalsha", sc.hash)
 	if n.cluster {
 		args = append(args, 1, calls[0].name(calls[0].sc.names[0]))
@@ -467,7 +470,7 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 	args = append(args, len(profiles), 0)
 	distinctAt := len(args) - 1
 	for _, p := range profiles {
-		args = append(args, p.step, p.nkeys, p.n, p.limit, p.period, p.unit, p.rate, p.now, p.op, p.lease)
+		args = append(args, p.step, p.nkeys, p.n, p.limit, p.period, p.unit, p.rate, p.now, p.op, p.lease, p.reserve, p.window)
 	}
 	// the calls' key names, cut from one string: one allocation for the batch, not one
 	// per name
@@ -614,7 +617,8 @@ func (s *Store) node(ctx context.Context, c *call) (*node, error) {
 // call (most of a decision's cost, in a batch), so what calls share is sent once: ARGV is
 // the number of profiles, whether the calls' first keys are known to be distinct ("1")
 // or not ("0"), then each profile (the index of its algorithm's step, its number of keys,
-// then n, limit, period, unit, rate, now, op and lease as a single step's ARGV; an empty
+// then n, limit, period, unit, rate, now, op, lease, reserve and window as a single
+// step's ARGV; an empty
 // lease when each call has its own, a now of "*" when each call has its own time, from
 // the store's clock), then per call the index of its profile (only when there are
 // several), its lease and its time if it has its own, and its keys' names. The state of
@@ -636,8 +640,9 @@ for p = 1, tonumber(ARGV[1]) do
     now = tonumber(now)
   end
   profiles[p] = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
-    tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), now, ARGV[a + 8], ARGV[a + 9]}
-  a = a + 10
+    tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), now, ARGV[a + 8], ARGV[a + 9],
+    tonumber(ARGV[a + 10]), ARGV[a + 11]}
+  a = a + 12
 end
 local only = #profiles == 1 and profiles[1] -- the usual batch: no index per call
 local distinct = ARGV[2] == '1'
@@ -665,15 +670,15 @@ if only and distinct and not touchFirst and only[2] > 0 then
   -- out and argv made at their sizes: a table grown one entry at a time is rehashed at
   -- every power of two
   local out = {unpack(ARGV, 1, 5 * (last - a + 1) / stride)}
-  local step, o, keys, argv, i = steps[p[1]], 0, {}, {false, false, false, false, false, false, false, false, false}, 0
+  local step, o, keys, argv, i = steps[p[1]], 0, {}, {false, false, false, false, false, false, false, false, false, false, false}, 0
   local lease, now = p[10], p[8]
   for from = a, last, stride do
     i = i + 1
     if ownLease then lease = ARGV[from] end
     if ownNow then now = tonumber(ARGV[from + off - 1]) end
     for j = 1, nk do keys[j] = ARGV[from + off + j - 1] end
-    argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[9] =
-      p[3], p[4], p[5], p[6], p[7], now, p[9], lease, states[i]
+    argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[9], argv[10], argv[11] =
+      p[3], p[4], p[5], p[6], p[7], now, p[9], lease, p[11], p[12], states[i]
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = step(keys, argv)
     o = o + 5
   end
@@ -734,8 +739,8 @@ for i = 1, nc do
   for j = 1, p[2] do keys[j] = ARGV[from + j - 1] end
   for j = p[2] + 1, nk do keys[j] = nil end
   nk = p[2]
-  argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[9] =
-    p[3], p[4], p[5], p[6], p[7], nows[i], p[9], leases[i], pre[i]
+  argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[9], argv[10], argv[11] =
+    p[3], p[4], p[5], p[6], p[7], nows[i], p[9], leases[i], p[11], p[12], pre[i]
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = steps[p[1]](keys, argv)
   o = o + 5
 end
@@ -768,7 +773,7 @@ func (s *Store) batchScriptFor(calls []*call, cluster bool) (*script, map[*ratel
 
 // writeSteps writes the steps of a batch script: steps[i], the step of algs[i] as a
 // function of its KEYS and ARGV that returns the five values of its Decision, and
-// readsAhead[i], whether it takes the state of its first key from ARGV[9], after
+// readsAhead[i], whether it takes the state of its first key from ARGV[11], after
 // core.ServerTime. The scripts' helpers (core.BatchParts), the same for every algorithm of this module, are written
 // once before them; a step that is not this module's returns its table, unpacked by a
 // function around it.

@@ -57,6 +57,7 @@ func TestCoalescedParity(t *testing.T) {
 			if req.Op != "" {
 				req.N = 1
 			}
+			req.Reserve = []int64{0, 0, 20, 50}[rng.IntN(4)] // calls of several reserves share batches
 			seqs[k] = append(seqs[k], step{req: req})
 		}
 	}

@@ -302,7 +302,9 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if req.Op == "extend" && alg.Extend == nil {
 		return ratelimit.Decision{}, fmt.Errorf("redisstore: %s has no leases to extend", alg.Name)
 	}
-	a.Lease = req.Lease
+	if err := core.Extras("redisstore", req, &a); err != nil {
+		return ratelimit.Decision{}, err
+	}
 	sc := s.script(alg)
 	ra := sc.args(req, a)
 	pre, post := redisx.Form(req.Key)
@@ -315,13 +317,16 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 
 // single decides one call with its algorithm's own script.
 func (s *Store) single(ctx context.Context, c *call) (ratelimit.Decision, error) {
-	// EVALSHA hash numkeys key... n limit period unit rate now op lease
-	args := make([]any, 3, 3+len(c.sc.names)+8)
+	// EVALSHA hash numkeys key... n limit period unit rate now op lease [reserve window]
+	args := make([]any, 3, 3+len(c.sc.names)+10)
 	args[0], args[1], args[2] = "evalsha", c.sc.hash, len(c.sc.names)
 	for _, name := range c.sc.names {
 		args = append(args, c.name(name))
 	}
 	args = append(args, c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op, c.a.Lease)
+	if c.a.Reserve != 0 || c.a.Window != (ratelimit.Window{}) {
+		args = append(args, c.a.Reserve, core.WindowArg(c.a.Window))
+	}
 	reply, err := s.run(ctx, c.sc, args)
 	if err != nil {
 		return ratelimit.Decision{}, s.failed(c.sc.alg, err)

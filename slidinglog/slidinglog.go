@@ -71,14 +71,15 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	advance(st, now, a)
 	log, t := st.Log, st.Time
 	var d fast.Outcome
-	if st.Level+a.N <= a.Limit {
+	keep := a.Keep()
+	if st.Level+a.N+keep <= a.Limit {
 		log.Push(t, a.N)
 		st.Level += a.N
 		d.Allowed = true
 	} else {
-		// the oldest events must age out until n fit: the oldest alone, most often,
-		// which the log keeps beside its ring
-		excess := st.Level + a.N - a.Limit
+		// the oldest events must age out until n (and what it must leave) fit: the
+		// oldest alone, most often, which the log keeps beside its ring
+		excess := st.Level + a.N + keep - a.Limit
 		e, aged := log.Oldest(), int64(0)
 		for i := 1; ; i++ {
 			if aged += e.N; aged >= excess || i == log.Len() {
@@ -88,7 +89,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 			e = log.At(i)
 		}
 	}
-	d.Remaining = max(0, a.Limit-st.Level)
+	d.Remaining = max(0, a.Limit-st.Level-keep)
 	if log.Len() > 0 {
 		d.ResetAfter = mathx.Micros(log.NewestAt() + a.Period - now)
 	}

@@ -39,7 +39,7 @@ end
 
 local newestAt = false
 if entries > 0 then newestAt = tonumber(redis.call('LINDEX', log, -2)) end
-if L + n <= limit then
+if L + n + keep <= limit then
   if not dry then
     if newestAt == t then
       redis.call('LSET', log, -1, int(tonumber(redis.call('LINDEX', log, -1)) + n))
@@ -51,8 +51,8 @@ if L + n <= limit then
   L = L + n
   allowed = 1
 else
-  -- the oldest events must age out until n fit; read the log a page at a time
-  local excess, aged, from = L + n - limit, 0, base
+  -- the oldest events must age out until n (and keep) fit; read the log a page at a time
+  local excess, aged, from = L + n + keep - limit, 0, base
   while retry == 0 do
     local page = redis.call('LRANGE', log, from, from + 255)
     if #page == 0 then -- a log shorter than its sum: retry when the newest event ages out
@@ -68,7 +68,7 @@ else
     from = from + 256
   end
 end
-remaining = max(0, limit - L)
+remaining = max(0, limit - L - keep)
 if newestAt then
   reset = newestAt + period - now
   if not dry then

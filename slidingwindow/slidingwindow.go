@@ -114,18 +114,19 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	}
 	weighted := st.Aux * (ticks - elapsed)
 
-	// estimate + n <= Limit, multiplied through by ticks
+	// estimate + n + keep <= Limit, multiplied through by ticks
 	var d fast.Outcome
-	if st.Level+a.N <= a.Limit && weighted+(st.Level+a.N)*ticks <= a.Limit*ticks {
+	keep := a.Keep()
+	if need := a.N + keep; st.Level+need <= a.Limit && weighted+(st.Level+need)*ticks <= a.Limit*ticks {
 		st.Level += a.N
 		d.Allowed = true
 	} else {
-		d.Wait = mathx.Micros(retryAt(st, start, ticks, a) - now)
+		d.Wait = mathx.Micros(retryAt(st, start, ticks, need, a) - now)
 	}
-	// Remaining is 0 after a denied n of 1, without its division: the estimate exceeds
-	// Limit - 1, so ceil(weighted / ticks) >= Limit - Level
-	if d.Allowed || a.N > 1 {
-		d.Remaining = max(0, a.Limit-st.Level-mathx.CeilDiv(weighted, ticks))
+	// Remaining is 0 after a denied n of 1 without a reserve, without its division: the
+	// estimate exceeds Limit - 1, so ceil(weighted / ticks) >= Limit - Level
+	if d.Allowed || a.N > 1 || keep > 0 {
+		d.Remaining = max(0, a.Limit-st.Level-mathx.CeilDiv(weighted, ticks)-keep)
 	}
 	switch {
 	case st.Level > 0:
@@ -144,13 +145,14 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
 }
 
 // retryAt is the first instant at which a request denied in the window starting at start
-// fits: previous * (ticks - e) <= room * ticks, where room is what the current window
-// leaves, solved for the tick e, in this window if room >= 0, else in the next.
-func retryAt(st *ratelimit.State, start, ticks int64, a ratelimit.Args) int64 {
-	prev, room := st.Aux, a.Limit-st.Level-a.N
+// fits with need (its n and what it must leave): previous * (ticks - e) <= room * ticks,
+// where room is what the current window leaves, solved for the tick e, in this window if
+// room >= 0, else in the next.
+func retryAt(st *ratelimit.State, start, ticks, need int64, a ratelimit.Args) int64 {
+	prev, room := st.Aux, a.Limit-st.Level-need
 	if room < 0 { // wait for the next window, where this one's count is the previous one
 		start += a.Period
-		prev, room = st.Level, a.Limit-a.N
+		prev, room = st.Level, a.Limit-need
 	}
 	e := ticks - room*ticks/prev
 	return start + e*a.Unit

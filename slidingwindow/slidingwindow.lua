@@ -17,18 +17,19 @@ local ticks = floor(period / unit)
 local elapsed = floor((t - start) / unit)
 local weighted = A * (ticks - elapsed)
 
-if L + n <= limit and weighted + (L + n) * ticks <= limit * ticks then
+local need = n + keep
+if L + need <= limit and weighted + (L + need) * ticks <= limit * ticks then
   L = L + n
   allowed = 1
 else
   -- solve prev * (ticks - e) <= room * ticks for the tick e, here or in the next window
-  local prev, room, from = A, limit - L - n, start
+  local prev, room, from = A, limit - L - need, start
   if room < 0 then
-    prev, room, from = L, limit - n, start + period
+    prev, room, from = L, limit - need, start + period
   end
   retry = from + (ticks - floor((room * ticks) / prev)) * unit - now
 end
-remaining = max(0, limit - L + floor(-weighted / ticks))
+remaining = max(0, limit - L + floor(-weighted / ticks) - keep)
 if L > 0 then
   reset = start + 2 * period - now
 elseif A > 0 then

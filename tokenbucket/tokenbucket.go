@@ -84,8 +84,9 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	st.Time = t
 	lag := t - now
 	allowed, retry := false, int64(0) // the Outcome's Wait: a token bucket has no Delay
-	if need := a.N * a.Unit; level >= need {
-		level -= need
+	keep := a.Keep()
+	if need := (a.N + keep) * a.Unit; level >= need {
+		level -= a.N * a.Unit
 		allowed = true
 	} else {
 		retry = lag + mathx.CeilDiv(need-level, a.Rate)
@@ -97,7 +98,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	}
 	return fast.Outcome{
 		Allowed:    allowed,
-		Remaining:  int64(uint64(level) / uint64(a.Unit)), // both positive: an unsigned division is cheaper
+		Remaining:  max(0, int64(uint64(level)/uint64(a.Unit))-keep), // both positive: an unsigned division is cheaper
 		Wait:       mathx.Micros(retry),
 		ResetAfter: mathx.Micros(reset),
 	}

@@ -20,14 +20,14 @@ if op == 'refund' then
   n, dry = refunded(KEYS[1], state, dry, T, L, A)
 end
 
-local need = n * unit
+local need = (n + keep) * unit
 if L >= need then
-  L = L - need
+  L = L - n * unit
   allowed = 1
 else
   retry = lag - floor(-(need - L) / rate)
 end
-remaining = floor(L / unit)
+remaining = max(0, floor(L / unit) - keep)
 if L < full then
   reset = lag - floor(-(full - L) / rate)
 end

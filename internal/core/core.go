@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,7 +52,7 @@ const (
 )
 
 // ReadsAhead reports whether script is one of Script's, whose state part takes the state
-// of KEYS[1] from ARGV[9] when a batch has read it ahead.
+// of KEYS[1] from ARGV[11] when a batch has read it ahead.
 func ReadsAhead(script string) bool {
 	return strings.HasPrefix(script, ServerTime+helpers+args+state) && strings.HasSuffix(script, reply)
 }
@@ -238,3 +239,35 @@ func BucketArgs(name string, rule ratelimit.Rule, n int64) (ratelimit.Args, erro
 // the contract marks one by its Extend. Batches refuse its requests, and the decorators
 // that split or cache a key's decisions pass them straight through.
 func OfLeases(alg *ratelimit.Algorithm) bool { return alg != nil && alg.Extend != nil }
+
+// Extras checks what req carries beside its rule and n (a reserve, a calendar window)
+// and copies it into a, with its lease, as every store does after Prepare: a reserve of 0
+// to 99 percent, kept only by a take or a peek; a window, which a windowed algorithm
+// must have (Start < End < Next) and every other ignores. The errors wrap
+// ratelimit.ErrInvalidRule.
+func Extras(store string, req ratelimit.Request, a *ratelimit.Args) error {
+	if req.Reserve < 0 || req.Reserve > 99 {
+		return fmt.Errorf("%s: a reserve of %d%%: %w: want 0 to 99", store, req.Reserve, ratelimit.ErrInvalidRule)
+	}
+	a.Lease = req.Lease
+	if req.Op == "" || req.Op == "peek" {
+		a.Reserve = req.Reserve
+	}
+	if req.Algorithm.Windowed {
+		w := req.Window
+		if !(w.Start < w.End && w.End < w.Next) {
+			return fmt.Errorf("%s: %s counts in calendar windows, and window %+v is none: %w", store, req.Algorithm.Name, w, ratelimit.ErrInvalidRule)
+		}
+		a.Window = w
+	}
+	return nil
+}
+
+// WindowArg is a window as a script's ARGV holds it: "start:end:next" in microseconds, or
+// the empty string for none.
+func WindowArg(w ratelimit.Window) string {
+	if w == (ratelimit.Window{}) {
+		return ""
+	}
+	return strconv.FormatInt(w.Start, 10) + ":" + strconv.FormatInt(w.End, 10) + ":" + strconv.FormatInt(w.Next, 10)
+}

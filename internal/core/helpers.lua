@@ -4,7 +4,8 @@
 --
 -- KEYS[1]: the key's state, the string "T:L:A": the latest instant seen (us), Level, Aux.
 -- ARGV: n, limit, period (us), unit, rate, now (us since the Unix epoch; empty for Redis TIME),
--- op, lease, and from a batch the state of KEYS[1] read ahead. A batch hands the first six
+-- op, lease, reserve (percent; empty for none), window ("start:end:next" in us; empty for
+-- none), and from a batch the state of KEYS[1] read ahead. A batch hands the first six
 -- over as numbers, the time included (see args.lua).
 local floor, max, min, tonumber, format = math.floor, math.max, math.min, tonumber, string.format
 

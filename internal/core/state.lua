@@ -16,12 +16,19 @@ if op == 'reset' then -- forget the key; answer as a peek of 1 on a fresh key
   n, dry = 1, true
 end
 
+-- keep: what a take or a peek must leave of limit for more important requests, ARGV[9]
+-- percent of it (Args.Keep); a refund, a reset or an extension leaves nothing
+local keep, reserve = 0, tonumber(ARGV[9]) or 0
+if reserve > 0 and (op == '' or op == 'take' or op == 'peek') then
+  keep = min(floor(limit / 100) * reserve + floor(limit % 100 * reserve / 100), limit - n)
+end
+
 -- the state is one string "T:L:A", read and written with one call each; a batch reads
--- every call's state at once and hands it over as ARGV[9] (false: no key)
+-- every call's state at once and hands it over as ARGV[11] (false: no key)
 local T, L, A = 0, 0, 0
 local state = false
 if op ~= 'reset' then
-  state = ARGV[9]
+  state = ARGV[11]
   if state == nil then state = redis.call('GET', KEYS[1]) end
 end
 if state then

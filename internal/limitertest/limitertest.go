@@ -75,12 +75,14 @@ func Run(t *testing.T, newStore NewStore) {
 			t.Run("reset and refund", func(t *testing.T) { testResetAndRefund(t, newStore, k) })
 			t.Run("namespaces", func(t *testing.T) { testNamespaces(t, newStore, k) })
 			t.Run("rule per call", func(t *testing.T) { testRulePerCall(t, newStore, k) })
+			t.Run("priorities", func(t *testing.T) { testPriorities(t, newStore, k) })
 		})
 	}
 	t.Run("algorithms share keys apart", func(t *testing.T) { testAlgorithmsApart(t, newStore) })
 	t.Run("several limits at once", func(t *testing.T) { testMulti(t, newStore) })
 	t.Run("several limits at once, concurrently", func(t *testing.T) { testMultiConcurrent(t, newStore) })
 	t.Run("in flight", func(t *testing.T) { testInFlight(t, newStore) })
+	t.Run("in flight, priorities", func(t *testing.T) { testInFlightPriorities(t, newStore) })
 }
 
 func setup(t *testing.T, newStore NewStore, k Kind, rule ratelimit.Rule) (ratelimit.Limiter, *clock.Fake) {

@@ -15,6 +15,9 @@ import (
 	"github.com/ratelimit-go/ratelimit/redisstore"
 )
 
+// reserves are the reserves the parity tests draw from: none, most often.
+var reserves = []int64{0, 0, 0, 20, 50, 99}
+
 // ParityOn drives the same random traffic through localstore and redis, on one fake
 // clock, and requires identical decisions: same algorithm, same time, same answer.
 // Each step picks a key, a rule and n; the clock moves forward by a multiple of step.
@@ -49,6 +52,7 @@ func ParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store, rules 
 				if rng.IntN(2) == 0 {
 					req.N = 1
 				}
+				req.Reserve = reserves[rng.IntN(len(reserves))] // a priority's, often none
 				local, err := stores[0].Apply(ctx, req)
 				if err != nil {
 					t.Fatal(err)
@@ -58,8 +62,8 @@ func ParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store, rules 
 					t.Fatal(err)
 				}
 				if local != remote {
-					t.Fatalf("step %d, %s %v n %d at %v:\n localstore %+v\n     redis %+v",
-						i, req.Key, rule, req.N, clk.Now().Sub(limitertest.Start), local, remote)
+					t.Fatalf("step %d, %s %v n %d reserve %d%% at %v:\n localstore %+v\n     redis %+v",
+						i, req.Key, rule, req.N, req.Reserve, clk.Now().Sub(limitertest.Start), local, remote)
 				}
 			}
 		})
@@ -109,6 +113,7 @@ func InFlightParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake,
 		if rng.IntN(200) == 0 {
 			req.Op = "reset"
 		}
+		req.Reserve = reserves[rng.IntN(len(reserves))]
 		local, err := stores[0].Apply(ctx, req)
 		if err != nil {
 			t.Fatal(err)

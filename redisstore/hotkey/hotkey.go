@@ -213,7 +213,9 @@ func (t *table[V]) prune(now int64) {
 //
 // It handles the algorithms that declare themselves ratelimit.Algorithm.Prefetchable
 // (the token bucket, the fixed window and the sliding window counter); the others' requests
-// go straight through, as do peeks; a refund or a reset of a key ends its grant.
+// go straight through, as do peeks and the requests that keep a reserve for more
+// important ones (Request.Reserve: only the next store sees what the key has left, and
+// it counts the tokens in hand as taken); a refund or a reset of a key ends its grant.
 // Decisions from a grant report the next store's Remaining at the fetch plus the tokens
 // still in hand, and the ResetAfter the next store gave at the fetch, less the time since
 // (never 0: the key is not full while its tokens are out).
@@ -261,7 +263,7 @@ func NewPrefetch(next ratelimit.Store, batch int64, opts ...PrefetchOption) *Pre
 
 // Apply spends a token in hand, or fetches a new batch.
 func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
-	if !p.cfg.handles(req) || !req.Algorithm.Prefetchable {
+	if !p.cfg.handles(req) || !req.Algorithm.Prefetchable || req.Reserve != 0 {
 		return p.next.Apply(ctx, req)
 	}
 	a, err := req.Algorithm.Prepare(req.Rule, req.N)
@@ -456,7 +458,10 @@ func shardKey(key string, i uint64) string {
 // memory until its RetryAfter has passed: an abuser who keeps hammering a denied key
 // costs Redis nothing. Decisions from the cache are the denial's, with the RetryAfter and
 // ResetAfter left (a larger n would need longer, a smaller one may fit: both are asked).
-// A refund or a reset of the key ends its block.
+// Requests that keep a reserve for more important ones (Request.Reserve: priorities) are
+// blocked apart, each by a denial that kept the same: a critical request may fit where a
+// sheddable one did not, and what it takes makes the others wait longer, so a request
+// admitted through the cache ends the key's blocks, as a refund or a reset does.
 type BlockCache struct {
 	next    ratelimit.Store
 	cfg     hotConfig
@@ -464,16 +469,60 @@ type BlockCache struct {
 }
 
 type block struct {
-	mu          sync.Mutex
-	expiry      atomic.Int64 // until, for the table's prune
-	gen         uint64       // bumped by every refund and reset, before and after it reaches the store
-	rule        ratelimit.Rule
-	n           int64
-	until       int64 // UnixNano
-	resetUntil  int64
-	limit       int64
-	remaining   int64
-	initialized bool
+	mu     sync.Mutex
+	expiry atomic.Int64 // the latest until, for the table's prune
+	gen    uint64       // bumped by every refund and reset, before and after it reaches the store
+	by     []denial     // one per reserve, at most maxReserves
+}
+
+// denial is a denied request, which blocks the same until it may fit.
+type denial struct {
+	rule       ratelimit.Rule
+	n, reserve int64
+	until      int64 // UnixNano
+	resetUntil int64
+	limit      int64
+	remaining  int64
+}
+
+// maxReserves bounds the denials a key's block holds, one per reserve: priorities are few.
+const maxReserves = 8
+
+// find is the denial that blocks req at now, or nil; bl.mu is held.
+func (bl *block) find(req ratelimit.Request, now int64) *denial {
+	for i := range bl.by {
+		d := &bl.by[i]
+		if d.reserve == req.Reserve && d.rule == req.Rule && d.n == req.N && now < d.until {
+			return d
+		}
+	}
+	return nil
+}
+
+// record keeps d, in place of the denial of the same reserve or of the one that ends
+// first; bl.mu is held.
+func (bl *block) record(d denial) {
+	at := -1
+	for i := range bl.by {
+		if bl.by[i].reserve == d.reserve {
+			at = i
+			break
+		}
+	}
+	if at < 0 && len(bl.by) < maxReserves {
+		bl.by = append(bl.by, d)
+	} else {
+		if at < 0 {
+			at = 0
+			for i := range bl.by {
+				if bl.by[i].until < bl.by[at].until {
+					at = i
+				}
+			}
+		}
+		bl.by[at] = d
+	}
+	bl.expiry.Store(max(bl.expiry.Load(), d.until))
 }
 
 var _ ratelimit.Store = (*BlockCache)(nil)
@@ -500,9 +549,9 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	if gives {
 		bl.unblock()
 	}
-	if bl.initialized && bl.rule == req.Rule && req.N == bl.n && now < bl.until {
-		d := ratelimit.Decision{Limit: bl.limit, Remaining: bl.remaining, RetryAfter: time.Duration(bl.until - now),
-			ResetAfter: time.Duration(max(bl.until, bl.resetUntil) - now)}
+	if den := bl.find(req, now); den != nil {
+		d := ratelimit.Decision{Limit: den.limit, Remaining: den.remaining, RetryAfter: time.Duration(den.until - now),
+			ResetAfter: time.Duration(max(den.until, den.resetUntil) - now)}
 		bl.mu.Unlock()
 		return d, nil
 	}
@@ -516,12 +565,17 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		bl.mu.Lock()
 		bl.unblock()
 		bl.mu.Unlock()
+	case err == nil && d.Allowed && req.Op == "":
+		bl.mu.Lock()
+		if len(bl.by) > 0 { // what it took moves every denial's wait
+			bl.unblock()
+		}
+		bl.mu.Unlock()
 	case err == nil && !d.Allowed && d.RetryAfter > 0 && req.Op == "":
 		bl.mu.Lock()
 		if bl.gen == gen { // no refund or reset came between the decision and now
-			bl.rule, bl.n, bl.limit, bl.remaining, bl.initialized = req.Rule, req.N, d.Limit, d.Remaining, true
-			bl.until, bl.resetUntil = now+int64(d.RetryAfter), now+int64(d.ResetAfter)
-			bl.expiry.Store(bl.until)
+			bl.record(denial{rule: req.Rule, n: req.N, reserve: req.Reserve, limit: d.Limit, remaining: d.Remaining,
+				until: now + int64(d.RetryAfter), resetUntil: now + int64(d.ResetAfter)})
 		}
 		bl.mu.Unlock()
 	}
@@ -530,6 +584,6 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 
 // unblock forgets the block, and makes every denial decided before it stale; bl.mu is held.
 func (bl *block) unblock() {
-	bl.initialized = false
+	bl.by = bl.by[:0]
 	bl.gen++
 }

@@ -1,0 +1,87 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+)
+
+// Priority ranks a request for load shedding, most important first: under overload, a
+// limiter with reserves (WithReserves) denies the least important requests first, while
+// every priority counts against the same keys. The three named ones follow Stripe's
+// classes (critical traffic, the rest, what can wait: tests, crawlers, prefetches); a
+// larger Priority is less important still.
+type Priority uint8
+
+// The usual priorities.
+const (
+	Critical  Priority = iota // logins, payments: keeps nothing back
+	Normal                    // the ordinary traffic
+	Sheddable                 // the first to go: test traffic, prefetches, batch jobs
+)
+
+// String is "critical", "normal", "sheddable", or "priority N" for the others.
+func (p Priority) String() string {
+	switch p {
+	case Critical:
+		return "critical"
+	case Normal:
+		return "normal"
+	case Sheddable:
+		return "sheddable"
+	}
+	return fmt.Sprintf("priority %d", uint8(p))
+}
+
+type priorityKey struct{}
+
+// WithPriority returns a copy of ctx in which decisions are made at priority p: every
+// limiter with reserves that decides under it keeps back the reserve of p.
+func WithPriority(ctx context.Context, p Priority) context.Context {
+	return context.WithValue(ctx, priorityKey{}, p)
+}
+
+// PriorityFrom is the priority WithPriority put in ctx, or Critical: a request with no
+// priority is never shed in favour of others.
+func PriorityFrom(ctx context.Context) Priority {
+	p, _ := ctx.Value(priorityKey{}).(Priority)
+	return p
+}
+
+// WithReserves makes the limiter shed by priority: a request of priority p is admitted
+// only if, after it, percent[p] percent of the key's allowance (Decision.Limit, rounded
+// down) is still left for the more important priorities; all of them count against the
+// same key, and take only what they ask for. A priority past the end of the list has its
+// last reserve. Each is 0 to 99, and none is below the one before it (a less important
+// request keeps at least as much back), or New returns an error wrapping ErrInvalidRule.
+//
+// With WithReserves(0, 20, 50) and a token bucket of 100, 100 Sheddable requests at once
+// admit 50, then 100 Normal ones admit 30, then 100 Critical ones the last 20; 100ms
+// later (10 tokens back) a Sheddable request would be admitted in 410ms, a Normal one in
+// 110ms, and a Critical one is admitted. Every algorithm keeps its reserve in its own
+// terms: tokens, a window's count, a sliding log's events, a leaky bucket's queue slots,
+// an in-flight limit's leases. Decision.Remaining is what is left above the reserve, and
+// RetryAfter the time until the request would be admitted at its priority.
+//
+// The reserve is a share of the allowance, so it follows the rule wherever it is divided:
+// an instance's share in a fallback.Store, a shard of a hot key, a rule per call.
+func WithReserves(percent ...int64) Option {
+	return optionFunc(func(l *AlgorithmLimiter) {
+		for i, p := range percent {
+			if p < 0 || p > 99 || (i > 0 && p < percent[i-1]) {
+				l.err = fmt.Errorf("%w: reserves %v: want percentages of 0 to 99, none below the one before", ErrInvalidRule, percent)
+				return
+			}
+		}
+		l.reserves = append([]int64(nil), percent...)
+	})
+}
+
+// reserve is the percentage a request of ctx's priority keeps back under l: 0 when l has
+// no reserves, without a look into ctx.
+func (l *AlgorithmLimiter) reserve(ctx context.Context) int64 {
+	if len(l.reserves) == 0 {
+		return 0
+	}
+	p := int(PriorityFrom(ctx))
+	return l.reserves[min(p, len(l.reserves)-1)]
+}
