@@ -260,3 +260,41 @@ func ExampleClientIP() {
 	fmt.Println(ip)
 	// Output: 203.0.113.7
 }
+
+// Priority load shedding: a bucket of 100 keeps 20% back from normal requests and 50%
+// from sheddable ones, for the more important. Each class takes what the ones above it
+// leave; 100ms later (10 tokens back) only a critical request fits, and the others are
+// told how long until theirs would.
+func ExampleWithReserves() {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, err := tokenbucket.New(localstore.New(localstore.WithClock(clk)),
+		ratelimit.Rule{Limit: 100, Period: time.Second, Burst: 100},
+		ratelimit.WithNamespace("api"), ratelimit.WithReserves(0, 20, 50))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	classes := []ratelimit.Priority{ratelimit.Sheddable, ratelimit.Normal, ratelimit.Critical}
+	for _, p := range classes {
+		ctx := ratelimit.WithPriority(context.Background(), p)
+		admitted := 0
+		for range 100 {
+			if d, _ := limiter.Allow(ctx, "tenant-42"); d.Allowed {
+				admitted++
+			}
+		}
+		fmt.Printf("%s: %d of 100 admitted\n", p, admitted)
+	}
+	clk.Advance(100 * time.Millisecond)
+	for _, p := range classes {
+		d, _ := limiter.Allow(ratelimit.WithPriority(context.Background(), p), "tenant-42")
+		fmt.Println(p, d.Allowed, d.RetryAfter)
+	}
+	// Output:
+	// sheddable: 50 of 100 admitted
+	// normal: 30 of 100 admitted
+	// critical: 20 of 100 admitted
+	// sheddable false 410ms
+	// normal false 110ms
+	// critical true 0s
+}

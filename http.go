@@ -115,6 +115,13 @@ type Middleware struct {
 	// instead of InFlight's own; 0 or less means none for this request.
 	InFlightLimit func(r *http.Request) int64
 
+	// Priority, when set, is a request's priority (its route's class, a header of a
+	// trusted caller): every limit decides it at that priority (WithPriority), so that the
+	// limiters with reserves (WithReserves) shed the least important requests first, and
+	// the request's context carries it on to the handler. Without it, requests have the
+	// priority their context has (Critical when none): none is shed for another.
+	Priority func(r *http.Request) Priority
+
 	// Exempt, when set, says which requests skip the limits entirely (health checks, an
 	// allow-list of internal callers): no key is read, no limiter asked, no header set,
 	// no hook called.
@@ -177,6 +184,8 @@ type Event struct {
 	InFlight bool
 	// Shadowed says that the decision was not enforced (Shadow, Policy.Shadow).
 	Shadowed bool
+	// Priority is the priority the request was decided at (see Middleware.Priority).
+	Priority Priority
 	// Source is the store that decided when the limiter's store is a fallback.Store:
 	// "primary" (Redis) or "secondary" (this instance's share); "" for any other store.
 	Source string
@@ -232,6 +241,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			http.Error(w, err.Error(), http.StatusBadRequest)
 		}
 		return
+	}
+	if m.Priority != nil {
+		r = r.WithContext(WithPriority(r.Context(), m.Priority(r)))
 	}
 	if m.Limiter == nil && m.Decide == nil && m.Policies == nil {
 		m.serveInFlight(w, r, key, next)
@@ -349,7 +361,7 @@ func (o observer) begin(ctx context.Context) (context.Context, *trace.Record, ti
 // report hands e to the hook, if any, with the store rec names and the time since start.
 func (o observer) report(ctx context.Context, rec *trace.Record, start time.Time, e Event) {
 	if o.hook != nil {
-		e.Source, e.Latency = rec.Source(), time.Since(start)
+		e.Source, e.Latency, e.Priority = rec.Source(), time.Since(start), PriorityFrom(ctx)
 		o.hook(ctx, e)
 	}
 }
@@ -398,7 +410,8 @@ func (m *Middleware) decideReported(r *http.Request, key string, ps []policy) ([
 	}
 	for _, s := range shadows {
 		if o.hook != nil {
-			o.hook(ctx, Event{Key: key, Policy: s.name, Decision: s.d, Shadowed: true, Source: rec.Source(), Latency: s.latency})
+			o.hook(ctx, Event{Key: key, Policy: s.name, Decision: s.d, Shadowed: true, Source: rec.Source(), Latency: s.latency,
+				Priority: PriorityFrom(ctx)})
 		}
 	}
 	return ps, d, err

@@ -35,6 +35,9 @@ type ContextLimiter struct {
 	Key func(ctx context.Context) (string, error)
 	// Policy names the limit in OnDecision's events: "default" when empty.
 	Policy string
+	// Priority, when set, is a call's priority (its method's class, say): the limiter
+	// decides it at that priority (see Middleware.Priority); without it, the context's.
+	Priority func(ctx context.Context) Priority
 	// Error is called when the limiter fails, and returns Limit's error: nil lets the
 	// call go on (fail open), which is what a nil Error does.
 	Error func(ctx context.Context, err error) error
@@ -57,6 +60,9 @@ func (c *ContextLimiter) Limit(ctx context.Context) error {
 	key, err := c.Key(ctx)
 	if err != nil {
 		return err
+	}
+	if c.Priority != nil {
+		ctx = WithPriority(ctx, c.Priority(ctx))
 	}
 	o := observer{c.OnDecision, c.Logger}
 	tctx, rec, start := o.begin(ctx)
@@ -99,6 +105,9 @@ type ContextInFlight struct {
 	// Limit, when set, is a call's limit instead of InFlight's own (a method's, say); 0
 	// or less means none for this call.
 	Limit func(ctx context.Context) int64
+	// Priority, when set, is a call's priority: the limit keeps its reserve for more
+	// important calls (see ContextLimiter.Priority).
+	Priority func(ctx context.Context) Priority
 	// Error is called when the limit's store fails, and returns Acquire's error: nil lets
 	// the call go on without a lease (fail open), which is what a nil Error does.
 	Error func(ctx context.Context, err error) error
@@ -122,6 +131,9 @@ func (c *ContextInFlight) Acquire(ctx context.Context) (release func(), err erro
 	key, err := c.Key(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if c.Priority != nil {
+		ctx = WithPriority(ctx, c.Priority(ctx))
 	}
 	limit := c.InFlight.Rule().Limit
 	if c.Limit != nil {
