@@ -76,6 +76,7 @@ import (
 var defaultRules []byte
 
 type config struct {
+	reserves                      string // -reserves, as given
 	addr, adminAddr               string
 	listening                     func(addrs []string) // the addresses bound, the request's first (for tests on ":0")
 	idle, read, write             time.Duration        // the request server's timeouts; 0: the defaults
@@ -105,6 +106,7 @@ func main() {
 	flag.StringVar(&c.regions.list, "regions", "", "the regions and their Redis: eu=redis://host:6379,us=redis://host:6380 (with -region)")
 	flag.DurationVar(&c.regions.every, "rebalance", 5*time.Minute, "how often the regions' shares move toward their traffic (with -region)")
 	flag.DurationVar(&c.lease, "lease", defaultLease, "how long a request's in-flight lease lives unless extended: a gateway that dies gives its leases back after it (0: 30s)")
+	flag.StringVar(&c.reserves, "reserves", "", "priority load shedding: the percent of each limit kept back from critical, normal and sheddable requests, for the more important (0,20,50, say; empty: none); a route's priority chooses the class, and X-Priority may lower it")
 	flag.StringVar(&c.trustedProxies, "trusted-proxies", "", "CIDRs of proxies in front of the gateway; set, limits are also per client IP (from X-Forwarded-For past these proxies)")
 	flag.Parse()
 	c.store.LocalMaxKeys, c.store.LocalMaxBytes = 1<<20, 64<<20
@@ -190,12 +192,16 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err != nil || target.Host == "" {
 		return fmt.Errorf("-upstream %q: not a URL", c.upstream)
 	}
-	inflight, err := newInFlight(store, cmp.Or(c.lease, defaultLease))
+	reserves, err := parseReserves(c.reserves)
 	if err != nil {
-		return fmt.Errorf("-lease: %w", err)
+		return fmt.Errorf("-reserves: %w", err)
+	}
+	inflight, err := newInFlight(store, cmp.Or(c.lease, defaultLease), reserves)
+	if err != nil {
+		return fmt.Errorf("-lease or -reserves: %w", err)
 	}
 	lim := &limit{next: httputil.NewSingleHostReverseProxy(target), store: store, rules: &manager.current, metrics: m,
-		log: log, inflight: inflight}
+		log: log, inflight: inflight, reserves: reserves}
 	if c.envoyRules != "" {
 		if lim.envoy, err = newEnvoyRules(c.envoyRules, store); err != nil {
 			return fmt.Errorf("-envoy-rules: %w", err)

@@ -16,6 +16,7 @@ import (
 	"unicode"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 )
 
@@ -35,6 +36,8 @@ type limit struct {
 	// inflight holds the leases of the routes with an in_flight limit (with
 	// defaultLease when nil)
 	inflight *ratelimit.InFlightLimiter
+	// reserves are every limit's, by priority (-reserves); nil: no shedding
+	reserves []int64
 
 	once     sync.Once
 	handler  http.Handler
@@ -45,9 +48,42 @@ type limit struct {
 const namespace = "gateway"
 
 // newInFlight is the gateway's in-flight limiter on store: each request's limit is its
-// rule's in_flight, per (tenant, route) key, in the gateway's namespace.
-func newInFlight(store ratelimit.Store, lease time.Duration) (*ratelimit.InFlightLimiter, error) {
-	return ratelimit.NewInFlight(store, 1, lease, ratelimit.WithNamespace(namespace))
+// rule's in_flight, per (tenant, route) key, in the gateway's namespace, with reserves.
+func newInFlight(store ratelimit.Store, lease time.Duration, reserves []int64) (*ratelimit.InFlightLimiter, error) {
+	return ratelimit.NewInFlight(store, 1, lease, ratelimit.WithNamespace(namespace), ratelimit.WithReserves(reserves...))
+}
+
+// parseReserves reads -reserves: percentages, comma-separated, for critical, normal and
+// sheddable requests; empty for none.
+func parseReserves(s string) ([]int64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		p, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q: not a percentage", f)
+		}
+		out = append(out, p)
+	}
+	// the same check every limiter makes
+	if _, err := ratelimit.NewInFlight(localstore.New(), 1, time.Second, ratelimit.WithReserves(out...)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// priority is a request's class: its route's (see routeSpec.Priority), or a lower one
+// its X-Priority header asks for ("normal", "sheddable"): a caller may offer to be shed
+// first (a batch job, a prefetch), never claim more than its route gives. Any other
+// value is the route's.
+func (m *limit) priority(r *http.Request) ratelimit.Priority {
+	p := m.rules.Load().match(r.Method, r.URL.Path).priority
+	if asked, ok := parsePriority(r.Header.Get("X-Priority")); ok && asked > p {
+		return asked
+	}
+	return p
 }
 
 // defaultLease is how long a request's in-flight lease lives unless extended (the
@@ -70,7 +106,7 @@ func (m *limit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	m.once.Do(func() {
 		if m.inflight == nil {
-			m.inflight, _ = newInFlight(m.store, defaultLease) // valid: an error is only for a nil store
+			m.inflight, _ = newInFlight(m.store, defaultLease, m.reserves) // valid: checked by parseReserves
 		}
 		m.handler = (&ratelimit.Middleware{
 			InFlight: m.inflight,
@@ -88,6 +124,7 @@ func (m *limit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			},
 			Key:        m.key,
 			Decide:     m.decide,
+			Priority:   m.priority,
 			PolicyName: func(r *http.Request) string { return m.route(r) },
 			KeyError: func(w http.ResponseWriter, r *http.Request, err error) {
 				status := http.StatusBadRequest
@@ -247,7 +284,8 @@ func (m *limit) limiter(alg *ratelimit.Algorithm) (*ratelimit.AlgorithmLimiter, 
 	if l, ok := m.limiters.Load(alg); ok {
 		return l.(*ratelimit.AlgorithmLimiter), nil
 	}
-	l, err := ratelimit.NewAlgorithmLimiter(m.store, alg, ratelimit.PerSecond(1), ratelimit.WithNamespace(namespace))
+	l, err := ratelimit.NewAlgorithmLimiter(m.store, alg, ratelimit.PerSecond(1), ratelimit.WithNamespace(namespace),
+		ratelimit.WithReserves(m.reserves...))
 	if err != nil {
 		return nil, err
 	}

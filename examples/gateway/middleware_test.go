@@ -384,3 +384,65 @@ func TestPathForms(t *testing.T) {
 		}
 	}
 }
+
+// With -reserves 0,20,50, a route's priority chooses each request's class within one
+// (tenant, route) limit: /report's GET is sheddable and its POST critical, both of the
+// route "report" (a bucket of 10). Sheddable GETs take 5, then a GET that asks for
+// X-Priority: sheddable on a normal route is shed as well, and a POST still gets the
+// rest; a client cannot raise its class with the header.
+func TestPriorityByRouteAndHeader(t *testing.T) {
+	const rules = `
+default: {capacity: 10, refill_per_second: 1}
+routes:
+  - {id: report, method: GET, prefix: /report, priority: sheddable}
+  - {id: report, method: POST, prefix: /report, priority: critical}
+  - {id: search, prefix: /search}
+`
+	rs, err := parseRules([]byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserves, err := parseReserves("0, 20, 50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	g, _ := newGateway(t, localstore.New(localstore.WithClock(clk)))
+	g.rules.Store(rs)
+	g.reserves = reserves
+	count := func(method, path, priority string, n int) (ok int) {
+		for range n {
+			r := httptest.NewRequest(method, path, nil)
+			r.Header.Set("X-Api-Key", "shop-a")
+			if priority != "" {
+				r.Header.Set("X-Priority", priority)
+			}
+			w := httptest.NewRecorder()
+			g.ServeHTTP(w, r)
+			if w.Code == http.StatusOK {
+				ok++
+			}
+		}
+		return ok
+	}
+	if got := count("GET", "/report", "critical", 10); got != 5 { // the header cannot raise it
+		t.Errorf("sheddable GETs (claiming critical) admitted %d of 10; want 5", got)
+	}
+	if got := count("POST", "/report", "", 10); got != 5 {
+		t.Errorf("critical POSTs admitted %d of 10; want the other 5", got)
+	}
+	if got := count("GET", "/search", "sheddable", 10); got != 5 {
+		t.Errorf("GETs of a normal route asking to be sheddable admitted %d of 10; want 5", got)
+	}
+	if got := count("GET", "/search", "", 10); got != 3 {
+		t.Errorf("normal GETs after them admitted %d of 10; want 3", got)
+	}
+	for _, bad := range []string{"0,x", "120", "50,20"} {
+		if _, err := parseReserves(bad); err == nil {
+			t.Errorf("-reserves %q accepted", bad)
+		}
+	}
+	if _, err := parseRules([]byte("default: {capacity: 1, refill_per_second: 1}\nroutes:\n  - {id: a, prefix: /a, priority: urgent}\n")); err == nil {
+		t.Error("a route of priority urgent accepted")
+	}
+}

@@ -49,6 +49,20 @@ type routeSpec struct {
 	ID     string `yaml:"id"`
 	Method string `yaml:"method"` // empty: any method
 	Prefix string `yaml:"prefix"`
+	// Priority is the class of the route's requests, for -reserves: critical, normal
+	// (when empty) or sheddable. Routes of one id share its limits, so a POST and a GET
+	// of one id can be of different classes within one (tenant, route) limit.
+	Priority string `yaml:"priority"`
+}
+
+// parsePriority reads a class: critical, normal or sheddable.
+func parsePriority(s string) (ratelimit.Priority, bool) {
+	for _, p := range []ratelimit.Priority{ratelimit.Critical, ratelimit.Normal, ratelimit.Sheddable} {
+		if s == p.String() {
+			return p, true
+		}
+	}
+	return 0, false
 }
 
 type file struct {
@@ -90,6 +104,7 @@ func (s spec) policy() (policy, error) {
 
 type route struct {
 	id, method, prefix string
+	priority           ratelimit.Priority
 }
 
 // Rules is one snapshot of the rule table; it never changes once built.
@@ -128,8 +143,15 @@ func (f file) build(rows []spec) (*Rules, error) {
 			return nil, fmt.Errorf("rules: route %d: an id and a prefix starting with / are required", i+1)
 		}
 		ids[r.ID] = true
+		p, ok := ratelimit.Normal, true
+		if r.Priority != "" {
+			p, ok = parsePriority(r.Priority)
+		}
+		if !ok {
+			return nil, fmt.Errorf("rules: route %d (%s): priority %q: want critical, normal or sheddable", i+1, r.ID, r.Priority)
+		}
 		// lower case: routes match paths without regard to case (see route)
-		rs.routes = append(rs.routes, route{id: r.ID, method: strings.ToUpper(r.Method), prefix: strings.ToLower(r.Prefix)})
+		rs.routes = append(rs.routes, route{id: r.ID, method: strings.ToUpper(r.Method), prefix: strings.ToLower(r.Prefix), priority: p})
 	}
 	// the longest prefix first; for one prefix, a route for one method before one for any
 	sort.SliceStable(rs.routes, func(i, j int) bool {
@@ -166,17 +188,21 @@ func (rs *Rules) withRows(rows []spec) (*Rules, error) { return rs.file.build(ro
 // segment: /orders matches /orders and /orders/7, not /ordersx; without regard to case,
 // /ORDERS too), a route for the request's method before one for any method, or
 // defaultRoute.
-func (rs *Rules) route(method, path string) string {
+func (rs *Rules) route(method, path string) string { return rs.match(method, path).id }
+
+// match is the route of a request, as route says; a request no route matches is of
+// defaultRoute, at Normal priority.
+func (rs *Rules) match(method, path string) route {
 	path = strings.ToLower(path) // as an upstream that folds case serves it
 	for _, r := range rs.routes {
 		if r.method != "" && r.method != method {
 			continue
 		}
 		if path == r.prefix || strings.HasPrefix(path, strings.TrimSuffix(r.prefix, "/")+"/") {
-			return r.id
+			return r
 		}
 	}
-	return defaultRoute
+	return route{id: defaultRoute, priority: ratelimit.Normal}
 }
 
 // policy is the rule of (tenant, route): its own, or the default.
