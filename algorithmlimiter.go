@@ -87,7 +87,7 @@ func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule, opts ...Option)
 	if l.err != nil {
 		return nil, fmt.Errorf("%s: %w", alg.Name, l.err)
 	}
-	if b, ok := store.(binder); ok {
+	if b, ok := store.(binder); ok && alg.Window == nil { // a window is placed by the store's Apply
 		l.take = b.Bind(alg, l.namespace)
 	}
 	return l, nil

@@ -469,7 +469,7 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 		}
 		l := p.Limiter.(algorithmBased).base() // checked by Wrap
 		store = l.store
-		req := Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: 1}
+		req := Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: 1, Reserve: l.reserve(r.Context())}
 		if p.Shadow {
 			shadowReqs, shadowNames = append(shadowReqs, req), append(shadowNames, p.Name)
 			continue

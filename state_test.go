@@ -44,11 +44,7 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	if req.Reserve < 0 || req.Reserve > 99 {
 		return ratelimit.Decision{}, fmt.Errorf("bytesStore: reserve %d%%: %w", req.Reserve, ratelimit.ErrInvalidRule)
 	}
-	w := req.Window
-	if alg.Windowed && !(w.Start < w.End && w.End < w.Next) {
-		return ratelimit.Decision{}, fmt.Errorf("bytesStore: %s needs a window: %w", alg.Name, ratelimit.ErrInvalidRule)
-	}
-	a.Lease, a.Window = req.Lease, w
+	a.Lease = req.Lease
 	if req.Op == "" || req.Op == "peek" {
 		a.Reserve = req.Reserve
 	}
@@ -57,6 +53,9 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	}
 	id := ratelimit.Key(alg.Name, req.Namespace, req.Key)
 	now := s.clk.Now().UnixMicro()
+	if alg.Window != nil {
+		a.Window = alg.Window(now)
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -70,17 +70,13 @@ type Request struct {
 	// never more than Limit - N), and takes N. Stores copy it into Args.Reserve; a refund,
 	// a reset or an extension ignores it.
 	Reserve int64
-	// Window is the calendar window around the application's clock, for an algorithm that
-	// counts in calendar windows (Algorithm.Windowed); zero for every other. Stores copy
-	// it into Args.Window.
-	Window Window
 }
 
-// Window is a calendar window and the next one as an application's clock places them:
-// [Start, End) and [End, Next), in microseconds since the Unix epoch. A windowed
-// algorithm counts in the window its store's time falls in (the Redis server's, which may
-// be a window ahead of or behind the application's): a time before Start falls in the
-// window that ends at Start, one from Next on in windows as long as [End, Next).
+// Window is a calendar window and the next one, as the clock of a store places them
+// (Algorithm.Window): [Start, End) and [End, Next), in microseconds since the Unix epoch.
+// A windowed algorithm counts in the window the deciding clock falls in, which may be a
+// Redis server's a little ahead of or behind the store's: a time before Start falls in
+// the window that ends at Start, one from Next on in windows as long as [End, Next).
 type Window struct {
 	Start, End, Next int64
 }
@@ -133,9 +129,12 @@ type Algorithm struct {
 	// decorators that cache or split a key's decisions pass leases straight through.
 	Extend func(st *State, now int64, a Args) bool
 
-	// Windowed says that the algorithm counts in the calendar windows of Request.Window:
-	// stores refuse a request of it without a window (Start < End < Next).
-	Windowed bool
+	// Window, set only by an algorithm that counts in calendar windows (fixedwindow's
+	// quotas), is the window around now (microseconds since the Unix epoch) and the one
+	// after it, in the algorithm's time zone. A store sets Args.Window to it, at its own
+	// time, before Step or the Script; a server-side script decides by the server's time
+	// among those bounds.
+	Window func(now int64) Window
 
 	// Prefetchable says that events may be taken ahead, in a batch, and admitted later one
 	// by one (hotkey.Prefetch does): a Decision carries no Delay that paces each
@@ -156,9 +155,9 @@ type Args struct {
 	Rate   int64 // algorithm-defined (Level's units gained or drained per microsecond)
 	Lease  int64 // Request.Lease, copied by the store after Prepare
 
-	// Reserve and Window are Request.Reserve (0 for a refund, a reset or an extension) and
-	// Request.Window, copied by the store after Prepare. Every Step admits N only if N
-	// more than Keep(a) could be admitted.
+	// Reserve is Request.Reserve (0 for a refund, a reset or an extension), copied by the
+	// store after Prepare: every Step admits N only if N more than Keep(a) could be
+	// admitted. Window is Algorithm.Window at the store's time, for a windowed algorithm.
 	Reserve int64
 	Window  Window
 }

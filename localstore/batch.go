@@ -36,6 +36,10 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if err != nil {
 			return nil, err
 		}
+		a.N = r.N
+		if err := core.Extras("localstore", r, &a, s.now); err != nil {
+			return nil, err
+		}
 		hashes[i] = maphash.String(s.seed, r.Key)
 		spaces[i] = s.space(r.Algorithm, r.Namespace)
 		args[i], shardOf[i] = a, int(hashes[i]&s.mask)

@@ -258,7 +258,7 @@ func New(opts ...Option) *Store {
 func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	sp := findSpace(s.spaces.Load(), req.Algorithm, req.Namespace)
 	// a take of nothing but a rule and n: no lease, no reserve, no calendar window
-	plain := req.Op == "" && req.Lease == 0 && req.Reserve == 0 && req.Algorithm != nil && !req.Algorithm.Windowed
+	plain := req.Op == "" && req.Lease == 0 && req.Reserve == 0 && req.Algorithm != nil && req.Algorithm.Window == nil
 	if sp != nil && plain { // the common case, in one call
 		o, limit, err := sp.take(ctx, req.Key, req.Rule, req.N)
 		return core.Decision(o, limit), err
@@ -289,7 +289,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		return ratelimit.Decision{}, err
 	}
 	args.N = req.N
-	if err := core.Extras("localstore", req, &args); err != nil {
+	if err := core.Extras("localstore", req, &args, func() int64 { return now }); err != nil {
 		return ratelimit.Decision{}, err
 	}
 	sh.sweepIfDue(now, s.sweepEvery)

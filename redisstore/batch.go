@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -96,7 +97,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if err != nil {
 			return nil, err
 		}
-		if err := core.Extras("redisstore", r, &a); err != nil {
+		if err := core.Extras("redisstore", r, &a, s.localNow); err != nil {
 			return nil, err
 		}
 		pre, post := redisx.Form(r.Key)
@@ -141,6 +142,15 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		}
 	}
 	return ds, nil
+}
+
+// localNow is the time of the store's clock, or of the application's (time.Now) when the
+// scripts read Redis TIME: the time a windowed algorithm's window is placed by.
+func (s *Store) localNow() int64 {
+	if s.clock == nil {
+		return time.Now().UnixMicro()
+	}
+	return s.clock.Now().UnixMicro()
 }
 
 // now is the time the scripts are given: the store's clock, or empty for Redis TIME.

@@ -207,7 +207,9 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithClock makes decisions on c's time instead of the Redis server's, for tests, or for
-// applications whose clocks are known to agree. Nil means the server's time.
+// applications whose clocks are known to agree. Nil means the server's time. (The
+// calendar windows of a quota are placed by this clock, or else by the application's
+// own, time.Now; the server's time then chooses among them: see fixedwindow.Quota.)
 func WithClock(c clock.Clock) Option {
 	return optionFunc(func(s *Store) { s.clock = c })
 }
@@ -302,7 +304,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if req.Op == "extend" && alg.Extend == nil {
 		return ratelimit.Decision{}, fmt.Errorf("redisstore: %s has no leases to extend", alg.Name)
 	}
-	if err := core.Extras("redisstore", req, &a); err != nil {
+	if err := core.Extras("redisstore", req, &a, s.localNow); err != nil {
 		return ratelimit.Decision{}, err
 	}
 	sc := s.script(alg)

@@ -240,12 +240,11 @@ func BucketArgs(name string, rule ratelimit.Rule, n int64) (ratelimit.Args, erro
 // that split or cache a key's decisions pass them straight through.
 func OfLeases(alg *ratelimit.Algorithm) bool { return alg != nil && alg.Extend != nil }
 
-// Extras checks what req carries beside its rule and n (a reserve, a calendar window)
-// and copies it into a, with its lease, as every store does after Prepare: a reserve of 0
-// to 99 percent, kept only by a take or a peek; a window, which a windowed algorithm
-// must have (Start < End < Next) and every other ignores. The errors wrap
-// ratelimit.ErrInvalidRule.
-func Extras(store string, req ratelimit.Request, a *ratelimit.Args) error {
+// Extras checks what req carries beside its rule and n and copies it into a, with its
+// lease, as every store does after Prepare: a reserve of 0 to 99 percent (an error
+// wrapping ratelimit.ErrInvalidRule otherwise), kept only by a take or a peek; and, for a
+// windowed algorithm, its window at now(), the store's time (read only for one).
+func Extras(store string, req ratelimit.Request, a *ratelimit.Args, now func() int64) error {
 	if req.Reserve < 0 || req.Reserve > 99 {
 		return fmt.Errorf("%s: a reserve of %d%%: %w: want 0 to 99", store, req.Reserve, ratelimit.ErrInvalidRule)
 	}
@@ -253,12 +252,8 @@ func Extras(store string, req ratelimit.Request, a *ratelimit.Args) error {
 	if req.Op == "" || req.Op == "peek" {
 		a.Reserve = req.Reserve
 	}
-	if req.Algorithm.Windowed {
-		w := req.Window
-		if !(w.Start < w.End && w.End < w.Next) {
-			return fmt.Errorf("%s: %s counts in calendar windows, and window %+v is none: %w", store, req.Algorithm.Name, w, ratelimit.ErrInvalidRule)
-		}
-		a.Window = w
+	if req.Algorithm.Window != nil {
+		a.Window = req.Algorithm.Window(now())
 	}
 	return nil
 }

@@ -83,6 +83,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("several limits at once, concurrently", func(t *testing.T) { testMultiConcurrent(t, newStore) })
 	t.Run("in flight", func(t *testing.T) { testInFlight(t, newStore) })
 	t.Run("in flight, priorities", func(t *testing.T) { testInFlightPriorities(t, newStore) })
+	t.Run("calendar quotas", func(t *testing.T) { testQuotas(t, newStore) })
 }
 
 func setup(t *testing.T, newStore NewStore, k Kind, rule ratelimit.Rule) (ratelimit.Limiter, *clock.Fake) {

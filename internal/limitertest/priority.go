@@ -98,7 +98,7 @@ func testPriorities(t *testing.T, newStore NewStore, k Kind) {
 
 	// A priority past the reserves' end keeps the last; a context without one is
 	// Critical; a peek is the take's decision at the peeker's priority.
-	l2, _, _ := newPrioritized(t, newStore, k)
+	l2, _, l2Store := newPrioritized(t, newStore, k)
 	for range 50 {
 		if d, err := l2.Allow(at(ratelimit.Priority(7)), "k"); err != nil || !d.Allowed {
 			t.Fatalf("priority 7, within its half: %+v, %v", d, err)
@@ -118,6 +118,28 @@ func testPriorities(t *testing.T, newStore NewStore, k Kind) {
 	}
 	if d, err := l2.Allow(ctx, "k"); err != nil || !d.Allowed || d.Remaining != 49 {
 		t.Errorf("no priority after 50 taken: %+v, %v; want allowed as critical, 49 left", d, err)
+	}
+
+	// AllowAll keeps each part's reserve: with 50 of 100 left on l2's key, a sheddable
+	// decision of it and a fresh limit is denied, and takes nothing from either; a
+	// critical one is admitted.
+	other, err := k.New(newStore(t, clk), PriorityRule)
+	if err == nil {
+		_, err = ratelimit.AllowAll(ctx, 1, ratelimit.Part{Limiter: l2, Key: "k"}, ratelimit.Part{Limiter: other, Key: "k"})
+		if err == nil {
+			t.Errorf("AllowAll across two stores: no error")
+		}
+	}
+	mixed, err := k.New(l2Store, PriorityRule, ratelimit.WithNamespace("other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := []ratelimit.Part{{Limiter: l2, Key: "k"}, {Limiter: mixed, Key: "k"}}
+	if d, err := ratelimit.AllowAll(at(ratelimit.Sheddable), 1, parts...); err != nil || d.Allowed {
+		t.Errorf("AllowAll, sheddable, with 49 left: %+v, %v; want denied", d, err)
+	}
+	if d, err := ratelimit.AllowAll(at(ratelimit.Critical), 1, parts...); err != nil || !d.Allowed || d.Remaining != 48 {
+		t.Errorf("AllowAll, critical, with 49 left: %+v, %v; want allowed, 48 left", d, err)
 	}
 
 	// Bad reserves: an error from New; a bad reserve in a Request: an error that

@@ -29,6 +29,8 @@ var Tests = []struct {
 	{"ConformanceCluster", ConformanceCluster},
 	{"Parity", Parity},
 	{"InFlightParity", InFlightParity},
+	{"QuotaParity", QuotaParity},
+	{"QuotaTTL", QuotaTTL},
 	{"Atomicity", Atomicity},
 	{"ClusterSpread", ClusterSpread},
 	{"AllowAllAcrossSlots", AllowAllAcrossSlots},

@@ -1,0 +1,305 @@
+package fixedwindow
+
+import (
+	_ "embed"
+
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/fast"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
+)
+
+// Calendar is the length of a quota's windows as a time zone's calendar counts them.
+type Calendar uint8
+
+// The calendar windows: a day from midnight to midnight (23 or 25 hours on the days
+// summer time starts or ends), an ISO week from Monday 00:00, a month from the 1st at
+// 00:00 (28 to 31 days), a year from January 1st.
+const (
+	Day Calendar = iota + 1
+	Week
+	Month
+	Year
+)
+
+var calendarNames = []string{Day: "day", Week: "week", Month: "month", Year: "year"}
+
+// String is "day", "week", "month" or "year".
+func (c Calendar) String() string {
+	if c >= Day && c <= Year {
+		return calendarNames[c]
+	}
+	return "calendar(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Quota is at most Limit events per calendar window of a time zone: an API plan's
+// "10,000 calls a month", the month being the customer's, from the 1st at 00:00 in their
+// zone. Its zero value is invalid: Limit and Per are required.
+type Quota struct {
+	Limit int64
+	Per   Calendar
+	// In is the time zone of the calendar: nil means UTC. Quotas tell zones apart by
+	// name (time.Location.String).
+	In *time.Location
+}
+
+func (q Quota) location() *time.Location {
+	if q.In == nil {
+		return time.UTC
+	}
+	return q.In
+}
+
+// String is the quota as text: "10000 per month in America/New_York" ("in UTC" for a
+// nil In), the form UnmarshalText reads.
+func (q Quota) String() string {
+	return strconv.FormatInt(q.Limit, 10) + " per " + q.Per.String() + " in " + q.location().String()
+}
+
+// MarshalText is String's form (encoding.TextMarshaler).
+func (q Quota) MarshalText() ([]byte, error) {
+	if err := q.validate(); err != nil {
+		return nil, err
+	}
+	return []byte(q.String()), nil
+}
+
+// UnmarshalText reads "<limit> per <day|week|month|year>", and optionally " in <zone>"
+// with a zone of the IANA time zone database (time.LoadLocation: "Europe/Madrid", "UTC",
+// "Local"); without one the zone is UTC. Bad text is an error wrapping
+// ratelimit.ErrInvalidRule that names the wrong part, and leaves q as it was.
+func (q *Quota) UnmarshalText(text []byte) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("fixedwindow: quota %q: %w: %s", text, ratelimit.ErrInvalidRule, fmt.Sprintf(format, args...))
+	}
+	fields := strings.Fields(string(text))
+	if len(fields) != 3 && len(fields) != 5 {
+		return bad(`want "<limit> per <day|week|month|year> [in <zone>]"`)
+	}
+	limit, err := strconv.ParseInt(fields[0], 10, 64)
+	if err != nil {
+		return bad("the limit %q is not a whole number", fields[0])
+	}
+	if fields[1] != "per" {
+		return bad(`"per" must follow the limit`)
+	}
+	var per Calendar
+	for c := Day; c <= Year; c++ {
+		if fields[2] == c.String() {
+			per = c
+		}
+	}
+	if per == 0 {
+		return bad("%q is not day, week, month or year", fields[2])
+	}
+	loc := time.UTC
+	if len(fields) == 5 {
+		if fields[3] != "in" {
+			return bad(`"in" must come before the zone`)
+		}
+		if loc, err = time.LoadLocation(fields[4]); err != nil {
+			return bad("no time zone %q: %v", fields[4], err)
+		}
+	}
+	got := Quota{Limit: limit, Per: per, In: loc}
+	if err := got.validate(); err != nil {
+		return err
+	}
+	*q = got
+	return nil
+}
+
+func (q Quota) validate() error {
+	if q.Per < Day || q.Per > Year {
+		return fmt.Errorf("fixedwindow: %w: a quota per %v: want Day, Week, Month or Year", ratelimit.ErrInvalidRule, q.Per)
+	}
+	return core.CheckRule(q.Rule())
+}
+
+// Rule is the quota as a Rule, for what reads one (the middleware's RateLimit-Policy
+// header, whose window it gives): Limit, and the usual length of a window (24 hours, 7
+// days, 30 days, 365 days). Decisions follow the calendar, not this Period.
+func (q Quota) Rule() ratelimit.Rule {
+	periods := []time.Duration{Day: 24 * time.Hour, Week: 7 * 24 * time.Hour, Month: 30 * 24 * time.Hour, Year: 365 * 24 * time.Hour}
+	if q.Per < Day || q.Per > Year {
+		return ratelimit.Rule{Limit: q.Limit}
+	}
+	return ratelimit.Rule{Limit: q.Limit, Period: periods[q.Per]}
+}
+
+// Window is the window that holds t and the next, in microseconds since the Unix epoch.
+func (q Quota) Window(t time.Time) ratelimit.Window {
+	lt := t.In(q.location())
+	y, m, d := lt.Date()
+	at := func(y int, m time.Month, d int) int64 {
+		return time.Date(y, m, d, 0, 0, 0, 0, lt.Location()).UnixMicro()
+	}
+	switch q.Per {
+	case Day:
+		return ratelimit.Window{Start: at(y, m, d), End: at(y, m, d+1), Next: at(y, m, d+2)}
+	case Week:
+		d -= (int(lt.Weekday()) + 6) % 7 // back to Monday
+		return ratelimit.Window{Start: at(y, m, d), End: at(y, m, d+7), Next: at(y, m, d+14)}
+	case Month:
+		return ratelimit.Window{Start: at(y, m, 1), End: at(y, m+1, 1), Next: at(y, m+2, 1)}
+	case Year:
+		return ratelimit.Window{Start: at(y, 1, 1), End: at(y+1, 1, 1), Next: at(y+2, 1, 1)}
+	}
+	return ratelimit.Window{}
+}
+
+// Algorithm is the quota's algorithm as stores see it, named "quota": one per calendar
+// and time zone, which places each decision's window (ratelimit.Algorithm.Window).
+func (q Quota) Algorithm() (*ratelimit.Algorithm, error) {
+	if err := q.validate(); err != nil {
+		return nil, err
+	}
+	key := quotaKey{q.Per, q.location().String()}
+	if alg, ok := quotaAlgorithms.Load(key); ok {
+		return alg.(*ratelimit.Algorithm), nil
+	}
+	cal := Quota{Per: q.Per, In: q.location()}
+	alg := core.Algorithm(ratelimit.Algorithm{
+		Name:       "quota",
+		Script:     core.Script(quotaScript),
+		ScriptKeys: []string{"state"},
+		Prepare:    prepareQuota,
+		Refund:     refundQuota,
+		Window: func(now int64) ratelimit.Window {
+			return cal.Window(time.UnixMicro(now))
+		},
+		Prefetchable: true,
+	}, quotaStep)
+	got, _ := quotaAlgorithms.LoadOrStore(key, alg)
+	return got.(*ratelimit.Algorithm), nil
+}
+
+// quotaAlgorithms holds one Algorithm per calendar and zone, so that every limiter of a
+// quota shares its keys in every store: a few per program.
+var quotaAlgorithms sync.Map // quotaKey -> *ratelimit.Algorithm
+
+type quotaKey struct {
+	per  Calendar
+	zone string
+}
+
+//go:embed quota.lua
+var quotaScript string
+
+func prepareQuota(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	period, err := core.Micros("quota", rule)
+	if err != nil {
+		return ratelimit.Args{}, err
+	}
+	if err := core.CheckN("quota", n, rule.Limit); err != nil {
+		return ratelimit.Args{}, err
+	}
+	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period}, nil
+}
+
+// quotaEnd is the end of the window that holds t (see ratelimit.Window), or 0 for a
+// window that is none.
+func quotaEnd(w ratelimit.Window, t int64) int64 {
+	switch {
+	case !(w.Start < w.End && w.End < w.Next):
+		return 0
+	case t < w.Start:
+		return w.Start
+	case t < w.End:
+		return w.End
+	case t < w.Next:
+		return w.Next
+	}
+	span := w.Next - w.End
+	return w.Next + ((t-w.Next)/span+1)*span
+}
+
+// advanceQuota brings st to now, or to the latest instant it has seen while it counts
+// events, empties a count of another window, and returns the end of st's window, or 0
+// when a has no window.
+func advanceQuota(st *ratelimit.State, now int64, a ratelimit.Args) (end int64) {
+	t := now
+	if st.Level > 0 {
+		t = max(st.Time, now)
+	}
+	if end = quotaEnd(a.Window, t); end == 0 {
+		return 0
+	}
+	if st.Level > 0 && st.Aux != end {
+		st.Level = 0
+	}
+	st.Time, st.Aux = t, end
+	return end
+}
+
+// quotaStep is the fixed window's step over calendar windows. Without a window (a store
+// that did not place one) it denies, changing nothing.
+func quotaStep(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
+	end := advanceQuota(st, now, a)
+	if end == 0 {
+		return fast.Outcome{Wait: mathx.Micros(1000000)}
+	}
+	var d fast.Outcome
+	keep := a.Keep()
+	if st.Level+a.N+keep <= a.Limit {
+		st.Level += a.N
+		d.Allowed = true
+	} else {
+		d.Wait = mathx.Micros(end - now)
+	}
+	d.Remaining = max(0, a.Limit-st.Level-keep)
+	if st.Level > 0 {
+		d.ResetAfter = mathx.Micros(end - now)
+	}
+	return d
+}
+
+// refundQuota takes n events off the current window's count, down to 0.
+func refundQuota(st *ratelimit.State, now int64, a ratelimit.Args) {
+	if advanceQuota(st, now, a) != 0 {
+		st.Level = max(0, st.Level-a.N)
+	}
+}
+
+// QuotaLimiter limits each key to a Quota: at most Limit events per calendar window of
+// its zone, on any Store (on Redis, the server's clock decides which window a decision
+// falls in, from the bounds the store's clock places: a few minutes of disagreement
+// across a window's start decide as the server says). Allow, AllowN and the rest are
+// ratelimit.AlgorithmLimiter's; RetryAfter and ResetAfter are the time until the next
+// window starts in the zone, and a key's state expires then. It joins AllowAll with the
+// limiters of the rate algorithms ("10,000 a month and 10 a second", all or none). It is
+// safe for concurrent use.
+type QuotaLimiter struct {
+	ratelimit.AlgorithmLimiter
+	quota Quota
+}
+
+// NewQuota returns a QuotaLimiter of q over store. It returns an error wrapping
+// ratelimit.ErrInvalidRule for an invalid quota, and an error for a nil store. Its keys
+// are in the namespace q.String() ("10000 per month in America/New_York") unless
+// ratelimit.WithNamespace names one: quotas of different calendars or zones must not
+// share a namespace.
+func NewQuota(store ratelimit.Store, q Quota, opts ...ratelimit.Option) (*QuotaLimiter, error) {
+	alg, err := q.Algorithm()
+	if err != nil {
+		return nil, err
+	}
+	if q.In == nil {
+		q.In = time.UTC
+	}
+	opts = append([]ratelimit.Option{ratelimit.WithNamespace(q.String())}, opts...)
+	l, err := ratelimit.NewAlgorithmLimiter(store, alg, q.Rule(), opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &QuotaLimiter{AlgorithmLimiter: *l, quota: q}, nil
+}
+
+// Quota is the limiter's quota.
+func (l *QuotaLimiter) Quota() Quota { return l.quota }

@@ -1,0 +1,118 @@
+package redissuite
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+	_ "time/tzdata" // the zones, on a machine without a zone database
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+)
+
+// quotas are the quotas of the quota parity: days over Madrid's summer-time changes,
+// months over New York's, weeks and years in UTC.
+func quotas(t *testing.T) []fixedwindow.Quota {
+	zone := func(name string) *time.Location {
+		loc, err := time.LoadLocation(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return loc
+	}
+	madrid, ny := zone("Europe/Madrid"), zone("America/New_York")
+	return []fixedwindow.Quota{
+		{Limit: 5, Per: fixedwindow.Day, In: madrid},
+		{Limit: 7, Per: fixedwindow.Month, In: ny},
+		{Limit: 3, Per: fixedwindow.Week},
+		{Limit: 11, Per: fixedwindow.Year},
+	}
+}
+
+// QuotaParityOn drives the same random takes, peeks, refunds and resets of calendar
+// quotas through localstore and redis, on one fake clock moving by up to a few hours
+// from a week before Madrid's 23-hour day of 2027 to past New York's end of summer time,
+// and requires identical decisions.
+func QuotaParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store) {
+	qs := quotas(t)
+	rng := rand.New(rand.NewPCG(5, 8))
+	clk := clock.NewFake(time.Date(2027, 3, 21, 0, 0, 0, 0, time.UTC))
+	stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore(clk)}
+	ctx := context.Background()
+	ops := []string{"", "", "", "", "peek", "refund"}
+	for i := range 3000 {
+		clk.Advance(time.Duration(rng.Int64N(int64(5 * time.Hour))))
+		q := qs[rng.IntN(len(qs))]
+		alg, err := q.Algorithm()
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := ratelimit.Request{Algorithm: alg, Namespace: q.String(), Key: "tenant", Rule: q.Rule(),
+			N: 1 + rng.Int64N(2), Op: ops[rng.IntN(len(ops))], Reserve: reserves[rng.IntN(len(reserves))]}
+		if rng.IntN(300) == 0 {
+			req.Op = "reset"
+		}
+		local, err := stores[0].Apply(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		remote, err := stores[1].Apply(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if local != remote {
+			t.Fatalf("step %d, %v op %q n %d reserve %d%% at %v:\n localstore %+v\n     redis %+v",
+				i, q, req.Op, req.N, req.Reserve, clk.Now(), local, remote)
+		}
+	}
+}
+
+// QuotaParity runs QuotaParityOn on a real Redis.
+func QuotaParity(t *testing.T) {
+	client := redistest.Start(t).Client()
+	QuotaParityOn(t, func(clk *clock.Fake) ratelimit.Store {
+		return redisstore.New(client, redisstore.WithClock(clk), FreshPrefix())
+	})
+}
+
+// QuotaTTL: a quota's key lives until its window ends, on Redis's own clock: a monthly
+// quota's key expires at the start of the next month (as the server's clock counts),
+// give or take the test's own time, and a daily one's at midnight.
+func QuotaTTL(t *testing.T) {
+	client := redistest.Start(t).Client()
+	ctx := context.Background()
+	for _, per := range []fixedwindow.Calendar{fixedwindow.Day, fixedwindow.Month} {
+		q := fixedwindow.Quota{Limit: 10, Per: per}
+		l, err := fixedwindow.NewQuota(redisstore.New(client, redisstore.WithPrefix("ttl")), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := time.Now()
+		d, err := l.Allow(ctx, "tenant")
+		after := time.Now()
+		if err != nil || !d.Allowed {
+			t.Fatalf("%v: %+v, %v", q, d, err)
+		}
+		end := time.UnixMicro(q.Window(after).End)
+		if q.Window(before) != q.Window(after) {
+			continue // the test ran across midnight: nothing to compare
+		}
+		if d.ResetAfter < end.Sub(after)-time.Second || d.ResetAfter > end.Sub(before)+time.Second {
+			t.Errorf("%v: ResetAfter %v; want the time until %v", q, d.ResetAfter, end)
+		}
+		keys, err := client.Keys(ctx, "ttl*quota*").Result()
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("%v: keys %v, %v", q, keys, err)
+		}
+		ttl, err := client.PTTL(ctx, keys[0]).Result()
+		if err != nil || ttl < d.ResetAfter-time.Second || ttl > d.ResetAfter+time.Second {
+			t.Errorf("%v: the key's TTL is %v; want its ResetAfter, %v", q, ttl, d.ResetAfter)
+		}
+		client.Del(ctx, keys[0])
+	}
+}
