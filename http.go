@@ -78,6 +78,14 @@ type Middleware struct {
 	// limiters of different stores.
 	Policies []Policy
 
+	// DecidePolicies, when set, decides a request under several limits chosen per request
+	// (a tenant's monthly quota beside its route's rate, from a rule table), all or none
+	// (ApplyAll), and returns each limit's part, in order, for the headers: as with
+	// Policies, RateLimit-Policy lists them and RateLimit names the binding one, and
+	// X-RateLimit-* are the parts' Decisions combined as AllowAll combines them. An error
+	// goes to Error, as Decide's does.
+	DecidePolicies func(r *http.Request, key string) ([]PolicyDecision, error)
+
 	// MaxKeyLength bounds the length of a key in bytes: 256 when 0.
 	MaxKeyLength int
 
@@ -152,6 +160,13 @@ type Middleware struct {
 	InFlightDenied func(w http.ResponseWriter, r *http.Request, d Decision)
 }
 
+// PolicyDecision is one limit's part in a decision of Middleware.DecidePolicies.
+type PolicyDecision struct {
+	Name     string // names the limit in RateLimit and RateLimit-Policy (see Middleware.PolicyName)
+	Rule     Rule   // its q and w in RateLimit-Policy; a zero Rule leaves the limit out of that header
+	Decision Decision
+}
+
 // Policy is one of a Middleware's Policies: a limit with a name for the headers.
 type Policy struct {
 	// Name names the policy in RateLimit and RateLimit-Policy (see
@@ -212,8 +227,8 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		panic("ratelimit: Middleware.Wrap of a nil handler")
 	case m.Key == nil:
 		panic("ratelimit: Middleware without a Key function")
-	case m.Limiter == nil && m.Decide == nil && m.Policies == nil && m.InFlight == nil:
-		panic("ratelimit: Middleware without a Limiter, a Decide function, Policies or an InFlight limiter")
+	case m.Limiter == nil && m.Decide == nil && m.DecidePolicies == nil && m.Policies == nil && m.InFlight == nil:
+		panic("ratelimit: Middleware without a Limiter, a Decide or DecidePolicies function, Policies or an InFlight limiter")
 	}
 	if err := checkPolicies(m.Policies); err != nil {
 		panic(err.Error())
@@ -245,7 +260,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.Priority != nil {
 		r = r.WithContext(WithPriority(r.Context(), m.Priority(r)))
 	}
-	if m.Limiter == nil && m.Decide == nil && m.Policies == nil {
+	if m.Limiter == nil && m.Decide == nil && m.DecidePolicies == nil && m.Policies == nil {
 		m.serveInFlight(w, r, key, next)
 		return
 	}
@@ -447,6 +462,21 @@ func (m *Middleware) decide(r *http.Request, key string, ps []policy) ([]policy,
 	if m.Decide != nil {
 		d, rule, err := m.Decide(r, key)
 		return append(ps, policy{name, rule, d}), nil, d, err
+	}
+	if m.DecidePolicies != nil {
+		pds, err := m.DecidePolicies(r, key)
+		if err != nil {
+			return nil, nil, Decision{}, err
+		}
+		ds := make([]Decision, len(pds))
+		for i, pd := range pds {
+			ps = append(ps, policy{pd.Name, pd.Rule, pd.Decision})
+			ds[i] = pd.Decision
+		}
+		if len(ds) == 0 { // no limit applies
+			return nil, nil, Decision{Allowed: true}, nil
+		}
+		return ps, nil, combine(ds), nil
 	}
 	d, err := m.Limiter.Allow(r.Context(), key)
 	var rule Rule

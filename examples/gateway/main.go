@@ -66,6 +66,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // the quotas' time zones, on a machine without a zone database
 
 	"github.com/redis/go-redis/v9"
 

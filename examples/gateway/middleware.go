@@ -122,10 +122,9 @@ func (m *limit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					"retry_after_seconds": 1,
 				})
 			},
-			Key:        m.key,
-			Decide:     m.decide,
-			Priority:   m.priority,
-			PolicyName: func(r *http.Request) string { return m.route(r) },
+			Key:            m.key,
+			DecidePolicies: m.decidePolicies,
+			Priority:       m.priority,
 			KeyError: func(w http.ResponseWriter, r *http.Request, err error) {
 				status := http.StatusBadRequest
 				switch {
@@ -246,36 +245,57 @@ func (m *limit) key(r *http.Request) (string, error) {
 	return redisstore.TaggedKey(t, m.route(r)), nil
 }
 
-// decide decides under the (tenant, route) rule, with the limiter of its algorithm.
-func (m *limit) decide(r *http.Request, key string) (ratelimit.Decision, ratelimit.Rule, error) {
+// decidePolicies decides under the (tenant, route) rule, with the limiter of its
+// algorithm, and under the rule's quota, if it has one, all or none: the headers name
+// the route's rate and "quota".
+func (m *limit) decidePolicies(r *http.Request, key string) ([]ratelimit.PolicyDecision, error) {
 	t, _ := tenant(r) // key has checked it
 	route := m.route(r)
 	start := time.Now()
-	d, rule, err := m.decideUnder(r, key, t, route)
+	pds, err := m.decideUnder(r, key, t, route)
 	m.metrics.latency.Observe(time.Since(start).Seconds())
 	if err == nil {
 		outcome := "allowed"
-		if !d.Allowed {
-			outcome = "denied"
+		for _, pd := range pds {
+			if !pd.Decision.Allowed {
+				outcome = "denied"
+			}
 		}
 		m.metrics.decisions.WithLabelValues(route, outcome).Inc()
 	}
-	return d, rule, err
+	return pds, err
 }
 
 // decideUnder decides r under the Envoy rules, when there are, or else under the rule
-// of (tenant, route), with the limiter of its algorithm.
-func (m *limit) decideUnder(r *http.Request, key, tenant, route string) (ratelimit.Decision, ratelimit.Rule, error) {
+// of (tenant, route), with the limiter of its algorithm, and the tenant's quota beside.
+func (m *limit) decideUnder(r *http.Request, key, tenant, route string) ([]ratelimit.PolicyDecision, error) {
 	if m.envoy != nil {
-		return m.envoy.decide(r, tenant, route)
+		d, rule, err := m.envoy.decide(r, tenant, route)
+		return []ratelimit.PolicyDecision{{Name: route, Rule: rule, Decision: d}}, err
 	}
 	p := m.rules.Load().policy(tenant, route)
 	l, err := m.limiter(p.alg)
 	if err != nil {
-		return ratelimit.Decision{}, p.rule, err
+		return nil, err
 	}
-	d, err := l.AllowRule(r.Context(), key, p.rule, 1)
-	return d, p.rule, err
+	if p.quota == nil {
+		d, err := l.AllowRule(r.Context(), key, p.rule, 1)
+		return []ratelimit.PolicyDecision{{Name: route, Rule: p.rule, Decision: d}}, err
+	}
+	reserve := int64(0)
+	if len(m.reserves) > 0 {
+		reserve = m.reserves[min(int(ratelimit.PriorityFrom(r.Context())), len(m.reserves)-1)]
+	}
+	q := p.quota
+	ds, err := ratelimit.ApplyAll(r.Context(), m.store, []ratelimit.Request{
+		{Algorithm: p.alg, Namespace: l.Namespace(), Key: key, Rule: p.rule, N: 1, Reserve: reserve},
+		// the tenant's, on the same hash tag as its routes' keys: one script on a cluster
+		{Algorithm: q.alg, Namespace: quotaNamespace + q.String(), Key: redisstore.TaggedKey(tenant), Rule: q.Rule(), N: 1, Reserve: reserve},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []ratelimit.PolicyDecision{{Name: route, Rule: p.rule, Decision: ds[0]}, {Name: "quota", Rule: q.Rule(), Decision: ds[1]}}, nil
 }
 
 // limiter is the gateway's limiter of alg: one per algorithm, in the gateway's

@@ -446,3 +446,60 @@ routes:
 		t.Error("a route of priority urgent accepted")
 	}
 }
+
+// A rule's quota beside its rate: 3 a month for shop-q, decided with the route's rate
+// all or none; the fourth request of January is a 429 whose headers name both
+// policies, the quota binding (1 minute to February); in February it passes again. A
+// request the rate denies takes nothing from the quota.
+func TestQuotaBesideRate(t *testing.T) {
+	const rules = `
+default: {capacity: 10, refill_per_second: 5}
+routes:
+  - {id: search, prefix: /search}
+rules:
+  - {tenant_id: shop-q, route_id: search, capacity: 2, refill_per_second: 1, quota: "3 per month in UTC"}
+`
+	rs, err := parseRules([]byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(time.Date(2027, 1, 31, 23, 58, 0, 0, time.UTC))
+	g, _ := newGateway(t, localstore.New(localstore.WithClock(clk)))
+	g.rules.Store(rs)
+	codes := func(n int) (ok, denied int, last *httptest.ResponseRecorder) {
+		for range n {
+			last = do(g, "GET", "/search", "shop-q")
+			if last.Code == http.StatusOK {
+				ok++
+			} else {
+				denied++
+			}
+		}
+		return ok, denied, last
+	}
+	if ok, _, _ := codes(3); ok != 2 { // the rate's 2 at once; the third denied by the rate
+		t.Fatalf("3 requests at once: %d passed; want the rate's 2", ok)
+	}
+	clk.Advance(time.Minute) // 23:59: the rate refilled; the quota has 1 left, not 0
+	ok, _, _ := codes(1)
+	_, denied, w := codes(1)
+	if ok != 1 || denied != 1 {
+		t.Fatalf("at 23:59: %d passed, %d denied; want the quota's third, then a 429", ok, denied)
+	}
+	if got, want := w.Header().Get("RateLimit-Policy"), `"search";q=2;w=2, "quota";q=3;w=2592000`; got != want {
+		t.Errorf("RateLimit-Policy %q; want %q", got, want)
+	}
+	if got, want := w.Header().Get("RateLimit"), `"quota";r=0;t=60`; got != want {
+		t.Errorf("RateLimit %q; want %q", got, want)
+	}
+	if got := w.Header().Get("Retry-After"); got != "60" {
+		t.Errorf("Retry-After %q; want 60", got)
+	}
+	clk.Set(time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC))
+	if w := do(g, "GET", "/search", "shop-q"); w.Code != http.StatusOK || w.Header().Get("RateLimit") != `"search";r=1;t=1` {
+		t.Errorf("in February: %d, RateLimit %q; want 200, the rate binding", w.Code, w.Header().Get("RateLimit"))
+	}
+	if _, err := parseRules([]byte("default: {capacity: 1, refill_per_second: 1, quota: \"3 per fortnight\"}\n")); err == nil {
+		t.Error("a quota per fortnight accepted")
+	}
+}

@@ -83,10 +83,13 @@ func testPostgresReload(t *testing.T, every time.Duration, withTrigger bool) {
 	if p := m.current.Load().policy("shop-c", "create-order"); p.inFlight != 7 {
 		t.Errorf("in_flight of the inserted rule: %d; want 7", p.inFlight)
 	}
-	if _, err := conn.Exec(ctx, `UPDATE rate_limit_rule SET capacity = 9, updated_at = now() WHERE tenant_id = 'shop-c'`); err != nil {
+	if _, err := conn.Exec(ctx, `UPDATE rate_limit_rule SET capacity = 9, quota = '500 per day in Europe/Madrid', updated_at = now() WHERE tenant_id = 'shop-c'`); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the updated rule", func() bool { return capacity() == 9 })
+	if q := m.current.Load().policy("shop-c", "create-order").quota; q == nil || q.String() != "500 per day in Europe/Madrid" {
+		t.Errorf("the updated rule's quota: %v; want 500 per day in Europe/Madrid", q)
+	}
 	// a row for an unknown route is rejected, the rules in force stay
 	if _, err := conn.Exec(ctx, `INSERT INTO rate_limit_rule (tenant_id, route_id, capacity, refill_per_second) VALUES ('shop-d', 'no-such-route', 3, 1)`); err != nil {
 		t.Fatal(err)

@@ -141,7 +141,7 @@ func readRules(ctx context.Context, dsn string) ([]spec, error) {
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	rows, err := conn.Query(ctx, `SELECT tenant_id, route_id, capacity, refill_per_second, in_flight FROM rate_limit_rule ORDER BY id`)
+	rows, err := conn.Query(ctx, `SELECT tenant_id, route_id, capacity, refill_per_second, in_flight, quota FROM rate_limit_rule ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +149,7 @@ func readRules(ctx context.Context, dsn string) ([]spec, error) {
 	for rows.Next() {
 		var s spec
 		var capacity, refill, inFlight int32
-		if err := rows.Scan(&s.TenantID, &s.RouteID, &capacity, &refill, &inFlight); err != nil {
+		if err := rows.Scan(&s.TenantID, &s.RouteID, &capacity, &refill, &inFlight, &s.Quota); err != nil {
 			return nil, err
 		}
 		s.Capacity, s.RefillPerSecond, s.InFlight = count(capacity), count(refill), count(inFlight)

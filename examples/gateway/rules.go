@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/examples/internal/envoyrules"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
 )
 
 // defaultRoute is the route of a request that matches no route of the table.
@@ -30,6 +31,10 @@ type spec struct {
 	RefillPerSecond count  `yaml:"refill_per_second"`
 	Algorithm       string `yaml:"algorithm"`
 	InFlight        count  `yaml:"in_flight"` // requests in progress at once; 0: no such limit
+	// Quota is a calendar quota beside the rate, as fixedwindow.Quota's text ("10000 per
+	// month in America/New_York"); empty: none. It is the tenant's, counted across the
+	// routes whose rules give it the same quota.
+	Quota string `yaml:"quota"`
 }
 
 // count is a whole number of requests in the rules file. yaml.v3 would truncate 2.5 into
@@ -75,8 +80,15 @@ type file struct {
 type policy struct {
 	alg      *ratelimit.Algorithm
 	rule     ratelimit.Rule
-	capacity int64 // what the rule allows at once
-	inFlight int64 // the requests in progress at once; 0: no limit
+	capacity int64  // what the rule allows at once
+	inFlight int64  // the requests in progress at once; 0: no limit
+	quota    *quota // nil: none
+}
+
+// quota is a rule's calendar quota, ready to decide with.
+type quota struct {
+	fixedwindow.Quota
+	alg *ratelimit.Algorithm
 }
 
 func (s spec) policy() (policy, error) {
@@ -99,8 +111,21 @@ func (s spec) policy() (policy, error) {
 	if err != nil {
 		return policy{}, err
 	}
-	return policy{alg: alg, rule: rule, capacity: a.Limit, inFlight: int64(s.InFlight)}, nil
+	p := policy{alg: alg, rule: rule, capacity: a.Limit, inFlight: int64(s.InFlight)}
+	if s.Quota != "" {
+		p.quota = &quota{}
+		if err := p.quota.UnmarshalText([]byte(s.Quota)); err != nil {
+			return policy{}, err
+		}
+		if p.quota.alg, err = p.quota.Algorithm(); err != nil {
+			return policy{}, err
+		}
+	}
+	return p, nil
 }
+
+// quotaNamespace prefixes the namespace of a quota (its text), apart from the rates'.
+const quotaNamespace = "gateway-quota:"
 
 type route struct {
 	id, method, prefix string
