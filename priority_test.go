@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
@@ -124,5 +125,53 @@ func TestContextPriority(t *testing.T) {
 	}
 	for _, r := range releases {
 		r()
+	}
+}
+
+// DecidePolicies: limits chosen per request, all or none, each named in the headers; a
+// request no limit applies to passes without them.
+func TestMiddlewareDecidePolicies(t *testing.T) {
+	clk := clock.NewFake(time.Date(2027, 1, 31, 23, 59, 0, 0, time.UTC))
+	store := localstore.New(localstore.WithClock(clk))
+	quota, err := fixedwindow.NewQuota(store, fixedwindow.Quota{Limit: 1, Per: fixedwindow.Month})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qalg, err := quota.Quota().Algorithm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rate, _ := tokenbucket.New(store, ratelimit.PerSecond(20), ratelimit.WithNamespace("rate"))
+	h := (&ratelimit.Middleware{
+		Key: func(*http.Request) (string, error) { return "tenant", nil },
+		DecidePolicies: func(r *http.Request, key string) ([]ratelimit.PolicyDecision, error) {
+			if r.URL.Path == "/free" {
+				return nil, nil
+			}
+			ds, err := ratelimit.ApplyAll(r.Context(), store, []ratelimit.Request{
+				{Algorithm: tokenbucket.Algorithm(), Namespace: rate.Namespace(), Key: key, Rule: rate.Rule(), N: 1},
+				{Algorithm: qalg, Namespace: quota.Namespace(), Key: key, Rule: quota.Rule(), N: 1},
+			})
+			if err != nil {
+				return nil, err
+			}
+			return []ratelimit.PolicyDecision{{Name: "rate", Rule: rate.Rule(), Decision: ds[0]}, {Name: "plan", Rule: quota.Rule(), Decision: ds[1]}}, nil
+		},
+	}).Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	get := func(path string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+		return w
+	}
+	if w := get("/"); w.Code != http.StatusOK || w.Header().Get("RateLimit") != `"plan";r=0;t=60` {
+		t.Errorf("the first: %d %v", w.Code, w.Header())
+	}
+	w := get("/")
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("RateLimit-Policy") != `"rate";q=20;w=1, "plan";q=1;w=2592000` ||
+		w.Header().Get("Retry-After") != "60" {
+		t.Errorf("the second: %d %v", w.Code, w.Header())
+	}
+	if w := get("/free"); w.Code != http.StatusOK || w.Header().Get("RateLimit") != "" {
+		t.Errorf("a request no limit applies to: %d %v", w.Code, w.Header())
 	}
 }
