@@ -95,13 +95,14 @@ type Algorithm struct {
 	// Script is the Lua source of the step, for stores that run it server-side: given the
 	// Args as ARGV (N, Limit, Period, Unit, Rate, then the time in microseconds or an empty
 	// string for the server's clock, then the Op: "take" or empty, "peek", "refund",
-	// "reset" or "extend", then Request.Lease in decimal), it reads and writes the state
+	// "reset" or "extend", then Request.Lease in decimal, then, when either is set, the
+	// Reserve and the Window as "start:end:next" or an empty string), it reads and writes the state
 	// in KEYS and returns {allowed (0 or 1), remaining, retry after, reset after, delay},
 	// durations in microseconds. Its state is back to full, and may expire, after reset
 	// after. A store may run several steps in one script, each a function of its KEYS and
 	// ARGV; there the numbers of ARGV may be Lua numbers already, the time among them
 	// (the server's clock, read once for all the steps, rather than an empty string), so a
-	// step reads them with tonumber, and ARGV may hold more than these eight.
+	// step reads them with tonumber, and ARGV may hold more than these ten.
 	Script string
 
 	// ScriptKeys names the keys the Script uses for one limiter key, in the order of KEYS.

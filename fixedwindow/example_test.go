@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	_ "time/tzdata" // the example's zone, on a machine without a zone database
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
@@ -31,4 +32,35 @@ func Example() {
 	// at .900: 3 allowed: true, window resets after 100ms
 	// at .900: 1 more allowed: false, retry after 100ms
 	// at 1.000: 3 allowed: true (6 in 100ms: the boundary burst)
+}
+
+// A plan of 3 calls a month in New York: the month ends at midnight there, not on an
+// epoch boundary.
+func ExampleNewQuota() {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	clk := clock.NewFake(time.Date(2027, 1, 31, 23, 59, 0, 0, ny))
+	quota, err := fixedwindow.NewQuota(localstore.New(localstore.WithClock(clk)),
+		fixedwindow.Quota{Limit: 3, Per: fixedwindow.Month, In: ny})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	for range 4 {
+		d, _ := quota.Allow(ctx, "tenant-42")
+		fmt.Println(d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	clk.Set(time.Date(2027, 2, 1, 0, 0, 0, 0, ny))
+	d, _ := quota.Allow(ctx, "tenant-42")
+	fmt.Println(d.Allowed, d.Remaining, d.ResetAfter, quota.Quota())
+	// Output:
+	// true 2 0s
+	// true 1 0s
+	// true 0 0s
+	// false 0 1m0s
+	// true 2 672h0m0s 3 per month in America/New_York
 }

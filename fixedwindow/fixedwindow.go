@@ -14,6 +14,11 @@
 // gone already).
 //
 // State: Level is the events counted in the window that contains Time.
+//
+// Quotas (Quota, NewQuota) are fixed windows of the calendar instead: a day, an ISO week,
+// a month or a year of a time zone ("10000 per month in America/New_York", from the 1st
+// at 00:00 there), 23 to 25 hours for a day with a change of summer time, 28 to 31 days
+// for a month. Their state's Aux is the end of the window its Level counts.
 package fixedwindow
 
 import (
