@@ -26,7 +26,7 @@ type AlgorithmLimiter struct {
 	rule      Rule
 	namespace string
 	limit     int64    // the largest n the rule can ever allow
-	take      takeFunc // AllowN's and AllowRule's path when the store is a binder; nil otherwise
+	take      takeFunc // AllowN's and AllowRule's path when the store is a binder (and no reserve or window); nil otherwise
 	reserves  []int64  // by priority, in percent (WithReserves); nil for none
 	err       error    // an option's
 }
@@ -87,7 +87,8 @@ func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule, opts ...Option)
 	if l.err != nil {
 		return nil, fmt.Errorf("%s: %w", alg.Name, l.err)
 	}
-	if b, ok := store.(binder); ok && alg.Window == nil { // a window is placed by the store's Apply
+	// the bound take decides a plain take; a reserve and a window go through Apply
+	if b, ok := store.(binder); ok && alg.Window == nil && l.reserves == nil {
 		l.take = b.Bind(alg, l.namespace)
 	}
 	return l, nil
@@ -113,7 +114,7 @@ func ruleNamespace(r Rule) string {
 func (l *AlgorithmLimiter) Allow(ctx context.Context, key string) (Decision, error) {
 	// AllowN's body again, not a call of it: a Decision returned from AllowN would be
 	// copied once more through memory (see package internal/fast)
-	if l.take == nil || l.reserves != nil {
+	if l.take == nil {
 		return l.apply(ctx, key, l.rule, 1)
 	}
 	o, limit, err := l.take(ctx, key, l.rule, 1)
@@ -125,7 +126,7 @@ func (l *AlgorithmLimiter) Allow(ctx context.Context, key string) (Decision, err
 // allows at once (Decision.Limit), or the error wraps ErrInvalidN and
 // nothing is consumed.
 func (l *AlgorithmLimiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	if l.take == nil || l.reserves != nil {
+	if l.take == nil {
 		return l.apply(ctx, key, l.rule, n)
 	}
 	o, limit, err := l.take(ctx, key, l.rule, n) // which validates n as Apply does
@@ -150,7 +151,7 @@ func (l *AlgorithmLimiter) apply(ctx context.Context, key string, rule Rule, n i
 // returns an error wrapping ErrInvalidRule or ErrInvalidN and consumes
 // nothing.
 func (l *AlgorithmLimiter) AllowRule(ctx context.Context, key string, rule Rule, n int64) (Decision, error) {
-	if l.take == nil || l.reserves != nil {
+	if l.take == nil {
 		return l.apply(ctx, key, rule, n)
 	}
 	o, limit, err := l.take(ctx, key, rule, n)

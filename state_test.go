@@ -53,9 +53,6 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	}
 	id := ratelimit.Key(alg.Name, req.Namespace, req.Key)
 	now := s.clk.Now().UnixMicro()
-	if alg.Window != nil {
-		a.Window = alg.Window(now)
-	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

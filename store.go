@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/ratelimit-go/ratelimit/internal/eventlog"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 // Store keeps the state of every key and applies an Algorithm to it, one atomic decision
@@ -72,8 +73,8 @@ type Request struct {
 	Reserve int64
 }
 
-// Window is a calendar window and the next one, as the clock of a store places them
-// (Algorithm.Window): [Start, End) and [End, Next), in microseconds since the Unix epoch.
+// Window is a calendar window and the next one, as a clock places them (Algorithm.Window):
+// [Start, End) and [End, Next), in microseconds since the Unix epoch.
 // A windowed algorithm counts in the window the deciding clock falls in, which may be a
 // Redis server's a little ahead of or behind the store's: a time before Start falls in
 // the window that ends at Start, one from Next on in windows as long as [End, Next).
@@ -132,9 +133,9 @@ type Algorithm struct {
 
 	// Window, set only by an algorithm that counts in calendar windows (fixedwindow's
 	// quotas), is the window around now (microseconds since the Unix epoch) and the one
-	// after it, in the algorithm's time zone. A store sets Args.Window to it, at its own
-	// time, before Step or the Script; a server-side script decides by the server's time
-	// among those bounds.
+	// after it, in the algorithm's time zone. Step places its window itself; a store that
+	// runs the Script sends it the window at the store's own time (see Script), and the
+	// script decides by the server's time among those bounds.
 	Window func(now int64) Window
 
 	// Prefetchable says that events may be taken ahead, in a batch, and admitted later one
@@ -158,19 +159,13 @@ type Args struct {
 
 	// Reserve is Request.Reserve (0 for a refund, a reset or an extension), copied by the
 	// store after Prepare: every Step admits N only if N more than Keep(a) could be
-	// admitted. Window is Algorithm.Window at the store's time, for a windowed algorithm.
+	// admitted.
 	Reserve int64
-	Window  Window
 }
 
 // Keep is what a request with a must leave of a.Limit: a.Reserve percent of it, rounded
 // down, and never more than a.Limit - a.N.
-func (a Args) Keep() int64 {
-	if a.Reserve <= 0 {
-		return 0
-	}
-	return min(a.Limit/100*a.Reserve+a.Limit%100*a.Reserve/100, a.Limit-a.N)
-}
+func (a Args) Keep() int64 { return mathx.Keep(a.Limit, a.N, a.Reserve) }
 
 // State is one key's state as a Store keeps it for Step. The zero State is a key never
 // seen, and a state whose last Decision had ResetAfter 0 is worth no more than the zero

@@ -165,17 +165,20 @@ func (q Quota) Algorithm() (*ratelimit.Algorithm, error) {
 		return alg.(*ratelimit.Algorithm), nil
 	}
 	cal := Quota{Per: q.Per, In: q.location()}
+	window := func(now int64) ratelimit.Window { return cal.Window(time.UnixMicro(now)) }
 	alg := core.Algorithm(ratelimit.Algorithm{
 		Name:       "quota",
 		Script:     core.Script(quotaScript),
 		ScriptKeys: []string{"state"},
 		Prepare:    prepareQuota,
-		Refund:     refundQuota,
-		Window: func(now int64) ratelimit.Window {
-			return cal.Window(time.UnixMicro(now))
+		Refund: func(st *ratelimit.State, now int64, a ratelimit.Args) {
+			refundQuota(st, now, a, window(now))
 		},
+		Window:       window,
 		Prefetchable: true,
-	}, quotaStep)
+	}, func(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
+		return quotaStep(st, now, a, window(now))
+	})
 	got, _ := quotaAlgorithms.LoadOrStore(key, alg)
 	return got.(*ratelimit.Algorithm), nil
 }
@@ -221,14 +224,14 @@ func quotaEnd(w ratelimit.Window, t int64) int64 {
 }
 
 // advanceQuota brings st to now, or to the latest instant it has seen while it counts
-// events, empties a count of another window, and returns the end of st's window, or 0
-// when a has no window.
-func advanceQuota(st *ratelimit.State, now int64, a ratelimit.Args) (end int64) {
+// events, empties a count of another window, and returns the end of st's window in w
+// (placed at now), or 0 when w is none.
+func advanceQuota(st *ratelimit.State, now int64, w ratelimit.Window) (end int64) {
 	t := now
 	if st.Level > 0 {
 		t = max(st.Time, now)
 	}
-	if end = quotaEnd(a.Window, t); end == 0 {
+	if end = quotaEnd(w, t); end == 0 {
 		return 0
 	}
 	if st.Level > 0 && st.Aux != end {
@@ -238,15 +241,15 @@ func advanceQuota(st *ratelimit.State, now int64, a ratelimit.Args) (end int64) 
 	return end
 }
 
-// quotaStep is the fixed window's step over calendar windows. Without a window (a store
-// that did not place one) it denies, changing nothing.
-func quotaStep(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
-	end := advanceQuota(st, now, a)
+// quotaStep is the fixed window's step over the calendar windows of w. Without a window
+// (a calendar that makes none) it denies, changing nothing.
+func quotaStep(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) fast.Outcome {
+	end := advanceQuota(st, now, w)
 	if end == 0 {
 		return fast.Outcome{Wait: mathx.Micros(1000000)}
 	}
 	var d fast.Outcome
-	keep := a.Keep()
+	keep := mathx.Keep(a.Limit, a.N, a.Reserve)
 	if st.Level+a.N+keep <= a.Limit {
 		st.Level += a.N
 		d.Allowed = true
@@ -261,8 +264,8 @@ func quotaStep(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 }
 
 // refundQuota takes n events off the current window's count, down to 0.
-func refundQuota(st *ratelimit.State, now int64, a ratelimit.Args) {
-	if advanceQuota(st, now, a) != 0 {
+func refundQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) {
+	if advanceQuota(st, now, w) != 0 {
 		st.Level = max(0, st.Level-a.N)
 	}
 }
@@ -270,7 +273,8 @@ func refundQuota(st *ratelimit.State, now int64, a ratelimit.Args) {
 // QuotaLimiter limits each key to a Quota: at most Limit events per calendar window of
 // its zone, on any Store (on Redis, the server's clock decides which window a decision
 // falls in, from the bounds the store's clock places: a few minutes of disagreement
-// across a window's start decide as the server says). Allow, AllowN and the rest are
+// across a window's start decide as the server says; clocks more than a window apart
+// would count in windows as long as the next, from its end). Allow, AllowN and the rest are
 // ratelimit.AlgorithmLimiter's; RetryAfter and ResetAfter are the time until the next
 // window starts in the zone, and a key's state expires then. It joins AllowAll with the
 // limiters of the rate algorithms ("10,000 a month and 10 a second", all or none). It is

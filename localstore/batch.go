@@ -37,7 +37,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 			return nil, err
 		}
 		a.N = r.N
-		if err := core.Extras("localstore", r, &a, s.now); err != nil {
+		if err := core.Extras("localstore", r, &a); err != nil {
 			return nil, err
 		}
 		hashes[i] = maphash.String(s.seed, r.Key)

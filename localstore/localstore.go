@@ -289,7 +289,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		return ratelimit.Decision{}, err
 	}
 	args.N = req.N
-	if err := core.Extras("localstore", req, &args, func() int64 { return now }); err != nil {
+	if err := core.Extras("localstore", req, &args); err != nil {
 		return ratelimit.Decision{}, err
 	}
 	sh.sweepIfDue(now, s.sweepEvery)

@@ -97,7 +97,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if err != nil {
 			return nil, err
 		}
-		if err := core.Extras("redisstore", r, &a, s.localNow); err != nil {
+		if err := core.Extras("redisstore", r, &a); err != nil {
 			return nil, err
 		}
 		pre, post := redisx.Form(r.Key)
@@ -106,7 +106,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 			names = append(names, name+nsForm+pre+r.Key+post)
 		}
 		algs[i], limits[i] = alg, a.Limit
-		tail = append(tail, 0, len(alg.ScriptKeys), a.N, a.Limit, a.Period, a.Unit, a.Rate, now, a.Reserve, core.WindowArg(a.Window))
+		tail = append(tail, 0, len(alg.ScriptKeys), a.N, a.Limit, a.Period, a.Unit, a.Rate, now, a.Reserve, core.WindowArg(alg, s.localNow))
 	}
 	if err := core.CheckDistinct("redisstore", reqs); err != nil {
 		return nil, err
@@ -144,13 +144,16 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	return ds, nil
 }
 
-// localNow is the time of the store's clock, or of the application's (time.Now) when the
-// scripts read Redis TIME: the time a windowed algorithm's window is placed by.
+// localNow is the time a windowed algorithm's window is placed by: WithCalendarClock's,
+// or the store's clock, or the application's (time.Now) when the scripts read Redis TIME.
 func (s *Store) localNow() int64 {
-	if s.clock == nil {
-		return time.Now().UnixMicro()
+	switch {
+	case s.places != nil:
+		return s.places.Now().UnixMicro()
+	case s.clock != nil:
+		return s.clock.Now().UnixMicro()
 	}
-	return s.clock.Now().UnixMicro()
+	return time.Now().UnixMicro()
 }
 
 // now is the time the scripts are given: the store's clock, or empty for Redis TIME.

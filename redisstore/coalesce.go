@@ -60,6 +60,7 @@ type call struct {
 	op, now   any
 	key       string
 	pre, post string // the key's form (see redisx.Form)
+	window    string // a windowed algorithm's window, as the script's ARGV has it; "" for others
 
 	d    ratelimit.Decision
 	err  error
@@ -451,7 +452,7 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 			now = "*" // the store's clock: each call sends its own
 		}
 		p := profile{step, len(c.sc.names), c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, now, c.op, lease,
-			c.a.Reserve, core.WindowArg(c.a.Window)}
+			c.a.Reserve, c.window}
 		of[i] = slices.Index(profiles, p)
 		if of[i] < 0 {
 			of[i] = len(profiles)

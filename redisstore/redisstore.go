@@ -107,6 +107,7 @@ type Store struct {
 	process processor // the client's Process, nil if it has none
 	prefix  string
 	clock   clock.Clock // nil: Redis TIME
+	places  clock.Clock // places calendar windows (WithCalendarClock); nil: clock, else time.Now
 	scripts sync.Map    // *ratelimit.Algorithm -> *script
 	batches sync.Map    // the SHAs of a coalesced batch's steps, in order -> *script
 
@@ -207,11 +208,17 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithClock makes decisions on c's time instead of the Redis server's, for tests, or for
-// applications whose clocks are known to agree. Nil means the server's time. (The
-// calendar windows of a quota are placed by this clock, or else by the application's
-// own, time.Now; the server's time then chooses among them: see fixedwindow.Quota.)
+// applications whose clocks are known to agree. Nil means the server's time.
 func WithClock(c clock.Clock) Option {
 	return optionFunc(func(s *Store) { s.clock = c })
+}
+
+// WithCalendarClock sets the application's clock, which places the calendar windows of a
+// quota (fixedwindow.Quota) around its time before the server's time chooses among them:
+// by default WithClock's clock, else time.Now. For a test that drives the server's TIME
+// with a fake clock (miniredis), give it the same clock.
+func WithCalendarClock(c clock.Clock) Option {
+	return optionFunc(func(s *Store) { s.places = c })
 }
 
 // New returns a Store on client: a *redis.Client, *redis.ClusterClient, *redis.Ring,
@@ -304,13 +311,14 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	if req.Op == "extend" && alg.Extend == nil {
 		return ratelimit.Decision{}, fmt.Errorf("redisstore: %s has no leases to extend", alg.Name)
 	}
-	if err := core.Extras("redisstore", req, &a, s.localNow); err != nil {
+	if err := core.Extras("redisstore", req, &a); err != nil {
 		return ratelimit.Decision{}, err
 	}
 	sc := s.script(alg)
 	ra := sc.args(req, a)
 	pre, post := redisx.Form(req.Key)
-	c := call{alg: alg, sc: sc, ra: ra, a: a, op: op, now: s.now(), key: req.Key, pre: pre, post: post}
+	c := call{alg: alg, sc: sc, ra: ra, a: a, op: op, now: s.now(), key: req.Key, pre: pre, post: post,
+		window: core.WindowArg(alg, s.localNow)}
 	if s.coalescing() {
 		return s.coalesce(ctx, &c)
 	}
@@ -326,8 +334,8 @@ func (s *Store) single(ctx context.Context, c *call) (ratelimit.Decision, error)
 		args = append(args, c.name(name))
 	}
 	args = append(args, c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op, c.a.Lease)
-	if c.a.Reserve != 0 || c.a.Window != (ratelimit.Window{}) {
-		args = append(args, c.a.Reserve, core.WindowArg(c.a.Window))
+	if c.a.Reserve != 0 || c.window != "" {
+		args = append(args, c.a.Reserve, c.window)
 	}
 	reply, err := s.run(ctx, c.sc, args)
 	if err != nil {

@@ -71,7 +71,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	advance(st, now, a)
 	log, t := st.Log, st.Time
 	var d fast.Outcome
-	keep := a.Keep()
+	keep := mathx.Keep(a.Limit, a.N, a.Reserve)
 	if st.Level+a.N+keep <= a.Limit {
 		log.Push(t, a.N)
 		st.Level += a.N

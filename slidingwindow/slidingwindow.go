@@ -116,7 +116,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 
 	// estimate + n + keep <= Limit, multiplied through by ticks
 	var d fast.Outcome
-	keep := a.Keep()
+	keep := mathx.Keep(a.Limit, a.N, a.Reserve)
 	if need := a.N + keep; st.Level+need <= a.Limit && weighted+(st.Level+need)*ticks <= a.Limit*ticks {
 		st.Level += a.N
 		d.Allowed = true

@@ -84,9 +84,14 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	st.Time = t
 	lag := t - now
 	allowed, retry := false, int64(0) // the Outcome's Wait: a token bucket has no Delay
-	keep := a.Keep()
-	if need := (a.N + keep) * a.Unit; level >= need {
-		level -= a.N * a.Unit
+	take := a.N * a.Unit
+	need, keep := take, int64(0)
+	if a.Reserve != 0 { // rare: a priority's reserve
+		keep = mathx.Keep(a.Limit, a.N, a.Reserve)
+		need += keep * a.Unit
+	}
+	if level >= need {
+		level -= take
 		allowed = true
 	} else {
 		retry = lag + mathx.CeilDiv(need-level, a.Rate)
@@ -96,9 +101,13 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	if level < full {
 		reset = lag + mathx.CeilDiv(full-level, a.Rate)
 	}
+	remaining := int64(uint64(level) / uint64(a.Unit)) // both positive: an unsigned division is cheaper
+	if keep != 0 {
+		remaining = max(0, remaining-keep)
+	}
 	return fast.Outcome{
 		Allowed:    allowed,
-		Remaining:  max(0, int64(uint64(level)/uint64(a.Unit))-keep), // both positive: an unsigned division is cheaper
+		Remaining:  remaining,
 		Wait:       mathx.Micros(retry),
 		ResetAfter: mathx.Micros(reset),
 	}

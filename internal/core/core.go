@@ -242,9 +242,8 @@ func OfLeases(alg *ratelimit.Algorithm) bool { return alg != nil && alg.Extend !
 
 // Extras checks what req carries beside its rule and n and copies it into a, with its
 // lease, as every store does after Prepare: a reserve of 0 to 99 percent (an error
-// wrapping ratelimit.ErrInvalidRule otherwise), kept only by a take or a peek; and, for a
-// windowed algorithm, its window at now(), the store's time (read only for one).
-func Extras(store string, req ratelimit.Request, a *ratelimit.Args, now func() int64) error {
+// wrapping ratelimit.ErrInvalidRule otherwise), kept only by a take or a peek.
+func Extras(store string, req ratelimit.Request, a *ratelimit.Args) error {
 	if req.Reserve < 0 || req.Reserve > 99 {
 		return fmt.Errorf("%s: a reserve of %d%%: %w: want 0 to 99", store, req.Reserve, ratelimit.ErrInvalidRule)
 	}
@@ -252,17 +251,16 @@ func Extras(store string, req ratelimit.Request, a *ratelimit.Args, now func() i
 	if req.Op == "" || req.Op == "peek" {
 		a.Reserve = req.Reserve
 	}
-	if req.Algorithm.Window != nil {
-		a.Window = req.Algorithm.Window(now())
-	}
 	return nil
 }
 
-// WindowArg is a window as a script's ARGV holds it: "start:end:next" in microseconds, or
-// the empty string for none.
-func WindowArg(w ratelimit.Window) string {
-	if w == (ratelimit.Window{}) {
+// WindowArg is the window of alg around now() as a script's ARGV holds it:
+// "start:end:next" in microseconds; the empty string for an algorithm without windows
+// (and now is not called).
+func WindowArg(alg *ratelimit.Algorithm, now func() int64) string {
+	if alg.Window == nil {
 		return ""
 	}
+	w := alg.Window(now())
 	return strconv.FormatInt(w.Start, 10) + ":" + strconv.FormatInt(w.End, 10) + ":" + strconv.FormatInt(w.Next, 10)
 }

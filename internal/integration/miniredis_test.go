@@ -31,7 +31,7 @@ func TestConformanceServerTime(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := miniredisClient(t, mr)
 	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
-		return serverTime{redisstore.New(client, redissuite.FreshPrefix()), mr, clk}
+		return serverTime{redisstore.New(client, redissuite.FreshPrefix(), redisstore.WithCalendarClock(clk)), mr, clk}
 	})
 }
 
@@ -46,7 +46,8 @@ func miniredisClient(t *testing.T, mr *miniredis.Miniredis) *redis.Client {
 	return client
 }
 
-// serverTime sets miniredis's TIME to the fake clock before each decision.
+// serverTime sets miniredis's TIME to the fake clock before each decision, and each
+// batch.
 type serverTime struct {
 	*redisstore.Store
 	mr  *miniredis.Miniredis
@@ -56,6 +57,11 @@ type serverTime struct {
 func (s serverTime) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	s.mr.SetTime(s.clk.Now())
 	return s.Store.Apply(ctx, req)
+}
+
+func (s serverTime) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+	s.mr.SetTime(s.clk.Now())
+	return s.Store.ApplyAll(ctx, reqs)
 }
 
 // On miniredis TTLs move only when told: here with the fake clock, so both stores forget

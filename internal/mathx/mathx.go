@@ -93,3 +93,12 @@ func AddCapped(x, dt, rate, limit int64) int64 {
 func Micros(us int64) time.Duration {
 	return time.Duration(us) * time.Microsecond
 }
+
+// Keep is what a request of n under limit must leave with a reserve of reserve percent
+// (ratelimit.Args.Keep): reserve% of limit, rounded down, never more than limit - n.
+func Keep(limit, n, reserve int64) int64 {
+	if reserve <= 0 {
+		return 0
+	}
+	return min(limit/100*reserve+limit%100*reserve/100, limit-n)
+}
