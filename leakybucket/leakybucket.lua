@@ -28,7 +28,8 @@ if L + need <= full then
 else
   retry = lag - floor(-(L + need - full) / rate)
 end
-remaining = max(0, floor((full - L) / unit) - keep)
+remaining = floor((full - L) / unit) - keep
+if remaining < 0 then remaining = 0 end
 if L > 0 then
   reset = lag - floor(-L / rate)
 end

@@ -673,13 +673,14 @@ if only and distinct and not touchFirst and only[2] > 0 then
   local out = {unpack(ARGV, 1, 5 * (last - a + 1) / stride)}
   local step, o, keys, argv, i = steps[p[1]], 0, {}, {false, false, false, false, false, false, false, false, false, false, false}, 0
   local lease, now = p[10], p[8]
+  argv[9], argv[10] = p[11], p[12] -- the profile's reserve and window, once
   for from = a, last, stride do
     i = i + 1
     if ownLease then lease = ARGV[from] end
     if ownNow then now = tonumber(ARGV[from + off - 1]) end
     for j = 1, nk do keys[j] = ARGV[from + off + j - 1] end
-    argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[9], argv[10], argv[11] =
-      p[3], p[4], p[5], p[6], p[7], now, p[9], lease, p[11], p[12], states[i]
+    argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[11] =
+      p[3], p[4], p[5], p[6], p[7], now, p[9], lease, states[i]
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = step(keys, argv)
     o = o + 5
   end

@@ -27,7 +27,8 @@ if L >= need then
 else
   retry = lag - floor(-(need - L) / rate)
 end
-remaining = max(0, floor(L / unit) - keep)
+remaining = floor(L / unit) - keep
+if remaining < 0 then remaining = 0 end
 if L < full then
   reset = lag - floor(-(full - L) / rate)
 end

@@ -17,9 +17,11 @@ if op == 'reset' then -- forget the key; answer as a peek of 1 on a fresh key
 end
 
 -- keep: what a take or a peek must leave of limit for more important requests, ARGV[9]
--- percent of it (Args.Keep); a refund, a reset or an extension leaves nothing
-local keep, reserve = 0, tonumber(ARGV[9]) or 0
-if reserve > 0 and (op == '' or op == 'take' or op == 'peek') then
+-- percent of it (Args.Keep); a refund, a reset or an extension leaves nothing. ARGV[9]
+-- is absent, or a number from a batch (0, most often): no call unless there is one.
+local keep, reserve = 0, ARGV[9]
+if reserve and reserve ~= 0 and reserve ~= '0' and (op == '' or op == 'take' or op == 'peek') then
+  reserve = tonumber(reserve)
   keep = min(floor(limit / 100) * reserve + floor(limit % 100 * reserve / 100), limit - n)
 end
 
