@@ -2,6 +2,7 @@ package redissuite
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -14,6 +15,23 @@ import (
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 )
+
+// same applies req to both stores, local first, and fails the test unless they decide
+// alike; what says which step it was.
+func same(t *testing.T, stores []ratelimit.Store, req ratelimit.Request, what func() string) {
+	t.Helper()
+	local, err := stores[0].Apply(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote, err := stores[1].Apply(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if local != remote {
+		t.Fatalf("%s:\n localstore %+v\n     redis %+v", what(), local, remote)
+	}
+}
 
 // reserves are the reserves the parity tests draw from: none, most often.
 var reserves = []int64{0, 0, 0, 20, 50, 99}
@@ -29,7 +47,6 @@ func ParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store, rules 
 			rng := rand.New(rand.NewPCG(1, uint64(len(k.Name))))
 			clk := clock.NewFake(limitertest.Start)
 			stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore(clk)}
-			ctx := context.Background()
 			for i := range steps {
 				if rng.IntN(3) > 0 {
 					clk.Advance(time.Duration(rng.IntN(40)) * step)
@@ -53,18 +70,10 @@ func ParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store, rules 
 					req.N = 1
 				}
 				req.Reserve = reserves[rng.IntN(len(reserves))] // a priority's, often none
-				local, err := stores[0].Apply(ctx, req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				remote, err := stores[1].Apply(ctx, req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if local != remote {
-					t.Fatalf("step %d, %s %v n %d reserve %d%% at %v:\n localstore %+v\n     redis %+v",
-						i, req.Key, rule, req.N, req.Reserve, clk.Now().Sub(limitertest.Start), local, remote)
-				}
+				same(t, stores, req, func() string {
+					return fmt.Sprintf("step %d, %s %v n %d reserve %d%% at %v", i, req.Key, rule, req.N, req.Reserve,
+						clk.Now().Sub(limitertest.Start))
+				})
 			}
 		})
 	}
@@ -97,7 +106,6 @@ func InFlightParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake,
 	alg := ratelimit.InFlightAlgorithm()
 	ops := []string{"", "", "", "refund", "refund",
 		"extend", "peek"}
-	ctx := context.Background()
 	for i := range steps {
 		if rng.IntN(3) == 0 {
 			clk.Advance(time.Duration(rng.IntN(20)) * step)
@@ -114,18 +122,10 @@ func InFlightParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake,
 			req.Op = "reset"
 		}
 		req.Reserve = reserves[rng.IntN(len(reserves))]
-		local, err := stores[0].Apply(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		remote, err := stores[1].Apply(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if local != remote {
-			t.Fatalf("step %d, %s op %q lease %d limit %d lease %v at %v:\n localstore %+v\n     redis %+v",
-				i, req.Key, req.Op, req.Lease, req.Rule.Limit, req.Rule.Period, clk.Now().Sub(limitertest.Start), local, remote)
-		}
+		same(t, stores, req, func() string {
+			return fmt.Sprintf("step %d, %s op %q lease %d limit %d lease %v at %v", i, req.Key, req.Op, req.Lease,
+				req.Rule.Limit, req.Rule.Period, clk.Now().Sub(limitertest.Start))
+		})
 	}
 }
 

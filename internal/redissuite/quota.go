@@ -2,6 +2,7 @@ package redissuite
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -43,7 +44,6 @@ func QuotaParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store) {
 	rng := rand.New(rand.NewPCG(5, 8))
 	clk := clock.NewFake(time.Date(2027, 3, 21, 0, 0, 0, 0, time.UTC))
 	stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore(clk)}
-	ctx := context.Background()
 	ops := []string{"", "", "", "", "peek", "refund"}
 	for i := range 3000 {
 		clk.Advance(time.Duration(rng.Int64N(int64(5 * time.Hour))))
@@ -57,18 +57,9 @@ func QuotaParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store) {
 		if rng.IntN(300) == 0 {
 			req.Op = "reset"
 		}
-		local, err := stores[0].Apply(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		remote, err := stores[1].Apply(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if local != remote {
-			t.Fatalf("step %d, %v op %q n %d reserve %d%% at %v:\n localstore %+v\n     redis %+v",
-				i, q, req.Op, req.N, req.Reserve, clk.Now(), local, remote)
-		}
+		same(t, stores, req, func() string {
+			return fmt.Sprintf("step %d, %v op %q n %d reserve %d%% at %v", i, q, req.Op, req.N, req.Reserve, clk.Now())
+		})
 	}
 }
 
