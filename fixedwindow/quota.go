@@ -279,8 +279,9 @@ func refundQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.W
 // would count in windows as long as the next, from its end). Allow, AllowN and the rest are
 // ratelimit.AlgorithmLimiter's; RetryAfter and ResetAfter are the time until the next
 // window starts in the zone, and a key's state expires then. It joins AllowAll with the
-// limiters of the rate algorithms ("10,000 a month and 10 a second", all or none). It is
-// safe for concurrent use.
+// limiters of the rate algorithms ("10,000 a month and 10 a second", all or none). Behind
+// a fallback.Store whose primary is down, each of N instances counts Limit/N a window (at
+// least 1). It is safe for concurrent use.
 type QuotaLimiter struct {
 	ratelimit.AlgorithmLimiter
 	quota Quota

@@ -473,6 +473,7 @@ type block struct {
 	expiry atomic.Int64 // the latest until, for the table's prune
 	gen    uint64       // bumped by every refund and reset, before and after it reaches the store
 	by     []denial     // one per reserve, at most maxReserves
+	held   atomic.Bool  // len(by) > 0, for the admitted requests' look without the lock
 }
 
 // denial is a denied request, which blocks the same until it may fit.
@@ -522,6 +523,7 @@ func (bl *block) record(d denial) {
 		}
 		bl.by[at] = d
 	}
+	bl.held.Store(true)
 	bl.expiry.Store(max(bl.expiry.Load(), d.until))
 }
 
@@ -565,11 +567,9 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		bl.mu.Lock()
 		bl.unblock()
 		bl.mu.Unlock()
-	case err == nil && d.Allowed && req.Op == "":
+	case err == nil && d.Allowed && req.Op == "" && bl.held.Load(): // what it took moves every denial's wait
 		bl.mu.Lock()
-		if len(bl.by) > 0 { // what it took moves every denial's wait
-			bl.unblock()
-		}
+		bl.unblock()
 		bl.mu.Unlock()
 	case err == nil && !d.Allowed && d.RetryAfter > 0 && req.Op == "":
 		bl.mu.Lock()
@@ -585,5 +585,6 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 // unblock forgets the block, and makes every denial decided before it stale; bl.mu is held.
 func (bl *block) unblock() {
 	bl.by = bl.by[:0]
+	bl.held.Store(false)
 	bl.gen++
 }
