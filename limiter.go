@@ -24,9 +24,11 @@
 // Every algorithm's limiter (AlgorithmLimiter) also decides under a rule chosen per call
 // (AllowRule), peeks, refunds and resets a key. AllowAll decides under several limits
 // at once, all or none; Wait blocks until a limiter allows; InFlightLimiter bounds the
-// requests of a key in progress at once; Middleware limits net/http handlers, with the
-// usual headers. Time has microsecond resolution and comes from the store: a
-// clock.Clock for localstore, Redis's own clock for redisstore.
+// requests of a key in progress at once; WithReserves sheds the least important
+// requests first under overload (Priority, WithPriority); Middleware limits net/http
+// handlers, with the usual headers. fixedwindow.NewQuota counts in calendar days, weeks,
+// months or years of a time zone. Time has microsecond resolution and comes from the
+// store: a clock.Clock for localstore, Redis's own clock for redisstore.
 //
 // Store, BatchStore, Request, Algorithm, Args and State are the contract between
 // algorithms and stores, for those who write one: a store outside this module runs
