@@ -36,7 +36,6 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if err != nil {
 			return nil, err
 		}
-		a.N = r.N
 		if err := core.Extras("localstore", r, &a); err != nil {
 			return nil, err
 		}
