@@ -155,5 +155,5 @@ func (p *process) Exited() <-chan struct{} {
 
 func (p *process) Log() string {
 	log, _ := os.ReadFile(filepath.Join(p.dir, "redis.log"))
-	return lastLines(string(log), 5)
+	return LastLines(string(log), 5)
 }

@@ -118,7 +118,9 @@ func (s *Server) waitUp() error {
 	}
 }
 
-func lastLines(s string, n int) string {
+// LastLines is the last n lines of s on one line, " | " between them: a log's end, for a
+// failure's message.
+func LastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], " | ")
 }

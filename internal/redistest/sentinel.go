@@ -76,7 +76,7 @@ func StartSentinel(t testing.TB, master *Server, replicas int) *Sentinel {
 		cmd.Process.Kill()
 	}
 	log, _ := os.ReadFile(filepath.Join(dir, "sentinel.log"))
-	t.Fatalf("redis-server --sentinel did not start: %v: %s", err, lastLines(string(log), 5))
+	t.Fatalf("redis-server --sentinel did not start: %v: %s", err, LastLines(string(log), 5))
 	return nil
 }
 

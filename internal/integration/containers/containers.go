@@ -296,7 +296,7 @@ func (n *hostNode) Log() string {
 	}
 	defer r.Close()
 	b, _ := io.ReadAll(r)
-	return lastLines(string(b), 5)
+	return redistest.LastLines(string(b), 5)
 }
 
 // bridgeNode is one of the servers of a container on the bridge network, run as a
@@ -398,9 +398,4 @@ func shellJoin(words []string) string {
 		quoted[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
 	}
 	return strings.Join(quoted, " ")
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], " | ")
 }
