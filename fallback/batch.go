@@ -50,7 +50,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	if ok, probe := s.breaker.allow(); ok {
 		ds, err := askPrimary(ctx, s, probe, len(reqs), func(pctx context.Context) ([]ratelimit.Decision, error) {
 			return applyAll(pctx, s.primary, reqs)
-		})
+		}, nil)
 		if err == nil && s.policy == LocalShare {
 			all := true
 			for _, d := range ds {

@@ -36,8 +36,8 @@ func (s BreakerState) String() string {
 // Breaker configures the circuit breaker. A zero field means its default.
 //
 // The breaker opens when, among the calls of the primary that ended in the last Window,
-// at least MinCalls were made and at least FailureRate of them failed (a timeout, or an
-// error wrapping ratelimit.ErrUnavailable): a rate over a window, as resilience libraries
+// at least MinCalls were made and at least FailureRate of them failed (unanswered for
+// Unanswered, or an error wrapping ratelimit.ErrUnavailable): a rate over a window, as resilience libraries
 // do, so that a burst of callers timing out together under a CPU spike does not open it
 // while the primary answers nearly everyone. Timeouts without an error open it only
 // once they have gone on into a second tenth of the Window: a burst of them within a
@@ -52,6 +52,11 @@ type Breaker struct {
 	Window time.Duration
 	// OpenFor is how long the breaker stays open before it lets a probe through (1s).
 	OpenFor time.Duration
+	// Unanswered is how long a call of the primary may go unanswered before it counts as
+	// a failure (100ms, and never less than the timeout's maximum, WithMaxTimeout). A
+	// call the decision stopped waiting for at the timeout but that the primary answers
+	// within it is a slow primary, not a failed one: it counts as an answer.
+	Unanswered time.Duration
 }
 
 const slices = 10
@@ -65,10 +70,12 @@ type breaker struct {
 	minCalls int64
 	slice    int64 // Window / slices, in nanoseconds
 	openFor  time.Duration
-	clock    clock.Clock
-	onChange func(from, to BreakerState)
-	mu       sync.Mutex // held to start a new slice
-	window   [slices]struct {
+	// how long a call may go unanswered before it counts as a failure (Breaker.Unanswered)
+	unanswered time.Duration
+	clock      clock.Clock
+	onChange   func(from, to BreakerState)
+	mu         sync.Mutex // held to start a new slice
+	window     [slices]struct {
 		start           atomic.Int64 // which slice of time it counts (UnixNano / slice)
 		calls, failures atomic.Int64
 		errors          atomic.Int64 // the failures that were errors, not timeouts

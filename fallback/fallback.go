@@ -10,9 +10,9 @@
 // secondary (WithInstances, or WithInstanceCount for a number learned at run time), and
 // while it decides, each instance mirrors its decisions onto its share, so that the
 // instances together never admit more than twice the rule in any interval (see Store).
-// The timeout (WithTimeout, 5ms by default) must cover the primary's round trip with room
-// for the slow ones: see WithTimeout for the breaker and how to choose it, and New for
-// the go-redis settings that go with it. WithHooks reports decisions by source, the
+// A decision waits for the primary at least the timeout (WithTimeout, 5ms by default),
+// longer while the primary answers slower (up to WithMaxTimeout): see WithTimeout for
+// the breaker and how to choose it, and New for the go-redis settings that go with it. WithHooks reports decisions by source, the
 // primary's errors and latency, and the breaker's changes of state, with plain callbacks,
 // for Prometheus or OpenTelemetry; WithLogger logs the breaker's openings with their
 // cause.
@@ -35,6 +35,8 @@ import (
 // Defaults of the options.
 const (
 	DefaultTimeout     = 5 * time.Millisecond
+	DefaultMaxTimeout  = 50 * time.Millisecond
+	DefaultUnanswered  = 100 * time.Millisecond
 	DefaultFailureRate = 0.5
 	DefaultMinCalls    = 20
 	DefaultWindow      = time.Second
@@ -116,8 +118,11 @@ type Hooks struct {
 type Store struct {
 	primary, secondary ratelimit.Store
 	instances          int64
-	count              func() int // the instances learned (WithInstanceCount); nil: instances
-	timeout            time.Duration
+	count              func() int    // the instances learned (WithInstanceCount); nil: instances
+	timeout            time.Duration // the least a decision waits for the primary
+	maxTimeout         time.Duration // the most, however far the primary's round trip goes
+	rtt                latencies     // the primary's answers
+	lastSlow           atomic.Int64  // UnixNano of the latest log of a timeout above timeout
 	policy             Policy
 	hooks              Hooks
 	clock              clock.Clock
@@ -150,53 +155,97 @@ func WithInstances(n int) Option {
 	return optionFunc(func(s *Store) { s.instances, s.count = int64(max(1, n)), nil })
 }
 
-// WithTimeout bounds each call of the primary (DefaultTimeout by default; 0 or less means
-// the default).
+// WithTimeout sets the least a decision waits for the primary (DefaultTimeout by
+// default; 0 or less means the default): it waits that long, or longer while the primary
+// is slower than that (see Timeout and WithMaxTimeout), whatever the primary's client
+// does with its context, and is then decided on the secondary.
 //
 // # Timeout and breaker
 //
-// A decision waits for the primary at most the timeout (WithTimeout, 5ms by default),
-// whatever the primary's client does with its context: the call returns at the timeout
-// even if the client keeps waiting in the background. When at least half of the calls of
-// the last second failed (a timeout, or an error wrapping ratelimit.ErrUnavailable), and
-// there were at least 20, the breaker opens (see Breaker): for a second no decision
-// tries the primary, so none pays the timeout. A burst of timeouts among many answers
-// (callers starved of CPU together), or within a tenth of a second (a load's start),
-// does not open it; a primary that is down opens it within about half a second of
-// traffic, and below 20 calls a second it stays closed, each call paying the timeout.
-// Then a single probe goes to the primary; its success closes the breaker, its failure
-// opens it for another second. An
-// error that says nothing about availability (a missing script, say) is answered from the
-// secondary too, but does not count as a failure; neither does a caller that gives up:
-// a decision whose context ends returns ctx.Err().
+// A decision the primary has not answered within the timeout is decided on the
+// secondary, but its call goes on: an answer that comes later is a primary that is slow,
+// not one that is down. It counts as an answer for the breaker, its time counts in the
+// round trip the timeout follows (twice the 99.5th percentile of the last second's
+// answers, up to WithMaxTimeout, 50ms by default; logged at Warn once a minute while it
+// is above the timeout set), and a lease of an in-flight limit it granted is released
+// at once, since nobody holds it. So a Redis a zone away, a jittery network or a busy
+// CPU make decisions wait longer for Redis, never send them to the shares wholesale.
+//
+// A call is a failure when it fails with an error wrapping ratelimit.ErrUnavailable,
+// or stays unanswered for the breaker's Unanswered (100ms). When at least half of the
+// calls that ended in the last second failed, and there were at least 20, the breaker
+// opens (see Breaker): for a second no decision tries the primary, so none waits. Calls
+// left unanswered within a tenth of a second of each other (the process starved of CPU
+// for a moment) do not open it, unless an error comes with them; a primary that is down
+// opens it within about 200ms of traffic, and below 20 calls a second it stays closed,
+// each call paying the timeout. Then a single probe goes to the primary; its answer
+// closes the breaker, its failure opens it for another second. An error that says
+// nothing about availability (a missing script, say) is answered from the secondary
+// too, but does not count as a failure; neither does a caller that gives up: a decision
+// whose context ends returns ctx.Err().
 //
 // A decision the primary is too slow for is decided again on the secondary, though the
-// primary may still count it when it gets there: fail-open errs towards admitting. A
-// timeout too close to the primary's normal latency turns that into steady overshoot,
-// and each instance then enforces its share, not the cluster's limit; watch
-// OnDecision's sources.
+// primary still counts it when it gets there: fail-open errs towards admitting. Watch
+// OnDecision's sources, and OnPrimaryError's timeouts.
 //
 // # Choosing the timeout
 //
-// The timeout is the most a decision waits for the primary, so it must cover the
-// primary's round trip with room for the slow ones: measure the round trip where the
-// application runs (OnDecision reports the primary's latency of every decision it makes;
-// or redis-cli --latency from an instance), and choose the timeout above its 99th
-// percentile, with a millisecond or more of slack for the moments the process waits for a
-// CPU. With the default of 5ms, a Redis 1ms away decides all the decisions, one 2.5ms
-// away about 99% of them, and one 4ms away 88 to 99% (TestRedisFarAway measures it
-// through a delaying proxy; BENCHMARKS.md has the figures): the last millisecond of a
-// timeout is thin slack. For a Redis across a region, raise it. The timeout is spent only
-// while the primary is slow: a primary that is down opens the breaker, and then no
-// decision waits. A reply that comes after its decision's timeout is still read by
-// redisstore, and its connection kept, so a slow moment does not cost the next decisions
-// a new connection.
+// The timeout is what a decision may always wait for the primary, before the round trip
+// is known and whatever it is: above the primary's usual round trip where the
+// application runs, with room for the slow ones (OnDecision reports the primary's
+// latency of every decision it makes; or redis-cli --latency from an instance). The
+// default of 5ms suits a Redis on the same host or in the same zone; the timeout then
+// follows a Redis further away by itself, up to WithMaxTimeout. TestRedisFarAway
+// measures the share Redis decides 1, 2.5 and 4ms away, with jitter and held replies,
+// through a delaying proxy; BENCHMARKS.md has the figures. A reply that comes after its
+// decision's timeout is still read by redisstore, and its connection kept, so a slow
+// moment does not cost the next decisions a new connection.
 func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(s *Store) {
 		if d > 0 {
 			s.timeout = d
 		}
 	})
+}
+
+// WithMaxTimeout bounds how far the timeout follows the primary's measured round trip
+// (DefaultMaxTimeout by default; a value below the timeout means the timeout, which then
+// stays as WithTimeout set it). See WithTimeout.
+func WithMaxTimeout(d time.Duration) Option {
+	return optionFunc(func(s *Store) {
+		if d > 0 {
+			s.maxTimeout = d
+		}
+	})
+}
+
+// Timeout is how long a decision waits for the primary now: the timeout of WithTimeout,
+// or, if longer, twice the time within which the primary gave 99.5% of its answers over
+// the last second or two (late ones included: a late answer is a slow primary, not a
+// failed one), up to WithMaxTimeout. Twice, because the moments a machine is slow
+// (a CPU busy elsewhere, a virtual machine's CPU waking) come in bursts that the past
+// second's tail does not foresee.
+func (s *Store) Timeout() time.Duration {
+	return min(max(s.timeout, 2*time.Duration(s.rtt.tail.Load())), max(s.timeout, s.maxTimeout))
+}
+
+// observe counts an answer of the primary that took took.
+func (s *Store) observe(took time.Duration) {
+	s.rtt.add(int64(took), s.clock.Now().UnixNano())
+}
+
+// waitFor is Timeout, logged once a minute while it is above the timeout set.
+func (s *Store) waitFor() time.Duration {
+	w := s.Timeout()
+	if w > s.timeout && s.log != nil {
+		now := s.clock.Now().UnixNano()
+		if last := s.lastSlow.Load(); (last == 0 || now-last >= int64(time.Minute)) && s.lastSlow.CompareAndSwap(last, now) {
+			s.log.Warn("fallback: the primary answers slower than the timeout; decisions wait for it longer",
+				"p99.5", time.Duration(s.rtt.tail.Load()).String(), "timeout", s.timeout.String(),
+				"waiting", w.String(), "max_timeout", s.maxTimeout.String())
+		}
+	}
+	return w
 }
 
 // WithPolicy sets what happens while the primary cannot decide (LocalShare by default).
@@ -218,6 +267,9 @@ func WithBreaker(b Breaker) Option {
 		}
 		if b.OpenFor > 0 {
 			s.breaker.openFor = b.OpenFor
+		}
+		if b.Unanswered > 0 {
+			s.breaker.unanswered = b.Unanswered
 		}
 	})
 }
@@ -260,8 +312,8 @@ func WithClock(c clock.Clock) Option {
 //		ContextTimeoutEnabled: true,                   // stop waiting for a connection at the decision's deadline
 //		DialTimeout:           100 * time.Millisecond, // reconnect attempts fail fast
 //		DialerRetries:         1,                      // not 5 attempts, 100ms apart, per call
-//		ReadTimeout:           50 * time.Millisecond,  // how long a late reply is waited for
-//		WriteTimeout:          50 * time.Millisecond,
+//		ReadTimeout:           time.Second,            // how long a late reply is waited for
+//		WriteTimeout:          time.Second,
 //		PoolTimeout:           10 * time.Millisecond,  // a saturated pool fails fast
 //		MaxRetries:            -1,                     // redisstore never retries its scripts anyway
 //	})
@@ -274,13 +326,15 @@ func New(primary, secondary ratelimit.Store, opts ...Option) *Store {
 		panic("fallback: New needs a primary and a secondary store; one is nil")
 	}
 	s := &Store{
-		primary:   primary,
-		secondary: secondary,
-		instances: 1,
-		timeout:   DefaultTimeout,
-		clock:     clock.NewMonotonic(),
+		primary:    primary,
+		secondary:  secondary,
+		instances:  1,
+		timeout:    DefaultTimeout,
+		maxTimeout: DefaultMaxTimeout,
+		clock:      clock.NewMonotonic(),
 	}
 	s.breaker.rate, s.breaker.minCalls, s.breaker.openFor = DefaultFailureRate, DefaultMinCalls, DefaultOpenFor
+	s.breaker.unanswered = DefaultUnanswered
 	s.breaker.slice = int64(DefaultWindow / slices)
 	for _, o := range opts {
 		if o == nil {
@@ -325,7 +379,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		}
 		d, err := askPrimary(ctx, s, probe, decisions, func(pctx context.Context) (ratelimit.Decision, error) {
 			return s.primary.Apply(pctx, req)
-		})
+		}, func(pctx context.Context, d ratelimit.Decision) { s.release(pctx, req, d) })
 		if err == nil && s.policy == LocalShare {
 			s.mirror(ctx, req, d)
 		}
@@ -334,6 +388,16 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		}
 	}
 	return s.decideLocally(ctx, req, a.Limit)
+}
+
+// release gives back a lease the primary granted after its decision was made on the
+// secondary (its answer came after the timeout): nobody holds it, and left alone it
+// would keep a slot of the in-flight limit until it expired.
+func (s *Store) release(ctx context.Context, req ratelimit.Request, d ratelimit.Decision) {
+	if req.Op == "" && d.Allowed && core.OfLeases(req.Algorithm) {
+		req.Op = "refund"
+		s.primary.Apply(ctx, req)
+	}
 }
 
 // mirror applies to the secondary, on this instance's share, what the primary decided
@@ -394,68 +458,145 @@ type outcome[T any] struct {
 	err error
 }
 
-// askPrimary calls the primary with call until the timeout, then records the outcome
-// with the breaker and the hooks. A nil error means the value is the primary's.
-// It reports decisions decisions (the takes of the call) to OnDecision.
-func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int, call func(context.Context) (T, error)) (T, error) {
-	var start time.Time
-	if s.hooks.OnDecision != nil {
-		start = s.clock.Now()
-	}
-	pctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	done := make(chan outcome[T], 1) // buffered: a primary that answers late never blocks
+// errTimedOut is the error of a call the decision stopped waiting for at the timeout.
+var errTimedOut = fmt.Errorf("fallback: the primary did not answer within the timeout: %w", context.DeadlineExceeded)
+
+// errUnanswered is the failure of a call the primary has not answered within the
+// breaker's Unanswered.
+var errUnanswered = fmt.Errorf("fallback: the primary has not answered: %w", ratelimit.ErrUnavailable)
+
+// pending is one call of the primary, which goes on after its decision stops waiting
+// for it. state says who has its answer: the waiting caller (answered), or nobody
+// because the caller left first, at the timeout or at its context's end (gaveUp says
+// which). settled is set by whichever of its answer and its unanswered timer comes
+// first, which alone reports it to the breaker.
+type pending[T any] struct {
+	done    chan outcome[T]
+	state   atomic.Int32
+	settled atomic.Bool
+	gaveUp  atomic.Bool
+}
+
+const (
+	waiting int32 = iota
+	handed        // the answer is the waiting caller's
+	left
+)
+
+// askPrimary calls the primary with call and waits for its answer as long as the
+// timeout (see WithTimeout) and the caller's context allow. It reports decisions (the
+// takes of the call) to OnDecision. A nil error means the value is the primary's.
+//
+// The call itself goes on after the wait, for as long as the breaker's Unanswered, on
+// a context without the caller's cancellation: an answer that comes after the timeout
+// is a live primary and counts as one with the breaker and the measured round trip, and
+// late, if set, undoes what it did (a lease taken for a decision made on the secondary);
+// a call still unanswered then is a failure. A caller that gives up counts for nothing
+// but an answer.
+func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int, call func(context.Context) (T, error), late func(context.Context, T)) (T, error) {
+	start := s.clock.Now()
+	p := &pending[T]{done: make(chan outcome[T], 1)}
+	unanswered := max(s.breaker.unanswered, s.maxTimeout)
 	go func() {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unanswered)
+		defer cancel()
 		var o outcome[T]
-		defer func() { // a panic in the primary is its failure, not the process's end
-			if p := recover(); p != nil {
-				o = outcome[T]{err: fmt.Errorf("fallback: the primary store panicked: %v: %w", p, ratelimit.ErrUnavailable)}
-			}
-			done <- o
+		func() {
+			defer func() { // a panic in the primary is its failure, not the process's end
+				if r := recover(); r != nil {
+					o = outcome[T]{err: fmt.Errorf("fallback: the primary store panicked: %v: %w", r, ratelimit.ErrUnavailable)}
+				}
+			}()
+			o.v, o.err = call(pctx)
 		}()
-		o.v, o.err = call(pctx)
-	}()
-	var o outcome[T]
-	select {
-	case o = <-done:
-	case <-pctx.Done():
-		o.err = pctx.Err()
-	}
-	var zero T
-	switch {
-	case o.err == nil:
-		s.breaker.success(probe)
-		if decisions > 0 {
-			trace.Set(ctx, Primary.String())
-		}
-		if s.hooks.OnDecision != nil {
-			latency := s.clock.Now().Sub(start)
-			for range decisions {
-				s.hooks.OnDecision(Primary, latency)
-			}
-		}
-		return o.v, nil
-	case ctx.Err() != nil: // the caller gave up: that says nothing about the primary
-		s.breaker.abandon(probe)
-		return zero, ctx.Err()
-	}
-	failure := errors.Is(o.err, context.DeadlineExceeded) || errors.Is(o.err, ratelimit.ErrUnavailable)
-	if failure {
-		how := failed
 		if errors.Is(o.err, context.DeadlineExceeded) {
+			o.err = errUnanswered
+		}
+		if p.settled.CompareAndSwap(false, true) {
+			s.settle(ctx, probe, o.err, s.clock.Now().Sub(start), p.gaveUp.Load())
+		}
+		if p.state.CompareAndSwap(waiting, handed) {
+			p.done <- o
+		} else if o.err == nil && late != nil {
+			late(pctx, o.v)
+		}
+	}()
+	wait := time.NewTimer(s.waitFor())
+	defer wait.Stop()
+	var o outcome[T]
+	var zero T
+	var stopped error // why the wait ended before the answer: the timeout, or the caller's end
+	select {
+	case o = <-p.done:
+	case <-wait.C:
+		stopped = errTimedOut
+	case <-ctx.Done(): // the caller gave up: that says nothing about the primary
+		p.gaveUp.Store(true)
+		stopped = ctx.Err()
+	}
+	if stopped != nil {
+		if !p.state.CompareAndSwap(waiting, left) {
+			o = <-p.done // it answered as the wait ended: on its way
+		} else if p.gaveUp.Load() {
+			return zero, stopped
+		} else {
+			// a primary that ignores its context is still counted when it stays silent
+			time.AfterFunc(unanswered, func() {
+				if p.settled.CompareAndSwap(false, true) {
+					s.settle(ctx, probe, errUnanswered, unanswered, false)
+				}
+			})
+			if s.hooks.OnPrimaryError != nil {
+				s.hooks.OnPrimaryError(stopped, false)
+			}
+			return zero, stopped
+		}
+	}
+	if o.err != nil {
+		return zero, o.err
+	}
+	if decisions > 0 {
+		trace.Set(ctx, Primary.String())
+	}
+	if s.hooks.OnDecision != nil {
+		latency := s.clock.Now().Sub(start)
+		for range decisions {
+			s.hooks.OnDecision(Primary, latency)
+		}
+	}
+	return o.v, nil
+}
+
+// settle records how a call of the primary ended, whenever it did, with the breaker,
+// the measured round trip, the hooks and the log: an answer (in time or late), or an
+// error (errUnanswered for a call not answered in time), took after it was sent. A call
+// whose caller gave up counts only if it was answered.
+func (s *Store) settle(ctx context.Context, probe bool, err error, took time.Duration, gaveUp bool) {
+	if err == nil {
+		s.breaker.success(probe)
+		s.observe(took)
+		return
+	}
+	failure := errors.Is(err, ratelimit.ErrUnavailable)
+	switch {
+	case gaveUp:
+		s.breaker.abandon(probe)
+		return
+	case failure:
+		how := failed
+		if errors.Is(err, errUnanswered) {
 			how = timedOut
 		}
 		s.breaker.failure(probe, how)
-	} else {
+	default:
 		s.breaker.abandon(probe)
 	}
 	if s.hooks.OnPrimaryError != nil {
-		s.hooks.OnPrimaryError(o.err, failure)
+		s.hooks.OnPrimaryError(err, failure)
 	}
 	if s.log != nil {
-		s.logError(ctx, o.err, failure)
+		s.logError(ctx, err, failure)
 	}
-	return zero, o.err
 }
 
 // logError keeps a failure for the log line of the breaker's opening, and logs an error

@@ -25,6 +25,7 @@ import (
 // hangs until released, ignoring its context (as a client without context deadlines).
 type primary struct {
 	local ratelimit.Store
+	slow  atomic.Int64 // time.Duration each answer takes, on the test's clock
 	err   atomic.Pointer[error]
 	hang  atomic.Pointer[chan struct{}]
 	calls atomic.Int64
@@ -40,6 +41,9 @@ func (p *primary) hangUntil(release chan struct{}) {
 
 func (p *primary) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
 	p.calls.Add(1)
+	if d := p.slow.Load(); d > 0 {
+		time.Sleep(time.Duration(d)) // the primary's time to answer, in a synctest bubble
+	}
 	if h := p.hang.Load(); h != nil {
 		<-*h
 	}
@@ -161,8 +165,9 @@ func TestOneProbe(t *testing.T) {
 }
 
 // TestTimeoutBoundsTheWait: a primary that ignores its context holds no decision longer
-// than the timeout; timeouts alone open the breaker once they have gone on into a second
-// tenth of its window (100ms), and no decision waits after that.
+// than the timeout; its calls count as failures once they have gone unanswered for the
+// breaker's Unanswered (100ms), and they open the breaker once those failures have gone
+// on into a second tenth of its window. No decision waits after that.
 func TestTimeoutBoundsTheWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newPrimary()
@@ -170,7 +175,10 @@ func TestTimeoutBoundsTheWait(t *testing.T) {
 		defer close(release)
 		p.hangUntil(release)
 		s := fallback.New(p, localstore.New(), fallback.WithTimeout(3*time.Millisecond))
-		const tripping = 33 // its timeout, at 34 * 3ms, is the first past 100ms
+		// decision i waits from 3i to 3i+3ms and fails unanswered at 3i+103ms: the first
+		// failure in the window's third tenth, from 200ms, is decision 33's, at 202ms, while
+		// decision 67 waits; decision 68 is the first not to
+		const tripping = 68
 		for i := range tripping + 3 {
 			start := time.Now()
 			d, err := s.Apply(t.Context(), req("k", ratelimit.PerHour(100)))
@@ -179,7 +187,7 @@ func TestTimeoutBoundsTheWait(t *testing.T) {
 				t.Fatalf("decision %d: %+v, %v", i, d, err)
 			}
 			want := 3 * time.Millisecond
-			if i > tripping {
+			if i >= tripping {
 				want = 0 // the breaker is open: no wait at all
 			}
 			if waited != want {
@@ -189,9 +197,42 @@ func TestTimeoutBoundsTheWait(t *testing.T) {
 	})
 }
 
-// TestTimeoutBurstKeepsBreakerClosed: a burst of timeouts within a tenth of the window, as
-// when the process is starved of CPU as a load starts, does not open the breaker, even
-// with no answer beside them; an error wrapping ErrUnavailable among them does.
+// TestLateAnswersKeepBreakerClosed: a primary that answers every call, but each after
+// the timeout, is a slow primary, not a failed one: the breaker stays closed, and the
+// timeout follows the round trip its answers measure, so that the primary decides again.
+func TestLateAnswersKeepBreakerClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		p.slow.Store(int64(8 * time.Millisecond))
+		s := fallback.New(p, localstore.New(), fallback.WithTimeout(5*time.Millisecond))
+		var primary int // of the last 50 decisions
+		for i := range 100 {
+			start := time.Now()
+			d, err := s.Apply(t.Context(), req("k", ratelimit.PerHour(1000)))
+			if err != nil || !d.Allowed {
+				t.Fatalf("%+v, %v", d, err)
+			}
+			if i >= 50 && time.Since(start) == 8*time.Millisecond {
+				primary++ // decided by the primary, which took 8ms
+			}
+			synctest.Wait() // the late answer of a decision made on the secondary is in
+		}
+		if s.BreakerState() != fallback.Closed {
+			t.Errorf("the breaker is %v on a primary that answers every call in 8ms", s.BreakerState())
+		}
+		if primary != 50 { // the first 20 answers, all late, measure the round trip
+			t.Errorf("the primary decided %d of the last 50; want all, the timeout following its 8ms", primary)
+		}
+		if got := s.Timeout(); got < 8*time.Millisecond || got > fallback.DefaultMaxTimeout {
+			t.Errorf("Timeout() = %v; want the 8ms round trip and room, below the maximum", got)
+		}
+	})
+}
+
+// TestTimeoutBurstKeepsBreakerClosed: a burst of calls gone unanswered within a tenth of
+// the window, as when the process is starved of CPU as a load starts, does not open the
+// breaker, even with no answer beside them; an error wrapping ErrUnavailable among them
+// does.
 func TestTimeoutBurstKeepsBreakerClosed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newPrimary()
@@ -203,15 +244,17 @@ func TestTimeoutBurstKeepsBreakerClosed(t *testing.T) {
 			wg.Go(func() { s.Apply(t.Context(), req("k", ratelimit.PerHour(100))) })
 		}
 		wg.Wait()
+		time.Sleep(fallback.DefaultUnanswered) // all 50 now count as unanswered, at 101ms
+		synctest.Wait()
 		if s.BreakerState() != fallback.Closed {
-			t.Fatalf("a burst of 50 timeouts within 1ms opened the breaker")
+			t.Fatalf("a burst of 50 unanswered calls within 1ms opened the breaker")
 		}
 		p.heal() // no more hanging
 		close(release)
 		p.fail(errDown)
 		s.Apply(t.Context(), req("k", ratelimit.PerHour(100)))
 		if s.BreakerState() != fallback.Open {
-			t.Fatalf("an error after 50 timeouts left the breaker %v", s.BreakerState())
+			t.Fatalf("an error after 50 unanswered calls left the breaker %v", s.BreakerState())
 		}
 	})
 }

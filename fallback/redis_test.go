@@ -26,12 +26,18 @@ type instance struct {
 	store    *fallback.Store
 	redis    *redisstore.Store
 	bySource [2]atomic.Int64
+	opened   atomic.Int64 // times the breaker opened
 }
 
 func newInstance(t *testing.T, client redis.Scripter, local ratelimit.Store, rule ratelimit.Rule, opts ...fallback.Option) *instance {
 	in := &instance{}
 	opts = append(opts, fallback.WithHooks(fallback.Hooks{
 		OnDecision: func(src fallback.Source, _ time.Duration) { in.bySource[src].Add(1) },
+		OnStateChange: func(_, to fallback.BreakerState) {
+			if to == fallback.Open {
+				in.opened.Add(1)
+			}
+		},
 	}))
 	in.redis = redisstore.New(client, redisstore.WithPrefix("fb"))
 	in.store = fallback.New(in.redis, local, opts...)
@@ -132,7 +138,7 @@ func waitForPrimary(t *testing.T, in *instance) {
 // nothing decided locally meanwhile is replayed into it.
 func TestRedisRestarted(t *testing.T) {
 	srv := redistest.Start(t)
-	client := srv.Client()
+	client := srv.Client(func(o *redis.Options) { o.DialerRetries = 1 }) // as the package doc advises
 	in := newInstance(t, client, localstore.New(), ratelimit.PerHour(1000),
 		fallback.WithBreaker(fallback.Breaker{OpenFor: 100 * time.Millisecond}))
 	ctx := context.Background()

@@ -22,18 +22,25 @@ import (
 // DefaultMaxBatch is how many decisions one call of the batch script decides at most.
 const DefaultMaxBatch = 128
 
-// maxFlights is how many calls one store keeps in flight at once to a server that
-// answers fast (see flightCap): more than one, so that a node has the next batch to run
-// while the reply of one travels back and its callers queue their next decisions. On
-// loopback, with 2 CPUs shared with the server, two decided more than three at 32 and at
-// 256 callers, and one less than two. A cluster's masters share them, each with one at
-// least: more flights only make smaller batches once every master has one.
+// maxFlights is how many calls one store keeps in flight at once to a server whose
+// calls are expected to land soon (see mayFly): more than one, so that a node has the
+// next batch to run while the reply of one travels back and its callers queue their
+// next decisions. On loopback, with 2 CPUs shared with the server, two decided more than
+// three at 32 and at 256 callers, and one less than two. A cluster's masters share them,
+// each with one at least.
 const maxFlights = 2
 
-// maxFlightsFar bounds flightCap for a server far away: at most this many, and half of
-// the client's pool, so that the store's flights never wait for a connection of its own
-// pool and leave room for the application's commands.
+// maxFlightsFar bounds the calls in flight at once to a server whose calls take long:
+// at most this many, and half of the client's pool, so that the store's flights never
+// wait for a connection of its own pool and leave room for the application's commands.
 const maxFlightsFar = 16
+
+// maxWait is the longest a decision waits for a flight to land before it takes one of
+// its own (while the store has fewer than maxFlightsFar in flight): on loopback a flight
+// lands within it and decisions ride together; to a server a few milliseconds away,
+// decisions that arrive together go out at once, not a round trip later behind the
+// calls in flight.
+const maxWait = 500 * time.Microsecond
 
 // MaxBatch is the most WithMaxBatch allows: a batch script unpacks its calls' keys and
 // its reply's values onto Lua's stack, which holds 8000 values at most.
@@ -118,6 +125,8 @@ type node struct {
 	mu      sync.Mutex
 	flights int
 	waiting []*call
+	// when each flight's call went out (UnixNano), by the flight's slot; 0 for a free one
+	sent [maxFlightsFar]int64
 	// how many connections of the client's pool its flights have been warmed to (see
 	// warm), whether a warming runs now, and when one may next be tried after one failed
 	// (UnixNano)
@@ -150,7 +159,7 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, erro
 	if err != nil {
 		return s.single(ctx, c) // the cluster client says why, or routes it
 	}
-	if limit := s.flightCap(); n.warmed.Load() < int32(limit) {
+	if limit := s.warmTarget(); n.warmed.Load() < int32(limit) {
 		s.warm(n, limit)
 	}
 	w := waitingCalls.Get().(*call)
@@ -161,14 +170,9 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, erro
 	n.waiting = append(n.waiting, w)
 	switch {
 	case n.flights == 0: // an idle node: at once, alone
-		n.flights++
-		s.flying.Add(1)
-		batch := n.take(1)
-		n.mu.Unlock()
-		go s.fly(n, batch)
-	case s.mayFly(n): // a flight is free
-		n.flights++
-		s.flying.Add(1)
+		s.launch(n, s.reserve(n), 1)
+	case s.mayFly(n):
+		slot := s.reserve(n)
 		if len(n.waiting) == 1 {
 			// the first to wait while other flights are out: the callers that a landing
 			// flight just answered are likely runnable on this P, on their way here, and
@@ -177,15 +181,7 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, erro
 			runtime.Gosched()
 			n.mu.Lock()
 		}
-		batch := n.take(s.maxBatch)
-		if len(batch) == 0 { // a landing flight took them
-			n.flights--
-			s.flying.Add(-1)
-			n.mu.Unlock()
-		} else {
-			n.mu.Unlock()
-			go s.fly(n, batch)
-		}
+		s.launch(n, slot, s.maxBatch)
 	default:
 		n.mu.Unlock()
 	}
@@ -218,25 +214,62 @@ func (s *Store) ended(ctx context.Context, c *call) error {
 	return ctx.Err()
 }
 
-// mayFly reports whether a call may go out to n now: while n has fewer than flightCap in
-// flight and the store fewer than flightCap in all, or n none; n.mu is held.
+// mayFly reports whether another call may go out to n now, n.mu held: while n has none
+// in flight; while n and the store have fewer than maxFlights; and while they have fewer
+// than maxFlightsFar (and half of the client's pool) and none of n's is expected to land
+// within maxWait (it went out a round trip ago, as flightTime measures it).
 func (s *Store) mayFly(n *node) bool {
-	limit := s.flightCap()
-	return n.flights == 0 || n.flights < limit && s.flying.Load() < int32(limit)
+	flying := int(s.flying.Load())
+	switch {
+	case n.flights == 0:
+		return true
+	case n.flights < maxFlights && flying < maxFlights:
+		return true
+	case n.flights >= s.maxFlightsFar || flying >= s.maxFlightsFar:
+		return false
+	}
+	first := int64(0) // when the first of n's flights to land went out
+	for _, at := range n.sent {
+		if at != 0 && (first == 0 || at < first) {
+			first = at
+		}
+	}
+	return first+s.flightTime.Load()-time.Now().UnixNano() > int64(maxWait)
 }
 
-// flightCap is how many calls the store keeps in flight at once: maxFlights to a server
-// that answers within flightStep, one more for each further flightStep its calls take
-// (flightTime), up to maxFlightsFar. A waiting decision waits for a flight to land, up to
-// a round trip: near, batches are what saves time; far, flights, so that a decision
-// rarely waits a round trip before its own.
-func (s *Store) flightCap() int {
-	far := int(s.flightTime.Load() / int64(flightStep))
-	return min(maxFlights+far, s.maxFlightsFar)
+// reserve takes a free flight slot of n for a call that goes out now; n.mu is held.
+func (s *Store) reserve(n *node) int {
+	slot := slices.Index(n.sent[:], 0)
+	n.sent[slot] = time.Now().UnixNano()
+	n.flights++
+	s.flying.Add(1)
+	return slot
 }
 
-// flightStep is the round trip that earns a store one more flight (see flightCap).
-const flightStep = 500 * time.Microsecond
+// launch sends up to max waiting calls in the flight of slot, reserved, and unlocks
+// n.mu; with none left waiting (a landing flight took them), it frees the slot.
+func (s *Store) launch(n *node, slot, max int) {
+	batch := n.take(max)
+	if len(batch) == 0 {
+		n.sent[slot] = 0
+		n.flights--
+		s.flying.Add(-1)
+		n.mu.Unlock()
+		return
+	}
+	n.mu.Unlock()
+	go s.fly(n, slot, batch)
+}
+
+// warmTarget is how many connections the store keeps warm for its flights to a node:
+// maxFlights to a server that answers within maxWait, as many as it may keep in flight
+// to one further away.
+func (s *Store) warmTarget() int {
+	if s.flightTime.Load() > int64(maxWait) {
+		return s.maxFlightsFar
+	}
+	return maxFlights
+}
 
 // warm opens and readies limit connections to n in the background, unless a warming
 // runs already: limit PINGs at once, so that each needs a connection of its own. go-redis
@@ -244,7 +277,7 @@ const flightStep = 500 * time.Microsecond
 // round trips of their own) within that first call; warmed first, a flight never pays for
 // a connection inside the decisions it carries, which on a Redis a few milliseconds away
 // would take them past a fallback's timeout. The PINGs' round trips are timed too: the
-// first decisions then see how far the server is (see flightCap). A warming that fails
+// first decisions then see how far the server is (see mayFly). A warming that fails
 // is tried again by a decision a second later or more.
 func (s *Store) warm(n *node, limit int) {
 	if time.Now().UnixNano() < n.warmAfter.Load() || !n.warming.CompareAndSwap(false, true) {
@@ -318,8 +351,8 @@ func (n *node) take(max int) []*call {
 	return batch
 }
 
-// fly sends batches to n until none is waiting.
-func (s *Store) fly(n *node, batch []*call) {
+// fly sends batches to n, in the flight of its slot, until none is waiting.
+func (s *Store) fly(n *node, slot int, batch []*call) {
 	for {
 		s.flyBatch(n, batch)
 		// The callers just answered are runnable on this goroutine's P: yielding once
@@ -328,11 +361,13 @@ func (s *Store) fly(n *node, batch []*call) {
 		runtime.Gosched()
 		n.mu.Lock()
 		if len(n.waiting) == 0 {
+			n.sent[slot] = 0
 			n.flights--
 			s.flying.Add(-1)
 			n.mu.Unlock()
 			return
 		}
+		n.sent[slot] = time.Now().UnixNano()
 		batch = n.take(s.maxBatch)
 		n.mu.Unlock()
 	}

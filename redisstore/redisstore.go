@@ -88,20 +88,22 @@ var ErrUnexpectedReply = errors.New("redisstore: unexpected reply")
 // several round trips inside its own deadline: on a Redis a few milliseconds away, with
 // a fallback's timeout of 5ms, every decision would time out from then on. The client's
 // ReadTimeout is then how long a late reply is waited for (3s by default; the fallback
-// package suggests 50ms).
+// package suggests a second).
 //
 // A script whose caller has given up before it is handed to the client is not sent:
 // the store checks the context before it hands the command over, and go-redis waits
 // for a connection only as long as the context allows. A script already on its way when
 // the caller gives up runs, and counts once.
 //
-// The store keeps up to two calls in flight to a server that answers within half a
-// millisecond, and one more for each further half millisecond its calls take, up to
-// 16 and half of the client's pool (see Coalescing): a decision to a server far away
-// rarely waits for a flight to land before its own goes out. A first decision, and a
-// rise in the number of flights, warm that many connections in the background (PINGs
-// at once), and LoadScripts does it before it returns: a decision never pays for a new
-// connection's handshake while other connections are warm.
+// The store keeps two calls in flight to a server, and more (up to 16, and half of the
+// client's pool) while none of those in flight is expected to land within half a
+// millisecond, as the round trip the store measures tells: near, decisions ride
+// together in the next batch; far, decisions that arrive together go out at once rather
+// than a round trip later. A first decision warms the connections its flights will use
+// in the background (PINGs at once: two, or as many as it may keep in flight to a
+// server further than half a millisecond away), and LoadScripts does it before it
+// returns: a decision never pays for a new connection's handshake while other
+// connections are warm.
 type Store struct {
 	client  redis.Scripter
 	process processor // the client's Process, nil if it has none
@@ -117,7 +119,7 @@ type Store struct {
 	noFlags  atomic.Bool  // a cluster without script flags: no coalescing
 	flying   atomic.Int32 // calls in flight to all its nodes (see mayFly)
 	seed     maphash.Seed // of the hashes that tell a batch's keys apart
-	// how long a flight takes (nanoseconds, a moving average; see flightCap), and the
+	// how long a flight takes (nanoseconds, a moving average; see mayFly), and the
 	// most flights the client's pool allows
 	flightTime    atomic.Int64
 	maxFlightsFar int
@@ -474,8 +476,11 @@ func (s *Store) LoadScripts(ctx context.Context, algs ...*ratelimit.Algorithm) e
 		}
 	}
 	if _, single := s.client.(*redis.Client); single && s.coalescing() {
-		if err := s.warmNow(ctx, s.one, s.flightCap()); err != nil {
-			return s.failed("warming", err)
+		for warmed := 0; warmed < s.warmTarget(); { // the first PINGs time the round trip
+			warmed = s.warmTarget()
+			if err := s.warmNow(ctx, s.one, warmed); err != nil {
+				return s.failed("warming", err)
+			}
 		}
 	}
 	return nil

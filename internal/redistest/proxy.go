@@ -2,6 +2,8 @@ package redistest
 
 import (
 	"io"
+	"math"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -10,17 +12,23 @@ import (
 )
 
 // Proxy forwards TCP connections on loopback to a server, as a network between them
-// would: every reply reaches the client Delay later than the server sent it (the added
-// round trip), in order, however many are on the way; and the next HoldNext replies are
-// held Hold longer, past a client's read timeout. It counts the connections it accepts,
-// which are the connections the server accepts through it.
+// would: every reply reaches the client the delay later than the server sent it (the
+// added round trip), give or take the jitter, in order on its connection however many
+// are on the way; the next HoldNext replies, and a random HoldShare of them, are held
+// longer still, past a client's read timeout or its caller's deadline. A sleeping
+// goroutine wakes a little late, more on a busy machine, and the proxy does not make up
+// for it: a reply is as late as the machine makes it, as on a real network host. It
+// counts the connections it accepts, which are the connections the server accepts
+// through it.
 type Proxy struct {
-	Addr     string
-	accepted atomic.Int64
-	delay    atomic.Int64 // time.Duration
-	hold     atomic.Int64 // time.Duration
-	holdNext atomic.Int64
-	late     atomic.Int64 // how late a reply would be delivered, on average (see replies)
+	Addr         string
+	accepted     atomic.Int64
+	delay        atomic.Int64 // time.Duration
+	jitter       atomic.Int64 // time.Duration: each reply's delay is uniform in delay +- jitter
+	hold         atomic.Int64 // time.Duration
+	holdNext     atomic.Int64
+	holdShare    atomic.Uint64 // math.Float64bits of the share of replies held
+	holdShareFor atomic.Int64  // time.Duration
 }
 
 // StartProxy starts a Proxy to server on a free loopback port, closed with every
@@ -70,6 +78,17 @@ func StartProxy(t testing.TB, server string) *Proxy {
 // SetDelay makes every reply from now on reach its client d after the server sent it.
 func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
+// SetJitter makes each reply's delay from now on uniform between the delay less j and
+// the delay plus j (never below 0); replies on one connection still arrive in order.
+func (p *Proxy) SetJitter(j time.Duration) { p.jitter.Store(int64(j)) }
+
+// HoldShare holds a random share (0 to 1) of the replies from now on d longer than
+// their delay; the replies behind one on its connection wait for it.
+func (p *Proxy) HoldShare(share float64, d time.Duration) {
+	p.holdShareFor.Store(int64(d))
+	p.holdShare.Store(math.Float64bits(share))
+}
+
 // HoldNext holds each of the next n replies d longer than the delay.
 func (p *Proxy) HoldNext(n int64, d time.Duration) {
 	p.hold.Store(int64(d))
@@ -81,6 +100,21 @@ func (p *Proxy) Held() int64 { return max(0, p.holdNext.Load()) }
 
 // Accepted is how many connections the proxy has accepted.
 func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
+
+// replyDelay is how long a reply read now takes to reach its client.
+func (p *Proxy) replyDelay() time.Duration {
+	d := time.Duration(p.delay.Load())
+	if j := p.jitter.Load(); j > 0 {
+		d = max(0, d+time.Duration(rand.Int64N(2*j+1)-j))
+	}
+	if p.holdNext.Add(-1) >= 0 {
+		d += time.Duration(p.hold.Load())
+	}
+	if share := math.Float64frombits(p.holdShare.Load()); share > 0 && rand.Float64() < share {
+		d += time.Duration(p.holdShareFor.Load())
+	}
+	return d
+}
 
 type chunk struct {
 	data []byte
@@ -97,10 +131,7 @@ func (p *Proxy) replies(server, client net.Conn) {
 			buf := make([]byte, 64<<10)
 			n, err := server.Read(buf)
 			if n > 0 {
-				at := time.Now().Add(time.Duration(p.delay.Load()))
-				if p.holdNext.Add(-1) >= 0 {
-					at = at.Add(time.Duration(p.hold.Load()))
-				}
+				at := time.Now().Add(p.replyDelay())
 				queue <- chunk{buf[:n], at}
 			}
 			if err != nil {
@@ -109,14 +140,8 @@ func (p *Proxy) replies(server, client net.Conn) {
 		}
 	}()
 	for c := range queue {
-		// the network under test: the reply is on its way. A sleeping goroutine wakes a
-		// little late (more on a busy machine); the proxy wakes that much earlier, so
-		// that on average a reply arrives at its time.
-		if wait := time.Until(c.at) - time.Duration(p.late.Load()); wait > 0 {
-			time.Sleep(wait)
-			late := int64(time.Since(c.at))
-			for old := p.late.Load(); !p.late.CompareAndSwap(old, max(0, old+late/8)); old = p.late.Load() {
-			}
+		if wait := time.Until(c.at); wait > 0 {
+			time.Sleep(wait) // the network under test: the reply is on its way
 		}
 		if _, err := client.Write(c.data); err != nil {
 			server.Close()

@@ -84,8 +84,8 @@ func Open(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (_ rate
 	case cfg.Cluster != "":
 		c := redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: strings.Split(cfg.Cluster, ","), ContextTimeoutEnabled: true,
-			DialTimeout: 100 * time.Millisecond, DialerRetries: 1, ReadTimeout: 50 * time.Millisecond,
-			WriteTimeout: 50 * time.Millisecond, PoolTimeout: 10 * time.Millisecond, MaxRetries: -1,
+			DialTimeout: 100 * time.Millisecond, DialerRetries: 1, ReadTimeout: time.Second,
+			WriteTimeout: time.Second, PoolTimeout: 10 * time.Millisecond, MaxRetries: -1,
 			// slot moves no error announces; a failed master's slots are reloaded at once by
 			// the store (see redisstore's "Redis Cluster")
 			ClusterStateReloadInterval: 5 * time.Second,
@@ -98,7 +98,7 @@ func Open(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (_ rate
 			return nil, nil, fmt.Errorf("-redis: %w", err)
 		}
 		opts.ContextTimeoutEnabled, opts.MaxRetries, opts.DialerRetries = true, -1, 1
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = 100*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
+		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = 100*time.Millisecond, time.Second, time.Second
 		opts.PoolTimeout = 10 * time.Millisecond
 		c := redis.NewClient(opts)
 		client, closeAll = c, append(closeAll, func() { c.Close() })
