@@ -212,3 +212,56 @@ func TestCancelledCallersNeverTrip(t *testing.T) {
 		t.Errorf("callers giving up opened the breaker: %v", in.store.BreakerState())
 	}
 }
+
+// TestInFlightAfterStall: an in-flight limit of 1 through a fallback on Redis, taken and
+// released as a route's requests do while Redis stops for 2 seconds (SIGSTOP): the
+// acquires sent before the breaker opened run when Redis resumes, and nobody will
+// release their leases (the callers decided on their shares long ago). They are
+// released as soon as Redis answers again, so the limit admits on Redis again once the
+// breaker's next probe finds it back (within its OpenFor, a second), not once the
+// leases expire 30 seconds later.
+func TestInFlightAfterStall(t *testing.T) {
+	srv := redistest.Start(t)
+	client := recommendedClient(srv.Addr)
+	t.Cleanup(func() { client.Close() })
+	in := newInstance(t, client, localstore.New(), ratelimit.PerSecond(1_000_000))
+	limit, err := ratelimit.NewInFlight(in.store, 1, 30*time.Second, ratelimit.WithNamespace("stall"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	request := func() (admitted, byRedis bool) {
+		before := in.bySource[fallback.Primary].Load()
+		lease, d, err := limit.Acquire(ctx, "route")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			lease.Release(ctx)
+		}
+		return d.Allowed, in.bySource[fallback.Primary].Load() > before
+	}
+	if ok, byRedis := request(); !ok || !byRedis {
+		t.Fatalf("Redis up: admitted %v, by Redis %v", ok, byRedis)
+	}
+	srv.Pause()
+	for stop := time.Now().Add(2 * time.Second); time.Now().Before(stop); {
+		request() // the route's traffic while Redis is stopped: a request every 25ms
+		time.Sleep(25 * time.Millisecond)
+	}
+	srv.Resume()
+	resumed := time.Now()
+	redistest.Eventually(t, "an acquire admitted by Redis", func() bool {
+		ok, byRedis := request()
+		return ok && byRedis
+	})
+	took := time.Since(resumed)
+	t.Logf("Redis admitted again %v after it resumed", took)
+	want := 10 * time.Second // the leases left behind would hold the slot 28s
+	if redistest.ExactTiming() {
+		want = fallback.DefaultOpenFor + 500*time.Millisecond // the next probe, and the releases
+	}
+	if took > want {
+		t.Errorf("Redis admitted again %v after it resumed; want within %v", took, want)
+	}
+}

@@ -124,6 +124,7 @@ type Store struct {
 	flightTime    atomic.Int64
 	maxFlightsFar int
 	all           atomic.Pointer[applyAll] // ApplyAll's script (see applyAllScript)
+	orphans       orphans                  // leases to release that no caller holds
 	allMu         sync.Mutex               // held to make a new one
 }
 
@@ -321,10 +322,16 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	pre, post := redisx.Form(req.Key)
 	c := call{alg: alg, sc: sc, ra: ra, a: a, op: op, now: s.now(), key: req.Key, pre: pre, post: post,
 		window: core.WindowArg(alg, s.localNow)}
+	var d ratelimit.Decision
 	if s.coalescing() {
-		return s.coalesce(ctx, &c)
+		d, err = s.coalesce(ctx, &c)
+	} else {
+		d, err = s.single(ctx, &c)
 	}
-	return s.single(ctx, &c)
+	if err != nil && c.a.Lease != 0 && req.Op == "" {
+		s.releaseLater(&c) // it may have taken a lease that nobody holds (see orphans)
+	}
+	return d, err
 }
 
 // single decides one call with its algorithm's own script.
