@@ -45,7 +45,9 @@ type Quota struct {
 	Limit int64
 	Per   Calendar
 	// In is the time zone of the calendar: nil means UTC. Quotas tell zones apart by
-	// name (time.Location.String).
+	// their IANA name (time.LoadLocation's), and zones of one fixed offset
+	// (time.FixedZone) by that offset, named "UTC+01:00"; time.Local, which names a
+	// different zone on each host, is refused.
 	In *time.Location
 }
 
@@ -59,7 +61,11 @@ func (q Quota) location() *time.Location {
 // String is the quota as text: "10000 per month in America/New_York" ("in UTC" for a
 // nil In), the form UnmarshalText reads.
 func (q Quota) String() string {
-	return strconv.FormatInt(q.Limit, 10) + " per " + q.Per.String() + " in " + q.location().String()
+	zone, err := zoneName(q.location())
+	if err != nil {
+		zone = q.location().String()
+	}
+	return strconv.FormatInt(q.Limit, 10) + " per " + q.Per.String() + " in " + zone
 }
 
 // MarshalText is String's form (encoding.TextMarshaler).
@@ -103,7 +109,7 @@ func (q *Quota) UnmarshalText(text []byte) error {
 		if fields[3] != "in" {
 			return bad(`"in" must come before the zone`)
 		}
-		if loc, err = time.LoadLocation(fields[4]); err != nil {
+		if loc, err = loadZone(fields[4]); err != nil {
 			return bad("no time zone %q: %v", fields[4], err)
 		}
 	}
@@ -118,6 +124,9 @@ func (q *Quota) UnmarshalText(text []byte) error {
 func (q Quota) validate() error {
 	if q.Per < Day || q.Per > Year {
 		return fmt.Errorf("fixedwindow: %w: a quota per %v: want Day, Week, Month or Year", ratelimit.ErrInvalidRule, q.Per)
+	}
+	if _, err := zoneName(q.location()); err != nil {
+		return fmt.Errorf("fixedwindow: %w: a quota in %v: %v", ratelimit.ErrInvalidRule, q.location(), err)
 	}
 	return core.CheckRule(q.Rule())
 }
@@ -135,23 +144,10 @@ func (q Quota) Rule() ratelimit.Rule {
 
 // Window is the window that holds t and the next, in microseconds since the Unix epoch.
 func (q Quota) Window(t time.Time) ratelimit.Window {
-	lt := t.In(q.location())
-	y, m, d := lt.Date()
-	at := func(y int, m time.Month, d int) int64 {
-		return time.Date(y, m, d, 0, 0, 0, 0, lt.Location()).UnixMicro()
+	if q.Per < Day || q.Per > Year {
+		return ratelimit.Window{}
 	}
-	switch q.Per {
-	case Day:
-		return ratelimit.Window{Start: at(y, m, d), End: at(y, m, d+1), Next: at(y, m, d+2)}
-	case Week:
-		d -= (int(lt.Weekday()) + 6) % 7 // back to Monday
-		return ratelimit.Window{Start: at(y, m, d), End: at(y, m, d+7), Next: at(y, m, d+14)}
-	case Month:
-		return ratelimit.Window{Start: at(y, m, 1), End: at(y, m+1, 1), Next: at(y, m+2, 1)}
-	case Year:
-		return ratelimit.Window{Start: at(y, 1, 1), End: at(y+1, 1, 1), Next: at(y+2, 1, 1)}
-	}
-	return ratelimit.Window{}
+	return window(q.Per, q.location(), t)
 }
 
 // Algorithm is the quota's algorithm as stores see it, named "quota": one per calendar
@@ -160,7 +156,8 @@ func (q Quota) Algorithm() (*ratelimit.Algorithm, error) {
 	if err := q.validate(); err != nil {
 		return nil, err
 	}
-	key := quotaKey{q.Per, q.location().String()}
+	zone, _ := zoneName(q.location()) // validated
+	key := quotaKey{q.Per, zone}
 	if alg, ok := quotaAlgorithms.Load(key); ok {
 		return alg.(*ratelimit.Algorithm), nil
 	}

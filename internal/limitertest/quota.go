@@ -62,6 +62,36 @@ func testQuotas(t *testing.T, newStore NewStore) {
 			}
 		}
 	})
+	t.Run("a day whose midnight Santiago skips starts at its first instant", func(t *testing.T) {
+		// Saturday 4 September 2027 ends at 23:59:59 -04; Sunday starts at 01:00 -03,
+		// 04:00 UTC. A quota of 1 a day spent at 22:59 -04 is spent until then.
+		santiago := zone(t, "America/Santiago")
+		l, clk := newQuota(t, fixedwindow.Quota{Limit: 1, Per: fixedwindow.Day, In: santiago}, time.Date(2027, 9, 5, 2, 59, 0, 0, time.UTC))
+		if d, err := l.Allow(ctx, "tenant"); err != nil || !d.Allowed || d.ResetAfter != time.Hour+time.Minute {
+			t.Fatalf("at 22:59 -04: %+v, %v; want allowed, reset at 04:00 UTC", d, err)
+		}
+		clk.Set(time.Date(2027, 9, 5, 3, 0, 0, 0, time.UTC)) // 23:00 -04, still Saturday
+		if d, err := l.Allow(ctx, "tenant"); err != nil || d != (ratelimit.Decision{Limit: 1, RetryAfter: time.Hour, ResetAfter: time.Hour}) {
+			t.Errorf("at 23:00 -04: %+v, %v; want denied until Sunday's 01:00 -03, 1h", d, err)
+		}
+		clk.Set(time.Date(2027, 9, 5, 4, 0, 0, 0, time.UTC))
+		if d, err := l.Allow(ctx, "tenant"); err != nil || !d.Allowed || d.ResetAfter != 23*time.Hour {
+			t.Errorf("at 01:00 -03 on Sunday: %+v, %v; want allowed, a 23-hour day", d, err)
+		}
+	})
+	t.Run("a day Apia's calendar skips is no window", func(t *testing.T) {
+		// Samoa went from Thursday 29 December 2011, 23:59:59 -10, to Saturday 31
+		// December, 00:00 +14, at 10:00 UTC: there was no 30 December
+		apia := zone(t, "Pacific/Apia")
+		l, clk := newQuota(t, fixedwindow.Quota{Limit: 1, Per: fixedwindow.Day, In: apia}, time.Date(2011, 12, 30, 9, 0, 0, 0, time.UTC))
+		if d, err := l.Allow(ctx, "tenant"); err != nil || !d.Allowed || d.ResetAfter != time.Hour {
+			t.Fatalf("at 23:00 on the 29th: %+v, %v; want allowed, reset at the 31st", d, err)
+		}
+		clk.Set(time.Date(2011, 12, 30, 10, 0, 0, 0, time.UTC))
+		if d, err := l.Allow(ctx, "tenant"); err != nil || !d.Allowed || d.ResetAfter != 24*time.Hour {
+			t.Errorf("at 00:00 on the 31st: %+v, %v; want allowed, a day of 24 hours", d, err)
+		}
+	})
 	t.Run("a month in UTC from the 15th at noon", func(t *testing.T) {
 		l, _ := newQuota(t, fixedwindow.Quota{Limit: 10, Per: fixedwindow.Month}, time.Date(2027, 2, 15, 12, 0, 0, 0, time.UTC))
 		if d, err := l.Allow(ctx, "tenant"); err != nil || d.ResetAfter != 13*24*time.Hour+12*time.Hour {

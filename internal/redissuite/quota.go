@@ -16,8 +16,8 @@ import (
 	"github.com/ratelimit-go/ratelimit/redisstore"
 )
 
-// quotas are the quotas of the quota parity: days over Madrid's summer-time changes,
-// months over New York's, weeks and years in UTC.
+// quotas are the quotas of the quota parity: days over Madrid's summer-time changes and
+// Santiago's (whose midnight it skips), months over New York's, weeks and years in UTC.
 func quotas(t *testing.T) []fixedwindow.Quota {
 	zone := func(name string) *time.Location {
 		loc, err := time.LoadLocation(name)
@@ -26,9 +26,10 @@ func quotas(t *testing.T) []fixedwindow.Quota {
 		}
 		return loc
 	}
-	madrid, ny := zone("Europe/Madrid"), zone("America/New_York")
+	madrid, ny, santiago := zone("Europe/Madrid"), zone("America/New_York"), zone("America/Santiago")
 	return []fixedwindow.Quota{
 		{Limit: 5, Per: fixedwindow.Day, In: madrid},
+		{Limit: 2, Per: fixedwindow.Day, In: santiago}, // a midnight skipped on 5 September 2027
 		{Limit: 7, Per: fixedwindow.Month, In: ny},
 		{Limit: 3, Per: fixedwindow.Week},
 		{Limit: 11, Per: fixedwindow.Year},
