@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
 	"strconv"
 
 	"github.com/ratelimit-go/ratelimit/internal/fast"
@@ -140,8 +141,34 @@ func (l *AlgorithmLimiter) apply(ctx context.Context, key string, rule Rule, n i
 	if rule == l.rule && (n < 1 || n > l.limit) { // the store is not asked
 		return Decision{}, badN(l.alg, rule, n)
 	}
+	reserve := l.reserve(ctx)
+	if err := l.fits(ctx, rule, n, reserve); err != nil {
+		return Decision{}, err
+	}
 	return l.store.Apply(ctx, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: rule, N: n,
-		Reserve: l.reserve(ctx)})
+		Reserve: reserve})
+}
+
+// fits is the error for n events that a request of ctx's priority, which must leave
+// reserve percent of rule's allowance, can never take: more than the allowance less its
+// reserve. nil when it can, or when rule or n are invalid (the store says so).
+func (l *AlgorithmLimiter) fits(ctx context.Context, rule Rule, n, reserve int64) error {
+	if reserve == 0 {
+		return nil
+	}
+	limit := l.limit
+	if rule != l.rule {
+		a, err := l.alg.Prepare(rule, n)
+		if err != nil {
+			return nil
+		}
+		limit = a.Limit
+	}
+	if keep := mathx.Keep(limit, reserve); n > limit-keep {
+		return fmt.Errorf("%s: n = %d: %w: a request of priority %v may take at most %d of %d, leaving %d%% to more important ones",
+			l.alg.Name, n, ErrInvalidN, PriorityFrom(ctx), limit-keep, limit, reserve)
+	}
+	return nil
 }
 
 // AllowRule is AllowN under rule instead of the limiter's own: for a rule chosen per call

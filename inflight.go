@@ -262,7 +262,7 @@ func findLease(log *eventlog.Log, id int64) int {
 // lease held already is renewed).
 func acquireLease(st *State, now int64, a Args) Decision {
 	expireLeases(st, now)
-	allowed, keep := true, mathx.Keep(a.Limit, a.N, a.Reserve)
+	allowed, keep := true, mathx.Keep(a.Limit, a.Reserve)
 	if i := findLease(st.Log, a.Lease); i >= 0 {
 		renew(st.Log, i, now+a.Period)
 	} else if int64(st.Log.Len())+keep < a.Limit {

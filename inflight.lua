@@ -17,7 +17,7 @@ end
 local after = '(' .. int(now) -- scores after now: the leases alive
 local keep, reserve = 0, tonumber(ARGV[9]) or 0
 if reserve > 0 and (op == '' or op == 'take' or op == 'peek') then
-  keep = math.min(math.floor(limit / 100) * reserve + math.floor(limit % 100 * reserve / 100), limit - 1)
+  keep = math.floor(limit / 100) * reserve + math.floor(limit % 100 * reserve / 100)
 end
 
 if op == 'reset' then -- forget every lease; answer as a peek

@@ -67,9 +67,10 @@ type Request struct {
 	Lease int64
 	// Reserve is the part of the key's allowance, in percent (0 to 99), that a take or a
 	// peek must leave for more important requests (see WithReserves): it is admitted only
-	// if the key could admit N more than that part of Decision.Limit (rounded down, and
-	// never more than Limit - N), and takes N. Stores copy it into Args.Reserve; a refund,
-	// a reset or an extension ignores it.
+	// if the key could admit N more than that part of Decision.Limit (rounded down), and
+	// takes N: a request of more than Limit less that part is never admitted (a limiter
+	// refuses it with ErrInvalidN). Stores copy it into Args.Reserve; a refund, a reset or
+	// an extension ignores it.
 	Reserve int64
 }
 
@@ -164,8 +165,8 @@ type Args struct {
 }
 
 // Keep is what a request with a must leave of a.Limit: a.Reserve percent of it, rounded
-// down, and never more than a.Limit - a.N.
-func (a Args) Keep() int64 { return mathx.Keep(a.Limit, a.N, a.Reserve) }
+// down. A request of more than a.Limit less that is never admitted.
+func (a Args) Keep() int64 { return mathx.Keep(a.Limit, a.Reserve) }
 
 // State is one key's state as a Store keeps it for Step. The zero State is a key never
 // seen, and a state whose last Decision had ResetAfter 0 is worth no more than the zero

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
 	"github.com/ratelimit-go/ratelimit/internal/trace"
 )
 
@@ -39,6 +40,9 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 			return nil, errors.New("fallback: ApplyAll only takes, and no leases")
 		}
 		a, err := r.Algorithm.Prepare(r.Rule, r.N)
+		if err == nil {
+			err = core.Extras("fallback", r, &a)
+		}
 		if err != nil {
 			return nil, err // the caller's mistake, not the primary's
 		}
@@ -108,7 +112,7 @@ func (s *Store) decideAllLocally(ctx context.Context, reqs []ratelimit.Request, 
 		shares[i] = r
 		share := shareCapacity(r)
 		ds[i] = ratelimit.Decision{Limit: share, RetryAfter: s.breaker.retryAfter()}
-		fits = fits && r.N <= share
+		fits = fits && r.N <= share-mathx.Keep(share, r.Reserve)
 	}
 	if !fits { // some share can never hold n: none is taken, all wait for the primary
 		return ds, nil

@@ -29,6 +29,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
 	"github.com/ratelimit-go/ratelimit/internal/trace"
 )
 
@@ -369,6 +370,9 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 		return ratelimit.Decision{}, errors.New("fallback: request has no algorithm")
 	}
 	a, err := req.Algorithm.Prepare(req.Rule, req.N)
+	if err == nil {
+		err = core.Extras("fallback", req, &a)
+	}
 	if err != nil {
 		return ratelimit.Decision{}, err // the caller's mistake, not the primary's
 	}
@@ -640,7 +644,7 @@ func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capaci
 	default:
 		// this instance's share of the rule; its capacity is the rule's divided likewise
 		req.Rule = s.share(req)
-		if share := shareCapacity(req); req.N > share {
+		if share := shareCapacity(req); req.N > share-mathx.Keep(share, req.Reserve) { // never fits the share
 			d = ratelimit.Decision{Limit: share, RetryAfter: s.breaker.retryAfter()} // wait for the primary
 		} else {
 			d, err = s.secondary.Apply(ctx, req)

@@ -77,7 +77,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (window int64) {
 func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	end := (advance(st, now, a) + 1) * a.Period
 	var d fast.Outcome
-	keep := mathx.Keep(a.Limit, a.N, a.Reserve)
+	keep := mathx.Keep(a.Limit, a.Reserve)
 	if st.Level+a.N+keep <= a.Limit {
 		st.Level += a.N
 		d.Allowed = true

@@ -248,7 +248,7 @@ func quotaStep(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Win
 		return fast.Outcome{Wait: mathx.Micros(1000000)}
 	}
 	var d fast.Outcome
-	keep := mathx.Keep(a.Limit, a.N, a.Reserve)
+	keep := mathx.Keep(a.Limit, a.Reserve)
 	if st.Level+a.N+keep <= a.Limit {
 		st.Level += a.N
 		d.Allowed = true

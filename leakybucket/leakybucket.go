@@ -76,7 +76,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	lag := advance(st, now, a)
 	full := a.Limit * a.Unit
 	var d fast.Outcome
-	keep := mathx.Keep(a.Limit, a.N, a.Reserve)
+	keep := mathx.Keep(a.Limit, a.Reserve)
 	need := (a.N + keep) * a.Unit // the slots it takes, and those it must leave
 	if st.Level+need <= full {
 		d.Allowed = true

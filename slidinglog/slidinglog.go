@@ -71,7 +71,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	advance(st, now, a)
 	log, t := st.Log, st.Time
 	var d fast.Outcome
-	keep := mathx.Keep(a.Limit, a.N, a.Reserve)
+	keep := mathx.Keep(a.Limit, a.Reserve)
 	if st.Level+a.N+keep <= a.Limit {
 		log.Push(t, a.N)
 		st.Level += a.N
@@ -80,13 +80,13 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 		// the oldest events must age out until n (and what it must leave) fit: the
 		// oldest alone, most often, which the log keeps beside its ring
 		excess := st.Level + a.N + keep - a.Limit
-		e, aged := log.Oldest(), int64(0)
-		for i := 1; ; i++ {
-			if aged += e.N; aged >= excess || i == log.Len() {
+		d.Wait = mathx.Micros(max(1, t+a.Period-now)) // more than the log holds: never; when it is empty
+		for i, aged := 0, int64(0); i < log.Len(); i++ {
+			e := log.At(i)
+			if aged += e.N; aged >= excess {
 				d.Wait = mathx.Micros(e.At + a.Period - now)
 				break
 			}
-			e = log.At(i)
 		}
 	}
 	d.Remaining = max(0, a.Limit-st.Level-keep)

@@ -116,7 +116,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 
 	// estimate + n + keep <= Limit, multiplied through by ticks
 	var d fast.Outcome
-	keep := mathx.Keep(a.Limit, a.N, a.Reserve)
+	keep := mathx.Keep(a.Limit, a.Reserve)
 	if need := a.N + keep; st.Level+need <= a.Limit && weighted+(st.Level+need)*ticks <= a.Limit*ticks {
 		st.Level += a.N
 		d.Allowed = true
@@ -147,12 +147,16 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
 // retryAt is the first instant at which a request denied in the window starting at start
 // fits with need (its n and what it must leave): previous * (ticks - e) <= room * ticks,
 // where room is what the current window leaves, solved for the tick e, in this window if
-// room >= 0, else in the next.
+// room >= 0, else in the next; for a need above Limit, which never fits, the end of the
+// next window, when the key is empty.
 func retryAt(st *ratelimit.State, start, ticks, need int64, a ratelimit.Args) int64 {
 	prev, room := st.Aux, a.Limit-st.Level-need
 	if room < 0 { // wait for the next window, where this one's count is the previous one
 		start += a.Period
 		prev, room = st.Level, a.Limit-need
+		if room < 0 { // more than Limit less its reserve: never; say when the key is empty
+			return start + a.Period
+		}
 	}
 	e := ticks - room*ticks/prev
 	return start + e*a.Unit

@@ -27,7 +27,11 @@ else
   if room < 0 then
     prev, room, from = L, limit - need, start + period
   end
-  retry = from + (ticks - floor((room * ticks) / prev)) * unit - now
+  if room < 0 then -- more than limit less its reserve: never; when the key is empty
+    retry = from + period - now
+  else
+    retry = from + (ticks - floor((room * ticks) / prev)) * unit - now
+  end
 end
 remaining = max(0, limit - L + floor(-weighted / ticks) - keep)
 if L > 0 then

@@ -87,7 +87,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	take := a.N * a.Unit
 	need, keep := take, int64(0)
 	if a.Reserve != 0 { // rare: a priority's reserve
-		keep = mathx.Keep(a.Limit, a.N, a.Reserve)
+		keep = mathx.Keep(a.Limit, a.Reserve)
 		need += keep * a.Unit
 	}
 	if level >= need {

@@ -16,10 +16,14 @@ local function int(x)
 end
 
 -- save writes the state back with a TTL of reset, the microseconds until the key is back
--- to full (and worth nothing), rounded up to a whole millisecond, at least 1.
+-- to full (and worth nothing), rounded up to a whole millisecond; a state worth nothing
+-- already (reset 0: a full bucket, an empty window) is deleted, as a key never seen.
 local function save(key, dry, T, L, A, reset)
-  if not dry then
-    redis.call('SET', key, format('%d:%d:%d', T, L, A), 'PX', int(max(1, -floor(-reset / 1000))))
+  if dry then return end
+  if reset <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, format('%d:%d:%d', T, L, A), 'PX', int(-floor(-reset / 1000)))
   end
 end
 

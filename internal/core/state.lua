@@ -22,7 +22,7 @@ end
 local keep, reserve = 0, ARGV[9]
 if reserve and reserve ~= 0 and reserve ~= '0' and (op == '' or op == 'take' or op == 'peek') then
   reserve = tonumber(reserve)
-  keep = min(floor(limit / 100) * reserve + floor(limit % 100 * reserve / 100), limit - n)
+  keep = floor(limit / 100) * reserve + floor(limit % 100 * reserve / 100)
 end
 
 -- the state is one string "T:L:A", read and written with one call each; a batch reads

@@ -142,6 +142,28 @@ func testPriorities(t *testing.T, newStore NewStore, k Kind) {
 		t.Errorf("AllowAll, critical, with 49 left: %+v, %v; want allowed, 48 left", d, err)
 	}
 
+	// A request larger than its priority may ever take: ErrInvalidN from the limiter,
+	// nothing taken (50 is all a sheddable request may take of 100); a store asked
+	// directly denies it, taking nothing either.
+	large, _, largeStore := newPrioritized(t, newStore, k)
+	allowN, ok := large.(interface {
+		AllowN(context.Context, string, int64) (ratelimit.Decision, error)
+	})
+	if !ok {
+		t.Fatalf("%T has no AllowN", large)
+	}
+	for _, n := range []int64{51, 100} {
+		if d, err := allowN.AllowN(at(ratelimit.Sheddable), "k", n); !errors.Is(err, ratelimit.ErrInvalidN) || d.Allowed {
+			t.Errorf("a sheddable request of %d of 100: %+v, %v; want ErrInvalidN", n, d, err)
+		}
+	}
+	if d, err := largeStore.Apply(ctx, ratelimit.Request{Algorithm: k.Algorithm, Key: "k", Rule: PriorityRule, N: 100, Reserve: 50}); err != nil || d.Allowed {
+		t.Errorf("a store asked for 100 of 100 keeping 50%%: %+v, %v; want denied", d, err)
+	}
+	if d, err := allowN.AllowN(at(ratelimit.Critical), "k", 100); err != nil || !d.Allowed {
+		t.Errorf("a critical request of 100 after those: %+v, %v; want allowed, nothing taken before it", d, err)
+	}
+
 	// Bad reserves: an error from New; a bad reserve in a Request: an error that
 	// consumes nothing.
 	for _, bad := range [][]int64{{-1}, {100}, {20, 10}} {

@@ -94,11 +94,12 @@ func Micros(us int64) time.Duration {
 	return time.Duration(us) * time.Microsecond
 }
 
-// Keep is what a request of n under limit must leave with a reserve of reserve percent
-// (ratelimit.Args.Keep): reserve% of limit, rounded down, never more than limit - n.
-func Keep(limit, n, reserve int64) int64 {
+// Keep is what a request must leave of limit with a reserve of reserve percent
+// (ratelimit.Args.Keep): reserve% of limit, rounded down. A request of more than
+// limit less that is never admitted.
+func Keep(limit, reserve int64) int64 {
 	if reserve <= 0 {
 		return 0
 	}
-	return min(limit/100*reserve+limit%100*reserve/100, limit-n)
+	return limit/100*reserve + limit%100*reserve/100
 }
