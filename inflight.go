@@ -236,12 +236,15 @@ func prepareInFlight(rule Rule, n int64) (Args, error) {
 	return Args{N: 1, Limit: rule.Limit, Period: rule.Period.Microseconds()}, nil
 }
 
-// expireLeases drops the leases expired at now.
-func expireLeases(st *State, now int64) {
+// expireLeases drops the leases expired at now, and brings back to now + period those
+// that would expire later: the clock went back, and a lease never lasts longer than its
+// duration from now.
+func expireLeases(st *State, now, period int64) {
 	if st.Log == nil {
 		st.Log = &eventlog.Log{}
 	}
 	st.Log.Expire(now)
+	st.Log.Clamp(now + period)
 }
 
 // findLease is the index of lease id in log, or -1; the lease 0 is never found (each
@@ -261,7 +264,7 @@ func findLease(log *eventlog.Log, id int64) int {
 // acquireLease takes a lease a.Lease for a.Period, if fewer than a.Limit are held (a
 // lease held already is renewed).
 func acquireLease(st *State, now int64, a Args) Decision {
-	expireLeases(st, now)
+	expireLeases(st, now, a.Period)
 	allowed, keep := true, mathx.Keep(a.Limit, a.Reserve)
 	if i := findLease(st.Log, a.Lease); i >= 0 {
 		renew(st.Log, i, now+a.Period)
@@ -305,7 +308,7 @@ func renew(log *eventlog.Log, i int, at int64) {
 
 // releaseLease drops the lease a.Lease, if held.
 func releaseLease(st *State, now int64, a Args) {
-	expireLeases(st, now)
+	expireLeases(st, now, a.Period)
 	if i := findLease(st.Log, a.Lease); i >= 0 {
 		st.Log.Remove(i)
 	}
@@ -314,7 +317,7 @@ func releaseLease(st *State, now int64, a Args) {
 
 // extendLease renews the lease a.Lease, if held, to expire a.Period after now.
 func extendLease(st *State, now int64, a Args) bool {
-	expireLeases(st, now)
+	expireLeases(st, now, a.Period)
 	st.Level = int64(st.Log.Len())
 	i := findLease(st.Log, a.Lease)
 	if i >= 0 {

@@ -25,8 +25,14 @@ if op == 'reset' then -- forget every lease; answer as a peek
   op = 'peek'
 end
 local dry = op == 'peek'
+-- a lease never expires more than its duration from now: later ones, left by a clock
+-- that went back, are brought to it (read so when nothing is written)
+local horizon = now + period
 if not dry then
   redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now))
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', key, '(' .. int(horizon), '+inf')) do
+    redis.call('ZADD', key, int(horizon), id)
+  end
 end
 
 -- the expiry of the lease id if it is alive, else false; the lease 0 is never held
@@ -72,7 +78,7 @@ end
 
 local retry, reset = 0, 0
 local last = redis.call('ZREVRANGEBYSCORE', key, '+inf', after, 'WITHSCORES', 'LIMIT', 0, 1)
-local latest = last[2] and tonumber(last[2]) -- the latest expiry written
+local latest = last[2] and math.min(tonumber(last[2]), horizon) -- the latest expiry written
 if wrote then
   redis.call('PEXPIRE', key, max(1, -math.floor(-(latest - now) / 1000)))
 end
@@ -80,7 +86,7 @@ if added then held = held + 1 end
 if added or at then latest = max(latest or 0, until_) end
 if allowed == 0 and held > 0 then -- until enough leases expire that one fits with keep
   local first = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', held + keep - limit, 1)
-  retry = tonumber(first[2]) - now
+  retry = math.min(tonumber(first[2]), horizon) - now
 end
 if latest then reset = latest - now end
 if op == 'extend' then allowed = extended end

@@ -27,8 +27,22 @@
 // requests of a key in progress at once; WithReserves sheds the least important
 // requests first under overload (Priority, WithPriority); Middleware limits net/http
 // handlers, with the usual headers. fixedwindow.NewQuota counts in calendar days, weeks,
-// months or years of a time zone. Time has microsecond resolution and comes from the
-// store: a clock.Clock for localstore, Redis's own clock for redisstore.
+// months or years of a time zone.
+//
+// # Time
+//
+// Time has microsecond resolution and comes from the store: a clock.Clock for
+// localstore, Redis's own clock for redisstore. A clock that goes back never creates
+// allowance, and never locks a key for the length of the step. Behind a key's latest
+// instant by less than the key's period (clocks a little apart, a small correction), a
+// decision is made as at that latest instant, and its durations count from the caller's
+// clock. Behind by more (a clock stepped forward and back, a virtual machine resumed),
+// the key's whole state moves back by whole periods to within one period of now, so
+// that it decides as it would have at its latest instant less those periods: it waits at
+// most a period longer than its rule has it. A calendar quota carries its count into the
+// window of now; a lease of an in-flight limit never lasts more than its duration from
+// now. Instances whose clocks (redisstore.WithClock) differ by more than a period count
+// as a clock stepped back at each alternation, and may admit more than the rule.
 //
 // Store, BatchStore, Request, Algorithm, Args and State are the contract between
 // algorithms and stores, for those who write one: a store outside this module runs

@@ -62,6 +62,7 @@ func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 // advance brings st to now, or to the latest instant it has seen while it counts events,
 // empties a window that has passed, and returns the index of the window of st.Time.
 func advance(st *ratelimit.State, now int64, a ratelimit.Args) (window int64) {
+	core.Rewind(st, now, a.Period)
 	t := now
 	if st.Level > 0 {
 		t = max(st.Time, now)

@@ -223,7 +223,11 @@ func quotaEnd(w ratelimit.Window, t int64) int64 {
 // advanceQuota brings st to now, or to the latest instant it has seen while it counts
 // events, empties a count of another window, and returns the end of st's window in w
 // (placed at now), or 0 when w is none.
-func advanceQuota(st *ratelimit.State, now int64, w ratelimit.Window) (end int64) {
+func advanceQuota(st *ratelimit.State, now, period int64, w ratelimit.Window) (end int64) {
+	rewound := st.Time-now > period // calendar windows are not periodic: back to now's
+	if rewound {
+		st.Time = now
+	}
 	t := now
 	if st.Level > 0 {
 		t = max(st.Time, now)
@@ -231,7 +235,7 @@ func advanceQuota(st *ratelimit.State, now int64, w ratelimit.Window) (end int64
 	if end = quotaEnd(w, t); end == 0 {
 		return 0
 	}
-	if st.Level > 0 && st.Aux != end {
+	if st.Level > 0 && st.Aux != end && !rewound { // a rewound key carries its count into now's window
 		st.Level = 0
 	}
 	st.Time, st.Aux = t, end
@@ -243,7 +247,7 @@ func advanceQuota(st *ratelimit.State, now int64, w ratelimit.Window) (end int64
 // out again: a shared function is not inlined, and costs the fixed window's every
 // decision 6 instructions more (./instructions.sh).
 func quotaStep(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) fast.Outcome {
-	end := advanceQuota(st, now, w)
+	end := advanceQuota(st, now, a.Period, w)
 	if end == 0 {
 		return fast.Outcome{Wait: mathx.Micros(1000000)}
 	}
@@ -264,7 +268,7 @@ func quotaStep(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Win
 
 // refundQuota takes n events off the current window's count, down to 0.
 func refundQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) {
-	if advanceQuota(st, now, w) != 0 {
+	if advanceQuota(st, now, a.Period, w) != 0 {
 		st.Level = max(0, st.Level-a.N)
 	}
 }

@@ -7,6 +7,7 @@ ws, we, wn = tonumber(ws), tonumber(we), tonumber(wn)
 if not (ws and we and wn and ws < we and we < wn) then
   error('quota: ARGV[10] holds no calendar window')
 end
+if rewound > 0 then T = now end -- calendar windows are not periodic: back to now's
 local t = now
 if L > 0 then t = max(T, now) end
 local ending
@@ -19,7 +20,7 @@ elseif t < wn then
 else -- further ahead than the store can see: windows as long as the next
   ending = wn + (floor((t - wn) / (wn - we)) + 1) * (wn - we)
 end
-if L > 0 and A ~= ending then L = 0 end
+if L > 0 and A ~= ending and rewound == 0 then L = 0 end -- a rewound key carries its count
 T, A = t, ending
 if op == 'refund' then
   L = max(0, L - n)

@@ -64,6 +64,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 		st.Level = min(mathx.CeilDiv(st.Level, st.Aux), a.Limit) * a.Unit
 		st.Aux = a.Unit
 	}
+	core.Rewind(st, now, a.Period)
 	t := max(st.Time, now)
 	if elapsed := t - st.Time; elapsed > 0 {
 		st.Level = full - mathx.AddCapped(full-st.Level, elapsed, a.Rate, full)

@@ -25,10 +25,11 @@
 // length, more than it takes.
 //
 // Time comes from a clock.Clock (WithClock; by default clock.NewMonotonic(), the wall
-// clock at New plus the monotonic time since, which never steps back). Each key's time
-// never goes backwards: a key asked at an instant before the latest it has seen is
-// decided at that latest instant, and the durations of its Decision count from the
-// caller's clock, exactly as redisstore does.
+// clock at New plus the monotonic time since, which never steps back). A key asked at an
+// instant before the latest it has seen, by less than its period, is decided at that
+// latest instant; by more (a clock set back), its state moves back by whole periods to
+// within one (see the package doc of ratelimit, "Time"). The durations of its Decision count from
+// the caller's clock, exactly as redisstore does.
 package localstore
 
 import (

@@ -57,6 +57,9 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
 	if st.Log == nil {
 		st.Log = &eventlog.Log{}
 	}
+	if by := core.Rewind(st, now, a.Period); by > 0 {
+		st.Log.Shift(-by) // every event keeps its age
+	}
 	t := now
 	if st.Log.Len() > 0 {
 		t = max(st.Time, now)

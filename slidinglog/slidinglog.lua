@@ -3,13 +3,26 @@
 local log = KEYS[2]
 local entries = redis.call('LLEN', log) / 2
 if entries == 0 then L = 0 end
+-- the events of a rewound key keep their ages (core.Rewind): moved back in the list, or,
+-- when nothing is written, by off wherever an instant is read
+local off = 0
+if rewound > 0 and entries > 0 then
+  if dry then
+    off = rewound
+  else
+    local all = redis.call('LRANGE', log, 0, -1)
+    for i = 1, #all, 2 do all[i] = int(tonumber(all[i]) - rewound) end
+    redis.call('DEL', log)
+    for i = 1, #all, 1000 do redis.call('RPUSH', log, unpack(all, i, math.min(i + 999, #all))) end
+  end
+end
 local t = now
 if entries > 0 then t = max(T, now) end
 -- the oldest entries that have aged out: trimmed, or only skipped when nothing is written
 local skip = 0
 while skip < entries do
   local oldest = redis.call('LRANGE', log, 2 * skip, 2 * skip + 1)
-  if t - tonumber(oldest[1]) < period then break end
+  if t - (tonumber(oldest[1]) - off) < period then break end
   L = L - tonumber(oldest[2])
   skip = skip + 1
 end
@@ -38,7 +51,7 @@ if op == 'refund' then -- take back up to n of the newest events (a refund is ne
 end
 
 local newestAt = false
-if entries > 0 then newestAt = tonumber(redis.call('LINDEX', log, -2)) end
+if entries > 0 then newestAt = tonumber(redis.call('LINDEX', log, -2)) - off end
 if L + n + keep <= limit then
   if not dry then
     if newestAt == t then
@@ -61,7 +74,7 @@ else
     for i = 1, #page, 2 do
       aged = aged + tonumber(page[i + 1])
       if aged >= excess then
-        retry = tonumber(page[i]) + period - now
+        retry = tonumber(page[i]) - off + period - now
         break
       end
     end

@@ -79,6 +79,7 @@ func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
 // one division, where telling the windows of both instants apart took two.
 func advance(st *ratelimit.State, now int64, a ratelimit.Args) (start int64) {
 	st.Level, st.Aux = min(st.Level, a.Limit), min(st.Aux, a.Limit)
+	core.Rewind(st, now, a.Period)
 	counts := st.Level > 0 || st.Aux > 0
 	t := now
 	if counts {

@@ -63,6 +63,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 		st.Level = min(st.Level/st.Aux, a.Limit) * a.Unit
 		st.Aux = a.Unit
 	}
+	core.Rewind(st, now, a.Period)
 	t := max(st.Time, now)
 	if elapsed := t - st.Time; elapsed > 0 {
 		st.Level = mathx.AddCapped(st.Level, elapsed, a.Rate, full)

@@ -74,6 +74,23 @@ func BatchParts(script string) (once, step string) {
 	return helpers, batchArgs + script[head+len(args):len(script)-len(reply)] + batchReply
 }
 
+// Rewind moves st's time back by whole periods when it is more than a period ahead of
+// now, until it is within one, and says by how much: the clock went back by more than a
+// period (an NTP step, a virtual machine resumed, a server's clock set right, instances
+// whose clocks disagree by that much). A key keeps the latest time it has seen while
+// that is within a period of now, so that a clock going back a little, or clocks a
+// little apart, never create allowance; beyond, its whole state moves back with it, by
+// whole periods so that windows keep their places, and decides as it would have at its
+// latest time: it waits at most a period longer than the rule has it, never for the
+// step. The algorithms' scripts do the same in state.lua.
+func Rewind(st *ratelimit.State, now, period int64) (by int64) {
+	if ahead := st.Time - now; ahead > period {
+		by = (ahead - 1) / period * period
+		st.Time -= by
+	}
+	return by
+}
+
 // CheckN returns an error unless 1 <= n <= limit.
 func CheckN(name string, n, limit int64) error {
 	if n >= 1 && n <= limit {

@@ -37,6 +37,13 @@ if state then
   local t, l, a = string.match(state, '^(-?%d+):(%d+):(%d+)$')
   T, L, A = tonumber(t) or 0, tonumber(l) or 0, tonumber(a) or 0
 end
+-- a key's time more than a period ahead of now: the clock went back by more than that,
+-- and the key's state moves back by whole periods, to within one (core.Rewind)
+local rewound = 0
+if T - now > period then
+  rewound = floor((T - now - 1) / period) * period
+  T = T - rewound
+end
 
 
 -- the reply, which core.Script returns after the step: allowed (0 or 1), remaining, retry

@@ -69,6 +69,24 @@ func (l *Log) Push(at, n int64) {
 	l.Append(Event{At: at, N: n})
 }
 
+// Shift moves every entry's instant by d.
+func (l *Log) Shift(d int64) {
+	for i := range l.size {
+		l.buf[l.slot(i)].At += d
+	}
+	l.sync()
+}
+
+// Clamp sets every entry's instant after at to at.
+func (l *Log) Clamp(at int64) {
+	for i := range l.size {
+		if e := &l.buf[l.slot(i)]; e.At > at {
+			e.At = at
+		}
+	}
+	l.sync()
+}
+
 // Append appends e as an entry of its own, never merged, in whatever order: for a Log
 // used as a set (the leases of an in-flight limit), not as a queue in time order.
 func (l *Log) Append(e Event) {

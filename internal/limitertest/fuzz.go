@@ -96,8 +96,21 @@ func (c *checker) step(now, rawN int64) {
 		t.Fatalf("at %s: %+v: an admitted event must take time to reset", where(), d)
 	}
 
-	// a clock that went back sees the key as at the latest instant it has seen
-	if now < c.latest {
+	// a clock that went back more than a period moves the key back by whole periods, to
+	// within one of now: it decides exactly as it would have that much later
+	period := c.args(1).Period
+	if back := before.Time - now; back > period {
+		by := (back - 1) / period * period
+		if later := c.decide(before, now+by, n); later != d {
+			t.Fatalf("at %s, %v behind the key's instant: %+v, but %v later %+v",
+				where(), time.Duration(back)*us, d, time.Duration(by)*us, later)
+		}
+		c.latest -= by
+		for i := range c.admitted {
+			c.admitted[i].at -= by
+		}
+		before = core.Clone(c.st) // the key as the rewind left it: what later instants see
+	} else if now < c.latest { // within a period, it sees the key as at the latest instant it has seen
 		ahead := c.decide(before, c.latest, n)
 		if ahead.Allowed != d.Allowed || ahead.Remaining != d.Remaining ||
 			(!d.Allowed && d.RetryAfter != ahead.RetryAfter+time.Duration(c.latest-now)*us) {

@@ -18,6 +18,30 @@ func testInFlight(t *testing.T, newStore NewStore) {
 	t.Run("limit per call", func(t *testing.T) { testInFlightLimitPerCall(t, newStore) })
 	t.Run("bad input", func(t *testing.T) { testInFlightBadInput(t, newStore) })
 	t.Run("keys apart", func(t *testing.T) { testInFlightKeys(t, newStore) })
+	t.Run("clock stepped back", func(t *testing.T) { testInFlightClockBack(t, newStore) })
+}
+
+// testInFlightClockBack: leases taken an hour ahead, the clock stepped back an hour: no
+// lease outlives its duration from now (30s), so the limit admits again then, not an hour
+// later.
+func testInFlightClockBack(t *testing.T, newStore NewStore) {
+	l, clk := newInFlight(t, newStore, 2, 30*time.Second)
+	ctx := context.Background()
+	clk.Set(Start.Add(time.Hour))
+	for range 2 {
+		if _, d, err := l.Acquire(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("an acquire an hour ahead: %+v, %v", d, err)
+		}
+	}
+	clk.Set(Start)
+	_, d, err := l.Acquire(ctx, "k")
+	if err != nil || d.Allowed || d.RetryAfter != 30*time.Second || d.ResetAfter != 30*time.Second {
+		t.Fatalf("the clock an hour back: %+v, %v; want denied until the leases' 30s from now", d, err)
+	}
+	clk.Advance(30 * time.Second)
+	if _, d, err := l.Acquire(ctx, "k"); err != nil || !d.Allowed {
+		t.Errorf("30s later: %+v, %v; want admitted", d, err)
+	}
 }
 
 func newInFlight(t *testing.T, newStore NewStore, limit int64, lease time.Duration, opts ...ratelimit.Option) (*ratelimit.InFlightLimiter, *clock.Fake) {

@@ -92,6 +92,20 @@ func testQuotas(t *testing.T, newStore NewStore) {
 			t.Errorf("at 00:00 on the 31st: %+v, %v; want allowed, a day of 24 hours", d, err)
 		}
 	})
+	t.Run("a clock stepped a day ahead and back keeps the count, for today's window", func(t *testing.T) {
+		day := time.Date(2027, 6, 10, 12, 0, 0, 0, time.UTC)
+		l, clk := newQuota(t, fixedwindow.Quota{Limit: 2, Per: fixedwindow.Day}, day)
+		clk.Set(day.Add(50 * time.Hour)) // two days ahead
+		for range 2 {
+			if d, err := l.Allow(ctx, "tenant"); err != nil || !d.Allowed {
+				t.Fatalf("two days ahead: %+v, %v", d, err)
+			}
+		}
+		clk.Set(day)
+		if d, err := l.Allow(ctx, "tenant"); err != nil || d.Allowed || d.RetryAfter != 12*time.Hour {
+			t.Errorf("back on the 10th at noon: %+v, %v; want denied until midnight, 12h, not for two days", d, err)
+		}
+	})
 	t.Run("a month in UTC from the 15th at noon", func(t *testing.T) {
 		l, _ := newQuota(t, fixedwindow.Quota{Limit: 10, Per: fixedwindow.Month}, time.Date(2027, 2, 15, 12, 0, 0, 0, time.UTC))
 		if d, err := l.Allow(ctx, "tenant"); err != nil || d.ResetAfter != 13*24*time.Hour+12*time.Hour {
