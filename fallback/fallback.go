@@ -131,6 +131,8 @@ type Store struct {
 	log                *slog.Logger
 	lastErr            atomic.Pointer[error] // the primary's latest failure, for the log
 	lastLogged         atomic.Int64          // UnixNano of the latest error logged that opens nothing
+	lastReopenLog      atomic.Int64          // UnixNano of the latest log of a failed probe; 0: none since closed
+	failedProbes       atomic.Int64          // failed probes not logged yet
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -281,9 +283,12 @@ func WithHooks(h Hooks) Option {
 }
 
 // WithLogger logs what the store swallows while it keeps deciding: at Warn, each time the
-// breaker opens (with the primary's error that opened it) and the primary's errors that
-// open nothing (a missing script, a reply of the wrong shape: at most one a second); at
-// Info, each time the primary decides again. nil logs nothing, the default.
+// breaker opens (with the primary's error that opened it), that its probes still fail
+// (with the latest probe's error, say a WRONGPASS after Redis came back with a password:
+// at most every 30s), the primary's errors that open nothing (a missing script, a reply
+// of the wrong shape: at most one a second), and, once a minute, a timeout that follows
+// a primary slower than WithTimeout; at Info, each time the primary decides again. nil
+// logs nothing, the default.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(s *Store) { s.log = l })
 }
@@ -581,52 +586,67 @@ func (s *Store) settle(ctx context.Context, probe bool, err error, took time.Dur
 		s.observe(took)
 		return
 	}
-	failure := errors.Is(err, ratelimit.ErrUnavailable)
-	switch {
-	case gaveUp:
+	if gaveUp {
 		s.breaker.abandon(probe)
 		return
+	}
+	failure := errors.Is(err, ratelimit.ErrUnavailable)
+	if failure || probe {
+		s.lastErr.Store(&err) // for the log of the breaker's opening, which follows
+	}
+	switch {
 	case failure:
 		how := failed
 		if errors.Is(err, errUnanswered) {
 			how = timedOut
 		}
 		s.breaker.failure(probe, how)
-	default:
-		s.breaker.abandon(probe)
+	case probe: // the primary did not decide: open again, as for a failure
+		s.breaker.failure(probe, failed)
 	}
 	if s.hooks.OnPrimaryError != nil {
 		s.hooks.OnPrimaryError(err, failure)
 	}
-	if s.log != nil {
-		s.logError(ctx, err, failure)
+	if s.log != nil && !failure && !probe {
+		s.logError(ctx, err)
 	}
 }
 
-// logError keeps a failure for the log line of the breaker's opening, and logs an error
-// that opens nothing, at most once a second.
-func (s *Store) logError(ctx context.Context, err error, failure bool) {
-	if failure {
-		s.lastErr.Store(&err)
-		return
-	}
+// logError logs an error of the primary that opens nothing, at most once a second.
+func (s *Store) logError(ctx context.Context, err error) {
 	now := s.clock.Now().UnixNano()
 	if last := s.lastLogged.Load(); now-last >= int64(time.Second) && s.lastLogged.CompareAndSwap(last, now) {
 		s.log.WarnContext(ctx, "fallback: the primary failed; decided on the secondary", "err", err)
 	}
 }
 
-// logChange logs a change of the breaker's state.
+// reopenLogEvery is how often, at most, the log says that the breaker's probes still
+// fail.
+const reopenLogEvery = 30 * time.Second
+
+// logChange logs a change of the breaker's state: each opening and closing, and a probe
+// that failed (half-open to open) at most every reopenLogEvery, with the probe's error and
+// how many failed since the last line.
 func (s *Store) logChange(from, to BreakerState) {
-	switch to {
-	case Open:
-		var err error
-		if p := s.lastErr.Load(); p != nil {
-			err = *p
+	var err error
+	if p := s.lastErr.Load(); p != nil {
+		err = *p
+	}
+	switch {
+	case to == Open && from == HalfOpen:
+		failed := s.failedProbes.Add(1)
+		now := s.clock.Now().UnixNano()
+		if last := s.lastReopenLog.Load(); last != 0 && now-last < int64(reopenLogEvery) || !s.lastReopenLog.CompareAndSwap(last, now) {
+			return
 		}
+		s.failedProbes.Add(-failed)
+		s.log.Warn("fallback: the primary still fails; deciding on the secondary", "err", err,
+			"failed_probes", failed, "instances", s.n(), "next_probe_in", s.breaker.openFor.String())
+	case to == Open:
 		s.log.Warn("fallback: the breaker opened; deciding on the secondary", "from", from.String(), "err", err,
 			"instances", s.n(), "for", s.breaker.openFor.String())
-	case Closed:
+	case to == Closed:
+		s.lastReopenLog.Store(0)
 		s.log.Info("fallback: the breaker closed; the primary decides again", "from", from.String())
 	}
 }

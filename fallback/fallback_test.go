@@ -690,6 +690,33 @@ func TestLogger(t *testing.T) {
 	if n := strings.Count(log, "a bug"); n != 2 {
 		t.Errorf("%d lines of an error that opens nothing; want 2 (one a second):\n%s", n, log)
 	}
+
+	// Redis back with a password: every probe fails with WRONGPASS, which the log says
+	// at once and then every 30s, with the probes failed since; a probe's error, of
+	// whatever kind, opens the breaker again for OpenFor
+	buf.Reset()
+	p.fail(errDown)
+	for range 3 {
+		decide() // opens
+	}
+	wrongPass := fmt.Errorf("WRONGPASS invalid username-password pair: %w", ratelimit.ErrUnavailable)
+	p.fail(wrongPass)
+	before := p.calls.Load()
+	for range 61 { // a probe a second for a minute
+		clk.Advance(time.Second)
+		decide()
+		decide() // while open: the secondary, no call
+	}
+	if calls := p.calls.Load() - before; calls != 61 {
+		t.Errorf("%d calls of the primary in 61s of failed probes; want 61, one a second", calls)
+	}
+	log = buf.String()
+	if n := strings.Count(log, `msg="fallback: the primary still fails; deciding on the secondary" err="WRONGPASS`); n != 3 {
+		t.Errorf("%d lines of failed probes over 61s; want 3 (at once, at 30s, at 60s):\n%s", n, log)
+	}
+	if !strings.Contains(log, "failed_probes=30") {
+		t.Errorf("the log does not count the probes failed between its lines:\n%s", log)
+	}
 }
 
 // Priorities under the shares: with the primary down, one of 20 instances decides a

@@ -1,8 +1,14 @@
 package fallback_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -264,4 +270,82 @@ func TestInFlightAfterStall(t *testing.T) {
 	if took > want {
 		t.Errorf("Redis admitted again %v after it resumed; want within %v", took, want)
 	}
+}
+
+// TestRedisAsksForPassword: Redis starts asking for a password the client does not have
+// (restarted with one, an ACL changed): its refusal (NOAUTH, or a protocol error for an
+// unauthenticated script call, and the connection closed) counts as Redis unavailable,
+// so the breaker opens and decisions go on on the shares; the log says why, again while
+// probes fail; and over 3 seconds at 200 decisions a second the store dials Redis about
+// once a probe, not once a decision.
+func TestRedisAsksForPassword(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client()
+	client := recommendedClient(srv.Addr)
+	t.Cleanup(func() { client.Close() })
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	in := newInstance(t, client, localstore.New(), ratelimit.PerSecond(1_000_000),
+		fallback.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))))
+	ctx := context.Background()
+	if _, err := in.limiter.Allow(ctx, "k"); err != nil || in.bySource[fallback.Primary].Load() != 1 {
+		t.Fatalf("Redis up: %v", err)
+	}
+	if err := admin.ConfigSet(ctx, "requirepass", "secret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// the connections open so far were authenticated: close them, as a restart would
+	if err := admin.Do(ctx, "client", "kill", "type", "normal", "skipme", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := connectionsReceived(t, admin)
+	for range 600 { // 3s at 200/s
+		if d, err := in.limiter.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("Redis asking for a password: %+v, %v", d, err)
+		}
+		time.Sleep(5 * time.Millisecond) // the load's pace, not a wait for an event
+	}
+	dials := connectionsReceived(t, admin) - before
+	mu.Lock()
+	log := logs.String()
+	mu.Unlock()
+	if !strings.Contains(log, "NOAUTH") && !strings.Contains(log, "unauthenticated") {
+		t.Errorf("the log does not say Redis asks for a password:\n%s", log)
+	}
+	if in.store.BreakerState() == fallback.Closed {
+		t.Errorf("the breaker is closed on a Redis that refuses every call")
+	}
+	// the 20 calls that open the breaker (its MinCalls), then a probe a second and the
+	// warmings, backing off; each decision dialled anew would be 600
+	if dials > 40 {
+		t.Errorf("%d connections to Redis in 3s of refused calls; want about 30 (warmings back off, a probe a second)", dials)
+	}
+	t.Logf("%d connections in 3s; %d decisions on the shares", dials, in.bySource[fallback.Secondary].Load())
+}
+
+func connectionsReceived(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_connections_received:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatal("no total_connections_received in INFO stats")
+	return 0
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -128,11 +128,12 @@ type node struct {
 	// when each flight's call went out (UnixNano), by the flight's slot; 0 for a free one
 	sent [maxFlightsFar]int64
 	// how many connections of the client's pool its flights have been warmed to (see
-	// warm), whether a warming runs now, and when one may next be tried after one failed
-	// (UnixNano)
-	warmed    atomic.Int32
-	warming   atomic.Bool
-	warmAfter atomic.Int64
+	// warm), whether a warming runs now, when one may next be tried after one failed
+	// (UnixNano), and how many failed in a row
+	warmed       atomic.Int32
+	warming      atomic.Bool
+	warmAfter    atomic.Int64
+	warmFailures atomic.Int32 // warmings that failed in a row
 }
 
 // coalescing reports whether decisions may ride together: a *redis.Client, or a
@@ -288,8 +289,11 @@ func (s *Store) warm(n *node, limit int) {
 		ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 		defer cancel()
 		if s.warmNow(ctx, n, limit) != nil { // a server down: not again at every decision
-			n.warmAfter.Store(time.Now().Add(warmRetry).UnixNano())
+			wait := min(warmRetry<<min(n.warmFailures.Add(1)-1, 5), warmMaxRetry)
+			n.warmAfter.Store(time.Now().Add(wait).UnixNano())
+			return
 		}
+		n.warmFailures.Store(0)
 	}()
 }
 
@@ -320,10 +324,13 @@ func ping(ctx context.Context, to processor) (err error) {
 }
 
 // warmTimeout bounds a warming's PINGs; warmRetry is how long after a failed warming the
-// next may start.
+// next may start, doubled after each further failure up to warmMaxRetry: a server that
+// refuses connections (down, or asking for a password the client lacks) is not dialled
+// a pool's worth of times a second.
 const (
-	warmTimeout = 5 * time.Second
-	warmRetry   = time.Second
+	warmTimeout  = 5 * time.Second
+	warmRetry    = time.Second
+	warmMaxRetry = 30 * time.Second
 )
 
 // timed records how long a flight took: flightTime moves an eighth of the way to it (is

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
-	"github.com/ratelimit-go/ratelimit/fallback"
 	"github.com/ratelimit-go/ratelimit/internal/redistest"
 )
 
@@ -106,27 +104,11 @@ func TestStoreReadyBeforeServing(t *testing.T) {
 	}
 }
 
-// TestFallbackSwitchesLogged: each switch to and from the shares is logged, with the
-// Redis error that caused it; go-redis's own lines go to the same log.
-func TestFallbackSwitchesLogged(t *testing.T) {
+// TestRedisLogGoesToTheLog: go-redis's own lines go to the gateway's log. (The fallback
+// store logs its switches to and from the shares itself: fallback.WithLogger.)
+func TestRedisLogGoesToTheLog(t *testing.T) {
 	var logs syncBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
-	h := newMetrics().store.Hooks(log, func() int { return 3 })
-	h.OnPrimaryError(errors.New("dial tcp 10.0.0.9:6379: connect: connection refused"), true)
-	h.OnStateChange(fallback.Closed, fallback.Open)
-	h.OnStateChange(fallback.Open, fallback.HalfOpen)
-	h.OnStateChange(fallback.HalfOpen, fallback.Closed)
-	out := logs.String()
-	for _, want := range []string{`"msg":"Redis is failing; deciding from this instance's share of each rule","reason":"dial tcp 10.0.0.9:6379: connect: connection refused","instances":3`,
-		`"msg":"Redis answers again; deciding on Redis"`} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the log has no %s:\n%s", want, out)
-		}
-	}
-	if strings.Count(out, "\n") != 2 {
-		t.Errorf("want 2 lines (open, closed), got:\n%s", out)
-	}
-	logs = syncBuffer{}
 	redisLog{log}.Printf(context.Background(), "pool.go:770: %s\n", "connection pool: failed to dial")
 	if !strings.Contains(logs.String(), `"msg":"pool.go:770: connection pool: failed to dial","source":"go-redis"`) {
 		t.Errorf("a go-redis line: %s", logs.String())

@@ -11,8 +11,9 @@ import (
 )
 
 // Unavailable reports whether err means that Redis cannot decide now: a timeout, a
-// connection that failed or closed, or a server that is busy (BUSY: a script runs too
-// long), out of memory, loading its data, or in a failover. The caller's own cancellation
+// connection that failed or closed, a server that is busy (BUSY: a script runs too
+// long), out of memory, loading its data, or in a failover, or one that refuses this
+// client (NOAUTH, WRONGPASS, NOPERM: a password changed, an ACL). The caller's own cancellation
 // is not: a caller that gave up says nothing about Redis.
 func Unavailable(err error) bool {
 	if errors.Is(err, context.Canceled) {
@@ -25,5 +26,6 @@ func Unavailable(err error) bool {
 		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
 		redis.IsOOMError(err) || redis.IsLoadingError(err) || redis.IsMasterDownError(err) ||
 		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsReadOnlyError(err) ||
-		redis.IsMaxClientsError(err) || redis.HasErrorPrefix(err, "BUSY")
+		redis.IsMaxClientsError(err) || redis.HasErrorPrefix(err, "BUSY") ||
+		redis.IsAuthError(err) || redis.IsPermissionError(err)
 }

@@ -129,7 +129,6 @@ func Open(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (_ rate
 		log.Warn("Redis does not answer; starting on each instance's share of the rules until it does", "err", err)
 	}
 	instances := fallback.WithInstances(cfg.Instances)
-	count := func() int { return cfg.Instances }
 	if cfg.Instances < 1 { // learned: each instance beats in Redis, and counts the live ones
 		fleet := members.New(client, cfg.Members)
 		if _, err := fleet.Beat(start); err != nil {
@@ -145,11 +144,11 @@ func Open(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (_ rate
 			defer cancel()
 			fleet.Leave(leave)
 		}}, closeAll...)
-		instances, count = fallback.WithInstanceCount(fleet.Count), fleet.Count
+		instances = fallback.WithInstanceCount(fleet.Count)
 	}
 	store := fallback.New(rs, localstore.New(localstore.WithMaxKeys(cfg.LocalMaxKeys), localstore.WithMaxBytes(cfg.LocalMaxBytes)),
 		instances, fallback.WithTimeout(cmp.Or(timeout, DefaultTimeout)),
-		fallback.WithBreaker(fallback.Breaker{OpenFor: cfg.BreakerOpen}), fallback.WithHooks(m.Hooks(log, count)))
+		fallback.WithBreaker(fallback.Breaker{OpenFor: cfg.BreakerOpen}), fallback.WithHooks(m.Hooks()), fallback.WithLogger(log))
 	return store, closeStore, nil
 }
 

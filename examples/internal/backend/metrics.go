@@ -1,8 +1,7 @@
 package backend
 
 import (
-	"log/slog"
-	"sync/atomic"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,10 +34,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// Hooks report the fallback store's events into the metrics, and log each switch to and
-// from the instances' shares, with the Redis error that caused it.
-func (m *Metrics) Hooks(log *slog.Logger, instances func() int) fallback.Hooks {
-	var lastErr atomic.Pointer[error]
+// Hooks report the fallback store's events into the metrics; the store's own logger
+// (fallback.WithLogger) says why it switches to and from the shares.
+func (m *Metrics) Hooks() fallback.Hooks {
 	return fallback.Hooks{
 		OnDecision: func(src fallback.Source, _ time.Duration) {
 			if src == fallback.Primary {
@@ -47,26 +45,9 @@ func (m *Metrics) Hooks(log *slog.Logger, instances func() int) fallback.Hooks {
 				m.sources.WithLabelValues("fallback").Inc()
 			}
 		},
-		OnPrimaryError: func(err error, failure bool) {
-			if failure {
-				lastErr.Store(&err)
-				m.errors.WithLabelValues("true").Inc()
-			} else {
-				m.errors.WithLabelValues("false").Inc()
-			}
+		OnPrimaryError: func(_ error, failure bool) {
+			m.errors.WithLabelValues(strconv.FormatBool(failure)).Inc()
 		},
-		OnStateChange: func(from, to fallback.BreakerState) {
-			m.breaker.Set(float64(to))
-			switch {
-			case to == fallback.Open && from == fallback.Closed:
-				reason := "unknown"
-				if err := lastErr.Load(); err != nil {
-					reason = (*err).Error()
-				}
-				log.Warn("Redis is failing; deciding from this instance's share of each rule", "reason", reason, "instances", instances())
-			case to == fallback.Closed:
-				log.Info("Redis answers again; deciding on Redis")
-			}
-		},
+		OnStateChange: func(_, to fallback.BreakerState) { m.breaker.Set(float64(to)) },
 	}
 }
