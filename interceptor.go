@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -33,6 +34,10 @@ type ContextLimiter struct {
 	// Key is a call's limiter key, from its context (gRPC metadata, an authenticated
 	// identity). Required. Its error is Limit's, and the limiter is not asked.
 	Key func(ctx context.Context) (string, error)
+	// MaxKeyLength bounds a key's length in bytes: 256 when 0, as Middleware's. A longer
+	// key, or one that holds control characters, is refused with an error, and the
+	// limiter is not asked: keys that callers choose must not make memory without bound.
+	MaxKeyLength int
 	// Policy names the limit in OnDecision's events: "default" when empty.
 	Policy string
 	// Priority, when set, is a call's priority (its method's class, say): the limiter
@@ -58,6 +63,9 @@ func (c *ContextLimiter) Limit(ctx context.Context) error {
 		return errors.New("ratelimit: ContextLimiter without a Limiter or a Key function")
 	}
 	key, err := c.Key(ctx)
+	if err == nil {
+		err = checkKey(key, cmp.Or(max(0, c.MaxKeyLength), defaultMaxKeyLength))
+	}
 	if err != nil {
 		return err
 	}
@@ -102,6 +110,8 @@ type ContextInFlight struct {
 	InFlight *InFlightLimiter
 	// Key is a call's limiter key, from its context. Required. Its error is Acquire's.
 	Key func(ctx context.Context) (string, error)
+	// MaxKeyLength bounds a key's length in bytes (see ContextLimiter.MaxKeyLength).
+	MaxKeyLength int
 	// Limit, when set, is a call's limit instead of InFlight's own (a method's, say); 0
 	// or less means none for this call.
 	Limit func(ctx context.Context) int64
@@ -129,6 +139,9 @@ func (c *ContextInFlight) Acquire(ctx context.Context) (release func(), err erro
 		return nil, errors.New("ratelimit: ContextInFlight without an InFlight limiter or a Key function")
 	}
 	key, err := c.Key(ctx)
+	if err == nil {
+		err = checkKey(key, cmp.Or(max(0, c.MaxKeyLength), defaultMaxKeyLength))
+	}
 	if err != nil {
 		return nil, err
 	}

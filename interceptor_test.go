@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -101,5 +102,39 @@ func TestContextLimiterDelay(t *testing.T) {
 	cancel()
 	if err := c.Limit(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("a call whose context had ended: %v", err)
+	}
+}
+
+// TestContextKeysBounded: ContextLimiter and ContextInFlight refuse a key longer than 256
+// bytes, as Middleware does, or one of control characters, before the limiter is asked;
+// MaxKeyLength moves the bound.
+func TestContextKeysBounded(t *testing.T) {
+	store := localstore.New()
+	l, _ := tokenbucket.New(store, ratelimit.PerSecond(100), ratelimit.WithNamespace("keys"))
+	in, _ := ratelimit.NewInFlight(store, 10, time.Minute, ratelimit.WithNamespace("keys-in-flight"))
+	c := &ratelimit.ContextLimiter{Limiter: l, Key: ctxKey}
+	f := &ratelimit.ContextInFlight{InFlight: in, Key: ctxKey}
+	for _, key := range []string{strings.Repeat("k", 257), "a\nb", strings.Repeat("k", 15<<20)} {
+		if err := c.Limit(withKey(key)); err == nil || errors.As(err, new(*ratelimit.DeniedError)) {
+			t.Errorf("ContextLimiter, a key of %d bytes: %v; want an error", len(key), err)
+		}
+		if _, err := f.Acquire(withKey(key)); err == nil {
+			t.Errorf("ContextInFlight, a key of %d bytes: %v; want an error", len(key), err)
+		}
+	}
+	if store.Len() != 0 {
+		t.Errorf("the store holds %d keys; the refused ones reached it", store.Len())
+	}
+	if err := c.Limit(withKey(strings.Repeat("k", 256))); err != nil {
+		t.Errorf("a key of 256 bytes: %v", err)
+	}
+	c.MaxKeyLength, f.MaxKeyLength = 1024, 1024
+	if err := c.Limit(withKey(strings.Repeat("k", 1024))); err != nil {
+		t.Errorf("a key of 1024 bytes under MaxKeyLength 1024: %v", err)
+	}
+	if release, err := f.Acquire(withKey(strings.Repeat("k", 1024))); err != nil {
+		t.Errorf("ContextInFlight, 1024 bytes under MaxKeyLength 1024: %v", err)
+	} else {
+		release()
 	}
 }

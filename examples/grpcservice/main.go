@@ -180,11 +180,29 @@ func (s *service) hold(ctx context.Context, p *testpb.Payload) error {
 	}
 }
 
+// maxResponseSize bounds the payload a caller may ask the service to answer with: a
+// field that allows 2 GiB, on keys callers invent, would let a few calls take the
+// process's memory whatever the limits.
+const maxResponseSize = 64 << 10
+
+// responseBody is a payload of size bytes, or an InvalidArgument error past
+// maxResponseSize.
+func responseBody(size int32) ([]byte, error) {
+	if size > maxResponseSize {
+		return nil, status.Errorf(codes.InvalidArgument, "a response size of %d bytes: at most %d", size, maxResponseSize)
+	}
+	return make([]byte, max(0, size)), nil
+}
+
 func (s *service) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	body, err := responseBody(req.GetResponseSize())
+	if err != nil {
+		return nil, err
+	}
 	if err := s.hold(ctx, req.GetPayload()); err != nil {
 		return nil, err
 	}
-	return &testpb.SimpleResponse{Payload: &testpb.Payload{Body: make([]byte, max(0, req.GetResponseSize()))}}, nil
+	return &testpb.SimpleResponse{Payload: &testpb.Payload{Body: body}}, nil
 }
 
 func (s *service) StreamingOutputCall(req *testpb.StreamingOutputCallRequest, ss testpb.TestService_StreamingOutputCallServer) error {
@@ -192,7 +210,11 @@ func (s *service) StreamingOutputCall(req *testpb.StreamingOutputCallRequest, ss
 		return err
 	}
 	for _, p := range req.GetResponseParameters() {
-		if err := ss.Send(&testpb.StreamingOutputCallResponse{Payload: &testpb.Payload{Body: make([]byte, max(0, p.GetSize()))}}); err != nil {
+		body, err := responseBody(p.GetSize())
+		if err != nil {
+			return err
+		}
+		if err := ss.Send(&testpb.StreamingOutputCallResponse{Payload: &testpb.Payload{Body: body}}); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -160,4 +161,23 @@ func get(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestResponseSizeBounded: a call may not ask for a response of more than 64 KiB: one of
+// 256 MiB (the field allows 2 GiB) is InvalidArgument, and allocates nothing like it.
+func TestResponseSizeBounded(t *testing.T) {
+	client, _ := start(t, config{rate: ratelimit.PerMinute(100), inflight: 5})
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := client.UnaryCall(withKey("a"), &testpb.SimpleRequest{ResponseSize: 256 << 20})
+	runtime.ReadMemStats(&after)
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a response of 256 MiB: %v; want InvalidArgument", err)
+	}
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 64<<20 {
+		t.Errorf("the call allocated %d MiB", grown>>20)
+	}
+	if _, err := client.UnaryCall(withKey("a"), &testpb.SimpleRequest{ResponseSize: 64 << 10}); err != nil {
+		t.Errorf("a response of 64 KiB: %v", err)
+	}
 }
