@@ -22,7 +22,7 @@ import (
 // key, asks the limiter, sets the rate-limit headers, and answers a denied request with
 // 429 Too Many Requests and Retry-After, or passes the request on.
 //
-//	limiter, _ := tokenbucket.New(store, ratelimit.PerSecond(10))
+//	limiter, _ := tokenbucket.New(store, ratelimit.PerSecond(10), ratelimit.WithNamespace("per-ip"))
 //	mw := &ratelimit.Middleware{
 //		Limiter: limiter,
 //		Key: func(r *http.Request) (string, error) {

@@ -1,7 +1,9 @@
 package ratelimit_test
 
 import (
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -62,4 +64,35 @@ func dedent(s string) string {
 		lines[i] = strings.TrimPrefix(l, "\t")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestDocsNameNamespaces: every limiter the package docs build names its namespace, as
+// the README advises (a limiter without one counts under its rule's, and starts every key
+// afresh when the rule changes).
+func TestDocsNameNamespaces(t *testing.T) {
+	build := regexp.MustCompile(`\b(tokenbucket|fixedwindow|slidingwindow|slidinglog|leakybucket)\.New\(`)
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() && (path == "internal" || path == "examples") {
+			if err == nil {
+				err = filepath.SkipDir
+			}
+			return err
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if strings.HasPrefix(line, "//") && build.MatchString(line) && !strings.Contains(line, "WithNamespace") {
+				t.Errorf("%s:%d: a limiter without a namespace in a doc: %s", path, i+1, line)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

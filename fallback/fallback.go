@@ -3,8 +3,8 @@
 // it decides on a secondary store (in memory) with a share of the rule, so that the
 // application keeps serving and keeps its protection.
 //
-//	limiter, err := tokenbucket.New(fallback.New(redisstore.New(client), localstore.New(),
-//		fallback.WithInstances(20)), rule)
+//	store := fallback.New(redisstore.New(client), localstore.New(), fallback.WithInstances(20))
+//	limiter, err := tokenbucket.New(store, rule, ratelimit.WithNamespace("api"))
 //
 // While the primary is down, each of n instances enforces 1/n of every rule on its
 // secondary (WithInstances, or WithInstanceCount for a number learned at run time), and

@@ -27,7 +27,7 @@ import (
 //
 //	split, err := regions.New("eu", map[string]redis.Scripter{"eu": euClient, "us": usClient})
 //	go split.Run(ctx)
-//	limiter, err := tokenbucket.New(split.Store(redisstore.New(euClient)), rule)
+//	limiter, err := tokenbucket.New(split.Store(redisstore.New(euClient)), rule, ratelimit.WithNamespace("api"))
 //
 // # Weights
 //
