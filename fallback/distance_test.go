@@ -223,11 +223,8 @@ func TestBreakerClosesOnFarRedis(t *testing.T) {
 	for range 100 {
 		allow()
 	}
-	want := int64(95)
-	if !redistest.ExactTiming() {
-		want = 0 // a busy machine takes from the timeout's slack (see TestRedisFarAway)
-	}
-	if by := in.bySource[fallback.Primary].Load() - before; by < want {
-		t.Errorf("after the breaker closed, Redis decided %d of 100; want at least %d", by, want)
+	// a measure of time, held where the machine is quiet (see TestRedisFarAway)
+	if by := in.bySource[fallback.Primary].Load() - before; redistest.ExactTiming() && by < 95 {
+		t.Errorf("after the breaker closed, Redis decided %d of 100; want at least 95", by)
 	}
 }

@@ -88,15 +88,13 @@ func TestClusterWide(t *testing.T) {
 	})
 	got := float64(admitted.Load())
 	t.Logf("admitted %d, the rule allows %.0f (%.2f%%)", admitted.Load(), allowed, 100*(got-allowed)/allowed)
-	under := 0.97
-	if !redistest.ExactTiming() {
-		under = 0.90 // a machine that stalls for a moment lets a full bucket's refill go by
-	}
 	if got > allowed*1.03 {
 		t.Errorf("admitted %.0f; the rule allows %.0f: more than 3%% over", got, allowed)
 	}
-	if got < allowed*under {
-		t.Errorf("admitted %.0f; the rule allows %.0f: more than %.0f%% under", got, allowed, 100*(1-under))
+	// under is a measure of time (a machine that stalls for a moment lets a bucket's
+	// refill go by), held where the machine is quiet (.ci/run runs this test so)
+	if redistest.ExactTiming() && got < allowed*0.97 {
+		t.Errorf("admitted %.0f; the rule allows %.0f: more than 3%% under", got, allowed)
 	}
 }
 

@@ -23,8 +23,9 @@ import (
 
 // TestDemoDecidesOnItsStore: the README's demo (the gateway on its embedded miniredis,
 // default flags) under load from 100 tenants decides on miniredis, not on the fallback's
-// shares (at most 1% there; at the old 5ms timeout it sent 2-8% there and admitted more
-// than the rules allow), and no tenant gets more than its rule.
+// shares (at most 1% there where the machine is quiet; at the old 5ms timeout it sent
+// 2-8% there and admitted more than the rules allow), and no tenant gets more than its
+// rule.
 func TestDemoDecidesOnItsStore(t *testing.T) {
 	addr, admin := startGateway(t, config{reload: time.Hour,
 		store: backend.Config{Instances: 1, BreakerOpen: time.Second, LocalMaxKeys: 100_000, LocalMaxBytes: 64 << 20}})
@@ -87,7 +88,12 @@ func TestDemoDecidesOnItsStore(t *testing.T) {
 	}
 	redis, shares := count("redis"), count("fallback")
 	t.Logf("%d requests in %v: %.0f decisions on miniredis, %.0f on the shares", requests, elapsed, redis, shares)
-	if redis == 0 || shares > 0.01*(redis+shares) {
+	if redis == 0 {
+		t.Errorf("no decision on miniredis, %.0f on the fallback's shares", shares)
+	}
+	// the share of decisions on miniredis is a measure of time, held where the machine is
+	// quiet (.ci/run runs this test so), and only logged elsewhere
+	if redistest.ExactTiming() && shares > 0.01*(redis+shares) {
 		t.Errorf("%.0f decisions on miniredis, %.0f on the fallback's shares; want at most 1%% on the shares", redis, shares)
 	}
 }
