@@ -526,8 +526,10 @@ func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int,
 		}
 		if p.state.CompareAndSwap(waiting, handed) {
 			p.done <- o
-		} else if o.err == nil && late != nil {
-			late(pctx, o.v)
+		} else if o.err == nil && late != nil { // nobody has the answer: undo what it did
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unanswered)
+			late(lctx, o.v)
+			cancel()
 		}
 	}()
 	wait := time.NewTimer(s.waitFor())

@@ -762,3 +762,31 @@ func TestPrioritiesUnderShares(t *testing.T) {
 		})
 	}
 }
+
+// TestLateLeaseReleased: an in-flight acquire the primary grants after the timeout, when
+// the decision was made on the secondary, is released on the primary at once: nobody
+// holds that lease.
+func TestLateLeaseReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		p.slow.Store(int64(8 * time.Millisecond))
+		s := fallback.New(p, localstore.New(), fallback.WithTimeout(5*time.Millisecond), fallback.WithMaxTimeout(5*time.Millisecond))
+		in, err := ratelimit.NewInFlight(s, 2, time.Minute, ratelimit.WithNamespace("late"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if _, d, err := in.Acquire(t.Context(), "k"); err != nil || !d.Allowed {
+				t.Fatalf("an acquire: %+v, %v", d, err)
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // the primary's late answers, and the releases
+		synctest.Wait()
+		p.slow.Store(0)
+		d, err := p.local.Apply(t.Context(), ratelimit.Request{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: "late",
+			Key: "k", Rule: in.Rule(), N: 1, Op: "peek"})
+		if err != nil || d.Remaining != 1 { // a peek of one more: 1 left after it, none held
+			t.Errorf("the primary after two late grants: %+v, %v; want both leases released", d, err)
+		}
+	})
+}
