@@ -159,19 +159,20 @@ func WithInstances(n int) Option {
 }
 
 // WithTimeout sets the least a decision waits for the primary (DefaultTimeout by
-// default; 0 or less means the default): it waits that long, or longer while the primary
-// is slower than that (see Timeout and WithMaxTimeout), whatever the primary's client
-// does with its context, and is then decided on the secondary.
+// default; 0 or less means the default): that long beyond the primary's measured tail
+// (see Timeout and WithMaxTimeout), whatever the primary's client does with its context,
+// after which it is decided on the secondary.
 //
 // # Timeout and breaker
 //
 // A decision the primary has not answered within the timeout is decided on the
 // secondary, but its call goes on: an answer that comes later is a primary that is slow,
 // not one that is down. It counts as an answer for the breaker, its time counts in the
-// round trip the timeout follows (twice the 99.5th percentile of the last second's
-// answers, up to WithMaxTimeout, 50ms by default; logged at Warn once a minute while it
-// is above the timeout set), and a lease of an in-flight limit it granted is released
-// at once, since nobody holds it. So a Redis a zone away, a jittery network or a busy
+// round trip the timeout follows (see Timeout: the 99.5th percentile of the last
+// second's answers, plus the timeout set as slack, or doubled, up to WithMaxTimeout,
+// 50ms by default; logged at Warn once a minute while the primary is slower than the
+// timeout set), and a lease of an in-flight limit it granted is released at once, since
+// nobody holds it. So a Redis a zone away, a jittery network or a busy
 // CPU make decisions wait longer for Redis, never send them to the shares wholesale.
 //
 // A call is a failure when it fails with an error wrapping ratelimit.ErrUnavailable,
@@ -222,14 +223,16 @@ func WithMaxTimeout(d time.Duration) Option {
 	})
 }
 
-// Timeout is how long a decision waits for the primary now: the timeout of WithTimeout,
-// or, if longer, twice the time within which the primary gave 99.5% of its answers over
-// the last second or two (late ones included: a late answer is a slow primary, not a
-// failed one), up to WithMaxTimeout. Twice, because the moments a machine is slow
-// (a CPU busy elsewhere, a virtual machine's CPU waking) come in bursts that the past
-// second's tail does not foresee.
+// Timeout is how long a decision waits for the primary now: the time within which the
+// primary gave 99.5% of its answers over the last second or two (its tail, late answers
+// included: a late answer is a slow primary, not a failed one) plus the timeout of
+// WithTimeout, or twice the tail if that is longer, up to WithMaxTimeout; the timeout
+// alone while too few answers were seen. The slack, because the moments a machine is
+// slow (a CPU busy elsewhere, a virtual machine's CPU waking) come in bursts that the
+// past second's tail does not foresee.
 func (s *Store) Timeout() time.Duration {
-	return min(max(s.timeout, 2*time.Duration(s.rtt.tail.Load())), max(s.timeout, s.maxTimeout))
+	tail := time.Duration(s.rtt.tail.Load())
+	return min(max(tail+s.timeout, 2*tail), max(s.timeout, s.maxTimeout))
 }
 
 // observe counts an answer of the primary that took took.
@@ -240,7 +243,7 @@ func (s *Store) observe(took time.Duration) {
 // waitFor is Timeout, logged once a minute while it is above the timeout set.
 func (s *Store) waitFor() time.Duration {
 	w := s.Timeout()
-	if w > s.timeout && s.log != nil {
+	if time.Duration(s.rtt.tail.Load()) > s.timeout && s.log != nil {
 		now := s.clock.Now().UnixNano()
 		if last := s.lastSlow.Load(); (last == 0 || now-last >= int64(time.Minute)) && s.lastSlow.CompareAndSwap(last, now) {
 			s.log.Warn("fallback: the primary answers slower than the timeout; decisions wait for it longer",
