@@ -81,7 +81,9 @@ type Hooks struct {
 	// nothing (peeks, refunds, resets, a lease's release or extension).
 	OnDecision func(source Source, latency time.Duration)
 	// OnPrimaryError is called for each failed call of the primary, with its error, and
-	// whether it counted as a failure for the breaker.
+	// whether it counted as a failure for the breaker; and for each decision that stopped
+	// waiting at the timeout (an error wrapping context.DeadlineExceeded, not a failure:
+	// the call goes on, and counts as a failure only if it stays unanswered).
 	OnPrimaryError func(err error, failure bool)
 	// OnStateChange is called when the breaker changes state.
 	OnStateChange func(from, to BreakerState)
