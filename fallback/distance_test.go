@@ -220,11 +220,13 @@ func TestBreakerClosesOnFarRedis(t *testing.T) {
 		return in.store.BreakerState() == fallback.Closed
 	})
 	before := in.bySource[fallback.Primary].Load()
-	for range 100 {
+	for range 200 {
 		allow()
 	}
-	// a measure of time, held where the machine is quiet (see TestRedisFarAway)
-	if by := in.bySource[fallback.Primary].Load() - before; redistest.ExactTiming() && by < 95 {
-		t.Errorf("after the breaker closed, Redis decided %d of 100; want at least 95", by)
+	// a measure of time, held where the machine is quiet (see TestRedisFarAway): over 200
+	// decisions one after the other, so that one slow moment of the machine (a few
+	// decisions in a row past the timeout) does not decide it
+	if by := in.bySource[fallback.Primary].Load() - before; redistest.ExactTiming() && by < 190 {
+		t.Errorf("after the breaker closed, Redis decided %d of 200; want at least 95%%", by)
 	}
 }

@@ -502,7 +502,9 @@ const (
 // takes of the call) to OnDecision. A nil error means the value is the primary's.
 //
 // The call itself goes on after the wait, for as long as the breaker's Unanswered, on
-// a context without the caller's cancellation: an answer that comes after the timeout
+// a context without the caller's cancellation, if it was sent by then (a call a store
+// still queues when the wait ends is dropped: see core.WithSendBy): an answer that comes
+// after the timeout
 // is a live primary and counts as one with the breaker and the measured round trip, and
 // late, if set, undoes what it did (a lease taken for a decision made on the secondary);
 // a call still unanswered then is a failure. A caller that gives up counts for nothing
@@ -511,8 +513,10 @@ func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int,
 	start := s.clock.Now()
 	p := &pending[T]{done: make(chan outcome[T], 1)}
 	unanswered := max(s.breaker.unanswered, s.maxTimeout)
+	waitFor := s.waitFor()
+	sendBy := time.Now().Add(waitFor) // a call not sent by then is decided elsewhere
 	go func() {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unanswered)
+		pctx, cancel := context.WithTimeout(core.WithSendBy(context.WithoutCancel(ctx), sendBy), unanswered)
 		defer cancel()
 		var o outcome[T]
 		func() {
@@ -537,7 +541,7 @@ func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int,
 			cancel()
 		}
 	}()
-	wait := time.NewTimer(s.waitFor())
+	wait := time.NewTimer(waitFor)
 	defer wait.Stop()
 	var o outcome[T]
 	var zero T
@@ -593,7 +597,7 @@ func (s *Store) settle(ctx context.Context, probe bool, err error, took time.Dur
 		s.observe(took)
 		return
 	}
-	if gaveUp {
+	if gaveUp || errors.Is(err, core.ErrNotSent) { // says nothing about the primary
 		s.breaker.abandon(probe)
 		return
 	}

@@ -387,13 +387,18 @@ func (s *Store) fly(n *node, slot int, batch []*call) {
 // still read and its connection kept.
 func (s *Store) flyBatch(n *node, batch []*call) {
 	live := batch[:0]
+	now := time.Now()
 	for _, c := range batch {
-		if c.ctx.Err() != nil { // its caller has given up (see errGaveUp)
+		switch {
+		case c.ctx.Err() != nil: // its caller has given up (see errGaveUp)
 			c.err = errGaveUp
-			c.done <- struct{}{}
+		case core.Unsendable(c.ctx, now): // decided elsewhere by now: counted nowhere here
+			c.err = fmt.Errorf("redisstore: %w", core.ErrNotSent)
+		default:
+			live = append(live, c)
 			continue
 		}
-		live = append(live, c)
+		c.done <- struct{}{}
 	}
 	if len(live) == 0 {
 		return
@@ -440,13 +445,17 @@ func (s *Store) safeDecideBatch(ctx context.Context, n *node, calls []*call) (ds
 }
 
 // batchContext is the context of a batch's call: no caller's cancellation reaches it,
-// and it ends at the latest of the callers' deadlines (never, if one has none). A batch
-// is sent on it without its deadline (see noDeadline): go-redis waits for a connection
-// only until it ends, and reads the reply whenever it comes.
+// and it ends at the latest of the callers' deadlines, or send-by times where they have
+// one (core.WithSendBy; never, if one has neither). A batch is sent on it without its
+// deadline (see noDeadline): go-redis waits for a connection only until it ends, and
+// reads the reply whenever it comes.
 func batchContext(batch []*call) (context.Context, context.CancelFunc) {
 	var latest time.Time
 	for _, c := range batch {
-		d, ok := c.ctx.Deadline()
+		d, ok := core.SendBy(c.ctx)
+		if !ok {
+			d, ok = c.ctx.Deadline()
+		}
 		if !ok {
 			return context.Background(), func() {}
 		}

@@ -328,7 +328,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 	} else {
 		d, err = s.single(ctx, &c)
 	}
-	if err != nil && c.a.Lease != 0 && req.Op == "" {
+	if err != nil && c.a.Lease != 0 && req.Op == "" && !errors.Is(err, core.ErrNotSent) {
 		s.releaseLater(&c) // it may have taken a lease that nobody holds (see orphans)
 	}
 	return d, err
@@ -579,6 +579,10 @@ func (s *Store) await(ctx context.Context, f func(context.Context) error) error 
 	go func() {
 		if err := ctx.Err(); err != nil { // the caller gave up while this waited for a thread
 			done <- err
+			return
+		}
+		if core.Unsendable(ctx, time.Now()) { // decided elsewhere by now (core.WithSendBy)
+			done <- fmt.Errorf("redisstore: %w", core.ErrNotSent)
 			return
 		}
 		done <- safely(noDeadline{ctx}, f)
