@@ -406,7 +406,12 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 	start := time.Now()
 	if len(live) == 1 {
 		c := live[0]
-		c.d, c.err = s.safeSingle(noDeadline{c.ctx}, c)
+		sctx, cancel := sendContext(c.ctx)
+		c.d, c.err = s.safeSingle(sctx, c)
+		cancel()
+		if errors.Is(c.err, context.Canceled) && c.ctx.Err() == nil && core.Unsendable(c.ctx, time.Now()) {
+			c.err = fmt.Errorf("redisstore: %w", core.ErrNotSent) // it waited for a connection until its send-by time
+		}
 		if c.err == nil {
 			s.timed(time.Since(start))
 		}
@@ -415,17 +420,21 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 	}
 	ctx, cancel := batchContext(live)
 	ds, err := s.safeDecideBatch(noDeadline{ctx}, n, live)
-	if err != nil && ctx.Err() != nil {
-		err = errGaveUp // it waited for a connection until the latest of its callers' deadlines
-	}
+	waitedOut := err != nil && ctx.Err() != nil // it waited for a connection until the latest of its callers' deadlines
 	cancel()
 	if err == nil { // a failed call's time says how long a timeout is, not a round trip
 		s.timed(time.Since(start))
 	}
+	now = time.Now()
 	for i, c := range live {
-		if err != nil {
+		switch {
+		case waitedOut && core.Unsendable(c.ctx, now):
+			c.err = fmt.Errorf("redisstore: %w", core.ErrNotSent)
+		case waitedOut:
+			c.err = errGaveUp
+		case err != nil:
 			c.err = err
-		} else {
+		default:
 			c.d, c.err = ds[i].d, ds[i].err
 		}
 		c.done <- struct{}{}

@@ -585,7 +585,9 @@ func (s *Store) await(ctx context.Context, f func(context.Context) error) error 
 			done <- fmt.Errorf("redisstore: %w", core.ErrNotSent)
 			return
 		}
-		done <- safely(noDeadline{ctx}, f)
+		sctx, cancel := sendContext(ctx)
+		defer cancel()
+		done <- notSent(ctx, safely(sctx, f))
 	}()
 	select {
 	case err := <-done:
@@ -599,6 +601,28 @@ func (s *Store) await(ctx context.Context, f func(context.Context) error) error 
 func safely(ctx context.Context, f func(context.Context) error) (err error) {
 	defer clientPanic("a call", &err)
 	return f(ctx)
+}
+
+// sendContext is ctx as a command of the store's is handed to the client: without its
+// deadline (see noDeadline), and ended at its send-by time when it has one
+// (core.WithSendBy), so that go-redis stops waiting for a connection, dialling and
+// backing off between attempts then, while it still reads the reply of a command it
+// wrote (its reads watch the socket's deadline, never the context).
+func sendContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if t, ok := core.SendBy(ctx); ok {
+		sctx, cancel := context.WithDeadline(ctx, t)
+		return noDeadline{sctx}, cancel
+	}
+	return noDeadline{ctx}, func() {}
+}
+
+// notSent is err, or ErrNotSent when err is the end of ctx's send-by time: the command
+// never left.
+func notSent(ctx context.Context, err error) error {
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil && core.Unsendable(ctx, time.Now()) {
+		return fmt.Errorf("redisstore: %w", core.ErrNotSent)
+	}
+	return err
 }
 
 // noDeadline is a context that ends when its parent does but has no deadline, which is
