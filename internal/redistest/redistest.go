@@ -10,6 +10,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"slices"
@@ -84,14 +85,33 @@ func launch(t testing.TB, n int, args []string) []*Server {
 	return nil
 }
 
+// freePort is a port on 127.0.0.1 that no one listens on now, nor on the port 10000
+// above it (a cluster node's bus). It is drawn from below the kernel's ephemeral range
+// (32768 and up on Linux), where the port a listener on ":0" would get may be taken by
+// any outgoing connection the moment that listener closes: on a busy machine, with
+// other test runs beside this one, that happened between finding a port and binding it.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	var err error
+	for range 100 {
+		port := minPort + rand.IntN(maxPort-minPort)
+		var a, b net.Listener
+		if a, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err != nil {
+			continue
+		}
+		b, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+		a.Close()
+		if err != nil {
+			continue
+		}
+		b.Close()
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free port found: %w", err)
 }
+
+// The ports servers are started on, and their cluster buses 10000 above: all below the
+// ephemeral range.
+const minPort, maxPort = 10000, 22700
 
 // waitUp polls the server with PING until it answers, or it exits, or StartupTimeout.
 func (s *Server) waitUp() error {
