@@ -83,14 +83,21 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 		// the oldest events must age out until n (and what it must leave) fit: the
 		// oldest alone, most often, which the log keeps beside its ring
 		excess := st.Level + a.N + keep - a.Limit
-		d.Wait = mathx.Micros(max(1, t+a.Period-now)) // more than the log holds: never; when it is empty
-		for i, aged := 0, int64(0); i < log.Len(); i++ {
-			e := log.At(i)
-			if aged += e.N; aged >= excess {
-				d.Wait = mathx.Micros(e.At + a.Period - now)
-				break
+		wait := max(1, t+a.Period-now) // more than the log holds, which never fits: when it is empty
+		if log.Len() > 0 {
+			e, aged := log.Oldest(), int64(0)
+			for i := 1; ; i++ {
+				if aged += e.N; aged >= excess {
+					wait = e.At + a.Period - now
+					break
+				}
+				if i == log.Len() {
+					break
+				}
+				e = log.At(i)
 			}
 		}
+		d.Wait = mathx.Micros(wait)
 	}
 	d.Remaining = max(0, a.Limit-st.Level-keep)
 	if log.Len() > 0 {
