@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ratelimit-go/ratelimit/internal/mathx"
 	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
 
-	"github.com/ratelimit-go/ratelimit/internal/fast"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 // AlgorithmLimiter is a Limiter that runs one Algorithm under one Rule on a Store, in one
@@ -26,24 +28,14 @@ type AlgorithmLimiter struct {
 	alg       *Algorithm
 	rule      Rule
 	namespace string
-	limit     int64    // the largest n the rule can ever allow
-	take      takeFunc // AllowN's and AllowRule's path when the store is a binder (and no reserve or window); nil otherwise
-	reserves  []int64  // by priority, in percent (WithReserves); nil for none
-	err       error    // an option's
+	limit     int64   // the largest n the rule can ever allow
+	reserves  []int64 // by priority, in percent (WithReserves); nil for none
+	err       error   // an option's
+	// the Specs of takes under the limiter's rule, one per reserve (one alone without
+	// reserves), and under the other rules AllowRule has seen (ruleSpecs)
+	takes []*Spec
+	rules *ruleSpecs
 }
-
-// binder is a store of this module that finds once what every take of one limiter
-// shares (localstore): a limiter binds its algorithm and namespace when it is made, and
-// sends AllowN and AllowRule through the takeFunc, whose Outcome comes back in registers
-// (see package internal/fast); every other call goes through Apply. Its method's type
-// names an internal package, so no store outside this module can be one.
-type binder interface {
-	Bind(alg *Algorithm, namespace string) func(ctx context.Context, key string, rule Rule, n int64) (fast.Outcome, int64, error)
-}
-
-// takeFunc is what Apply does for a take of n on key under rule, in the bound algorithm
-// and namespace, without a lease: the Decision is the Outcome's, with limit.
-type takeFunc = func(ctx context.Context, key string, rule Rule, n int64) (o fast.Outcome, limit int64, err error)
 
 var _ Limiter = (*AlgorithmLimiter)(nil)
 
@@ -88,9 +80,13 @@ func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule, opts ...Option)
 	if l.err != nil {
 		return nil, fmt.Errorf("%s: %w", alg.Name, l.err)
 	}
-	// the bound take decides a plain take; a reserve and a window go through Apply
-	if b, ok := store.(binder); ok && alg.Window == nil && l.reserves == nil {
-		l.take = b.Bind(alg, l.namespace)
+	l.rules = &ruleSpecs{}
+	reserves := l.reserves
+	if reserves == nil {
+		reserves = []int64{0}
+	}
+	for _, r := range reserves {
+		l.takes = append(l.takes, &Spec{Algorithm: alg, Namespace: l.namespace, Rule: rule, Reserve: r})
 	}
 	return l, nil
 }
@@ -113,56 +109,75 @@ func ruleNamespace(r Rule) string {
 
 // Allow is AllowN with n = 1.
 func (l *AlgorithmLimiter) Allow(ctx context.Context, key string) (Decision, error) {
-	// AllowN's body again, not a call of it: a Decision returned from AllowN would be
-	// copied once more through memory (see package internal/fast)
-	if l.take == nil {
-		return l.apply(ctx, key, l.rule, 1)
+	if l.reserves != nil {
+		return l.take(ctx, key, l.rule, 1)
 	}
-	o, limit, err := l.take(ctx, key, l.rule, 1)
-	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining,
-		RetryAfter: o.RetryAfter(), ResetAfter: o.ResetAfter, Delay: o.Delay()}, err
+	o, err := l.store.Apply(ctx, Request{Key: key, N: 1, Spec: l.takes[0]})
+	if err != nil {
+		return Decision{}, err
+	}
+	retry, delay := waits(o)
+	return Decision{Allowed: o.Allowed, Limit: l.limit, Remaining: o.Remaining, RetryAfter: retry, ResetAfter: o.Reset, Delay: delay}, nil
 }
 
 // AllowN admits n events for key, all or none. n must be between 1 and the most the rule
 // allows at once (Decision.Limit), or the error wraps ErrInvalidN and
 // nothing is consumed.
 func (l *AlgorithmLimiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	if l.take == nil {
-		return l.apply(ctx, key, l.rule, n)
-	}
-	o, limit, err := l.take(ctx, key, l.rule, n) // which validates n as Apply does
-	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining,
-		RetryAfter: o.RetryAfter(), ResetAfter: o.ResetAfter, Delay: o.Delay()}, err
+	return l.take(ctx, key, l.rule, n)
 }
 
-// apply is a take through Store.Apply, for a store that is not a binder or a request that
-// keeps a reserve.
-func (l *AlgorithmLimiter) apply(ctx context.Context, key string, rule Rule, n int64) (Decision, error) {
-	if rule == l.rule && (n < 1 || n > l.limit) { // the store is not asked
-		return Decision{}, badN(l.alg, rule, n)
-	}
-	reserve := l.reserve(ctx)
-	if err := l.fits(ctx, rule, n, reserve); err != nil {
+// take asks the store to take n events for key under rule, at ctx's priority.
+func (l *AlgorithmLimiter) take(ctx context.Context, key string, rule Rule, n int64) (Decision, error) {
+	spec, limit, err := l.takeSpec(ctx, rule, n)
+	if err != nil { // the store is not asked
 		return Decision{}, err
 	}
-	return l.store.Apply(ctx, Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: rule, N: n,
-		Reserve: reserve})
+	o, err := l.store.Apply(ctx, Request{Key: key, N: n, Spec: spec})
+	if err != nil {
+		return Decision{}, err
+	}
+	retry, delay := waits(o)
+	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining, RetryAfter: retry, ResetAfter: o.Reset, Delay: delay}, nil
+}
+
+// waits are the RetryAfter and the Delay of o's Decision. The Decision itself is built in
+// the statement that returns it (o.Decision's work, written out): built by a call and
+// returned again, it would be copied through memory once more.
+func waits(o Outcome) (retry, delay time.Duration) {
+	if o.Allowed {
+		return 0, o.Wait
+	}
+	return o.Wait, 0
+}
+
+// takeSpec is the Spec of a take of n under rule at ctx's priority, and the Limit of its
+// Decisions; or the error of an n the rule, or the priority's reserve, never allows.
+func (l *AlgorithmLimiter) takeSpec(ctx context.Context, rule Rule, n int64) (*Spec, int64, error) {
+	p := l.priority(ctx)
+	if rule == l.rule {
+		if n < 1 || n > l.limit {
+			return nil, 0, badN(l.alg, rule, n)
+		}
+		spec := l.takes[p]
+		return spec, l.limit, l.fits(ctx, l.limit, n, spec.Reserve)
+	}
+	spec, limit, err := l.rules.get(l, rule, p)
+	if err == nil && (n < 1 || n > limit) {
+		err = badN(l.alg, rule, n)
+	}
+	if err == nil {
+		err = l.fits(ctx, limit, n, spec.Reserve)
+	}
+	return spec, limit, err
 }
 
 // fits is the error for n events that a request of ctx's priority, which must leave
-// reserve percent of rule's allowance, can never take: more than the allowance less its
-// reserve. nil when it can, or when rule or n are invalid (the store says so).
-func (l *AlgorithmLimiter) fits(ctx context.Context, rule Rule, n, reserve int64) error {
+// reserve percent of an allowance of limit, can never take: more than the allowance less
+// its reserve; nil when it can.
+func (l *AlgorithmLimiter) fits(ctx context.Context, limit, n, reserve int64) error {
 	if reserve == 0 {
 		return nil
-	}
-	limit := l.limit
-	if rule != l.rule {
-		a, err := l.alg.Prepare(rule, n)
-		if err != nil {
-			return nil
-		}
-		limit = a.Limit
 	}
 	if keep := mathx.Keep(limit, reserve); n > limit-keep {
 		return fmt.Errorf("%s: n = %d: %w: a request of priority %v may take at most %d of %d, leaving %d%% to more important ones",
@@ -178,12 +193,57 @@ func (l *AlgorithmLimiter) fits(ctx context.Context, rule Rule, n, reserve int64
 // returns an error wrapping ErrInvalidRule or ErrInvalidN and consumes
 // nothing.
 func (l *AlgorithmLimiter) AllowRule(ctx context.Context, key string, rule Rule, n int64) (Decision, error) {
-	if l.take == nil {
-		return l.apply(ctx, key, rule, n)
+	return l.take(ctx, key, rule, n)
+}
+
+// ruleSpecs are the Specs of takes under rules other than the limiter's own (AllowRule),
+// by rule and priority, each made once, up to maxRuleSpecs of them; past that, a take
+// under a rule not among them makes its Spec anew.
+type ruleSpecs struct {
+	last atomic.Pointer[ruleSpec] // the latest asked for, which the next take most often wants again
+	m    sync.Map                 // ruleSpecKey -> *ruleSpec
+	n    atomic.Int64
+}
+
+const maxRuleSpecs = 4096
+
+type ruleSpecKey struct {
+	rule     Rule
+	priority int
+}
+
+type ruleSpec struct {
+	ruleSpecKey
+	spec  *Spec
+	limit int64 // Args.Limit under the rule
+}
+
+// get is the Spec of a take under rule at the priority p of l, and its Decisions' Limit;
+// the error of a rule l's algorithm refuses.
+func (rs *ruleSpecs) get(l *AlgorithmLimiter, rule Rule, p int) (*Spec, int64, error) {
+	k := ruleSpecKey{rule, p}
+	if r := rs.last.Load(); r != nil && r.ruleSpecKey == k {
+		return r.spec, r.limit, nil
 	}
-	o, limit, err := l.take(ctx, key, rule, n)
-	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining,
-		RetryAfter: o.RetryAfter(), ResetAfter: o.ResetAfter, Delay: o.Delay()}, err
+	if v, ok := rs.m.Load(k); ok {
+		r := v.(*ruleSpec)
+		rs.last.Store(r)
+		return r.spec, r.limit, nil
+	}
+	a, err := l.alg.Prepare(rule, 1)
+	if err != nil {
+		return nil, 0, err
+	}
+	r := &ruleSpec{k, &Spec{Algorithm: l.alg, Namespace: l.namespace, Rule: rule, Reserve: l.takes[p].Reserve}, a.Limit}
+	if rs.n.Load() < maxRuleSpecs {
+		if v, loaded := rs.m.LoadOrStore(k, r); loaded {
+			r = v.(*ruleSpec)
+		} else {
+			rs.n.Add(1)
+		}
+	}
+	rs.last.Store(r)
+	return r.spec, r.limit, nil
 }
 
 // badN is the error for an n out of range of rule, as Prepare, the one place that words
@@ -221,11 +281,17 @@ func (l *AlgorithmLimiter) do(ctx context.Context, key string, n int64, op strin
 	if n < 1 || n > l.limit {
 		return Decision{}, badN(l.alg, l.rule, n)
 	}
-	req := Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: n, Op: op}
+	spec := withOp(l.takes[0], op)
 	if op == "peek" {
-		req.Reserve = l.reserve(ctx)
+		spec.Reserve = l.takes[l.priority(ctx)].Reserve
+	} else {
+		spec.Reserve = 0
 	}
-	return l.store.Apply(ctx, req)
+	o, err := l.store.Apply(ctx, Request{Key: key, N: n, Spec: spec})
+	if err != nil {
+		return Decision{}, err
+	}
+	return o.Decision(l.limit), nil
 }
 
 // base is how AllowAll finds the AlgorithmLimiter inside an algorithm's

@@ -499,7 +499,7 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 		}
 		l := p.Limiter.(algorithmBased).base() // checked by Wrap
 		store = l.store
-		req := Request{Algorithm: l.alg, Namespace: l.namespace, Key: key, Rule: l.rule, N: 1, Reserve: l.reserve(r.Context())}
+		req := Request{Key: key, N: 1, Spec: l.takes[l.priority(r.Context())]}
 		if p.Shadow {
 			shadowReqs, shadowNames = append(shadowReqs, req), append(shadowNames, p.Name)
 			continue
@@ -524,12 +524,13 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 	var shadows []shadowed
 	for i, req := range shadowReqs {
 		start := time.Now()
-		sd, err := store.Apply(r.Context(), req)
+		so, err := store.Apply(r.Context(), req)
 		if err != nil { // a shadow's failure never touches the request
 			m.observer().warn(r.Context(), "a shadowed policy failed", key, err)
 			continue
 		}
-		shadows = append(shadows, shadowed{shadowNames[i], sd, time.Since(start)})
+		a, _ := req.Args() // Wrap checked the rule
+		shadows = append(shadows, shadowed{shadowNames[i], so.Decision(a.Limit), time.Since(start)})
 	}
 	return ps, shadows, d, nil
 }

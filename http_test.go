@@ -114,8 +114,8 @@ func TestMiddlewareKeys(t *testing.T) {
 // failing is a store whose backend is down.
 type failing struct{}
 
-func (failing) Apply(context.Context, ratelimit.Request) (ratelimit.Decision, error) {
-	return ratelimit.Decision{}, ratelimit.ErrUnavailable
+func (failing) Apply(context.Context, ratelimit.Request) (ratelimit.Outcome, error) {
+	return ratelimit.Outcome{}, ratelimit.ErrUnavailable
 }
 
 func TestMiddlewareErrors(t *testing.T) {
@@ -479,8 +479,8 @@ func TestMiddlewareShadowPolicy(t *testing.T) {
 // downStore is a store whose backend is down.
 type downStore struct{}
 
-func (downStore) Apply(context.Context, ratelimit.Request) (ratelimit.Decision, error) {
-	return ratelimit.Decision{}, fmt.Errorf("down: %w", ratelimit.ErrUnavailable)
+func (downStore) Apply(context.Context, ratelimit.Request) (ratelimit.Outcome, error) {
+	return ratelimit.Outcome{}, fmt.Errorf("down: %w", ratelimit.ErrUnavailable)
 }
 
 // The hook sees which store of a fallback decided, the in-flight limit's decisions, and

@@ -80,13 +80,16 @@ func (l *InFlightLimiter) AcquireLimit(ctx context.Context, key string, limit in
 }
 
 func (l *InFlightLimiter) acquire(ctx context.Context, key string, rule Rule) (*Lease, Decision, error) {
-	id := newLeaseID()
-	d, err := l.base.store.Apply(ctx, Request{Algorithm: &inflight, Namespace: l.base.namespace, Key: key,
-		Rule: rule, N: 1, Lease: id, Reserve: l.base.reserve(ctx)})
-	if err != nil || !d.Allowed {
-		return nil, d, err
+	spec := &Spec{Algorithm: &inflight, Namespace: l.base.namespace, Rule: rule, Lease: newLeaseID(), Reserve: l.base.reserve(ctx)}
+	o, err := l.base.store.Apply(ctx, Request{Key: key, N: 1, Spec: spec})
+	if err != nil {
+		return nil, Decision{}, err
 	}
-	return &Lease{limiter: l, key: key, rule: rule, id: id}, d, nil
+	d := o.Decision(rule.Limit)
+	if !d.Allowed {
+		return nil, d, nil
+	}
+	return &Lease{limiter: l, key: key, spec: spec}, d, nil
 }
 
 // Wait acquires one of key's leases, waiting while all of them are held, until ctx ends.
@@ -124,8 +127,7 @@ const maxWaitPause = 100 * time.Millisecond
 type Lease struct {
 	limiter *InFlightLimiter
 	key     string
-	rule    Rule
-	id      int64
+	spec    *Spec // of its acquire: its rule and id
 }
 
 // Release gives the lease back, so that another request of its key may start. A lease
@@ -153,9 +155,8 @@ func (x *Lease) Extend(ctx context.Context) (bool, error) {
 	return err == nil && d.Allowed, err
 }
 
-func (x *Lease) apply(ctx context.Context, op string) (Decision, error) {
-	return x.limiter.base.store.Apply(ctx, Request{Algorithm: &inflight, Namespace: x.limiter.base.namespace,
-		Key: x.key, Rule: x.rule, N: 1, Op: op, Lease: x.id})
+func (x *Lease) apply(ctx context.Context, op string) (Outcome, error) {
+	return x.limiter.base.store.Apply(ctx, Request{Key: x.key, N: 1, Spec: withOp(x.spec, op)})
 }
 
 // keepAlive extends the lease every half lease duration, each time within timeout of
@@ -165,7 +166,7 @@ func (x *Lease) keepAlive(ctx context.Context, timeout time.Duration, failed fun
 	if x == nil {
 		return func() {}
 	}
-	every := max(x.rule.Period/2, time.Millisecond)
+	every := max(x.spec.Rule.Period/2, time.Millisecond)
 	ctx = context.WithoutCancel(ctx)
 	var mu sync.Mutex
 	var t *time.Timer
@@ -263,9 +264,9 @@ func findLease(log *eventlog.Log, id int64) int {
 
 // acquireLease takes a lease a.Lease for a.Period, if fewer than a.Limit are held (a
 // lease held already is renewed).
-func acquireLease(st *State, now int64, a Args) Decision {
+func acquireLease(st *State, now int64, a Args) Outcome {
 	expireLeases(st, now, a.Period)
-	allowed, keep := true, mathx.Keep(a.Limit, a.Reserve)
+	allowed, keep := true, a.Keep
 	if i := findLease(st.Log, a.Lease); i >= 0 {
 		renew(st.Log, i, now+a.Period)
 	} else if int64(st.Log.Len())+keep < a.Limit {
@@ -274,7 +275,7 @@ func acquireLease(st *State, now int64, a Args) Decision {
 		allowed = false
 	}
 	st.Level = int64(st.Log.Len())
-	d := Decision{Allowed: allowed, Limit: a.Limit, Remaining: max(0, a.Limit-st.Level-keep)}
+	d := Outcome{Allowed: allowed, Remaining: max(0, a.Limit-st.Level-keep)}
 	if st.Log.Len() > 0 {
 		first, last := st.Log.At(0).At, st.Log.At(0).At
 		for i := 1; i < st.Log.Len(); i++ {
@@ -292,9 +293,9 @@ func acquireLease(st *State, now int64, a Args) Decision {
 			first = expiries[k]
 		}
 		if !allowed {
-			d.RetryAfter = mathx.Micros(first - now)
+			d.Wait = mathx.Micros(first - now)
 		}
-		d.ResetAfter = mathx.Micros(last - now)
+		d.Reset = mathx.Micros(last - now)
 	}
 	return d
 }

@@ -15,9 +15,9 @@ local function int(x) -- an integer as Redis must read it: never in exponent not
   return string.format('%.0f', x)
 end
 local after = '(' .. int(now) -- scores after now: the leases alive
-local keep, reserve = 0, tonumber(ARGV[9]) or 0
-if reserve > 0 and (op == '' or op == 'take' or op == 'peek') then
-  keep = math.floor(limit / 100) * reserve + math.floor(limit % 100 * reserve / 100)
+local keep = 0
+if op == '' or op == 'take' or op == 'peek' then
+  keep = tonumber(ARGV[9]) or 0
 end
 
 if op == 'reset' then -- forget every lease; answer as a peek

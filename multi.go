@@ -53,7 +53,7 @@ func AllowAll(ctx context.Context, n int64, parts ...Part) (Decision, error) {
 		if _, err := l.alg.Prepare(l.rule, n); err != nil {
 			return Decision{}, err
 		}
-		reqs[i] = Request{Algorithm: l.alg, Namespace: l.namespace, Key: p.Key, Rule: l.rule, N: n, Reserve: l.reserve(ctx)}
+		reqs[i] = Request{Key: p.Key, N: n, Spec: l.takes[l.priority(ctx)]}
 	}
 	ds, err := ApplyAll(ctx, store, reqs)
 	if err != nil {
@@ -81,20 +81,37 @@ func ApplyAll(ctx context.Context, store Store, reqs []Request) ([]Decision, err
 		return nil, nil
 	}
 	for i, r := range reqs {
-		if r.Algorithm == nil || r.Op != "" {
+		if r.Spec == nil || r.Spec.Algorithm == nil || r.Spec.Op != "" {
 			return nil, fmt.Errorf("ratelimit: ApplyAll: request %d is not a take of an algorithm", i)
 		}
 	}
 	if err := distinct(reqs); err != nil {
 		return nil, err
 	}
-	if bs, ok := store.(BatchStore); ok {
-		ds, err := bs.ApplyAll(ctx, reqs)
-		if !errors.Is(err, errors.ErrUnsupported) {
-			return ds, err
+	limits := make([]int64, len(reqs))
+	for i, r := range reqs {
+		a, err := r.Args()
+		if err != nil {
+			return nil, err
 		}
+		limits[i] = a.Limit
 	}
-	return applyEach(ctx, store, reqs)
+	var os []Outcome
+	var err error
+	if bs, ok := store.(BatchStore); ok {
+		os, err = bs.ApplyAll(ctx, reqs)
+	}
+	if os == nil && (err == nil || errors.Is(err, errors.ErrUnsupported)) {
+		os, err = applyEach(ctx, store, reqs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ds := make([]Decision, len(os))
+	for i, o := range os {
+		ds[i] = o.Decision(limits[i])
+	}
+	return ds, nil
 }
 
 // sameStore is a == b, without the panic of == on values of an uncomparable type: such a
@@ -112,9 +129,9 @@ func distinct(reqs []Request) error {
 	}
 	seen := make(map[id]bool, len(reqs))
 	for _, r := range reqs {
-		k := id{r.Algorithm, r.Namespace, r.Key}
+		k := id{r.Spec.Algorithm, r.Spec.Namespace, r.Key}
 		if seen[k] {
-			return fmt.Errorf("%w: %s key %q of namespace %q", ErrDuplicateKey, r.Algorithm.Name, r.Key, r.Namespace)
+			return fmt.Errorf("%w: %s key %q of namespace %q", ErrDuplicateKey, r.Spec.Algorithm.Name, r.Key, r.Spec.Namespace)
 		}
 		seen[k] = true
 	}
@@ -123,8 +140,8 @@ func distinct(reqs []Request) error {
 
 // applyEach takes reqs one by one on store and, when one is denied, refunds those taken
 // before it: all or none in the end, but not atomic.
-func applyEach(ctx context.Context, store Store, reqs []Request) ([]Decision, error) {
-	ds := make([]Decision, len(reqs))
+func applyEach(ctx context.Context, store Store, reqs []Request) ([]Outcome, error) {
+	ds := make([]Outcome, len(reqs))
 	for i, r := range reqs {
 		d, err := store.Apply(ctx, r)
 		if err == nil && d.Allowed {
@@ -133,7 +150,7 @@ func applyEach(ctx context.Context, store Store, reqs []Request) ([]Decision, er
 		}
 		for j := range i { // give back what was taken
 			back := reqs[j]
-			back.Op = "refund"
+			back.Spec = withOp(back.Spec, "refund")
 			if _, rerr := store.Apply(context.WithoutCancel(ctx), back); rerr != nil && err == nil {
 				err = rerr
 			}
@@ -144,7 +161,7 @@ func applyEach(ctx context.Context, store Store, reqs []Request) ([]Decision, er
 		ds[i] = d
 		for k := i + 1; k < len(reqs); k++ { // the rest, as they stand
 			peek := reqs[k]
-			peek.Op = "peek"
+			peek.Spec = withOp(peek.Spec, "peek")
 			if ds[k], err = store.Apply(ctx, peek); err != nil {
 				return nil, err
 			}

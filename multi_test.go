@@ -20,9 +20,8 @@ func TestApplyAll(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			alg := tokenbucket.Algorithm()
 			reqs := []ratelimit.Request{
-				{Algorithm: alg, Key: "a", Rule: ratelimit.PerHour(5), N: 2},
-				{Algorithm: alg, Key: "b", Rule: ratelimit.PerHour(3), N: 2},
-			}
+				{Key: "a", N: 2, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerHour(5)}},
+				{Key: "b", N: 2, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerHour(3)}}}
 			ds, err := ratelimit.ApplyAll(ctx, store, reqs)
 			if err != nil || len(ds) != 2 || !ds[0].Allowed || !ds[1].Allowed || ds[0].Remaining != 3 || ds[1].Remaining != 1 {
 				t.Fatalf("first = %+v, %v; want both allowed, 3 and 1 left", ds, err)
@@ -31,14 +30,13 @@ func TestApplyAll(t *testing.T) {
 			if err != nil || !ds[0].Allowed || ds[1].Allowed || ds[1].Remaining != 1 {
 				t.Fatalf("second = %+v, %v; want a allowed alone, b denied with 1 left", ds, err)
 			}
-			if d, err := store.Apply(ctx, ratelimit.Request{Algorithm: alg, Key: "a", Rule: ratelimit.PerHour(5), N: 3}); err != nil || !d.Allowed {
+			if d, err := store.Apply(ctx, ratelimit.Request{Key: "a", N: 3, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerHour(5)}}); err != nil || !d.Allowed {
 				t.Errorf("a after a denied ApplyAll = %+v, %v; want its 3 left", d, err)
 			}
 			for _, bad := range [][]ratelimit.Request{
 				{reqs[0], reqs[0]},
 				{{Key: "x", N: 1}},
-				{{Algorithm: alg, Key: "x", Rule: ratelimit.PerHour(1), N: 1, Op: "peek"}},
-			} {
+				{{Key: "x", N: 1, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerHour(1), Op: "peek"}}}} {
 				if _, err := ratelimit.ApplyAll(ctx, store, bad); err == nil {
 					t.Errorf("ApplyAll(%+v): no error", bad)
 				}

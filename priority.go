@@ -76,12 +76,16 @@ func WithReserves(percent ...int64) Option {
 	})
 }
 
-// reserve is the percentage a request of ctx's priority keeps back under l: 0 when l has
-// no reserves, without a look into ctx.
-func (l *AlgorithmLimiter) reserve(ctx context.Context) int64 {
+// priority is the index in l.takes of the reserve of ctx's priority: 0 when l has no
+// reserves, without a look into ctx.
+func (l *AlgorithmLimiter) priority(ctx context.Context) int {
 	if len(l.reserves) == 0 {
 		return 0
 	}
-	p := int(PriorityFrom(ctx))
-	return l.reserves[min(p, len(l.reserves)-1)]
+	return min(int(PriorityFrom(ctx)), len(l.reserves)-1)
+}
+
+// reserve is the percentage a request of ctx's priority keeps back under l.
+func (l *AlgorithmLimiter) reserve(ctx context.Context) int64 {
+	return l.takes[l.priority(ctx)].Reserve
 }

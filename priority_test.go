@@ -149,9 +149,8 @@ func TestMiddlewareDecidePolicies(t *testing.T) {
 				return nil, nil
 			}
 			ds, err := ratelimit.ApplyAll(r.Context(), store, []ratelimit.Request{
-				{Algorithm: tokenbucket.Algorithm(), Namespace: rate.Namespace(), Key: key, Rule: rate.Rule(), N: 1},
-				{Algorithm: qalg, Namespace: quota.Namespace(), Key: key, Rule: quota.Rule(), N: 1},
-			})
+				{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: rate.Namespace(), Rule: rate.Rule()}},
+				{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: qalg, Namespace: quota.Namespace(), Rule: quota.Rule()}}})
 			if err != nil {
 				return nil, err
 			}

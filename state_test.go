@@ -29,29 +29,22 @@ func newBytesStore(clk clock.Clock) *bytesStore {
 	return &bytesStore{clk: clk, states: map[string][]byte{}}
 }
 
-func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	if err := ctx.Err(); err != nil {
-		return ratelimit.Decision{}, err
+		return ratelimit.Outcome{}, err
 	}
-	alg := req.Algorithm
+	alg := req.Spec.Algorithm
 	if alg == nil {
-		return ratelimit.Decision{}, errors.New("bytesStore: no algorithm")
+		return ratelimit.Outcome{}, errors.New("bytesStore: no algorithm")
 	}
-	a, err := alg.Prepare(req.Rule, req.N)
+	a, err := req.Args()
 	if err != nil {
-		return ratelimit.Decision{}, err
+		return ratelimit.Outcome{}, err
 	}
-	if req.Reserve < 0 || req.Reserve > 99 {
-		return ratelimit.Decision{}, fmt.Errorf("bytesStore: reserve %d%%: %w", req.Reserve, ratelimit.ErrInvalidRule)
+	if req.Spec.Op == "extend" && alg.Extend == nil {
+		return ratelimit.Outcome{}, fmt.Errorf("bytesStore: %s has no leases", alg.Name)
 	}
-	a.Lease = req.Lease
-	if req.Op == "" || req.Op == "peek" {
-		a.Reserve = req.Reserve
-	}
-	if req.Op == "extend" && alg.Extend == nil {
-		return ratelimit.Decision{}, fmt.Errorf("bytesStore: %s has no leases", alg.Name)
-	}
-	id := ratelimit.Key(alg.Name, req.Namespace, req.Key)
+	id := ratelimit.Key(alg.Name, req.Spec.Namespace, req.Key)
 	now := s.clk.Now().UnixMicro()
 
 	s.mu.Lock()
@@ -59,11 +52,11 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	var st ratelimit.State
 	if b, ok := s.states[id]; ok {
 		if err := st.UnmarshalBinary(b); err != nil {
-			return ratelimit.Decision{}, err
+			return ratelimit.Outcome{}, err
 		}
 	}
-	save := func(d ratelimit.Decision) error {
-		if d.ResetAfter <= 0 { // worth no more than a fresh key
+	save := func(d ratelimit.Outcome) error {
+		if d.Reset <= 0 { // worth no more than a fresh key
 			delete(s.states, id)
 			return nil
 		}
@@ -72,8 +65,8 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		return err
 	}
 	after := a
-	after.N, after.Lease, after.Reserve = 1, 0, 0
-	peek := func() ratelimit.Decision { // on a copy, through the bytes again
+	after.N, after.Lease, after.Keep = 1, 0, 0
+	peek := func() ratelimit.Outcome { // on a copy, through the bytes again
 		var c ratelimit.State
 		b, _ := st.MarshalBinary()
 		if err := c.UnmarshalBinary(b); err != nil {
@@ -81,12 +74,12 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		}
 		return alg.Step(&c, now, after)
 	}
-	switch req.Op {
+	switch req.Spec.Op {
 	case "":
 		d := alg.Step(&st, now, a)
 		return d, save(d)
 	case "peek":
-		after.N, after.Lease, after.Reserve = a.N, a.Lease, a.Reserve
+		after.N, after.Lease, after.Keep = a.N, a.Lease, a.Keep
 		return peek(), nil
 	case "refund":
 		alg.Refund(&st, now, a)
@@ -98,7 +91,7 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		d.Allowed = held
 		return d, save(d)
 	default:
-		return ratelimit.Decision{}, fmt.Errorf("bytesStore: unknown op %q", req.Op)
+		return ratelimit.Outcome{}, fmt.Errorf("bytesStore: unknown op %q", req.Spec.Op)
 	}
 	d := peek()
 	return d, save(d)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/ratelimit-go/ratelimit/internal/eventlog"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
@@ -18,60 +20,121 @@ import (
 // A store keeps one state per (Algorithm, Namespace, Key) of a Request, and never lets two
 // different triples share state.
 //
-// Apply validates the request with Algorithm.Prepare before it touches any state, so an
-// invalid rule or n returns an error wrapping ErrInvalidRule or ErrInvalidN and consumes
-// nothing. Any other error is a failure of the store's
-// backend. A denial is a Decision with Allowed false, never an error.
+// Apply validates the request (Request.Args) before it touches any state, so an invalid
+// rule or n returns an error wrapping ErrInvalidRule or ErrInvalidN and consumes nothing.
+// Any other error is a failure of the store's backend. A denial is an Outcome with
+// Allowed false, never an error.
 //
 // Implementations are safe for concurrent use.
 type Store interface {
-	Apply(ctx context.Context, req Request) (Decision, error)
+	Apply(ctx context.Context, req Request) (Outcome, error)
+}
+
+// Outcome is a store's answer to one Request: what the key's state allows, which a
+// limiter turns into a Decision by adding the Limit of its rule (Outcome.Decision). It
+// is four words, so that it comes back from a Store and from an Algorithm's Step in
+// registers, where a Decision would be copied through memory at every return.
+type Outcome struct {
+	Allowed   bool
+	Remaining int64 // Decision.Remaining
+	// Wait is Decision.Delay when allowed, and Decision.RetryAfter when denied.
+	Wait  time.Duration
+	Reset time.Duration // Decision.ResetAfter
+}
+
+// Decision is the Decision o stands for under a rule whose Limit (Args.Limit) is limit.
+func (o Outcome) Decision(limit int64) Decision {
+	retry, delay := waits(o)
+	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining, RetryAfter: retry, ResetAfter: o.Reset, Delay: delay}
 }
 
 // BatchStore is a Store that decides several takes at once, all or none: either every
 // request is allowed and counted, or none is counted. ApplyAll returns each request's
-// Decision, in order, as it would be alone (when any is denied, none was counted).
+// Outcome, in order, as it would be alone (when any is denied, none was counted).
 // AllowAll hands it only takes of distinct keys. A store that cannot decide a particular
 // batch atomically (keys on different Redis Cluster nodes, say) returns an error matching
 // errors.ErrUnsupported, having counted nothing, and AllowAll takes the requests one by
 // one instead. localstore, redisstore and fallback are BatchStores.
 type BatchStore interface {
 	Store
-	ApplyAll(ctx context.Context, reqs []Request) ([]Decision, error)
+	ApplyAll(ctx context.Context, reqs []Request) ([]Outcome, error)
 }
 
-// Request is one decision asked of a Store.
+// Request is one decision asked of a Store: N events of Key, decided as its Spec says.
+// It is three words and a pointer, so that it goes to a Store in registers; what a
+// limiter's requests share is behind the pointer, made once.
 type Request struct {
+	// Key is any string, the empty one included; two different strings never share state.
+	Key string
+	// N is the events to admit (or to refund), all or none.
+	N int64
+	// Spec is what the request does, and under which limit. Never nil, and never changed
+	// once a request has carried it: stores may remember what they derive from it.
+	Spec *Spec
+}
+
+// Spec is what a request does to its key, and under which limit: the part of a Request
+// that a limiter makes once and shares among its requests.
+type Spec struct {
+	// Algorithm decides; Namespace keeps the keys of one limiter apart from another's on
+	// the same store (see WithNamespace), and is any string.
 	Algorithm *Algorithm
-	// Namespace keeps the keys of one limiter apart from another's on the same store (see
-	// WithNamespace). Any string.
 	Namespace string
-	Key       string // any string, the empty one included; two different strings never share state
 	Rule      Rule
-	N         int64 // events to admit (or to refund), all or none
 	// Op is what the request does to the key, as the Script receives it:
 	//   - "" takes N events, all or none (AllowN);
-	//   - "peek" gives the Decision a take would give, changing nothing;
+	//   - "peek" gives the Outcome a take would give, changing nothing;
 	//   - "refund" gives back N events taken before (a request the upstream failed,
 	//     say), never above the key's full allowance;
 	//   - "reset" forgets the key: its next decision sees it full;
 	//   - "extend" renews Lease for another Period from now, for an algorithm of leases
 	//     (Algorithm.Extend), and its Allowed says whether the lease was still held (a
 	//     lease released, or expired, stays gone); stores refuse it for the others.
-	// The Decision of a refund, a reset or an extension is a peek of 1 after it (an
+	// The Outcome of a refund, a reset or an extension is a peek of 1 after it (an
 	// extension's Allowed aside). A store refuses any other Op with an error.
 	Op string
 	// Lease names the lease a request of an in-flight limit takes, refunds (releases) or
 	// extends; 0 for the rate algorithms. Stores copy it into Args.Lease, and into the
-	// script's ARGV.
+	// script's arguments.
 	Lease int64
 	// Reserve is the part of the key's allowance, in percent (0 to 99), that a take or a
 	// peek must leave for more important requests (see WithReserves): it is admitted only
 	// if the key could admit N more than that part of Decision.Limit (rounded down), and
 	// takes N: a request of more than Limit less that part is never admitted (a limiter
-	// refuses it with ErrInvalidN). Stores copy it into Args.Reserve; a refund, a reset or
-	// an extension ignores it.
+	// refuses it with ErrInvalidN). A refund, a reset or an extension ignores it.
 	Reserve int64
+}
+
+// Args validates r and derives the integers its decision needs, as every store does
+// before it touches any state: its Algorithm's Prepare of its Rule and N, then its
+// Lease, and for a take or a peek the part of Limit its Reserve keeps back (Args.Keep).
+// The error wraps ErrInvalidRule (a rule the algorithm cannot enforce, a reserve outside
+// 0 to 99) or ErrInvalidN.
+func (r Request) Args() (Args, error) {
+	sp := r.Spec
+	if sp == nil || sp.Algorithm == nil || sp.Algorithm.Prepare == nil {
+		return Args{}, errors.New("ratelimit: a request without an algorithm")
+	}
+	a, err := sp.Algorithm.Prepare(sp.Rule, r.N)
+	if err != nil {
+		return Args{}, err
+	}
+	if sp.Reserve < 0 || sp.Reserve > 99 {
+		return Args{}, fmt.Errorf("%s: a reserve of %d%%: %w: want 0 to 99", sp.Algorithm.Name, sp.Reserve, ErrInvalidRule)
+	}
+	a.Lease = sp.Lease
+	if sp.Reserve != 0 && (sp.Op == "" || sp.Op == "peek") {
+		a.Keep = mathx.Keep(a.Limit, sp.Reserve)
+	}
+	return a, nil
+}
+
+// withOp is a copy of s that does op, for a request of another kind under the same limit
+// (a refund of a take, the release of a lease).
+func withOp(s *Spec, op string) *Spec {
+	c := *s
+	c.Op = op
+	return &c
 }
 
 // Window is a calendar window and the next one, as a clock places them (Algorithm.Window):
@@ -116,10 +179,10 @@ type Algorithm struct {
 	Prepare func(rule Rule, n int64) (Args, error)
 
 	// Step decides one request against st at now (microseconds since the Unix epoch) and
-	// updates st; its Decision's Limit is a.Limit. It is a pure function of its inputs, and
-	// the Script computes the same. Args must come from Prepare. A peek is Step on a copy
-	// of the state; a reset is the zero State.
-	Step func(st *State, now int64, a Args) Decision
+	// updates st. It is a pure function of its inputs, and the Script computes the same.
+	// Args must come from Prepare. A peek is Step on a copy of the state; a reset is the
+	// zero State.
+	Step func(st *State, now int64, a Args) Outcome
 
 	// Refund gives a.N events back to st at now, never above its full allowance. For an
 	// algorithm of leases, it releases the lease a.Lease.
@@ -158,15 +221,12 @@ type Args struct {
 	Rate   int64 // algorithm-defined (Level's units gained or drained per microsecond)
 	Lease  int64 // Request.Lease, copied by the store after Prepare
 
-	// Reserve is Request.Reserve (0 for a refund, a reset or an extension), copied by the
-	// store after Prepare: every Step admits N only if N more than Keep(a) could be
-	// admitted.
-	Reserve int64
+	// Keep is what a take or a peek must leave of Limit for more important requests:
+	// Request.Reserve percent of Limit, rounded down, set by the store after Prepare (0
+	// for a refund, a reset or an extension). Every Step admits N only if N more than Keep
+	// could be admitted, and reports Remaining above it.
+	Keep int64
 }
-
-// Keep is what a request with a must leave of a.Limit: a.Reserve percent of it, rounded
-// down. A request of more than a.Limit less that is never admitted.
-func (a Args) Keep() int64 { return mathx.Keep(a.Limit, a.Reserve) }
 
 // State is one key's state as a Store keeps it for Step. The zero State is a key never
 // seen, and a state whose last Decision had ResetAfter 0 is worth no more than the zero

@@ -14,7 +14,7 @@ import (
 // shareCapacity is the most req's rule, already a share, admits at once; 0 if the share
 // is not a rule the algorithm can count.
 func shareCapacity(req ratelimit.Request) int64 {
-	a, err := req.Algorithm.Prepare(req.Rule, 1)
+	a, err := req.Spec.Algorithm.Prepare(req.Spec.Rule, 1)
 	if err != nil {
 		return 0
 	}
@@ -27,22 +27,19 @@ var _ ratelimit.BatchStore = (*Store)(nil)
 // it is a ratelimit.BatchStore, else one by one with refunds), or, when the primary
 // cannot decide, by the policy on the secondary, with each rule's share, all or none
 // again. Errors as Apply's.
-func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	capacities := make([]int64, len(reqs))
 	for i, r := range reqs {
-		if r.Algorithm == nil {
+		if r.Spec.Algorithm == nil {
 			return nil, errors.New("fallback: request has no algorithm")
 		}
-		if r.Op != "" || core.OfLeases(r.Algorithm) {
+		if r.Spec.Op != "" || core.OfLeases(r.Spec.Algorithm) {
 			return nil, errors.New("fallback: ApplyAll only takes, and no leases")
 		}
-		a, err := r.Algorithm.Prepare(r.Rule, r.N)
-		if err == nil {
-			err = core.Extras("fallback", r, &a)
-		}
+		a, err := r.Args()
 		if err != nil {
 			return nil, err // the caller's mistake, not the primary's
 		}
@@ -52,7 +49,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		return nil, err
 	}
 	if ok, probe := s.breaker.allow(); ok {
-		ds, err := askPrimary(ctx, s, probe, len(reqs), func(pctx context.Context) ([]ratelimit.Decision, error) {
+		ds, err := askPrimary(ctx, s, probe, len(reqs), func(pctx context.Context) ([]ratelimit.Outcome, error) {
 			return applyAll(pctx, s.primary, reqs)
 		}, nil)
 		if err == nil && s.policy == LocalShare {
@@ -83,7 +80,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 }
 
 // applyAll is store's ApplyAll, or errors.ErrUnsupported for a store that cannot batch.
-func applyAll(ctx context.Context, store ratelimit.Store, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+func applyAll(ctx context.Context, store ratelimit.Store, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
 	if bs, ok := store.(ratelimit.BatchStore); ok {
 		return bs.ApplyAll(ctx, reqs)
 	}
@@ -91,28 +88,28 @@ func applyAll(ctx context.Context, store ratelimit.Store, reqs []ratelimit.Reque
 }
 
 // decideAllLocally decides reqs by the policy while the primary cannot.
-func (s *Store) decideAllLocally(ctx context.Context, reqs []ratelimit.Request, capacities []int64) ([]ratelimit.Decision, error) {
-	ds := make([]ratelimit.Decision, len(reqs))
+func (s *Store) decideAllLocally(ctx context.Context, reqs []ratelimit.Request, capacities []int64) ([]ratelimit.Outcome, error) {
+	ds := make([]ratelimit.Outcome, len(reqs))
 	switch s.policy {
 	case FailOpen:
 		for i, r := range reqs {
-			ds[i] = ratelimit.Decision{Allowed: true, Limit: capacities[i], Remaining: capacities[i] - r.N}
+			ds[i] = ratelimit.Outcome{Allowed: true, Remaining: capacities[i] - r.N}
 		}
 		return ds, nil
 	case FailClosed:
 		for i := range reqs {
-			ds[i] = ratelimit.Decision{Limit: capacities[i], RetryAfter: s.breaker.retryAfter()}
+			ds[i] = ratelimit.Outcome{Wait: s.breaker.retryAfter()}
 		}
 		return ds, nil
 	}
 	shares := make([]ratelimit.Request, len(reqs))
 	fits := true
 	for i, r := range reqs {
-		r.Rule = core.Share(r.Rule, s.n())
+		r.Spec = core.WithRule(r.Spec, core.Share(r.Spec.Rule, s.n()))
 		shares[i] = r
 		share := shareCapacity(r)
-		ds[i] = ratelimit.Decision{Limit: share, RetryAfter: s.breaker.retryAfter()}
-		fits = fits && r.N <= share-mathx.Keep(share, r.Reserve)
+		ds[i] = ratelimit.Outcome{Wait: s.breaker.retryAfter()}
+		fits = fits && r.N <= share-mathx.Keep(share, r.Spec.Reserve)
 	}
 	if !fits { // some share can never hold n: none is taken, all wait for the primary
 		return ds, nil

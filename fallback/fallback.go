@@ -372,28 +372,25 @@ func (s *Store) BreakerState() BreakerState { return BreakerState(s.breaker.stat
 // Apply decides req on the primary, or on the secondary when the primary cannot. It
 // returns an error for an invalid request (before asking either store), ctx.Err() when
 // the caller's context ends, and the secondary's errors; never the primary's.
-func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	if err := ctx.Err(); err != nil {
-		return ratelimit.Decision{}, err
+		return ratelimit.Outcome{}, err
 	}
-	if req.Algorithm == nil {
-		return ratelimit.Decision{}, errors.New("fallback: request has no algorithm")
+	if req.Spec.Algorithm == nil {
+		return ratelimit.Outcome{}, errors.New("fallback: request has no algorithm")
 	}
-	a, err := req.Algorithm.Prepare(req.Rule, req.N)
-	if err == nil {
-		err = core.Extras("fallback", req, &a)
-	}
+	a, err := req.Args()
 	if err != nil {
-		return ratelimit.Decision{}, err // the caller's mistake, not the primary's
+		return ratelimit.Outcome{}, err // the caller's mistake, not the primary's
 	}
 	if ok, probe := s.breaker.allow(); ok {
 		decisions := 0
-		if req.Op == "" {
+		if req.Spec.Op == "" {
 			decisions = 1
 		}
-		d, err := askPrimary(ctx, s, probe, decisions, func(pctx context.Context) (ratelimit.Decision, error) {
+		d, err := askPrimary(ctx, s, probe, decisions, func(pctx context.Context) (ratelimit.Outcome, error) {
 			return s.primary.Apply(pctx, req)
-		}, func(pctx context.Context, d ratelimit.Decision) { s.release(pctx, req, d) })
+		}, func(pctx context.Context, d ratelimit.Outcome) { s.release(pctx, req, d) })
 		if err == nil && s.policy == LocalShare {
 			s.mirror(ctx, req, d)
 		}
@@ -407,9 +404,9 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Dec
 // release gives back a lease the primary granted after its decision was made on the
 // secondary (its answer came after the timeout): nobody holds it, and left alone it
 // would keep a slot of the in-flight limit until it expired.
-func (s *Store) release(ctx context.Context, req ratelimit.Request, d ratelimit.Decision) {
-	if req.Op == "" && d.Allowed && core.OfLeases(req.Algorithm) {
-		req.Op = "refund"
+func (s *Store) release(ctx context.Context, req ratelimit.Request, d ratelimit.Outcome) {
+	if req.Spec.Op == "" && d.Allowed && core.OfLeases(req.Spec.Algorithm) {
+		req.Spec = core.WithOp(req.Spec, "refund")
 		s.primary.Apply(ctx, req)
 	}
 }
@@ -422,25 +419,25 @@ func (s *Store) release(ctx context.Context, req ratelimit.Request, d ratelimit.
 // leases of an in-flight limit are mirrored one by one, with their ids, so that a
 // release or an extension finds its lease on the share too; a denial leaves the share's
 // leases alone.
-func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.Decision) {
-	if req.Op == "peek" {
+func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.Outcome) {
+	if req.Spec.Op == "peek" {
 		return
 	}
-	req.Rule = s.share(req)
-	if req.Op == "extend" && !d.Allowed {
+	req.Spec = core.WithRule(req.Spec, s.share(req))
+	if req.Spec.Op == "extend" && !d.Allowed {
 		return // a lease the primary no longer holds: the share's copy expires by itself
 	}
-	if req.Op == "" {
+	if req.Spec.Op == "" {
 		share := shareCapacity(req)
 		if share == 0 || (!d.Allowed && d.Remaining > 0) { // nothing to mirror; or n was too many, the key not spent
 			return
 		}
-		if !d.Allowed && core.OfLeases(req.Algorithm) {
+		if !d.Allowed && core.OfLeases(req.Spec.Algorithm) {
 			return // the share's leases are those of requests in progress: they stay
 		}
 		if !d.Allowed {
 			empty := req
-			empty.Op = "reset"
+			empty.Spec = core.WithOp(req.Spec, "reset")
 			s.secondary.Apply(ctx, empty)
 			req.N = share // all of a full share
 		}
@@ -453,10 +450,10 @@ func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.D
 // in-flight limit 1/n of its leases, rounded down but at least one, each living as long
 // as on the primary.
 func (s *Store) share(req ratelimit.Request) ratelimit.Rule {
-	if !core.OfLeases(req.Algorithm) {
-		return core.Share(req.Rule, s.n())
+	if !core.OfLeases(req.Spec.Algorithm) {
+		return core.Share(req.Spec.Rule, s.n())
 	}
-	return core.PortionLeases(req.Rule, 1, s.n())
+	return core.PortionLeases(req.Spec.Rule, 1, s.n())
 }
 
 // n is the number of instances sharing the rule now.
@@ -664,24 +661,24 @@ func (s *Store) logChange(from, to BreakerState) {
 
 // decideLocally decides by the policy while the primary cannot; capacity is the most the
 // rule allows at once.
-func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capacity int64) (ratelimit.Decision, error) {
-	var d ratelimit.Decision
+func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capacity int64) (ratelimit.Outcome, error) {
+	var d ratelimit.Outcome
 	var err error
 	switch s.policy {
 	case FailOpen:
-		d = ratelimit.Decision{Allowed: true, Limit: capacity, Remaining: capacity - req.N}
+		d = ratelimit.Outcome{Allowed: true, Remaining: capacity - req.N}
 	case FailClosed:
-		d = ratelimit.Decision{Limit: capacity, RetryAfter: s.breaker.retryAfter()}
+		d = ratelimit.Outcome{Wait: s.breaker.retryAfter()}
 	default:
 		// this instance's share of the rule; its capacity is the rule's divided likewise
-		req.Rule = s.share(req)
-		if share := shareCapacity(req); req.N > share-mathx.Keep(share, req.Reserve) { // never fits the share
-			d = ratelimit.Decision{Limit: share, RetryAfter: s.breaker.retryAfter()} // wait for the primary
+		req.Spec = core.WithRule(req.Spec, s.share(req))
+		if share := shareCapacity(req); req.N > share-mathx.Keep(share, req.Spec.Reserve) { // never fits the share
+			d = ratelimit.Outcome{Wait: s.breaker.retryAfter()} // wait for the primary
 		} else {
 			d, err = s.secondary.Apply(ctx, req)
 		}
 	}
-	if err == nil && req.Op == "" {
+	if err == nil && req.Spec.Op == "" {
 		trace.Set(ctx, Secondary.String())
 		if s.hooks.OnDecision != nil {
 			s.hooks.OnDecision(Secondary, 0)

@@ -39,7 +39,7 @@ func (p *primary) hangUntil(release chan struct{}) {
 	p.hang.Store(&release)
 }
 
-func (p *primary) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+func (p *primary) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	p.calls.Add(1)
 	if d := p.slow.Load(); d > 0 {
 		time.Sleep(time.Duration(d)) // the primary's time to answer, in a synctest bubble
@@ -48,7 +48,7 @@ func (p *primary) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.D
 		<-*h
 	}
 	if err := p.err.Load(); err != nil {
-		return ratelimit.Decision{}, *err
+		return ratelimit.Outcome{}, *err
 	}
 	return p.local.Apply(ctx, req)
 }
@@ -56,7 +56,7 @@ func (p *primary) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.D
 var errDown = fmt.Errorf("connection refused: %w", ratelimit.ErrUnavailable)
 
 func req(key string, rule ratelimit.Rule) ratelimit.Request {
-	return ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1}
+	return ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}}
 }
 
 // A healthy primary decides everything, exactly. (Given a timeout it never reaches: a
@@ -335,7 +335,7 @@ func TestShare(t *testing.T) {
 	s := fallback.New(p, localstore.New(), fallback.WithInstances(20))
 	big := req("big", rule)
 	big.N = 10
-	if d, err := s.Apply(context.Background(), big); err != nil || d.Allowed || d.Limit != 5 || d.RetryAfter <= 0 {
+	if d, err := s.Apply(context.Background(), big); err != nil || d.Allowed || d.Wait <= 0 {
 		t.Errorf("10 of a share of 5: %+v, %v; want denied with a retry", d, err)
 	}
 }
@@ -350,7 +350,7 @@ func TestPolicies(t *testing.T) {
 		if d, err := allow.Apply(context.Background(), req("k", rule)); err != nil || !d.Allowed {
 			t.Fatalf("FailOpen: %+v, %v", d, err)
 		}
-		if d, err := deny.Apply(context.Background(), req("k", rule)); err != nil || d.Allowed || d.RetryAfter <= 0 {
+		if d, err := deny.Apply(context.Background(), req("k", rule)); err != nil || d.Allowed || d.Wait <= 0 {
 			t.Fatalf("FailClosed: %+v, %v", d, err)
 		}
 	}
@@ -381,7 +381,7 @@ func TestHooks(t *testing.T) {
 		s.Apply(ctx, req("k", ratelimit.PerHour(10)))
 	}
 	peek := req("k", ratelimit.PerHour(10))
-	peek.Op = "peek"
+	peek.Spec.Op = "peek"
 	s.Apply(ctx, peek)
 	lease, _, err := inflight.Acquire(ctx, "k")
 	if err != nil || lease == nil {
@@ -436,10 +436,10 @@ func TestNewRejectsNil(t *testing.T) {
 // panicking is a primary store that panics, as a store built on a nil client would.
 type panicking struct{}
 
-func (panicking) Apply(context.Context, ratelimit.Request) (ratelimit.Decision, error) {
+func (panicking) Apply(context.Context, ratelimit.Request) (ratelimit.Outcome, error) {
 	var m map[string]int
 	m["x"]++ // a nil map: panics
-	return ratelimit.Decision{}, nil
+	return ratelimit.Outcome{}, nil
 }
 
 // TestPrimaryPanics: a panic in the primary, which runs on the fallback's own goroutine
@@ -783,8 +783,7 @@ func TestLateLeaseReleased(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the primary's late answers, and the releases
 		synctest.Wait()
 		p.slow.Store(0)
-		d, err := p.local.Apply(t.Context(), ratelimit.Request{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: "late",
-			Key: "k", Rule: in.Rule(), N: 1, Op: "peek"})
+		d, err := p.local.Apply(t.Context(), ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: "late", Rule: in.Rule(), Op: "peek"}})
 		if err != nil || d.Remaining != 1 { // a peek of one more: 1 left after it, none held
 			t.Errorf("the primary after two late grants: %+v, %v; want both leases released", d, err)
 		}

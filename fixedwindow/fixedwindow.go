@@ -26,21 +26,21 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
-	"github.com/ratelimit-go/ratelimit/internal/fast"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 const name = "fixedwindow"
 
-var algorithm = core.Algorithm(ratelimit.Algorithm{
+var algorithm = &ratelimit.Algorithm{
 	Name:       name,
 	Script:     core.Script(script),
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
+	Step:       step,
 	Refund:     refund,
 
 	Prefetchable: true,
-}, step)
+}
 
 //go:embed fixedwindow.lua
 var script string
@@ -75,21 +75,26 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (window int64) {
 	return window
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
-	end := (advance(st, now, a) + 1) * a.Period
-	var d fast.Outcome
-	keep := mathx.Keep(a.Limit, a.Reserve)
-	if st.Level+a.N+keep <= a.Limit {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
+	return count(st, now, (advance(st, now, a)+1)*a.Period, a)
+}
+
+// count admits n events to the window that ends at end, counted in st.Level, if they fit
+// with what the request must leave: the fixed window's decision, and a quota's.
+func count(st *ratelimit.State, now, end int64, a ratelimit.Args) ratelimit.Outcome {
+	allowed, retry := false, int64(0)
+	if st.Level+a.N+a.Keep <= a.Limit {
 		st.Level += a.N
-		d.Allowed = true
+		allowed = true
 	} else {
-		d.Wait = mathx.Micros(end - now)
+		retry = end - now
 	}
-	d.Remaining = max(0, a.Limit-st.Level-keep)
+	reset := int64(0)
 	if st.Level > 0 {
-		d.ResetAfter = mathx.Micros(end - now)
+		reset = end - now
 	}
-	return d
+	return ratelimit.Outcome{Allowed: allowed, Remaining: max(0, a.Limit-st.Level-a.Keep),
+		Wait: mathx.Micros(retry), Reset: mathx.Micros(reset)}
 }
 
 // refund takes n events off the current window's count, down to 0.

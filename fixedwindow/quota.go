@@ -11,8 +11,6 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
-	"github.com/ratelimit-go/ratelimit/internal/fast"
-	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 // Calendar is the length of a quota's windows as a time zone's calendar counts them.
@@ -163,19 +161,20 @@ func (q Quota) Algorithm() (*ratelimit.Algorithm, error) {
 	}
 	cal := Quota{Per: q.Per, In: q.location()}
 	window := func(now int64) ratelimit.Window { return cal.Window(time.UnixMicro(now)) }
-	alg := core.Algorithm(ratelimit.Algorithm{
+	alg := &ratelimit.Algorithm{
 		Name:       "quota",
 		Script:     core.Script(quotaScript),
 		ScriptKeys: []string{"state"},
 		Prepare:    prepareQuota,
+		Step: func(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
+			return quotaStep(st, now, a, window(now))
+		},
 		Refund: func(st *ratelimit.State, now int64, a ratelimit.Args) {
 			refundQuota(st, now, a, window(now))
 		},
 		Window:       window,
 		Prefetchable: true,
-	}, func(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
-		return quotaStep(st, now, a, window(now))
-	})
+	}
 	got, _ := quotaAlgorithms.LoadOrStore(key, alg)
 	return got.(*ratelimit.Algorithm), nil
 }
@@ -242,28 +241,14 @@ func advanceQuota(st *ratelimit.State, now, period int64, w ratelimit.Window) (e
 	return end
 }
 
-// quotaStep is the fixed window's step over the calendar windows of w. Without a window
-// (a calendar that makes none) it denies, changing nothing. Its decision is step's, written
-// out again: a shared function is not inlined, and costs the fixed window's every
-// decision 6 instructions more (./instructions.sh).
-func quotaStep(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) fast.Outcome {
+// quotaStep is the fixed window's decision (count) over the calendar windows of w.
+// Without a window (a calendar that makes none) it denies, changing nothing.
+func quotaStep(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) ratelimit.Outcome {
 	end := advanceQuota(st, now, a.Period, w)
 	if end == 0 {
-		return fast.Outcome{Wait: mathx.Micros(1000000)}
+		return ratelimit.Outcome{Wait: time.Second}
 	}
-	var d fast.Outcome
-	keep := mathx.Keep(a.Limit, a.Reserve)
-	if st.Level+a.N+keep <= a.Limit {
-		st.Level += a.N
-		d.Allowed = true
-	} else {
-		d.Wait = mathx.Micros(end - now)
-	}
-	d.Remaining = max(0, a.Limit-st.Level-keep)
-	if st.Level > 0 {
-		d.ResetAfter = mathx.Micros(end - now)
-	}
-	return d
+	return count(st, now, end, a)
 }
 
 // refundQuota takes n events off the current window's count, down to 0.

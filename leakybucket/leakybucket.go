@@ -25,19 +25,19 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
-	"github.com/ratelimit-go/ratelimit/internal/fast"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 const name = "leakybucket"
 
-var algorithm = core.Algorithm(ratelimit.Algorithm{
+var algorithm = &ratelimit.Algorithm{
 	Name:       name,
 	Script:     core.Script(script),
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
+	Step:       step,
 	Refund:     refund,
-}, step)
+}
 
 //go:embed leakybucket.lua
 var script string
@@ -73,24 +73,23 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 	return t - now
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	lag := advance(st, now, a)
 	full := a.Limit * a.Unit
-	var d fast.Outcome
-	keep := mathx.Keep(a.Limit, a.Reserve)
-	need := (a.N + keep) * a.Unit // the slots it takes, and those it must leave
+	allowed, wait := false, int64(0) // the Delay when allowed, the RetryAfter when denied
+	need := (a.N + a.Keep) * a.Unit  // the slots it takes, and those it must leave
 	if st.Level+need <= full {
-		d.Allowed = true
-		d.Wait = mathx.Micros(lag + mathx.CeilDiv(st.Level, a.Rate))
+		allowed, wait = true, lag+mathx.CeilDiv(st.Level, a.Rate)
 		st.Level += a.N * a.Unit
 	} else {
-		d.Wait = mathx.Micros(lag + mathx.CeilDiv(st.Level+need-full, a.Rate))
+		wait = lag + mathx.CeilDiv(st.Level+need-full, a.Rate)
 	}
-	d.Remaining = max(0, (full-st.Level)/a.Unit-keep)
+	reset := int64(0)
 	if st.Level > 0 {
-		d.ResetAfter = mathx.Micros(lag + mathx.CeilDiv(st.Level, a.Rate))
+		reset = lag + mathx.CeilDiv(st.Level, a.Rate)
 	}
-	return d
+	return ratelimit.Outcome{Allowed: allowed, Remaining: max(0, (full-st.Level)/a.Unit-a.Keep),
+		Wait: mathx.Micros(wait), Reset: mathx.Micros(reset)}
 }
 
 // refund takes n requests' work out of the queue (they did not go after all), down to

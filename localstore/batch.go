@@ -3,7 +3,6 @@ package localstore
 import (
 	"context"
 	"errors"
-	"hash/maphash"
 	"slices"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -17,7 +16,7 @@ var _ ratelimit.BatchStore = (*Store)(nil)
 // keys (a new key locked before it enters its table), decides each request on a copy of
 // its key's state, and writes the copies back only if every request is allowed. Errors
 // as Apply's; a key named twice is an error wrapping ratelimit.ErrDuplicateKey.
-func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -26,21 +25,22 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	hashes := make([]uint64, len(reqs))
 	spaces := make([]*space, len(reqs))
 	for i, r := range reqs {
-		if err := checkAlgorithm(r.Algorithm); err != nil {
-			return nil, err
+		if r.Spec == nil {
+			return nil, errNoSpec
 		}
-		if r.Op != "" || core.OfLeases(r.Algorithm) {
-			return nil, errors.New("localstore: ApplyAll only takes, and no leases")
-		}
-		a, err := r.Algorithm.Prepare(r.Rule, r.N)
+		sp, err := s.space(r.Spec.Algorithm, r.Spec.Namespace)
 		if err != nil {
 			return nil, err
 		}
-		if err := core.Extras("localstore", r, &a); err != nil {
+		if r.Spec.Op != "" || core.OfLeases(r.Spec.Algorithm) {
+			return nil, errors.New("localstore: ApplyAll only takes, and no leases")
+		}
+		a, err := r.Args()
+		if err != nil {
 			return nil, err
 		}
-		hashes[i] = maphash.String(s.seed, r.Key)
-		spaces[i] = s.space(r.Algorithm, r.Namespace)
+		hashes[i] = s.hash.sum(r.Key)
+		spaces[i] = sp
 		args[i], shardOf[i] = a, int(hashes[i]&s.mask)
 	}
 	if err := core.CheckDistinct("localstore", reqs); err != nil {
@@ -68,7 +68,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		}
 	}()
 	states := make([]ratelimit.State, len(reqs))
-	ds := make([]ratelimit.Decision, len(reqs))
+	ds := make([]ratelimit.Outcome, len(reqs))
 	all := true
 	for i, r := range reqs {
 		sh := &s.shards[shardOf[i]]
@@ -79,7 +79,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 				states[i] = core.Clone(e.state)
 			}
 		}
-		ds[i] = core.Decision(spaces[i].step(&states[i], now, args[i]), args[i].Limit)
+		ds[i] = r.Spec.Algorithm.Step(&states[i], now, args[i])
 		all = all && ds[i].Allowed
 	}
 	if !all {
@@ -95,7 +95,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 			s.add(sh, &sh.table(spaces[i]).keys, hashes[i], r.Key, now, e)
 		}
 		e.state = states[i]
-		e.expires = now + expiry(ds[i].ResetAfter)
+		e.expires = now + expiry(ds[i].Reset)
 	}
 	return ds, nil
 }

@@ -25,7 +25,7 @@ func BenchmarkApply(b *testing.B) {
 		for _, k := range limitertest.Kinds {
 			b.Run(c.name+"/"+k.Name, func(b *testing.B) {
 				s := localstore.New(localstore.WithClock(c.clk))
-				req := ratelimit.Request{Algorithm: k.Algorithm, Key: "tenant-1:route", Rule: ratelimit.PerSecond(1000), N: 1}
+				req := ratelimit.Request{Key: "tenant-1:route", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: ratelimit.PerSecond(1000)}}
 				ctx := context.Background()
 				b.ReportAllocs()
 				for b.Loop() {

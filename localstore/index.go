@@ -65,6 +65,20 @@ func (ix *index) get(h uint64, key string) *entry {
 	return nil
 }
 
+// atHome is the entry of key, of hash h, if it sits in its home slot, where most keys
+// do; else nil, and get finds it. Small enough to be inlined into a decision.
+func (ix *index) atHome(h uint64, key string) *entry {
+	if p := ix.slots.Load(); p != nil {
+		slots := *p
+		if sl := &slots[(h>>32)&uint64(len(slots)-1)]; sl.hash.Load() == h|used {
+			if e := sl.e.Load(); e.key == key {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
 // find is the slot of key, of hash h, or -1; under the shard's lock.
 func (ix *index) find(h uint64, key string) int {
 	slots := ix.array()

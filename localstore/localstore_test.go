@@ -26,11 +26,9 @@ func TestConformance(t *testing.T) {
 
 var start = limitertest.Start
 
-func allow(t *testing.T, s ratelimit.Store, key string, n int64) ratelimit.Decision {
+func allow(t *testing.T, s ratelimit.Store, key string, n int64) ratelimit.Outcome {
 	t.Helper()
-	d, err := s.Apply(context.Background(), ratelimit.Request{
-		Algorithm: tokenbucket.Algorithm(), Key: key, Rule: ratelimit.PerMinute(10), N: n,
-	})
+	d, err := s.Apply(context.Background(), ratelimit.Request{Key: key, N: n, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerMinute(10)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,8 +102,8 @@ func TestNoAllocationsOnExistingKey(t *testing.T) {
 	for _, k := range limitertest.Kinds {
 		// two keys of one table with rules of their own, decided in turn: neither rule
 		// stays the table's last
-		req := ratelimit.Request{Algorithm: k.Algorithm, Key: "existing", Rule: ratelimit.PerSecond(1000), N: 1}
-		other := ratelimit.Request{Algorithm: k.Algorithm, Key: "other", Rule: ratelimit.PerMinute(5000), N: 1}
+		req := ratelimit.Request{Key: "existing", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: ratelimit.PerSecond(1000)}}
+		other := ratelimit.Request{Key: "other", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: ratelimit.PerMinute(5000)}}
 		ctx := context.Background()
 		for _, r := range []ratelimit.Request{req, other} {
 			if _, err := s.Apply(ctx, r); err != nil {
@@ -132,7 +130,7 @@ func TestDefaultClockIsReal(t *testing.T) {
 		if d := allow(t, s, "k", 10); !d.Allowed {
 			t.Fatal(d)
 		}
-		if d := allow(t, s, "k", 1); d.Allowed || d.RetryAfter != 6*time.Second {
+		if d := allow(t, s, "k", 1); d.Allowed || d.Wait != 6*time.Second {
 			t.Fatalf("used-up key: %+v; want retry after 6s", d)
 		}
 		time.Sleep(6 * time.Second)
@@ -147,16 +145,14 @@ func TestDefaultClockIsReal(t *testing.T) {
 func TestForgetsAtReset(t *testing.T) {
 	clk := clock.NewFake(start.Add(500 * time.Millisecond))
 	s := localstore.New(localstore.WithClock(clk), localstore.WithSweepInterval(time.Hour))
-	apply := func(rule ratelimit.Rule) ratelimit.Decision {
-		d, err := s.Apply(context.Background(), ratelimit.Request{
-			Algorithm: fixedwindow.Algorithm(), Key: "k", Rule: rule, N: 5,
-		})
+	apply := func(rule ratelimit.Rule) ratelimit.Outcome {
+		d, err := s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 5, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return d
 	}
-	if d := apply(ratelimit.PerSecond(5)); !d.Allowed || d.ResetAfter != 500*time.Millisecond {
+	if d := apply(ratelimit.PerSecond(5)); !d.Allowed || d.Reset != 500*time.Millisecond {
 		t.Fatalf("5 per second: %+v", d)
 	}
 	// in the same minute, but the key was full again at 1s under the rule that counted it
@@ -195,7 +191,7 @@ func TestManyNamespaces(t *testing.T) {
 		if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed || d.Remaining != 1 {
 			t.Fatalf("namespace %d: first take = %+v, %v; want allowed, 1 left", i, d, err)
 		}
-		d, err := s.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Namespace: "ns-" + strconv.Itoa(i), Key: "k", Rule: rule, N: 1})
+		d, err := s.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "ns-" + strconv.Itoa(i), Rule: rule}})
 		if err != nil || !d.Allowed || d.Remaining != 0 {
 			t.Fatalf("namespace %d: Apply after the limiter = %+v, %v; want allowed, 0 left", i, d, err)
 		}
@@ -224,15 +220,12 @@ func TestIncompleteAlgorithm(t *testing.T) {
 	noRefund.Refund = nil
 	for _, alg := range []*ratelimit.Algorithm{nil, &noRefund} {
 		for _, op := range []string{"", "peek", "refund", "reset"} {
-			req := ratelimit.Request{Algorithm: alg, Key: "k", Rule: ratelimit.PerSecond(1), N: 1, Op: op}
+			req := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerSecond(1), Op: op}}
 			if _, err := s.Apply(ctx, req); err == nil {
 				t.Errorf("Apply(%v, op %q): no error", alg, op)
 			}
 		}
-		if _, _, err := s.Bind(alg, "ns")(ctx, "k", ratelimit.PerSecond(1), 1); err == nil {
-			t.Errorf("Bind(%v): a take without an error", alg)
-		}
-		if _, err := s.ApplyAll(ctx, []ratelimit.Request{{Algorithm: alg, Key: "k", Rule: ratelimit.PerSecond(1), N: 1}}); err == nil {
+		if _, err := s.ApplyAll(ctx, []ratelimit.Request{{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerSecond(1)}}}); err == nil {
 			t.Errorf("ApplyAll(%v): no error", alg)
 		}
 	}
@@ -251,7 +244,7 @@ func TestExactUnderChurn(t *testing.T) {
 	const limit, keys = 1000, 2
 	counted := ratelimit.Rule{Limit: limit, Period: 1000 * time.Hour} // no refill in the 100s the test runs
 	req := func(key string) ratelimit.Request {
-		return ratelimit.Request{Algorithm: tb, Namespace: "counted", Key: key, Rule: counted, N: 1}
+		return ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tb, Namespace: "counted", Rule: counted}}
 	}
 	ctx := context.Background()
 	var admitted [keys]atomic.Int64
@@ -288,8 +281,7 @@ func TestExactUnderChurn(t *testing.T) {
 		})
 	}
 	churn := func(key string, op string) {
-		_, err := s.Apply(ctx, ratelimit.Request{Algorithm: tb, Namespace: "churn", Key: key,
-			Rule: ratelimit.PerSecond(10), N: 1, Op: op})
+		_, err := s.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tb, Namespace: "churn", Rule: ratelimit.PerSecond(10), Op: op}})
 		if err != nil {
 			t.Error(err)
 		}
@@ -312,8 +304,7 @@ func TestExactUnderChurn(t *testing.T) {
 		if got := admitted[k].Load(); got != limit {
 			t.Errorf("key %d admitted %d; want exactly %d", k, got, limit)
 		}
-		if d, err := s.Apply(ctx, ratelimit.Request{Algorithm: tb, Namespace: "counted", Key: strconv.Itoa(k),
-			Rule: counted, N: 1, Op: "peek"}); err != nil || d.Allowed {
+		if d, err := s.Apply(ctx, ratelimit.Request{Key: strconv.Itoa(k), N: 1, Spec: &ratelimit.Spec{Algorithm: tb, Namespace: "counted", Rule: counted, Op: "peek"}}); err != nil || d.Allowed {
 			t.Errorf("key %d after the test: %+v, %v; want used up", k, d, err)
 		}
 	}

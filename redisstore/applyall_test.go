@@ -33,8 +33,7 @@ func TestApplyAllScriptsBounded(t *testing.T) {
 	for i := range 300 {
 		reqs := make([]ratelimit.Request, 1+random.IntN(20))
 		for j := range reqs {
-			reqs[j] = ratelimit.Request{Algorithm: algs[random.IntN(len(algs))], Key: fmt.Sprint("{t", i, "}:", j),
-				Rule: ratelimit.PerMinute(100), N: 1}
+			reqs[j] = ratelimit.Request{Key: fmt.Sprint("{t", i, "}:", j), N: 1, Spec: &ratelimit.Spec{Algorithm: algs[random.IntN(len(algs))], Rule: ratelimit.PerMinute(100)}}
 		}
 		ds, err := s.ApplyAll(ctx, reqs)
 		if err != nil || len(ds) != len(reqs) {
@@ -42,7 +41,7 @@ func TestApplyAllScriptsBounded(t *testing.T) {
 		}
 		for j, d := range ds {
 			if !d.Allowed || d.Remaining != 99 {
-				t.Fatalf("ApplyAll %d, request %d (%s): %+v; want allowed, 99 left", i, j, reqs[j].Algorithm.Name, d)
+				t.Fatalf("ApplyAll %d, request %d (%s): %+v; want allowed, 99 left", i, j, reqs[j].Spec.Algorithm.Name, d)
 			}
 		}
 	}
@@ -70,7 +69,7 @@ func TestApplyAllCapped(t *testing.T) {
 	}
 	for i := range reqs {
 		key := fmt.Sprint("{t}:", i)
-		reqs[i] = ratelimit.Request{Algorithm: fixedwindow.Algorithm(), Key: key, Rule: ratelimit.PerMinute(1), N: 1}
+		reqs[i] = ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: ratelimit.PerMinute(1)}}
 		parts[i] = ratelimit.Part{Limiter: limiter, Key: key}
 	}
 	if ds, err := s.ApplyAll(ctx, reqs); !errors.Is(err, errors.ErrUnsupported) {

@@ -73,7 +73,7 @@ const MaxApplyAll = 100
 // Cluster that may sit on different nodes) it counts nothing and returns an error
 // matching errors.ErrUnsupported, and ratelimit.AllowAll takes them one by one: never a
 // CROSSSLOT error.
-func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -86,27 +86,24 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	var tail []any // ARGV
 	now := s.now() // one instant for the whole batch
 	for i, r := range reqs {
-		alg := r.Algorithm
+		alg := r.Spec.Algorithm
 		if alg == nil || alg.Script == "" || len(alg.ScriptKeys) == 0 {
 			return nil, errors.New("redisstore: request has no algorithm with a script")
 		}
-		if r.Op != "" || core.OfLeases(r.Algorithm) {
+		if r.Spec.Op != "" || core.OfLeases(r.Spec.Algorithm) {
 			return nil, errors.New("redisstore: ApplyAll only takes, and no leases")
 		}
-		a, err := alg.Prepare(r.Rule, r.N)
+		a, err := r.Args()
 		if err != nil {
 			return nil, err
 		}
-		if err := core.Extras("redisstore", r, &a); err != nil {
-			return nil, err
-		}
 		pre, post := redisx.Form(r.Key)
-		nsForm := redisx.Namespace(r.Namespace)
+		nsForm := redisx.Namespace(r.Spec.Namespace)
 		for _, name := range s.script(alg).names {
 			names = append(names, name+nsForm+pre+r.Key+post)
 		}
 		algs[i], limits[i] = alg, a.Limit
-		tail = append(tail, 0, len(alg.ScriptKeys), a.N, a.Limit, a.Period, a.Unit, a.Rate, now, a.Reserve, core.WindowArg(alg, s.localNow))
+		tail = append(tail, 0, len(alg.ScriptKeys), a.N, a.Limit, a.Period, a.Unit, a.Rate, now, a.Keep, core.WindowArg(alg, s.localNow))
 	}
 	if err := core.CheckDistinct("redisstore", reqs); err != nil {
 		return nil, err
@@ -135,7 +132,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	if !ok || len(vals) != 5*len(reqs) {
 		return nil, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
 	}
-	ds := make([]ratelimit.Decision, len(reqs))
+	ds := make([]ratelimit.Outcome, len(reqs))
 	for i := range reqs {
 		if ds[i], err = decodeVals(vals[5*i:5*i+5], limits[i]); err != nil {
 			return nil, err

@@ -69,7 +69,7 @@ type call struct {
 	pre, post string // the key's form (see redisx.Form)
 	window    string // a windowed algorithm's window, as the script's ARGV has it; "" for others
 
-	d    ratelimit.Decision
+	d    ratelimit.Outcome
 	err  error
 	done chan struct{} // gets a value when d and err are set (a call that waits for a batch)
 }
@@ -155,7 +155,7 @@ func (s *Store) coalescing() bool {
 // Either way the call goes out from a goroutine of the store's (see fly), and the caller
 // waits for it only as long as its context allows: a reply that comes after the caller
 // has given up is still read, and its connection kept.
-func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, error) {
+func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Outcome, error) {
 	n, err := s.node(ctx, c)
 	if err != nil {
 		return s.single(ctx, c) // the cluster client says why, or routes it
@@ -189,7 +189,7 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, erro
 	select {
 	case <-w.done:
 	case <-ctx.Done(): // w is left to its flight, not recycled
-		return ratelimit.Decision{}, s.ended(ctx, c)
+		return ratelimit.Outcome{}, s.ended(ctx, c)
 	}
 	d, err := w.d, w.err
 	*w = call{done: w.done}
@@ -199,7 +199,7 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Decision, erro
 	}
 	if errors.Is(err, errGaveUp) {
 		// this caller's context ended before its batch went out, or ends now
-		return ratelimit.Decision{}, s.ended(ctx, c)
+		return ratelimit.Outcome{}, s.ended(ctx, c)
 	}
 	return d, err
 }
@@ -443,7 +443,7 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 
 // safeSingle is single, and safeDecideBatch decideBatch, with a panic of the client
 // turned into an error (see clientPanic): they run on a goroutine of the store's.
-func (s *Store) safeSingle(ctx context.Context, c *call) (d ratelimit.Decision, err error) {
+func (s *Store) safeSingle(ctx context.Context, c *call) (d ratelimit.Outcome, err error) {
 	defer clientPanic(c.sc.alg, &err)
 	return s.single(ctx, c)
 }
@@ -488,7 +488,7 @@ type profile struct {
 }
 
 type result struct {
-	d   ratelimit.Decision
+	d   ratelimit.Outcome
 	err error
 }
 
@@ -512,7 +512,7 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 			now = "*" // the store's clock: each call sends its own
 		}
 		p := profile{step, len(c.sc.names), c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, now, c.op, lease,
-			c.a.Reserve, c.window}
+			c.a.Keep, c.window}
 		of[i] = slices.Index(profiles, p)
 		if of[i] < 0 {
 			of[i] = len(profiles)

@@ -25,7 +25,7 @@ import (
 // step is one decision of a key's sequence in TestCoalescedParity.
 type step struct {
 	req ratelimit.Request
-	d   ratelimit.Decision
+	d   ratelimit.Outcome
 }
 
 // TestCoalescedParity: many keys, each driven by its own goroutine through a random
@@ -55,12 +55,11 @@ func TestCoalescedParity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req := ratelimit.Request{Algorithm: kind.Algorithm, Namespace: "parity", Key: fmt.Sprint("key-", k),
-				Rule: rule, N: 1 + rng.Int64N(a.Limit), Op: []string{"", "peek", "refund", "reset"}[rng.IntN(8)/5*(1+rng.IntN(3))]}
-			if req.Op != "" {
+			req := ratelimit.Request{Key: fmt.Sprint("key-", k), N: 1 + rng.Int64N(a.Limit), Spec: &ratelimit.Spec{Algorithm: kind.Algorithm, Namespace: "parity", Rule: rule, Op: []string{"", "peek", "refund", "reset"}[rng.IntN(8)/5*(1+rng.IntN(3))]}}
+			if req.Spec.Op != "" {
 				req.N = 1
 			}
-			req.Reserve = []int64{0, 0, 20, 50}[rng.IntN(4)] // calls of several reserves share batches
+			req.Spec.Reserve = []int64{0, 0, 20, 50}[rng.IntN(4)] // calls of several reserves share batches
 			seqs[k] = append(seqs[k], step{req: req})
 		}
 	}
@@ -85,7 +84,7 @@ func TestCoalescedParity(t *testing.T) {
 						d, err := s.Apply(context.Background(), st.req)
 						if err != nil || d != st.d {
 							t.Errorf("key %d, step %d (%s %v n %d op %q): %+v, %v; localstore %+v",
-								k, i, st.req.Algorithm.Name, st.req.Rule, st.req.N, st.req.Op, d, err, st.d)
+								k, i, st.req.Spec.Algorithm.Name, st.req.Spec.Rule, st.req.N, st.req.Spec.Op, d, err, st.d)
 							return
 						}
 					}
@@ -127,13 +126,13 @@ func TestCoalescedOneProfile(t *testing.T) {
 			s := redisstore.New(client, redisstore.WithClock(clk), redisstore.WithPrefix("one-"+k.name))
 			local := localstore.New(localstore.WithClock(clk))
 			req := func(key, i int) ratelimit.Request {
-				r := ratelimit.Request{Algorithm: k.alg, Key: fmt.Sprint("key-", key), Rule: k.rule, N: k.n}
+				r := ratelimit.Request{Key: fmt.Sprint("key-", key), N: k.n, Spec: &ratelimit.Spec{Algorithm: k.alg, Rule: k.rule}}
 				if k.alg.Extend != nil {
-					r.Lease = int64(i + 1)
+					r.Spec.Lease = int64(i + 1)
 				}
 				return r
 			}
-			want := make([][]ratelimit.Decision, keys)
+			want := make([][]ratelimit.Outcome, keys)
 			for key := range keys {
 				for i := range steps {
 					d, err := local.Apply(context.Background(), req(key, i))
@@ -267,8 +266,8 @@ func TestCoalescedCancel(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	s := redisstore.New(client, redisstore.WithPrefix("cancel")) // a pool of 4: MaxFlights at most
 	rule := ratelimit.PerHour(1000)
-	take := func(ctx context.Context, key string) (ratelimit.Decision, error) {
-		return s.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1})
+	take := func(ctx context.Context, key string) (ratelimit.Outcome, error) {
+		return s.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}})
 	}
 	if err := s.LoadScripts(context.Background(), tokenbucket.Algorithm()); err != nil {
 		t.Fatal(err) // and its connections warmed: no PING of a warming takes a held reply
@@ -287,7 +286,7 @@ func TestCoalescedCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
 	go func() { _, err := take(ctx, "gives-up"); gaveUp <- err }()
-	kept := make(chan ratelimit.Decision, 1)
+	kept := make(chan ratelimit.Outcome, 1)
 	go func() { d, _ := take(context.Background(), "keeps"); kept <- d }()
 	cancel()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
@@ -311,7 +310,7 @@ func TestCoalescedDeadlines(t *testing.T) {
 	srv := redistest.Start(t)
 	s := redisstore.New(srv.Client(), redisstore.WithPrefix("deadlines"))
 	take := func(ctx context.Context, key string) error {
-		_, err := s.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: ratelimit.PerHour(100), N: 1})
+		_, err := s.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerHour(100)}})
 		return err
 	}
 	if err := take(context.Background(), "warm"); err != nil {
@@ -518,7 +517,7 @@ func TestCoalescedReplyLost(t *testing.T) {
 	})
 	rule := ratelimit.PerHour(100)
 	take := func(key string) error {
-		_, err := s.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1})
+		_, err := s.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}})
 		return err
 	}
 	var wg sync.WaitGroup
@@ -560,7 +559,7 @@ func TestCoalescedReplyLost(t *testing.T) {
 	}
 	peeker := redisstore.New(direct, redisstore.WithPrefix("lostb"))
 	for _, key := range keys {
-		d, err := peeker.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1, Op: "peek"})
+		d, err := peeker.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule, Op: "peek"}})
 		if err != nil || d.Remaining != 98 { // a peek answers as a take would: 98 left after one take
 			t.Errorf("%s: a peek gives %+v, %v; want 98 left: taken once", key, d, err)
 		}
@@ -597,7 +596,7 @@ func TestCoalescedClientPanics(t *testing.T) {
 				err = fmt.Errorf("panicked: %v", p)
 			}
 		}()
-		_, err = s.Apply(context.Background(), ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "k", Rule: ratelimit.PerHour(1_000_000), N: 1})
+		_, err = s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerHour(1_000_000)}})
 		return err
 	}
 	if err := take(); err != nil {

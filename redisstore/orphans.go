@@ -40,8 +40,7 @@ const (
 // releaseLater releases the lease of c, an acquire whose caller had no answer, in the
 // background.
 func (s *Store) releaseLater(c *call) {
-	req := ratelimit.Request{Algorithm: c.alg, Namespace: c.ra.ns, Key: c.key, Rule: c.ra.rule, N: 1,
-		Op: "refund", Lease: c.a.Lease}
+	req := ratelimit.Request{Key: c.key, N: 1, Spec: &ratelimit.Spec{Algorithm: c.alg, Namespace: c.ra.ns, Rule: c.ra.rule, Op: "refund", Lease: c.a.Lease}}
 	o := &s.orphans
 	o.mu.Lock()
 	defer o.mu.Unlock()

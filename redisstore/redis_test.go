@@ -23,9 +23,9 @@ import (
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
-func apply(t *testing.T, s ratelimit.Store, alg *ratelimit.Algorithm, key string, rule ratelimit.Rule, n int64) (ratelimit.Decision, error) {
+func apply(t *testing.T, s ratelimit.Store, alg *ratelimit.Algorithm, key string, rule ratelimit.Rule, n int64) (ratelimit.Outcome, error) {
 	t.Helper()
-	return s.Apply(context.Background(), ratelimit.Request{Algorithm: alg, Key: key, Rule: rule, N: n})
+	return s.Apply(context.Background(), ratelimit.Request{Key: key, N: n, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule}})
 }
 
 // TestClusterWide: 20 instances, each with its own client, drive 100 tenants at twice
@@ -232,8 +232,8 @@ func TestKeyWithoutTTL(t *testing.T) {
 	if err != nil || !d.Allowed || d.Remaining != 6 {
 		t.Fatalf("decision on the state without TTL: %+v, %v; want 6 left", d, err)
 	}
-	if ttl := client.PTTL(ctx, key).Val(); ttl <= 0 || ttl > d.ResetAfter+time.Millisecond {
-		t.Errorf("PTTL after a decision = %v; want a TTL up to ResetAfter %v", ttl, d.ResetAfter)
+	if ttl := client.PTTL(ctx, key).Val(); ttl <= 0 || ttl > d.Reset+time.Millisecond {
+		t.Errorf("PTTL after a decision = %v; want a TTL up to ResetAfter %v", ttl, d.Reset)
 	}
 }
 
@@ -270,12 +270,12 @@ func TestTTLs(t *testing.T) {
 				// busy machine) it may show 0 (under a millisecond left) or be gone (-2).
 				// Never -1: a key without a TTL.
 				elapsed := time.Since(start)
-				mustLive := elapsed+time.Millisecond < d.ResetAfter
+				mustLive := elapsed+time.Millisecond < d.Reset
 				switch {
-				case ttl == -1 || ttl > d.ResetAfter+time.Millisecond:
-					t.Errorf("%s %v: PTTL(%s) = %v; ResetAfter %v", k.Name, rule, name, ttl, d.ResetAfter)
+				case ttl == -1 || ttl > d.Reset+time.Millisecond:
+					t.Errorf("%s %v: PTTL(%s) = %v; ResetAfter %v", k.Name, rule, name, ttl, d.Reset)
 				case mustLive && ttl <= 0:
-					t.Errorf("%s %v: PTTL(%s) = %v %v after the decision; ResetAfter %v", k.Name, rule, name, ttl, elapsed, d.ResetAfter)
+					t.Errorf("%s %v: PTTL(%s) = %v %v after the decision; ResetAfter %v", k.Name, rule, name, ttl, elapsed, d.Reset)
 				case !mustLive && ttl < 0 && ttl != -2:
 					t.Errorf("%s %v: PTTL(%s) = %v; want a TTL or gone", k.Name, rule, name, ttl)
 				}
@@ -467,7 +467,7 @@ func TestContextDeadline(t *testing.T) {
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 				defer cancel()
-				_, err := s.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "k", Rule: ratelimit.PerSecond(10), N: 1})
+				_, err := s.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10)}})
 				done <- err
 			}()
 			select {
@@ -502,7 +502,7 @@ func TestGaveUpNotSent(t *testing.T) {
 			return redistest.CommandCalls(t, admin, "blpop") > blpops
 		})
 		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		_, err := s.Apply(short, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "k", Rule: rule, N: 1})
+		_, err := s.Apply(short, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}})
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, redis.ErrPoolTimeout) {
 			t.Fatalf("ContextTimeoutEnabled %v: a decision waiting for the only connection: %v; want the deadline", ctxTimeouts, err)
@@ -544,7 +544,7 @@ func TestLateReplyKeepsItsConnection(t *testing.T) {
 			p.SetDelay(20 * time.Millisecond)
 			for i := range 40 {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-				_, err := s.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: fmt.Sprint("k", i), Rule: rule, N: 1})
+				_, err := s.Apply(ctx, ratelimit.Request{Key: fmt.Sprint("k", i), N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}})
 				cancel()
 				if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ratelimit.ErrUnavailable) {
 					t.Fatalf("ContextTimeoutEnabled %v, batch %d: a decision 20ms away with 5ms to wait: %v; want the deadline, as unavailable", ctxTimeouts, batch, err)

@@ -295,47 +295,44 @@ func New(client redis.Scripter, opts ...Option) *Store {
 // client's error, wrapped, and wrapped with ratelimit.ErrUnavailable when Redis cannot
 // decide now (a timeout, a lost connection, BUSY, OOM, LOADING, a failover); or
 // ErrUnexpectedReply.
-func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	if err := ctx.Err(); err != nil {
-		return ratelimit.Decision{}, err
+		return ratelimit.Outcome{}, err
 	}
-	alg := req.Algorithm
+	alg := req.Spec.Algorithm
 	if alg == nil || alg.Script == "" || len(alg.ScriptKeys) == 0 {
-		return ratelimit.Decision{}, errors.New("redisstore: request has no algorithm with a script")
+		return ratelimit.Outcome{}, errors.New("redisstore: request has no algorithm with a script")
 	}
-	a, err := alg.Prepare(req.Rule, req.N)
+	a, err := req.Args()
 	if err != nil {
-		return ratelimit.Decision{}, err
+		return ratelimit.Outcome{}, err
 	}
-	op, ok := opArg(req.Op)
+	op, ok := opArg(req.Spec.Op)
 	if !ok {
-		return ratelimit.Decision{}, fmt.Errorf("redisstore: unknown op %q", req.Op)
+		return ratelimit.Outcome{}, fmt.Errorf("redisstore: unknown op %q", req.Spec.Op)
 	}
-	if req.Op == "extend" && alg.Extend == nil {
-		return ratelimit.Decision{}, fmt.Errorf("redisstore: %s has no leases to extend", alg.Name)
-	}
-	if err := core.Extras("redisstore", req, &a); err != nil {
-		return ratelimit.Decision{}, err
+	if req.Spec.Op == "extend" && alg.Extend == nil {
+		return ratelimit.Outcome{}, fmt.Errorf("redisstore: %s has no leases to extend", alg.Name)
 	}
 	sc := s.script(alg)
 	ra := sc.args(req, a)
 	pre, post := redisx.Form(req.Key)
 	c := call{alg: alg, sc: sc, ra: ra, a: a, op: op, now: s.now(), key: req.Key, pre: pre, post: post,
 		window: core.WindowArg(alg, s.localNow)}
-	var d ratelimit.Decision
+	var d ratelimit.Outcome
 	if s.coalescing() {
 		d, err = s.coalesce(ctx, &c)
 	} else {
 		d, err = s.single(ctx, &c)
 	}
-	if err != nil && c.a.Lease != 0 && req.Op == "" && !errors.Is(err, core.ErrNotSent) {
+	if err != nil && c.a.Lease != 0 && req.Spec.Op == "" && !errors.Is(err, core.ErrNotSent) {
 		s.releaseLater(&c) // it may have taken a lease that nobody holds (see orphans)
 	}
 	return d, err
 }
 
 // single decides one call with its algorithm's own script.
-func (s *Store) single(ctx context.Context, c *call) (ratelimit.Decision, error) {
+func (s *Store) single(ctx context.Context, c *call) (ratelimit.Outcome, error) {
 	// EVALSHA hash numkeys key... n limit period unit rate now op lease [reserve window]
 	args := make([]any, 3, 3+len(c.sc.names)+10)
 	args[0], args[1], args[2] = "evalsha", c.sc.hash, len(c.sc.names)
@@ -343,12 +340,12 @@ func (s *Store) single(ctx context.Context, c *call) (ratelimit.Decision, error)
 		args = append(args, c.name(name))
 	}
 	args = append(args, c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op, c.a.Lease)
-	if c.a.Reserve != 0 || c.window != "" {
-		args = append(args, c.a.Reserve, c.window)
+	if c.a.Keep != 0 || c.window != "" {
+		args = append(args, c.a.Keep, c.window)
 	}
 	reply, err := s.run(ctx, c.sc, args)
 	if err != nil {
-		return ratelimit.Decision{}, s.failed(c.sc.alg, err)
+		return ratelimit.Outcome{}, s.failed(c.sc.alg, err)
 	}
 	return decode(reply, c.a.Limit)
 }
@@ -397,8 +394,8 @@ func opArg(op string) (any, bool) {
 // stay the same (most scripts see one rule and namespace again and again).
 func (sc *script) args(req ratelimit.Request, a ratelimit.Args) *ruleArgs {
 	ra := sc.last.Load()
-	if ra == nil || ra.rule != req.Rule || ra.ns != req.Namespace {
-		ra = &ruleArgs{rule: req.Rule, ns: req.Namespace, nsForm: redisx.Namespace(req.Namespace),
+	if ra == nil || ra.rule != req.Spec.Rule || ra.ns != req.Spec.Namespace {
+		ra = &ruleArgs{rule: req.Spec.Rule, ns: req.Spec.Namespace, nsForm: redisx.Namespace(req.Spec.Namespace),
 			limit: a.Limit, period: a.Period, unit: a.Unit, rate: a.Rate}
 		sc.last.Store(ra)
 	}
@@ -656,35 +653,32 @@ func noRetryCmd(ctx context.Context, args []any) noRetry {
 }
 
 // decode checks the shape of a script's reply: five integers, durations in microseconds.
-func decode(reply any, limit int64) (ratelimit.Decision, error) {
+func decode(reply any, limit int64) (ratelimit.Outcome, error) {
 	vals, ok := reply.([]any)
 	if !ok {
-		return ratelimit.Decision{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
+		return ratelimit.Outcome{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
 	}
 	return decodeVals(vals, limit)
 }
 
 // decodeVals is decode of a reply's values; a batch's replies are cut from one, and
 // passing each as an any would cost an allocation per decision.
-func decodeVals(vals []any, limit int64) (ratelimit.Decision, error) {
+func decodeVals(vals []any, limit int64) (ratelimit.Outcome, error) {
 	if len(vals) != 5 {
-		return ratelimit.Decision{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
+		return ratelimit.Outcome{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
 	}
 	var n [5]int64
 	var ok bool
 	for i, v := range vals {
 		if n[i], ok = v.(int64); !ok || n[i] < 0 || (i == 0 && n[i] > 1) {
-			return ratelimit.Decision{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
+			return ratelimit.Outcome{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
 		}
 	}
-	return ratelimit.Decision{
-		Allowed:    n[0] == 1,
-		Limit:      limit,
-		Remaining:  min(n[1], limit),
-		RetryAfter: mathx.Micros(n[2]),
-		ResetAfter: mathx.Micros(n[3]),
-		Delay:      mathx.Micros(n[4]),
-	}, nil
+	o := ratelimit.Outcome{Allowed: n[0] == 1, Remaining: min(n[1], limit), Wait: mathx.Micros(n[2]), Reset: mathx.Micros(n[3])}
+	if o.Allowed {
+		o.Wait = mathx.Micros(n[4]) // the delay
+	}
+	return o, nil
 }
 
 // TaggedKey is ratelimit.Key(parts...) under the Redis hash tag of tag: "{" + escaped

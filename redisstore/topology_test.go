@@ -51,9 +51,8 @@ func TestSentinelFailover(t *testing.T) {
 		}
 	}
 	reqs := []ratelimit.Request{
-		{Algorithm: tokenbucket.Algorithm(), Namespace: "plan", Key: "b", Rule: ratelimit.PerHour(2), N: 1},
-		{Algorithm: tokenbucket.Algorithm(), Namespace: "sentinel", Key: "c", Rule: ratelimit.PerSecond(1_000_000), N: 1},
-	}
+		{Key: "b", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "plan", Rule: ratelimit.PerHour(2)}},
+		{Key: "c", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "sentinel", Rule: ratelimit.PerSecond(1_000_000)}}}
 	if ds, err := store.ApplyAll(ctx, reqs); err != nil || ds[0].Allowed || !ds[1].Allowed {
 		t.Fatalf("one script behind the sentinel: %+v, %v; want the plan's denial, atomic", ds, err)
 	}
@@ -142,9 +141,8 @@ func TestRing(t *testing.T) {
 		}
 	}
 	reqs := []ratelimit.Request{
-		{Algorithm: tokenbucket.Algorithm(), Namespace: "plan", Key: onA, Rule: ratelimit.PerHour(100), N: 1},
-		{Algorithm: tokenbucket.Algorithm(), Namespace: "rate", Key: onB, Rule: ratelimit.PerHour(2), N: 1},
-	}
+		{Key: onA, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "plan", Rule: ratelimit.PerHour(100)}},
+		{Key: onB, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "rate", Rule: ratelimit.PerHour(2)}}}
 	if _, err := store.ApplyAll(ctx, reqs); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("ApplyAll of keys on two shards: %v; want errors.ErrUnsupported (AllowAll then goes one by one)", err)
 	}
@@ -158,9 +156,8 @@ func TestRing(t *testing.T) {
 		t.Errorf("the plan after a denied AllowAll across shards: %+v; want its take refunded", d)
 	}
 	tagged := []ratelimit.Request{ // one tag: one shard, one script
-		{Algorithm: tokenbucket.Algorithm(), Namespace: "plan", Key: redisstore.TaggedKey("t", "x"), Rule: ratelimit.PerHour(100), N: 1},
-		{Algorithm: tokenbucket.Algorithm(), Namespace: "rate", Key: redisstore.TaggedKey("t", "y"), Rule: ratelimit.PerHour(2), N: 1},
-	}
+		{Key: redisstore.TaggedKey("t", "x"), N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "plan", Rule: ratelimit.PerHour(100)}},
+		{Key: redisstore.TaggedKey("t", "y"), N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "rate", Rule: ratelimit.PerHour(2)}}}
 	if ds, err := store.ApplyAll(ctx, tagged); err != nil || !ds[0].Allowed || !ds[1].Allowed {
 		t.Fatalf("ApplyAll of one tag on a ring: %+v, %v", ds, err)
 	}

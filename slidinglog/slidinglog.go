@@ -20,19 +20,19 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/eventlog"
-	"github.com/ratelimit-go/ratelimit/internal/fast"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 const name = "slidinglog"
 
-var algorithm = core.Algorithm(ratelimit.Algorithm{
+var algorithm = &ratelimit.Algorithm{
 	Name:       name,
 	Script:     core.Script(script),
 	ScriptKeys: []string{"state", "log"},
 	Prepare:    prepare,
+	Step:       step,
 	Refund:     refund,
-}, step)
+}
 
 //go:embed slidinglog.lua
 var script string
@@ -70,40 +70,42 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
 	st.Time = t
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	advance(st, now, a)
 	log, t := st.Log, st.Time
-	var d fast.Outcome
-	keep := mathx.Keep(a.Limit, a.Reserve)
-	if st.Level+a.N+keep <= a.Limit {
+	allowed, retry := false, int64(0)
+	if st.Level+a.N+a.Keep <= a.Limit {
 		log.Push(t, a.N)
 		st.Level += a.N
-		d.Allowed = true
+		allowed = true
 	} else {
-		// the oldest events must age out until n (and what it must leave) fit: the
-		// oldest alone, most often, which the log keeps beside its ring
-		excess := st.Level + a.N + keep - a.Limit
-		wait := max(1, t+a.Period-now) // more than the log holds, which never fits: when it is empty
-		if log.Len() > 0 {
-			e, aged := log.Oldest(), int64(0)
-			for i := 1; ; i++ {
-				if aged += e.N; aged >= excess {
-					wait = e.At + a.Period - now
-					break
-				}
-				if i == log.Len() {
-					break
-				}
-				e = log.At(i)
-			}
-		}
-		d.Wait = mathx.Micros(wait)
+		retry = agedOut(log, st.Level+a.N+a.Keep-a.Limit, max(1, t+a.Period-now), now, a.Period)
 	}
-	d.Remaining = max(0, a.Limit-st.Level-keep)
+	reset := int64(0)
 	if log.Len() > 0 {
-		d.ResetAfter = mathx.Micros(log.NewestAt() + a.Period - now)
+		reset = log.NewestAt() + a.Period - now
 	}
-	return d
+	return ratelimit.Outcome{Allowed: allowed, Remaining: max(0, a.Limit-st.Level-a.Keep),
+		Wait: mathx.Micros(retry), Reset: mathx.Micros(reset)}
+}
+
+// agedOut is the time from now until the oldest events of log, aging out one Period
+// after they happened, add up to excess (the oldest alone, most often, which the log
+// keeps beside its ring); never, for more than the log holds: then the time it is empty.
+func agedOut(log *eventlog.Log, excess, never, now, period int64) int64 {
+	if log.Len() == 0 {
+		return never
+	}
+	e, aged := log.Oldest(), int64(0)
+	for i := 1; ; i++ {
+		if aged += e.N; aged >= excess {
+			return e.At + period - now
+		}
+		if i == log.Len() {
+			return never
+		}
+		e = log.At(i)
+	}
 }
 
 // refund removes up to n of the newest events.

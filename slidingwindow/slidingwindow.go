@@ -32,21 +32,21 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
-	"github.com/ratelimit-go/ratelimit/internal/fast"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 const name = "slidingwindow"
 
-var algorithm = core.Algorithm(ratelimit.Algorithm{
+var algorithm = &ratelimit.Algorithm{
 	Name:       name,
 	Script:     core.Script(script),
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
+	Step:       step,
 	Refund:     refund,
 
 	Prefetchable: true,
-}, step)
+}
 
 //go:embed slidingwindow.lua
 var script string
@@ -99,7 +99,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (start int64) {
 	return start
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	start := advance(st, now, a)
 	t := st.Time
 	// the ticks in a window, and the whole ticks into this one; a tick of a millisecond
@@ -116,26 +116,27 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	weighted := st.Aux * (ticks - elapsed)
 
 	// estimate + n + keep <= Limit, multiplied through by ticks
-	var d fast.Outcome
-	keep := mathx.Keep(a.Limit, a.Reserve)
-	if need := a.N + keep; st.Level+need <= a.Limit && weighted+(st.Level+need)*ticks <= a.Limit*ticks {
+	allowed, retry := false, int64(0)
+	if need := a.N + a.Keep; st.Level+need <= a.Limit && weighted+(st.Level+need)*ticks <= a.Limit*ticks {
 		st.Level += a.N
-		d.Allowed = true
+		allowed = true
 	} else {
-		d.Wait = mathx.Micros(retryAt(st, start, ticks, need, a) - now)
+		retry = retryAt(st, start, ticks, need, a) - now
 	}
 	// Remaining is 0 after a denied n of 1 without a reserve, without its division: the
 	// estimate exceeds Limit - 1, so ceil(weighted / ticks) >= Limit - Level
-	if d.Allowed || a.N > 1 || keep > 0 {
-		d.Remaining = max(0, a.Limit-st.Level-mathx.CeilDiv(weighted, ticks)-keep)
+	remaining := int64(0)
+	if allowed || a.N > 1 || a.Keep > 0 {
+		remaining = max(0, a.Limit-st.Level-mathx.CeilDiv(weighted, ticks)-a.Keep)
 	}
+	reset := int64(0)
 	switch {
 	case st.Level > 0:
-		d.ResetAfter = mathx.Micros(start + 2*a.Period - now)
+		reset = start + 2*a.Period - now
 	case st.Aux > 0:
-		d.ResetAfter = mathx.Micros(start + a.Period - now)
+		reset = start + a.Period - now
 	}
-	return d
+	return ratelimit.Outcome{Allowed: allowed, Remaining: remaining, Wait: mathx.Micros(retry), Reset: mathx.Micros(reset)}
 }
 
 // refund takes n events off the current window's count, down to 0 (the previous

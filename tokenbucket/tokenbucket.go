@@ -21,21 +21,21 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
-	"github.com/ratelimit-go/ratelimit/internal/fast"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 const name = "tokenbucket"
 
-var algorithm = core.Algorithm(ratelimit.Algorithm{
+var algorithm = &ratelimit.Algorithm{
 	Name:       name,
 	Script:     core.Script(script),
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
+	Step:       step,
 	Refund:     refund,
 
 	Prefetchable: true,
-}, step)
+}
 
 //go:embed tokenbucket.lua
 var script string
@@ -72,7 +72,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 	return t - now
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
+func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	full := a.Limit * a.Unit
 	level, t := st.Level, st.Time
 	if st.Aux == a.Unit && t < now { // the common case: advance as advance does, on locals
@@ -84,14 +84,9 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	}
 	st.Time = t
 	lag := t - now
-	allowed, retry := false, int64(0) // the Outcome's Wait: a token bucket has no Delay
+	allowed, retry := false, int64(0)
 	take := a.N * a.Unit
-	need, keep := take, int64(0)
-	if a.Reserve != 0 { // rare: a priority's reserve
-		keep = mathx.Keep(a.Limit, a.Reserve)
-		need += keep * a.Unit
-	}
-	if level >= need {
+	if need := take + a.Keep*a.Unit; level >= need {
 		level -= take
 		allowed = true
 	} else {
@@ -102,16 +97,8 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) fast.Outcome {
 	if level < full {
 		reset = lag + mathx.CeilDiv(full-level, a.Rate)
 	}
-	remaining := int64(uint64(level) / uint64(a.Unit)) // both positive: an unsigned division is cheaper
-	if keep != 0 {
-		remaining = max(0, remaining-keep)
-	}
-	return fast.Outcome{
-		Allowed:    allowed,
-		Remaining:  remaining,
-		Wait:       mathx.Micros(retry),
-		ResetAfter: mathx.Micros(reset),
-	}
+	remaining := max(0, int64(uint64(level)/uint64(a.Unit))-a.Keep) // both positive: an unsigned division is cheaper
+	return ratelimit.Outcome{Allowed: allowed, Remaining: remaining, Wait: mathx.Micros(retry), Reset: mathx.Micros(reset)}
 }
 
 // refund puts n tokens back, up to the capacity.

@@ -102,7 +102,7 @@ func simulate(alg *ratelimit.Algorithm, sc scenario) (result, error) {
 		d := alg.Step(&st, start.Add(at).UnixMicro(), args)
 		if d.Allowed {
 			r.admitted++
-			r.leave = append(r.leave, at+d.Delay)
+			r.leave = append(r.leave, at+d.Wait) // the Delay of an admitted event
 		} else {
 			r.denied++
 		}

@@ -288,9 +288,9 @@ func (m *limit) decideUnder(r *http.Request, key, tenant, route string) ([]ratel
 	}
 	q := p.quota
 	ds, err := ratelimit.ApplyAll(r.Context(), m.store, []ratelimit.Request{
-		{Algorithm: p.alg, Namespace: l.Namespace(), Key: key, Rule: p.rule, N: 1, Reserve: reserve},
+		{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: p.alg, Namespace: l.Namespace(), Rule: p.rule, Reserve: reserve}},
 		// the tenant's, on the same hash tag as its routes' keys: one script on a cluster
-		{Algorithm: q.alg, Namespace: quotaNamespace + q.String(), Key: redisstore.TaggedKey(tenant), Rule: q.Rule(), N: 1, Reserve: reserve},
+		{Key: redisstore.TaggedKey(tenant), N: 1, Spec: &ratelimit.Spec{Algorithm: q.alg, Namespace: quotaNamespace + q.String(), Rule: q.Rule(), Reserve: reserve}},
 	})
 	if err != nil {
 		return nil, err

@@ -133,8 +133,8 @@ func TestCraftedNamesNeverCollide(t *testing.T) {
 
 type failing struct{}
 
-func (failing) Apply(context.Context, ratelimit.Request) (ratelimit.Decision, error) {
-	return ratelimit.Decision{}, errors.New("the store is broken")
+func (failing) Apply(context.Context, ratelimit.Request) (ratelimit.Outcome, error) {
+	return ratelimit.Outcome{}, errors.New("the store is broken")
 }
 
 // TestStoreErrorPasses: a limiter error never becomes an error for the client.

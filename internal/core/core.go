@@ -204,9 +204,9 @@ func CheckDistinct(store string, reqs []ratelimit.Request) error {
 	}
 	seen := make(map[id]bool, len(reqs))
 	for _, r := range reqs {
-		k := id{r.Algorithm, r.Namespace, r.Key}
+		k := id{r.Spec.Algorithm, r.Spec.Namespace, r.Key}
 		if seen[k] {
-			return fmt.Errorf("%s: %w: %s key %q of namespace %q", store, ratelimit.ErrDuplicateKey, r.Algorithm.Name, r.Key, r.Namespace)
+			return fmt.Errorf("%s: %w: %s key %q of namespace %q", store, ratelimit.ErrDuplicateKey, r.Spec.Algorithm.Name, r.Key, r.Spec.Namespace)
 		}
 		seen[k] = true
 	}
@@ -257,18 +257,19 @@ func BucketArgs(name string, rule ratelimit.Rule, n int64) (ratelimit.Args, erro
 // that split or cache a key's decisions pass them straight through.
 func OfLeases(alg *ratelimit.Algorithm) bool { return alg != nil && alg.Extend != nil }
 
-// Extras checks what req carries beside its rule and n and copies it into a, with its
-// lease, as every store does after Prepare: a reserve of 0 to 99 percent (an error
-// wrapping ratelimit.ErrInvalidRule otherwise), kept only by a take or a peek.
-func Extras(store string, req ratelimit.Request, a *ratelimit.Args) error {
-	if req.Reserve < 0 || req.Reserve > 99 {
-		return fmt.Errorf("%s: a reserve of %d%%: %w: want 0 to 99", store, req.Reserve, ratelimit.ErrInvalidRule)
-	}
-	a.Lease = req.Lease
-	if req.Op == "" || req.Op == "peek" {
-		a.Reserve = req.Reserve
-	}
-	return nil
+// WithRule is a copy of s under rule: the request of a store that divides its rule (a
+// fallback's share, a region's portion, a hot key's shard).
+func WithRule(s *ratelimit.Spec, rule ratelimit.Rule) *ratelimit.Spec {
+	c := *s
+	c.Rule = rule
+	return &c
+}
+
+// WithOp is a copy of s that does op: a refund of what a take took, say.
+func WithOp(s *ratelimit.Spec, op string) *ratelimit.Spec {
+	c := *s
+	c.Op = op
+	return &c
 }
 
 // WindowArg is the window of alg around now() as a script's ARGV holds it:

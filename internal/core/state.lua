@@ -16,13 +16,14 @@ if op == 'reset' then -- forget the key; answer as a peek of 1 on a fresh key
   n, dry = 1, true
 end
 
--- keep: what a take or a peek must leave of limit for more important requests, ARGV[9]
--- percent of it (Args.Keep); a refund, a reset or an extension leaves nothing. ARGV[9]
--- is absent, or a number from a batch (0, most often): no call unless there is one.
-local keep, reserve = 0, ARGV[9]
-if reserve and reserve ~= 0 and reserve ~= '0' and (op == '' or op == 'take' or op == 'peek') then
-  reserve = tonumber(reserve)
-  keep = floor(limit / 100) * reserve + floor(limit % 100 * reserve / 100)
+-- keep: what a take or a peek must leave of limit for more important requests
+-- (Args.Keep, which the store sends as ARGV[9], 0 for the others); absent, or a number
+-- from a batch (0, most often): no call unless there is one.
+local keep = ARGV[9]
+if keep and keep ~= 0 and keep ~= '0' and (op == '' or op == 'take' or op == 'peek') then
+  keep = tonumber(keep)
+else
+  keep = 0
 end
 
 -- the state is one string "T:L:A", read and written with one call each; a batch reads

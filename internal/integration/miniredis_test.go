@@ -54,12 +54,12 @@ type serverTime struct {
 	clk *clock.Fake
 }
 
-func (s serverTime) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+func (s serverTime) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	s.mr.SetTime(s.clk.Now())
 	return s.Store.Apply(ctx, req)
 }
 
-func (s serverTime) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+func (s serverTime) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
 	s.mr.SetTime(s.clk.Now())
 	return s.Store.ApplyAll(ctx, reqs)
 }
@@ -100,7 +100,7 @@ type ttlClock struct {
 	last time.Time
 }
 
-func (s *ttlClock) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+func (s *ttlClock) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	now := s.clk.Now()
 	s.mr.FastForward(now.Sub(s.last))
 	s.last = now

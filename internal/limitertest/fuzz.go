@@ -19,7 +19,7 @@ var fuzzPeriods = []time.Duration{
 // moves the clock back.
 var fuzzSteps = []time.Duration{time.Microsecond, time.Millisecond, 37 * time.Millisecond, time.Second, time.Minute}
 
-// Fuzz checks alg's step (Algorithm.Step, and the stores' core.StepOf, which must agree)
+// Fuzz checks alg's step (Algorithm.Step)
 // on random rules and random sequences of (time step, n), each op three bytes of ops: the
 // clock moves by int8(ops[0]) * fuzzSteps[ops[1]], then AllowN with n from ops[2]. Every
 // decision must keep the invariants of check.
@@ -65,7 +65,7 @@ func (c *checker) args(n int64) ratelimit.Args {
 func (c *checker) decide(st ratelimit.State, now, n int64) ratelimit.Decision {
 	st = core.Clone(st)
 	a := c.args(n)
-	return core.Decision(core.StepOf(c.alg)(&st, now, a), a.Limit)
+	return c.alg.Step(&st, now, a).Decision(a.Limit)
 }
 
 func (c *checker) step(now, rawN int64) {
@@ -74,12 +74,7 @@ func (c *checker) step(now, rawN int64) {
 	n := 1 + (rawN-1)%capacity
 	before := core.Clone(c.st)
 	a := c.args(n)
-	public := core.Clone(c.st)
-	d := core.Decision(core.StepOf(c.alg)(&c.st, now, a), a.Limit) // as this module's stores run it
-	if pd := c.alg.Step(&public, now, a); pd != d || public.Time != c.st.Time || public.Level != c.st.Level || public.Aux != c.st.Aux {
-		t.Fatalf("at %dµs, n %d: Algorithm.Step gives %+v and state %+v; the stores' step %+v and %+v",
-			now-Start.UnixMicro(), n, pd, public, d, c.st)
-	}
+	d := c.alg.Step(&c.st, now, a).Decision(a.Limit)
 	us := time.Microsecond
 	where := func() string { return time.Duration(now-Start.UnixMicro()).String() + "µs" }
 

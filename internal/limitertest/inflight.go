@@ -72,8 +72,8 @@ type inFlight struct {
 
 // apply is a request of op for key's leases, straight to the store.
 func (f inFlight) apply(key, op string) (ratelimit.Decision, error) {
-	return f.store.Apply(context.Background(), ratelimit.Request{Algorithm: ratelimit.InFlightAlgorithm(),
-		Namespace: f.ns, Key: key, Rule: f.l.Rule(), N: 1, Op: op})
+	o, err := f.store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: f.ns, Rule: f.l.Rule(), Op: op}})
+	return o.Decision(f.l.Rule().Limit), err
 }
 
 func (f inFlight) at(d time.Duration) { f.clk.Set(Start.Add(d)) }
@@ -254,26 +254,25 @@ func testInFlightBadInput(t *testing.T, newStore NewStore) {
 	}
 	alg := ratelimit.InFlightAlgorithm()
 	for _, n := range []int64{0, -1, 2} {
-		_, err := store.Apply(context.Background(), ratelimit.Request{Algorithm: alg, Key: "k",
-			Rule: ratelimit.Rule{Limit: 5, Period: time.Second}, N: n, Lease: 1})
+		_, err := store.Apply(context.Background(), ratelimit.Request{Key: "k", N: n, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.Rule{Limit: 5, Period: time.Second}, Lease: 1}})
 		if !errors.Is(err, ratelimit.ErrInvalidN) {
 			t.Errorf("a lease of n = %d: %v, want ErrInvalidN", n, err)
 		}
 	}
 	for _, k := range Kinds { // an "extend" of a rate algorithm: an error, and nothing taken
 		rule := ratelimit.PerHour(1)
-		_, err := store.Apply(context.Background(), ratelimit.Request{Algorithm: k.Algorithm, Key: "x", Rule: rule, N: 1, Op: "extend"})
+		_, err := store.Apply(context.Background(), ratelimit.Request{Key: "x", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: rule, Op: "extend"}})
 		if err == nil {
 			t.Errorf("%s: extend: no error", k.Name)
 		}
-		d, err := store.Apply(context.Background(), ratelimit.Request{Algorithm: k.Algorithm, Key: "x", Rule: rule, N: 1})
+		d, err := store.Apply(context.Background(), ratelimit.Request{Key: "x", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: rule}})
 		if err != nil || !d.Allowed {
 			t.Errorf("%s: a take after a refused extend = %+v, %v; want allowed", k.Name, d, err)
 		}
 	}
 	if bs, ok := store.(ratelimit.BatchStore); ok {
-		_, err := bs.ApplyAll(context.Background(), []ratelimit.Request{{Algorithm: alg, Key: "k",
-			Rule: ratelimit.Rule{Limit: 5, Period: time.Second}, N: 1, Lease: 1}})
+		_, err := bs.ApplyAll(context.Background(), []ratelimit.Request{{Key: "k", N: 1,
+			Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.Rule{Limit: 5, Period: time.Second}, Lease: 1}}})
 		if err == nil {
 			t.Error("ApplyAll of a lease: no error")
 		}

@@ -162,18 +162,18 @@ func testBadInput(t *testing.T, newStore NewStore, k Kind) {
 			t.Errorf("AllowN(%d) = %+v, %v; want a zero Decision and %v", tc.n, d, err, tc.want)
 		}
 		// the store refuses the same request sent to it directly
-		req := ratelimit.Request{Algorithm: k.Algorithm, Key: "k", Rule: rule, N: tc.n}
+		req := ratelimit.Request{Key: "k", N: tc.n, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: rule}}
 		if _, err := store.Apply(ctx, req); !errors.Is(err, tc.want) {
 			t.Errorf("Apply(n=%d) = %v; want %v", tc.n, err, tc.want)
 		}
 	}
 	for _, r := range InvalidRules {
-		req := ratelimit.Request{Algorithm: k.Algorithm, Key: "k", Rule: r, N: 1}
+		req := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: r}}
 		if _, err := store.Apply(ctx, req); !errors.Is(err, ratelimit.ErrInvalidRule) {
 			t.Errorf("Apply(rule %+v) = %v; want ErrInvalidRule", r, err)
 		}
 	}
-	if _, err := store.Apply(ctx, ratelimit.Request{Key: "k", Rule: rule, N: 1}); err == nil {
+	if _, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Rule: rule}}); err == nil {
 		t.Error("Apply without an algorithm did not fail")
 	}
 	// nothing was consumed by any of it

@@ -102,7 +102,7 @@ func testMulti(t *testing.T, newStore NewStore) {
 		}
 	}
 	if bs, ok := store.(ratelimit.BatchStore); ok { // the store itself, asked directly
-		r := ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "x", Rule: ratelimit.PerHour(100), N: 1}
+		r := ratelimit.Request{Key: "x", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerHour(100)}}
 		if ds, err := bs.ApplyAll(ctx, []ratelimit.Request{r, r}); !errors.Is(err, ratelimit.ErrDuplicateKey) {
 			t.Errorf("ApplyAll with the same key twice: %+v, %v; want ratelimit.ErrDuplicateKey", ds, err)
 		}

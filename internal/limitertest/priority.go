@@ -157,7 +157,7 @@ func testPriorities(t *testing.T, newStore NewStore, k Kind) {
 			t.Errorf("a sheddable request of %d of 100: %+v, %v; want ErrInvalidN", n, d, err)
 		}
 	}
-	if d, err := largeStore.Apply(ctx, ratelimit.Request{Algorithm: k.Algorithm, Key: "k", Rule: PriorityRule, N: 100, Reserve: 50}); err != nil || d.Allowed {
+	if d, err := largeStore.Apply(ctx, ratelimit.Request{Key: "k", N: 100, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: PriorityRule, Reserve: 50}}); err != nil || d.Allowed {
 		t.Errorf("a store asked for 100 of 100 keeping 50%%: %+v, %v; want denied", d, err)
 	}
 	if d, err := allowN.AllowN(at(ratelimit.Critical), "k", 100); err != nil || !d.Allowed {
@@ -173,12 +173,12 @@ func testPriorities(t *testing.T, newStore NewStore, k Kind) {
 	}
 	store := newStore(t, clk)
 	for _, r := range []int64{-1, 100} {
-		_, err := store.Apply(ctx, ratelimit.Request{Algorithm: k.Algorithm, Key: "bad", Rule: PriorityRule, N: 1, Reserve: r})
+		_, err := store.Apply(ctx, ratelimit.Request{Key: "bad", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: PriorityRule, Reserve: r}})
 		if !errors.Is(err, ratelimit.ErrInvalidRule) {
 			t.Errorf("a Request with Reserve %d: %v; want ErrInvalidRule", r, err)
 		}
 	}
-	d, err := store.Apply(ctx, ratelimit.Request{Algorithm: k.Algorithm, Key: "bad", Rule: PriorityRule, N: 1, Op: "peek"})
+	d, err := store.Apply(ctx, ratelimit.Request{Key: "bad", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: PriorityRule, Op: "peek"}})
 	if err != nil || d.Remaining != 99 { // a peek of 1 leaves 99
 		t.Errorf("after bad reserves, a peek: %+v, %v; want the key untouched", d, err)
 	}

@@ -112,7 +112,7 @@ func ClusterFailover(t *testing.T) {
 	failures := 0
 	for {
 		short, cancel := context.WithTimeout(ctx, time.Second)
-		d, err := s.Apply(short, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "k", Rule: rule, N: 1})
+		d, err := s.Apply(short, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}})
 		cancel()
 		if err == nil {
 			if !d.Allowed || d.Remaining < 98 { // 98 left, or 99 if the replica had not the first decision yet

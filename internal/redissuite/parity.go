@@ -60,18 +60,13 @@ func ParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store, rules 
 				if err != nil {
 					t.Fatal(err)
 				}
-				req := ratelimit.Request{
-					Algorithm: k.Algorithm,
-					Key:       "key" + strconv.Itoa(key),
-					Rule:      rule,
-					N:         1 + rng.Int64N(a.Limit),
-				}
+				req := ratelimit.Request{Key: "key" + strconv.Itoa(key), N: 1 + rng.Int64N(a.Limit), Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: rule}}
 				if rng.IntN(2) == 0 {
 					req.N = 1
 				}
-				req.Reserve = reserves[rng.IntN(len(reserves))] // a priority's, often none
+				req.Spec.Reserve = reserves[rng.IntN(len(reserves))] // a priority's, often none
 				same(t, stores, req, func() string {
-					return fmt.Sprintf("step %d, %s %v n %d reserve %d%% at %v", i, req.Key, rule, req.N, req.Reserve,
+					return fmt.Sprintf("step %d, %s %v n %d reserve %d%% at %v", i, req.Key, rule, req.N, req.Spec.Reserve,
 						clk.Now().Sub(limitertest.Start))
 				})
 			}
@@ -110,21 +105,19 @@ func InFlightParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake,
 		if rng.IntN(3) == 0 {
 			clk.Advance(time.Duration(rng.IntN(20)) * step)
 		}
-		req := ratelimit.Request{
+		req := ratelimit.Request{Key: "key" + strconv.Itoa(rng.IntN(3)), N: 1, Spec: &ratelimit.Spec{
 			Algorithm: alg,
-			Key:       "key" + strconv.Itoa(rng.IntN(3)),
 			Rule:      ratelimit.Rule{Limit: 1 + rng.Int64N(6), Period: time.Duration(10+rng.IntN(30)) * step},
-			N:         1,
 			Op:        ops[rng.IntN(len(ops))],
 			Lease:     1 + rng.Int64N(12), // few ids, so that releases and extensions find theirs
-		}
+		}}
 		if rng.IntN(200) == 0 {
-			req.Op = "reset"
+			req.Spec.Op = "reset"
 		}
-		req.Reserve = reserves[rng.IntN(len(reserves))]
+		req.Spec.Reserve = reserves[rng.IntN(len(reserves))]
 		same(t, stores, req, func() string {
-			return fmt.Sprintf("step %d, %s op %q lease %d limit %d lease %v at %v", i, req.Key, req.Op, req.Lease,
-				req.Rule.Limit, req.Rule.Period, clk.Now().Sub(limitertest.Start))
+			return fmt.Sprintf("step %d, %s op %q lease %d limit %d lease %v at %v", i, req.Key, req.Spec.Op, req.Spec.Lease,
+				req.Spec.Rule.Limit, req.Spec.Rule.Period, clk.Now().Sub(limitertest.Start))
 		})
 	}
 }

@@ -53,13 +53,12 @@ func QuotaParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := ratelimit.Request{Algorithm: alg, Namespace: q.String(), Key: "tenant", Rule: q.Rule(),
-			N: 1 + rng.Int64N(2), Op: ops[rng.IntN(len(ops))], Reserve: reserves[rng.IntN(len(reserves))]}
+		req := ratelimit.Request{Key: "tenant", N: 1 + rng.Int64N(2), Spec: &ratelimit.Spec{Algorithm: alg, Namespace: q.String(), Rule: q.Rule(), Op: ops[rng.IntN(len(ops))], Reserve: reserves[rng.IntN(len(reserves))]}}
 		if rng.IntN(300) == 0 {
-			req.Op = "reset"
+			req.Spec.Op = "reset"
 		}
 		same(t, stores, req, func() string {
-			return fmt.Sprintf("step %d, %v op %q n %d reserve %d%% at %v", i, q, req.Op, req.N, req.Reserve, clk.Now())
+			return fmt.Sprintf("step %d, %v op %q n %d reserve %d%% at %v", i, q, req.Spec.Op, req.N, req.Spec.Reserve, clk.Now())
 		})
 	}
 }

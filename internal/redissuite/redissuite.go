@@ -52,9 +52,9 @@ func FreshPrefix() redisstore.Option {
 	return redisstore.WithPrefix("test" + strconv.FormatInt(prefixes.Add(1), 10))
 }
 
-func apply(t *testing.T, s ratelimit.Store, alg *ratelimit.Algorithm, key string, rule ratelimit.Rule, n int64) (ratelimit.Decision, error) {
+func apply(t *testing.T, s ratelimit.Store, alg *ratelimit.Algorithm, key string, rule ratelimit.Rule, n int64) (ratelimit.Outcome, error) {
 	t.Helper()
-	return s.Apply(context.Background(), ratelimit.Request{Algorithm: alg, Key: key, Rule: rule, N: n})
+	return s.Apply(context.Background(), ratelimit.Request{Key: key, N: n, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule}})
 }
 
 // Conformance runs the conformance suite of localstore, unchanged, on a real Redis with

@@ -139,7 +139,7 @@ func newHotConfig[O any](name string, next ratelimit.Store, opts []O, apply func
 // leases of an in-flight limit always pass, as a lease must be released where it was
 // taken, and a release on another instance frees it before any RetryAfter.
 func (c *hotConfig) handles(req ratelimit.Request) bool {
-	return req.Algorithm != nil && !core.OfLeases(req.Algorithm) && (c.only == nil || c.only(req))
+	return req.Spec.Algorithm != nil && !core.OfLeases(req.Spec.Algorithm) && (c.only == nil || c.only(req))
 }
 
 type algKey struct {
@@ -235,8 +235,8 @@ type grant struct {
 	tokens           int64 // fetched and not yet spent
 	expires          int64 // UnixNano
 	resetUntil       int64 // UnixNano: the next store's ResetAfter at the fetch
-	limit, remaining int64 // the next store's Decision at the fetch
-	denied           ratelimit.Decision
+	limit, remaining int64 // the rule's Limit, and the next store's Remaining at the fetch
+	denied           ratelimit.Outcome
 	deniedN          int64 // requests of this n are denied until deniedUntil
 	deniedUntil      int64
 	fetching         *fetch       // the fetch in flight, nil if none
@@ -262,21 +262,21 @@ func NewPrefetch(next ratelimit.Store, batch int64, opts ...PrefetchOption) *Pre
 }
 
 // Apply spends a token in hand, or fetches a new batch.
-func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
-	if !p.cfg.handles(req) || !req.Algorithm.Prefetchable || req.Reserve != 0 {
+func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	if !p.cfg.handles(req) || !req.Spec.Algorithm.Prefetchable || req.Spec.Reserve != 0 {
 		return p.next.Apply(ctx, req)
 	}
-	a, err := req.Algorithm.Prepare(req.Rule, req.N)
+	a, err := req.Spec.Algorithm.Prepare(req.Spec.Rule, req.N)
 	if err != nil {
-		return ratelimit.Decision{}, err
+		return ratelimit.Outcome{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return ratelimit.Decision{}, err
+		return ratelimit.Outcome{}, err
 	}
 	now := clock.UnixNano(p.cfg.clock)
-	l := p.grants.get(algKey{req.Algorithm, req.Namespace, req.Key}, now)
-	if req.Op != "" { // peeks go through; a refund or reset ends the grant
-		if req.Op == "peek" {
+	l := p.grants.get(algKey{req.Spec.Algorithm, req.Spec.Namespace, req.Key}, now)
+	if req.Spec.Op != "" { // peeks go through; a refund or reset ends the grant
+		if req.Spec.Op == "peek" {
 			return p.next.Apply(ctx, req)
 		}
 		l.mu.Lock()
@@ -290,17 +290,17 @@ func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 	}
 	for {
 		l.mu.Lock()
-		if l.rule == req.Rule && now < l.expires && l.tokens >= req.N {
+		if l.rule == req.Spec.Rule && now < l.expires && l.tokens >= req.N {
 			l.tokens -= req.N
-			d := ratelimit.Decision{Allowed: true, Limit: l.limit, Remaining: min(l.limit, l.remaining+l.tokens),
-				ResetAfter: time.Duration(max(l.resetUntil-now, int64(time.Microsecond)))}
+			d := ratelimit.Outcome{Allowed: true, Remaining: min(l.limit, l.remaining+l.tokens),
+				Reset: time.Duration(max(l.resetUntil-now, int64(time.Microsecond)))}
 			l.mu.Unlock()
 			return d, nil
 		}
-		if l.rule == req.Rule && now < l.deniedUntil && req.N == l.deniedN { // denied until then
+		if l.rule == req.Spec.Rule && now < l.deniedUntil && req.N == l.deniedN { // denied until then
 			d := l.denied
-			d.RetryAfter = time.Duration(l.deniedUntil - now)
-			d.ResetAfter = max(d.RetryAfter, time.Duration(l.resetUntil-now))
+			d.Wait = time.Duration(l.deniedUntil - now)
+			d.Reset = max(d.Wait, time.Duration(l.resetUntil-now))
 			l.mu.Unlock()
 			return d, nil
 		}
@@ -309,12 +309,12 @@ func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 			select {
 			case <-f.done:
 				if f.err != nil {
-					return ratelimit.Decision{}, f.err
+					return ratelimit.Outcome{}, f.err
 				}
 				now = clock.UnixNano(p.cfg.clock)
 				continue
 			case <-ctx.Done():
-				return ratelimit.Decision{}, ctx.Err()
+				return ratelimit.Outcome{}, ctx.Err()
 			}
 		}
 		f := &fetch{done: make(chan struct{})}
@@ -332,16 +332,16 @@ func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 			l.mu.Unlock()
 			return d, err
 		}
-		l.rule, l.tokens, l.deniedUntil = req.Rule, 0, 0
+		l.rule, l.tokens, l.deniedUntil = req.Spec.Rule, 0, 0
 		if !d.Allowed { // remember the denial of n until its RetryAfter, like BlockCache
 			if fetched == req.N {
-				l.denied, l.deniedN, l.deniedUntil = d, req.N, now+int64(d.RetryAfter)
-				l.resetUntil = now + int64(d.ResetAfter)
+				l.denied, l.deniedN, l.deniedUntil = d, req.N, now+int64(d.Wait)
+				l.resetUntil = now + int64(d.Reset)
 			}
 		} else {
-			l.tokens, l.expires, l.limit, l.remaining = fetched-req.N, now+int64(p.cfg.grantTime), d.Limit, d.Remaining
-			l.resetUntil = now + int64(d.ResetAfter)
-			d.Remaining = min(d.Limit, d.Remaining+l.tokens)
+			l.tokens, l.expires, l.limit, l.remaining = fetched-req.N, now+int64(p.cfg.grantTime), a.Limit, d.Remaining
+			l.resetUntil = now + int64(d.Reset)
+			d.Remaining = min(a.Limit, d.Remaining+l.tokens)
 		}
 		l.until.Store(max(l.expires, l.deniedUntil))
 		l.mu.Unlock()
@@ -350,8 +350,8 @@ func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 }
 
 // fetch takes a batch for req from the next store: batch tokens, or what is left if a
-// batch is not, or just req's own. It returns the Decision and how many it asked for.
-func (p *Prefetch) fetch(ctx context.Context, req ratelimit.Request, a ratelimit.Args) (ratelimit.Decision, int64, error) {
+// batch is not, or just req's own. It returns the Outcome and how many it asked for.
+func (p *Prefetch) fetch(ctx context.Context, req ratelimit.Request, a ratelimit.Args) (ratelimit.Outcome, int64, error) {
 	f := req
 	f.N = min(max(p.batch, req.N), a.Limit)
 	d, err := p.next.Apply(ctx, f)
@@ -397,53 +397,53 @@ func NewShard(next ratelimit.Store, shards int, opts ...ShardOption) *Shard {
 }
 
 // Apply decides on the shards in turn.
-func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	if !s.cfg.handles(req) {
 		return s.next.Apply(ctx, req)
 	}
-	whole, err := req.Algorithm.Prepare(req.Rule, req.N)
+	whole, err := req.Spec.Algorithm.Prepare(req.Spec.Rule, req.N)
 	if err != nil {
-		return ratelimit.Decision{}, err
+		return ratelimit.Outcome{}, err
 	}
-	share := core.Share(req.Rule, s.shards)
-	one, err := req.Algorithm.Prepare(share, 1)
+	share := core.Share(req.Spec.Rule, s.shards)
+	one, err := req.Spec.Algorithm.Prepare(share, 1)
 	if err != nil {
-		return ratelimit.Decision{}, fmt.Errorf("hotkey: shard: %v over %d shards is %v each: %w", req.Rule, s.shards, share, err)
+		return ratelimit.Outcome{}, fmt.Errorf("hotkey: shard: %v over %d shards is %v each: %w", req.Spec.Rule, s.shards, share, err)
 	}
 	if req.N > one.Limit {
-		return ratelimit.Decision{}, fmt.Errorf("hotkey: shard: n = %d, one of %d shards holds %d: %w",
+		return ratelimit.Outcome{}, fmt.Errorf("hotkey: shard: n = %d, one of %d shards holds %d: %w",
 			req.N, s.shards, one.Limit, ratelimit.ErrInvalidN)
 	}
-	if req.Op == "reset" { // every shard
-		var d ratelimit.Decision
+	shareSpec := core.WithRule(req.Spec, share)
+	if req.Spec.Op == "reset" { // every shard
+		var d ratelimit.Outcome
 		for i := range uint64(s.shards) {
 			sub := req
-			sub.Key, sub.Rule = shardKey(req.Key, i), share
+			sub.Key, sub.Spec = shardKey(req.Key, i), shareSpec
 			if d, err = s.next.Apply(ctx, sub); err != nil {
-				return ratelimit.Decision{}, err
+				return ratelimit.Outcome{}, err
 			}
 		}
-		d.Remaining, d.Limit = min(whole.Limit, d.Remaining*s.shards), whole.Limit
+		d.Remaining = min(whole.Limit, d.Remaining*s.shards)
 		return d, nil
 	}
 	first := s.turn.Add(1) // a take, or a peek or refund of the next shard in turn
-	var best ratelimit.Decision
+	var best ratelimit.Outcome
 	for i := range min(int64(s.cfg.retries)+1, s.shards) {
 		sub := req
-		sub.Key, sub.Rule = shardKey(req.Key, (first+uint64(i))%uint64(s.shards)), share
+		sub.Key, sub.Spec = shardKey(req.Key, (first+uint64(i))%uint64(s.shards)), shareSpec
 		d, err := s.next.Apply(ctx, sub)
 		if err != nil {
-			return ratelimit.Decision{}, err
+			return ratelimit.Outcome{}, err
 		}
-		if d.Allowed || i == 0 || d.RetryAfter < best.RetryAfter {
+		if d.Allowed || i == 0 || d.Wait < best.Wait {
 			best = d
 		}
-		if d.Allowed || req.Op != "" {
+		if d.Allowed || req.Spec.Op != "" {
 			break
 		}
 	}
 	best.Remaining = min(whole.Limit, best.Remaining*s.shards)
-	best.Limit = whole.Limit
 	return best, nil
 }
 
@@ -482,7 +482,6 @@ type denial struct {
 	n, reserve int64
 	until      int64 // UnixNano
 	resetUntil int64
-	limit      int64
 	remaining  int64
 }
 
@@ -493,7 +492,7 @@ const maxReserves = 8
 func (bl *block) find(req ratelimit.Request, now int64) *denial {
 	for i := range bl.by {
 		d := &bl.by[i]
-		if d.reserve == req.Reserve && d.rule == req.Rule && d.n == req.N && now < d.until {
+		if d.reserve == req.Spec.Reserve && d.rule == req.Spec.Rule && d.n == req.N && now < d.until {
 			return d
 		}
 	}
@@ -537,23 +536,23 @@ func NewBlockCache(next ratelimit.Store, opts ...BlockCacheOption) *BlockCache {
 }
 
 // Apply denies from memory while the key is blocked, else asks the next store.
-func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	if !b.cfg.handles(req) {
 		return b.next.Apply(ctx, req)
 	}
-	if _, err := req.Algorithm.Prepare(req.Rule, req.N); err != nil {
-		return ratelimit.Decision{}, err
+	if _, err := req.Spec.Algorithm.Prepare(req.Spec.Rule, req.N); err != nil {
+		return ratelimit.Outcome{}, err
 	}
 	now := clock.UnixNano(b.cfg.clock)
-	bl := b.blocked.get(algKey{req.Algorithm, req.Namespace, req.Key}, now)
-	gives := req.Op == "refund" || req.Op == "reset" // the key may have room after it
+	bl := b.blocked.get(algKey{req.Spec.Algorithm, req.Spec.Namespace, req.Key}, now)
+	gives := req.Spec.Op == "refund" || req.Spec.Op == "reset" // the key may have room after it
 	bl.mu.Lock()
 	if gives {
 		bl.unblock()
 	}
 	if den := bl.find(req, now); den != nil {
-		d := ratelimit.Decision{Limit: den.limit, Remaining: den.remaining, RetryAfter: time.Duration(den.until - now),
-			ResetAfter: time.Duration(max(den.until, den.resetUntil) - now)}
+		d := ratelimit.Outcome{Remaining: den.remaining, Wait: time.Duration(den.until - now),
+			Reset: time.Duration(max(den.until, den.resetUntil) - now)}
 		bl.mu.Unlock()
 		return d, nil
 	}
@@ -567,15 +566,15 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		bl.mu.Lock()
 		bl.unblock()
 		bl.mu.Unlock()
-	case err == nil && d.Allowed && req.Op == "" && bl.held.Load(): // what it took moves every denial's wait
+	case err == nil && d.Allowed && req.Spec.Op == "" && bl.held.Load(): // what it took moves every denial's wait
 		bl.mu.Lock()
 		bl.unblock()
 		bl.mu.Unlock()
-	case err == nil && !d.Allowed && d.RetryAfter > 0 && req.Op == "":
+	case err == nil && !d.Allowed && d.Wait > 0 && req.Spec.Op == "":
 		bl.mu.Lock()
 		if bl.gen == gen { // no refund or reset came between the decision and now
-			bl.record(denial{rule: req.Rule, n: req.N, reserve: req.Reserve, limit: d.Limit, remaining: d.Remaining,
-				until: now + int64(d.RetryAfter), resetUntil: now + int64(d.ResetAfter)})
+			bl.record(denial{rule: req.Spec.Rule, n: req.N, reserve: req.Spec.Reserve, remaining: d.Remaining,
+				until: now + int64(d.Wait), resetUntil: now + int64(d.Reset)})
 		}
 		bl.mu.Unlock()
 	}

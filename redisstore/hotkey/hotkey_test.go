@@ -29,13 +29,13 @@ type counting struct {
 	calls atomic.Int64
 }
 
-func (c *counting) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+func (c *counting) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	c.calls.Add(1)
 	return c.Store.Apply(ctx, req)
 }
 
 func tb(key string, rule ratelimit.Rule) ratelimit.Request {
-	return ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: key, Rule: rule, N: 1}
+	return ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}}
 }
 
 func TestPrefetch(t *testing.T) {
@@ -62,7 +62,7 @@ func TestPrefetch(t *testing.T) {
 	if next.calls.Load() != 5 {
 		t.Errorf("after a rule change: %d calls; want a new batch", next.calls.Load())
 	}
-	if _, err := p.Apply(ctx, ratelimit.Request{Algorithm: leakybucket.Algorithm(), Key: "k", Rule: rule, N: 1}); err != nil || next.calls.Load() != 6 {
+	if _, err := p.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: leakybucket.Algorithm(), Rule: rule}}); err != nil || next.calls.Load() != 6 {
 		t.Errorf("the leaky bucket must go straight through: %v, %d calls", err, next.calls.Load())
 	}
 }
@@ -82,8 +82,8 @@ func TestPrefetchNearTheLimit(t *testing.T) {
 		}
 		if d.Allowed {
 			admitted++
-		} else if d.RetryAfter != 4*time.Minute {
-			t.Fatalf("denied with RetryAfter %v; want 4m (one token at 15 per hour)", d.RetryAfter)
+		} else if d.Wait != 4*time.Minute {
+			t.Fatalf("denied with RetryAfter %v; want 4m (one token at 15 per hour)", d.Wait)
 		}
 	}
 	// a batch of 10; a batch denied and the 5 left taken instead; a batch denied and the
@@ -116,7 +116,7 @@ func TestShardLocal(t *testing.T) {
 	s := hotkey.NewShard(next, 10)
 	rule := ratelimit.PerHour(1000)
 	for i := range 900 { // 90% of the limit: never denied
-		if d, err := s.Apply(context.Background(), tb("k", rule)); err != nil || !d.Allowed || d.Limit != 1000 {
+		if d, err := s.Apply(context.Background(), tb("k", rule)); err != nil || !d.Allowed {
 			t.Fatalf("request %d at 90%%: %+v, %v", i, d, err)
 		}
 	}
@@ -140,17 +140,17 @@ func TestBlockCacheLocal(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
 	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
 	b := hotkey.NewBlockCache(next, hotkey.WithClock(clk))
-	req := ratelimit.Request{Algorithm: fixedwindow.Algorithm(), Key: "k", Rule: ratelimit.PerMinute(5), N: 5}
+	req := ratelimit.Request{Key: "k", N: 5, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: ratelimit.PerMinute(5)}}
 	b.Apply(context.Background(), req)
 	req.N = 1
 	d, _ := b.Apply(context.Background(), req) // denied until the minute ends
-	if d.Allowed || d.RetryAfter != time.Minute {
+	if d.Allowed || d.Wait != time.Minute {
 		t.Fatalf("%+v", d)
 	}
 	calls := next.calls.Load()
 	clk.Advance(30 * time.Second)
 	for range 100 {
-		if d, _ := b.Apply(context.Background(), req); d.Allowed || d.RetryAfter != 30*time.Second || d.Limit != 5 {
+		if d, _ := b.Apply(context.Background(), req); d.Allowed || d.Wait != 30*time.Second {
 			t.Fatalf("blocked: %+v", d)
 		}
 	}
@@ -207,7 +207,7 @@ func TestBlockCacheOnRedis(t *testing.T) {
 	client := srv.Client()
 	clk := clock.NewFake(limitertest.Start)
 	b := hotkey.NewBlockCache(redisstore.New(client, redisstore.WithClock(clk)), hotkey.WithClock(clk))
-	req := ratelimit.Request{Algorithm: fixedwindow.Algorithm(), Key: "abuser", Rule: ratelimit.PerMinute(3), N: 1}
+	req := ratelimit.Request{Key: "abuser", N: 1, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: ratelimit.PerMinute(3)}}
 	for range 4 {
 		b.Apply(context.Background(), req)
 	}
@@ -279,12 +279,12 @@ func TestPrefetchOps(t *testing.T) {
 	rule := ratelimit.PerHour(100)
 	p.Apply(ctx, tb("k", rule)) // a lease of 10: 9 in hand, 90 left in the store
 	peek := tb("k", rule)
-	peek.Op = "peek"
+	peek.Spec.Op = "peek"
 	if d, _ := p.Apply(ctx, peek); d.Remaining != 89 {
 		t.Errorf("a peek through the lease: %+v; want the store's own view", d)
 	}
 	reset := tb("k", rule)
-	reset.Op = "reset"
+	reset.Spec.Op = "reset"
 	p.Apply(ctx, reset)
 	calls := next.calls.Load()
 	if d, _ := p.Apply(ctx, tb("k", rule)); d.Remaining != 99 || next.calls.Load() != calls+1 {
@@ -300,9 +300,9 @@ type gated struct {
 	reached, release chan struct{}
 }
 
-func (g *gated) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+func (g *gated) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	d, err := g.Store.Apply(ctx, req)
-	if req.Op == "" {
+	if req.Spec.Op == "" {
 		g.once.Do(func() {
 			close(g.reached)
 			<-g.release
@@ -323,14 +323,14 @@ func TestBlockCacheRefundRace(t *testing.T) {
 	}
 	g := &gated{Store: local, reached: make(chan struct{}), release: make(chan struct{})}
 	b := hotkey.NewBlockCache(g, hotkey.WithClock(clk))
-	done := make(chan ratelimit.Decision)
+	done := make(chan ratelimit.Outcome)
 	go func() {
 		d, _ := b.Apply(ctx, tb("k", rule))
 		done <- d
 	}()
 	<-g.reached // denied by the store, not yet recorded
 	refund := tb("k", rule)
-	refund.Op = "refund"
+	refund.Spec.Op = "refund"
 	if _, err := b.Apply(ctx, refund); err != nil {
 		t.Fatal(err)
 	}
@@ -352,9 +352,9 @@ type blocking struct {
 	release chan struct{}
 }
 
-func (b *blocking) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+func (b *blocking) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	d, err := b.Store.Apply(ctx, req)
-	if req.Op == "" && b.slow[req.Key] {
+	if req.Spec.Op == "" && b.slow[req.Key] {
 		b.reached <- req.Key
 		<-b.release
 	}
@@ -393,24 +393,24 @@ func TestPrefetchNoLockAcrossIO(t *testing.T) {
 		}
 	}
 	b.slow["a"] = true
-	go p.Apply(ctx, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "a", Rule: rule, N: 3}) // 2 in hand, 3 asked: a fetch
+	go p.Apply(ctx, ratelimit.Request{Key: "a", N: 3, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}}) // 2 in hand, 3 asked: a fetch
 	<-b.reached
-	d := within(t, "a token in hand of the same key", func() ratelimit.Decision { d, _ := p.Apply(ctx, tb("a", rule)); return d })
-	if !d.Allowed || d.ResetAfter <= 0 {
+	d := within(t, "a token in hand of the same key", func() ratelimit.Outcome { d, _ := p.Apply(ctx, tb("a", rule)); return d })
+	if !d.Allowed || d.Reset <= 0 {
 		t.Errorf("a token in hand while its key fetches: %+v; want allowed with a ResetAfter", d)
 	}
-	d = within(t, "another key, in a full table", func() ratelimit.Decision { d, _ := p.Apply(ctx, tb("c", rule)); return d })
+	d = within(t, "another key, in a full table", func() ratelimit.Outcome { d, _ := p.Apply(ctx, tb("c", rule)); return d })
 	if !d.Allowed {
 		t.Errorf("another key while one fetches: %+v; want allowed", d)
 	}
-	d = within(t, "another key's tokens in hand", func() ratelimit.Decision { d, _ := p.Apply(ctx, tb("b", rule)); return d })
+	d = within(t, "another key's tokens in hand", func() ratelimit.Outcome { d, _ := p.Apply(ctx, tb("b", rule)); return d })
 	if !d.Allowed {
 		t.Errorf("another key's token in hand while one fetches: %+v; want allowed", d)
 	}
 	short, cancel := context.WithCancel(ctx)
 	cancel()
 	err := within(t, "a cancelled wait", func() error {
-		_, err := p.Apply(short, ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "a", Rule: rule, N: 3})
+		_, err := p.Apply(short, ratelimit.Request{Key: "a", N: 3, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}})
 		return err
 	})
 	if !errors.Is(err, context.Canceled) {
@@ -426,15 +426,15 @@ func TestPrefetchResetAfter(t *testing.T) {
 		hotkey.WithClock(clk), hotkey.WithGrantTime(time.Minute))
 	rule := ratelimit.PerHour(3600) // a token a second
 	first, err := p.Apply(context.Background(), tb("k", rule))
-	if err != nil || !first.Allowed || first.ResetAfter != 10*time.Second {
+	if err != nil || !first.Allowed || first.Reset != 10*time.Second {
 		t.Fatalf("the fetch: %+v, %v; want allowed, full again in 10s (10 tokens taken)", first, err)
 	}
 	clk.Advance(4 * time.Second)
-	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed || d.ResetAfter != 6*time.Second {
+	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed || d.Reset != 6*time.Second {
 		t.Errorf("from the lease 4s later: %+v; want allowed, ResetAfter 6s", d)
 	}
 	clk.Advance(20 * time.Second)
-	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed || d.ResetAfter <= 0 {
+	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed || d.Reset <= 0 {
 		t.Errorf("from the lease 24s later: %+v; want allowed, ResetAfter above 0", d)
 	}
 }
@@ -469,7 +469,7 @@ func TestShardInvalidShare(t *testing.T) {
 	if !errors.Is(err, ratelimit.ErrInvalidRule) || errors.Is(err, ratelimit.ErrInvalidN) {
 		t.Errorf("a share that cannot be counted: %v; want ErrInvalidRule", err)
 	}
-	_, err = s.Apply(context.Background(), ratelimit.Request{Algorithm: tokenbucket.Algorithm(), Key: "k", Rule: ratelimit.PerSecond(70), N: 11})
+	_, err = s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 11, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(70)}})
 	if !errors.Is(err, ratelimit.ErrInvalidN) {
 		t.Errorf("n above one shard's capacity: %v; want ErrInvalidN", err)
 	}

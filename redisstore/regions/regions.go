@@ -196,7 +196,7 @@ func New(self string, clients map[string]redis.Scripter, opts ...Option) (*Regio
 		return nil, fmt.Errorf("regions: %q is not one of the regions", self)
 	}
 	r := &Regions{self: self, clients: clients, prefix: redisx.DefaultPrefix,
-		family:   func(req ratelimit.Request) string { return req.Namespace },
+		family:   func(req ratelimit.Request) string { return req.Spec.Namespace },
 		interval: 5 * time.Minute, grace: 3 * time.Second, refresh: time.Second, flush: time.Second,
 		floor: 100, step: 100, clock: clock.Real{}}
 	for name, c := range clients {
@@ -239,16 +239,16 @@ type regionStore struct {
 	next ratelimit.Store
 }
 
-func (s *regionStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Decision, error) {
+func (s *regionStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	fam := s.r.family(req)
 	share, err := s.share(req, fam)
 	if err != nil {
-		return ratelimit.Decision{}, err
+		return ratelimit.Outcome{}, err
 	}
-	if req.Op == "" && req.N > 0 {
+	if req.Spec.Op == "" && req.N > 0 {
 		s.r.count(fam, req.N)
 	}
-	req.Rule = share
+	req.Spec = core.WithRule(req.Spec, share)
 	return s.next.Apply(ctx, req)
 }
 
@@ -256,10 +256,10 @@ func (s *regionStore) Apply(ctx context.Context, req ratelimit.Request) (ratelim
 // limit at least one lease, as the fallback's shares.
 func (s *regionStore) share(req ratelimit.Request, family string) (ratelimit.Rule, error) {
 	w := s.r.Weight(family)
-	if core.OfLeases(req.Algorithm) {
-		return core.PortionLeases(req.Rule, w, 1000), nil
+	if core.OfLeases(req.Spec.Algorithm) {
+		return core.PortionLeases(req.Spec.Rule, w, 1000), nil
 	}
-	share, err := core.Portion(req.Rule, w, 1000)
+	share, err := core.Portion(req.Spec.Rule, w, 1000)
 	if err != nil {
 		return ratelimit.Rule{}, fmt.Errorf("regions: region %s: %w", s.r.self, err)
 	}
@@ -270,7 +270,7 @@ func (s *regionStore) share(req ratelimit.Request, family string) (ratelimit.Rul
 // the region's store can (a ratelimit.BatchStore); otherwise it returns an error matching
 // errors.ErrUnsupported, having counted nothing, and ratelimit.ApplyAll takes them one
 // by one.
-func (s *regionStore) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+func (s *regionStore) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
 	bs, ok := s.next.(ratelimit.BatchStore)
 	if !ok {
 		return nil, fmt.Errorf("regions: region %s: its store decides no batches: %w", s.r.self, errors.ErrUnsupported)
@@ -282,12 +282,12 @@ func (s *regionStore) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([
 			return nil, err
 		}
 		scaled[i] = req
-		scaled[i].Rule = share
+		scaled[i].Spec = core.WithRule(req.Spec, share)
 	}
 	ds, err := bs.ApplyAll(ctx, scaled)
 	if err == nil || !errors.Is(err, errors.ErrUnsupported) {
 		for _, req := range reqs {
-			if req.Op == "" && req.N > 0 {
+			if req.Spec.Op == "" && req.N > 0 {
 				s.r.count(s.r.family(req), req.N)
 			}
 		}

@@ -228,11 +228,11 @@ func TestRegionsApplyAll(t *testing.T) {
 	store := r.Store(redisstore.New(c, redisstore.WithPrefix(freshPrefix())))
 	alg := fixedwindow.Algorithm()
 	reqs := []ratelimit.Request{
-		{Algorithm: alg, Namespace: "a", Key: "k", Rule: ratelimit.PerHour(10), N: 5},
-		{Algorithm: alg, Namespace: "b", Key: "k", Rule: ratelimit.PerHour(100), N: 5},
-	}
+		{Key: "k", N: 5, Spec: &ratelimit.Spec{Algorithm: alg, Namespace: "a", Rule: ratelimit.PerHour(10)}},
+		{Key: "k", N: 5, Spec: &ratelimit.Spec{Algorithm: alg, Namespace: "b", Rule: ratelimit.PerHour(100)}}}
 	ds, err := ratelimit.ApplyAll(context.Background(), store, reqs)
-	if err != nil || !ds[0].Allowed || ds[0].Limit != 5 || ds[0].Remaining != 0 || ds[1].Limit != 50 {
+	// the Limit a Decision reports is the rule's; what is left is the region's half
+	if err != nil || !ds[0].Allowed || ds[0].Limit != 10 || ds[0].Remaining != 0 || ds[1].Remaining != 45 {
 		t.Fatalf("first = %+v, %v; want both allowed under half of each rule", ds, err)
 	}
 	ds, err = ratelimit.ApplyAll(context.Background(), store, reqs)

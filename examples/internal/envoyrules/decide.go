@@ -169,14 +169,14 @@ func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64)
 			reqs[r].N += n
 		} else {
 			seen[c], of[j] = len(reqs), len(reqs)
-			reqs = append(reqs, ratelimit.Request{Algorithm: m.Algorithm, Namespace: m.namespace, Key: m.Key, Rule: m.Rule, N: n})
+			reqs = append(reqs, ratelimit.Request{Key: m.Key, N: n, Spec: &ratelimit.Spec{Algorithm: m.Algorithm, Namespace: m.namespace, Rule: m.Rule}})
 		}
 	}
 	for j, i := range idx {
-		if r := reqs[of[j]]; neverFits(r.Algorithm, r.Rule, r.N) {
+		if r := reqs[of[j]]; neverFits(r.Spec.Algorithm, r.Spec.Rule, r.N) {
 			doomed = true
 			res.Statuses[i].deny(n)
-			res.Statuses[i].ResetAfter = dc.untilWindowEnds(r.Rule)
+			res.Statuses[i].ResetAfter = dc.untilWindowEnds(r.Spec.Rule)
 		}
 	}
 	var ds []ratelimit.Decision
@@ -185,12 +185,12 @@ func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64)
 	if doomed {                       // only what each stands at, for its status
 		ds = make([]ratelimit.Decision, len(reqs))
 		for k, r := range reqs {
-			if r.Rule.Limit == 0 || neverFits(r.Algorithm, r.Rule, r.N) {
+			if r.Spec.Rule.Limit == 0 || neverFits(r.Spec.Algorithm, r.Spec.Rule, r.N) {
 				continue
 			}
-			r.Op, r.N = "peek", 1
+			r.Spec.Op, r.N = "peek", 1
 			asked[k] = 1
-			if ds[k], err = dc.Store.Apply(ctx, r); err != nil {
+			if ds[k], err = decision(ctx, dc.Store, r); err != nil {
 				return nil, false, err
 			}
 		}
@@ -250,13 +250,27 @@ func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op string) er
 		}
 		return nil
 	}
-	req := ratelimit.Request{Algorithm: m.Algorithm, Namespace: m.namespace, Key: m.Key, Rule: m.Rule, N: n, Op: op}
-	d, err := dc.Store.Apply(ctx, req)
+	req := ratelimit.Request{Key: m.Key, N: n, Spec: &ratelimit.Spec{Algorithm: m.Algorithm, Namespace: m.namespace, Rule: m.Rule, Op: op}}
+	d, err := decision(ctx, dc.Store, req)
 	if err != nil || op == "refund" {
 		return err
 	}
 	s.record(d, n, dc.ratio())
 	return nil
+}
+
+// decision is store's answer to req as a Decision: its Outcome, with the Limit of req's
+// rule.
+func decision(ctx context.Context, store ratelimit.Store, req ratelimit.Request) (ratelimit.Decision, error) {
+	a, err := req.Args()
+	if err != nil {
+		return ratelimit.Decision{}, err
+	}
+	o, err := store.Apply(ctx, req)
+	if err != nil {
+		return ratelimit.Decision{}, err
+	}
+	return o.Decision(a.Limit), nil
 }
 
 // neverFits reports whether n hits can never be admitted under rule: a limit of 0 (the

@@ -1,0 +1,169 @@
+package localstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+)
+
+// Apply decides req against the key's state in memory: it takes, peeks, refunds, resets
+// or extends (req.Op). A take of an existing key finds it without the shard's lock and
+// decides holding only the key's; a new key, or a sweep due, takes the shard's lock. The
+// step gets the caller's now, and the key's own latest instant in its state: a clock
+// that stepped back is held per key, and durations count from the caller's clock.
+//
+// It returns ctx.Err() if ctx has ended, and the error of req.Algorithm.Prepare for an
+// invalid rule or n.
+func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return ratelimit.Outcome{}, err
+	}
+	k := s.specs.find(req.Spec)
+	if k == nil {
+		var err error
+		if k, err = s.know(req.Spec); err != nil {
+			return ratelimit.Outcome{}, err
+		}
+	}
+	if req.N != 1 { // 1 is valid for any rule: know prepared it
+		if _, err := req.Args(); err != nil {
+			return ratelimit.Outcome{}, err
+		}
+	}
+	var now int64 // s.now(), written out: too large to be inlined
+	if s.isMono {
+		now = (s.monoNano + int64(time.Since(s.monoStart))) / 1000
+	} else {
+		now = s.otherNow()
+	}
+	h := s.hash.sum(req.Key) // chooses the shard, and finds the key in it
+	sh := &s.shards[h&s.mask]
+	sp := k.space
+	if req.Spec.Op != "" {
+		return s.other(sh, sp, h, &req, k.args, now)
+	}
+	if sp.ord < fewSpaces && sh.sweptBy(now, s.sweepEvery) { // without the shard's lock
+		if t := sh.tables[sp.ord].Load(); t != nil {
+			e := t.keys.atHome(h, req.Key)
+			if e == nil {
+				e = t.keys.get(h, req.Key)
+			}
+			if e != nil {
+				if o, ok := e.take(sp.alg, now, &k.args, req.N, req.Spec.Lease); ok {
+					return o, nil
+				}
+			}
+		}
+	}
+	return s.takeLocked(sh, k, h, req.Key, req.N, req.Spec.Lease, now)
+}
+
+// take decides args with n and lease on e, unless e was removed since it was found (ok false: look
+// again under the shard's lock).
+func (e *entry) take(alg *ratelimit.Algorithm, now int64, args *ratelimit.Args, n, lease int64) (o ratelimit.Outcome, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock() // deferred: a third party's Step may panic
+	if e.expires == dead {
+		return o, false
+	}
+	if e.expires <= now {
+		e.reset()
+	}
+	a := *args
+	a.N, a.Lease = n, lease
+	o = alg.Step(&e.state, now, a)
+	e.expires = now + expiry(o.Reset)
+	return o, true
+}
+
+// takeLocked is a take under the shard's lock: for a new key, a sweep due, or a key
+// removed while Apply looked for it.
+func (s *Store) takeLocked(sh *shard, k *known, h uint64, key string, n, lease, now int64) (ratelimit.Outcome, error) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock() // deferred: a third party's Step that panics must not leave the shard locked
+	t := sh.table(k.space)
+	sh.sweepIfDue(now, s.sweepEvery)
+	e := t.keys.get(h, key)
+	if e == nil {
+		e = s.add(sh, &t.keys, h, key, now, &entry{})
+	}
+	o, _ := e.take(k.space.alg, now, &k.args, n, lease) // an entry in the index under its shard's lock is not dead
+	return o, nil
+}
+
+// other is Apply for a peek, a refund, a reset or an extension, under the shard's lock:
+// none of them adds a key.
+func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, args ratelimit.Args, now int64) (ratelimit.Outcome, error) {
+	alg := sp.alg
+	switch req.Spec.Op {
+	case "peek", "refund", "reset":
+	case "extend":
+		if alg.Extend == nil {
+			return ratelimit.Outcome{}, fmt.Errorf("localstore: %s has no leases to extend", alg.Name)
+		}
+	default:
+		return ratelimit.Outcome{}, fmt.Errorf("localstore: unknown op %q", req.Spec.Op)
+	}
+	args.N, args.Lease = req.N, req.Spec.Lease
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.table(sp)
+	sh.sweepIfDue(now, s.sweepEvery)
+	e := t.keys.get(h, req.Key)
+	if e != nil {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.expires <= now {
+			e.reset()
+		}
+	}
+	switch req.Spec.Op {
+	case "peek":
+		return sh.peek(alg, e, now, args, false), nil
+	case "refund":
+		if e != nil {
+			alg.Refund(&e.state, now, args) // the key is full no later than before: expires stays
+		}
+	case "reset":
+		if e != nil {
+			e.expires = dead
+			t.keys.del(h, req.Key)
+			sh.size--
+			sh.bytes -= cost(req.Key)
+			e = nil
+		}
+	case "extend":
+		held := e != nil && alg.Extend(&e.state, now, args)
+		o := sh.peek(alg, e, now, args, true)
+		o.Allowed = held
+		if held { // held, a lease waits for nothing, whatever a new one would
+			o.Wait = 0
+			e.expires = max(e.expires, now+expiry(o.Reset))
+		}
+		return o, nil
+	}
+	return sh.peek(alg, e, now, args, true), nil
+}
+
+// peek is the Outcome of a take of args on e's state (a fresh state when e is nil),
+// changing nothing, on the shard's scratch copy; sh.mu is held. After a refund, a reset
+// or an extension (after) it is the answer, as a peek of 1, of a new lease.
+func (sh *shard) peek(alg *ratelimit.Algorithm, e *entry, now int64, args ratelimit.Args, after bool) ratelimit.Outcome {
+	if after {
+		args.N, args.Lease, args.Keep = 1, 0, 0
+	}
+	st := &sh.scratch
+	*st = ratelimit.State{}
+	if e != nil {
+		*st = e.state
+	}
+	if st.Log != nil {
+		sh.scratchLog.CopyFrom(st.Log)
+	} else {
+		sh.scratchLog.Clear() // for an algorithm that keeps a log, a fresh one
+	}
+	st.Log = &sh.scratchLog
+	return alg.Step(st, now, args)
+}

@@ -1,0 +1,59 @@
+package localstore
+
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ratelimit-go/ratelimit"
+)
+
+// specs remembers what a decision derives from each Spec the store has seen lately: its
+// space, and its Args but n (its rule's, with what its reserve keeps and its lease). A
+// limiter makes its Specs once and sends the same ones again and again, so a decision
+// finds both by the Spec's address alone. One slot per address, chosen by a hash of it:
+// a Spec that meets another in its slot takes the slot, and the other is derived anew
+// when it comes back.
+type specs [specSlots]atomic.Pointer[known]
+
+const specSlots = 64
+
+// known is what a store derived from spec. A Spec must not change once a request has
+// carried it (see ratelimit.Request), and known holds on to it: its address names it
+// while it is known.
+type known struct {
+	spec  *ratelimit.Spec
+	space *space
+	args  ratelimit.Args // with N 1
+}
+
+// find is what the store knows of spec, or nil.
+func (c *specs) find(spec *ratelimit.Spec) *known {
+	if k := c.slot(spec).Load(); k != nil && k.spec == spec {
+		return k
+	}
+	return nil
+}
+
+func (c *specs) slot(spec *ratelimit.Spec) *atomic.Pointer[known] {
+	const fib = 0x9E3779B97F4A7C15 // spreads the addresses of small objects over the slots
+	return &c[uint64(uintptr(unsafe.Pointer(spec)))*fib>>(64-6)]
+}
+
+// know derives what a decision needs from spec, checks it (the error of an invalid one),
+// and remembers it.
+func (s *Store) know(spec *ratelimit.Spec) (*known, error) {
+	if spec == nil {
+		return nil, errNoSpec
+	}
+	sp, err := s.space(spec.Algorithm, spec.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	a, err := ratelimit.Request{N: 1, Spec: spec}.Args()
+	if err != nil {
+		return nil, err
+	}
+	k := &known{spec: spec, space: sp, args: a}
+	s.specs.slot(spec).Store(k)
+	return k, nil
+}
