@@ -1,30 +1,16 @@
 -- The in-flight limit, as acquireLease, releaseLease and extendLease in inflight.go.
 -- KEYS[1]: the key's leases, a sorted set of lease ids scored by their expiry (us since
--- the Unix epoch); its TTL is the latest expiry's. ARGV: n (1), limit, period (the lease
--- duration, us), unit, rate (unused), now (us; empty for Redis TIME), op, lease id, and
--- the reserve: the percent of limit a new lease must leave (Args.Keep).
-local max, tonumber = math.max, tonumber
-local limit, period = tonumber(ARGV[2]), tonumber(ARGV[3])
-local now = tonumber(ARGV[6])
-if not now then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-end
-local op, lease, key = ARGV[7] or '', ARGV[8] or '0', KEYS[1]
-local function int(x) -- an integer as Redis must read it: never in exponent notation
-  return string.format('%.0f', x)
-end
+-- the Unix epoch); its TTL is the latest expiry's. lease is the id of the lease a take
+-- acquires, a refund releases or an extension renews, as a string; period is a lease's
+-- duration (us).
+local key = KEYS[1]
 local after = '(' .. int(now) -- scores after now: the leases alive
-local keep = 0
-if op == '' or op == 'take' or op == 'peek' then
-  keep = tonumber(ARGV[9]) or 0
-end
 
-if op == 'reset' then -- forget every lease; answer as a peek
+if op == RESET then -- forget every lease; answer as a peek
   redis.call('DEL', key)
-  op = 'peek'
+  op = PEEK
 end
-local dry = op == 'peek'
+local dry = op == PEEK
 -- a lease never expires more than its duration from now: later ones, left by a clock
 -- that went back, are brought to it (read so when nothing is written)
 local horizon = now + period
@@ -44,9 +30,9 @@ local function alive(id)
 end
 
 local until_, wrote, extended = now + period, false, 0
-if op == 'refund' or op == 'extend' then -- then answer as a peek of a new lease
+if op == REFUND or op == EXTEND then -- then answer as a peek of a new lease
   local at = alive(lease)
-  if at and op == 'refund' then
+  if at and op == REFUND then
     redis.call('ZREM', key, lease)
   elseif at then
     extended = 1
@@ -61,7 +47,7 @@ end
 -- a take (a peek when dry): renew the lease held, or add it if there is room
 local held = redis.call('ZCOUNT', key, after, '+inf')
 local at = alive(lease)
-local allowed, added = 0, false
+local added = false
 if at then
   allowed = 1
   if not dry and until_ > at then
@@ -76,18 +62,17 @@ elseif held + keep < limit then
   end
 end
 
-local retry, reset = 0, 0
 local last = redis.call('ZREVRANGEBYSCORE', key, '+inf', after, 'WITHSCORES', 'LIMIT', 0, 1)
-local latest = last[2] and math.min(tonumber(last[2]), horizon) -- the latest expiry written
+local latest = last[2] and min(tonumber(last[2]), horizon) -- the latest expiry written
 if wrote then
-  redis.call('PEXPIRE', key, max(1, -math.floor(-(latest - now) / 1000)))
+  redis.call('PEXPIRE', key, max(1, -floor(-(latest - now) / 1000)))
 end
 if added then held = held + 1 end
 if added or at then latest = max(latest or 0, until_) end
 if allowed == 0 and held > 0 then -- until enough leases expire that one fits with keep
   local first = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', held + keep - limit, 1)
-  retry = math.min(tonumber(first[2]), horizon) - now
+  retry = min(tonumber(first[2]), horizon) - now
 end
 if latest then reset = latest - now end
-if op == 'extend' then allowed = extended end
-return {allowed, max(0, limit - held - keep), retry, reset, 0}
+if op == EXTEND then allowed = extended end
+remaining = max(0, limit - held - keep)

@@ -157,17 +157,14 @@ type Algorithm struct {
 	// Name is short and stable ("tokenbucket"); stores may use it in their keys.
 	Name string
 
-	// Script is the Lua source of the step, for stores that run it server-side: given the
-	// Args as ARGV (N, Limit, Period, Unit, Rate, then the time in microseconds or an empty
-	// string for the server's clock, then the Op: "take" or empty, "peek", "refund",
-	// "reset" or "extend", then Request.Lease in decimal, then, when either is set, the
-	// Reserve and the Window as "start:end:next" or an empty string), it reads and writes the state
-	// in KEYS and returns {allowed (0 or 1), remaining, retry after, reset after, delay},
-	// durations in microseconds. Its state is back to full, and may expire, after reset
-	// after. A store may run several steps in one script, each a function of its KEYS and
-	// ARGV; there the numbers of ARGV may be Lua numbers already, the time among them
-	// (the server's clock, read once for all the steps, rather than an empty string), so a
-	// step reads them with tonumber, and ARGV may hold more than these ten.
+	// Script is the step in Lua, for redisstore, which composes it into its scripts: it
+	// reads the request's arguments by name (n, limit, period, unit, rate, now, op,
+	// lease, keep and the window's bounds, as the fields of Args and Window), sets the
+	// Outcome's allowed (0 or 1), remaining, retry, reset and delay (microseconds), and
+	// writes its keys; where its first key is named "state", the store reads that key's
+	// state T, L and A for it (the Time, Level and Aux of State) and the step saves it.
+	// The scripts of this module's algorithms are the examples to follow (internal/script
+	// holds what surrounds them). Empty for an algorithm that runs in Go alone.
 	Script string
 
 	// ScriptKeys names the keys the Script uses for one limiter key, in the order of KEYS.
@@ -198,8 +195,8 @@ type Algorithm struct {
 	// Window, set only by an algorithm that counts in calendar windows (fixedwindow's
 	// quotas), is the window around now (microseconds since the Unix epoch) and the one
 	// after it, in the algorithm's time zone. Step places its window itself; a store that
-	// runs the Script sends it the window at the store's own time (see Script), and the
-	// script decides by the server's time among those bounds.
+	// runs the Script sends it the window at the store's own time, and the script
+	// decides by the server's time among those bounds.
 	Window func(now int64) Window
 
 	// Prefetchable says that events may be taken ahead, in a batch, and admitted later one

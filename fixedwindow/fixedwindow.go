@@ -33,7 +33,7 @@ const name = "fixedwindow"
 
 var algorithm = &ratelimit.Algorithm{
 	Name:       name,
-	Script:     core.Script(script),
+	Script:     script,
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
 	Step:       step,

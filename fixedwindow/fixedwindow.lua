@@ -5,7 +5,7 @@ if L > 0 then
   if floor(T / period) ~= floor(t / period) then L = 0 end
 end
 T = t
-if op == 'refund' then
+if op == REFUND then
   L = max(0, L - n)
   n, dry = refunded(KEYS[1], state, dry, T, L, A)
 end

@@ -163,7 +163,7 @@ func (q Quota) Algorithm() (*ratelimit.Algorithm, error) {
 	window := func(now int64) ratelimit.Window { return cal.Window(time.UnixMicro(now)) }
 	alg := &ratelimit.Algorithm{
 		Name:       "quota",
-		Script:     core.Script(quotaScript),
+		Script:     quotaScript,
 		ScriptKeys: []string{"state"},
 		Prepare:    prepareQuota,
 		Step: func(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {

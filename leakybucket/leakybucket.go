@@ -32,7 +32,7 @@ const name = "leakybucket"
 
 var algorithm = &ratelimit.Algorithm{
 	Name:       name,
-	Script:     core.Script(script),
+	Script:     script,
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
 	Step:       step,

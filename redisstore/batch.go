@@ -14,52 +14,10 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/redisx"
+	"github.com/ratelimit-go/ratelimit/internal/script"
 )
 
 var _ ratelimit.BatchStore = (*Store)(nil)
-
-// batchMain runs the requests' steps (steps[i], one per algorithm of the store's
-// ApplyAll scripts) first dry, writing nothing, and then, if every one is allowed, for
-// real. ARGV: for each request, the index of its step and its number of keys, then n,
-// limit, period, unit, rate, now, reserve and window, as a single step's ARGV; the steps
-// get the first six as numbers, and an empty now as the one instant of Redis's clock the
-// batch reads.
-const batchMain = `
-local keys, argvs, step, k, a, clock, nreq = {}, {}, {}, 1, 1, nil, 0
-while a <= #ARGV do
-  nreq = nreq + 1
-  step[nreq] = steps[tonumber(ARGV[a])]
-  local nkeys = tonumber(ARGV[a + 1])
-  keys[nreq] = {}
-  for j = 1, nkeys do
-    keys[nreq][j] = KEYS[k]
-    k = k + 1
-  end
-  local now = tonumber(ARGV[a + 7])
-  if not now then
-    clock = clock or serverTime()
-    now = clock
-  end
-  argvs[nreq] = {tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]),
-    tonumber(ARGV[a + 6]), now, 'take', '0', ARGV[a + 8], ARGV[a + 9]}
-  a = a + 10
-end
-local out, all = {}, true
-for i = 1, nreq do
-  local dry = {unpack(argvs[i])}
-  dry[7] = 'peek' -- the decision a take would give, writing nothing
-  local d = {step[i](keys[i], dry)}
-  for j = 1, 5 do out[(i - 1) * 5 + j] = d[j] end
-  if d[1] == 0 then all = false end
-end
-if all then
-  for i = 1, nreq do
-    local d = {step[i](keys[i], argvs[i])}
-    for j = 1, 5 do out[(i - 1) * 5 + j] = d[j] end
-  end
-end
-return out
-`
 
 // MaxApplyAll is the most requests ApplyAll decides in one script: a script runs alone on
 // its server, and one over thousands of keys would hold every other client of Redis for
@@ -99,11 +57,16 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		}
 		pre, post := redisx.Form(r.Key)
 		nsForm := redisx.Namespace(r.Spec.Namespace)
-		for _, name := range s.script(alg).names {
+		for _, name := range s.scriptOf(alg).names {
 			names = append(names, name+nsForm+pre+r.Key+post)
 		}
 		algs[i], limits[i] = alg, a.Limit
-		tail = append(tail, 0, len(alg.ScriptKeys), a.N, a.Limit, a.Period, a.Unit, a.Rate, now, a.Keep, core.WindowArg(alg, s.localNow))
+		w := s.window(alg)
+		v := script.Values{script.N: a.N, script.Limit: a.Limit, script.Period: a.Period, script.Unit: a.Unit,
+			script.Rate: a.Rate, script.Now: now, script.Op: script.Take, script.Lease: 0, script.Keep: a.Keep,
+			script.WindowStart: w[0], script.WindowEnd: w[1], script.WindowNext: w[2]}
+		tail = append(tail, 0, len(alg.ScriptKeys)) // the index of its step, filled below
+		tail = append(tail, v[:]...)
 	}
 	if err := core.CheckDistinct("redisstore", reqs); err != nil {
 		return nil, err
@@ -113,7 +76,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	}
 	sc, index := s.applyAllScript(algs)
 	for i, alg := range algs {
-		tail[10*i] = index[s.script(alg).hash.(string)]
+		tail[(2+int(script.Fields))*i] = index[s.scriptOf(alg).hash.(string)]
 	}
 	args := make([]any, 0, 3+len(names)+len(tail))
 	args = append(args, "evalsha", sc.hash, len(names))
@@ -139,6 +102,16 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		}
 	}
 	return ds, nil
+}
+
+// window is the calendar window of alg around the store's time, and the next, as a
+// step's arguments hold them (script.WindowStart...); "" for an algorithm without windows.
+func (s *Store) window(alg *ratelimit.Algorithm) [3]any {
+	if alg.Window == nil {
+		return [3]any{"", "", ""}
+	}
+	w := alg.Window(s.localNow())
+	return [3]any{w.Start, w.End, w.Next}
 }
 
 // localNow is the time a windowed algorithm's window is placed by: WithCalendarClock's,
@@ -182,7 +155,7 @@ func (s *Store) oneSlot(names []string) bool {
 // new script, with its step and all the earlier ones): so a store loads into Redis
 // (which never drops a script) at most one script per algorithm, not one per list of
 // requests.
-func (s *Store) applyAllScript(algs []*ratelimit.Algorithm) (*script, map[string]int) {
+func (s *Store) applyAllScript(algs []*ratelimit.Algorithm) (*luaScript, map[string]int) {
 	if all := s.all.Load(); all != nil && all.holds(s, algs) {
 		return all.script, all.index
 	}
@@ -197,7 +170,7 @@ func (s *Store) applyAllScript(algs []*ratelimit.Algorithm) (*script, map[string
 		next.algs = slices.Clone(old.algs)
 		maps.Copy(next.index, old.index)
 	}
-	hash := func(a *ratelimit.Algorithm) string { return s.script(a).hash.(string) }
+	hash := func(a *ratelimit.Algorithm) string { return s.scriptOf(a).hash.(string) }
 	for _, a := range algs {
 		if _, ok := next.index[hash(a)]; !ok {
 			next.algs = append(next.algs, a)
@@ -210,11 +183,7 @@ func (s *Store) applyAllScript(algs []*ratelimit.Algorithm) (*script, map[string
 	for i, a := range next.algs {
 		next.index[hash(a)] = i + 1
 	}
-	var b strings.Builder
-	writeSteps(&b, next.algs)
-	b.WriteString(batchMain)
-	rs := redis.NewScript(b.String())
-	next.script = &script{script: rs, alg: "batch", source: b.String(), hash: rs.Hash(), src: b.String()}
+	next.script = newLuaScript("batch", script.AllOrNone(next.algs))
 	s.all.Store(next)
 	return next.script, next.index
 }
@@ -222,7 +191,7 @@ func (s *Store) applyAllScript(algs []*ratelimit.Algorithm) (*script, map[string
 // applyAll is ApplyAll's script, the algorithms whose steps it holds, in order, and the
 // index of each one's step by its script's SHA; never changed once made.
 type applyAll struct {
-	script *script
+	script *luaScript
 	algs   []*ratelimit.Algorithm
 	index  map[string]int
 }
@@ -230,7 +199,7 @@ type applyAll struct {
 // holds reports whether a has a step for each of algs.
 func (a *applyAll) holds(s *Store, algs []*ratelimit.Algorithm) bool {
 	for _, alg := range algs {
-		if _, ok := a.index[s.script(alg).hash.(string)]; !ok {
+		if _, ok := a.index[s.scriptOf(alg).hash.(string)]; !ok {
 			return false
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/script"
 )
 
 // DefaultMaxBatch is how many decisions one call of the batch script decides at most.
@@ -61,13 +62,14 @@ func WithMaxBatch(n int) Option {
 type call struct {
 	ctx       context.Context
 	alg       *ratelimit.Algorithm
-	sc        *script
+	sc        *luaScript
 	ra        *ruleArgs
 	a         ratelimit.Args
-	op, now   any
+	op        int // script.OpCode's
+	now       any // the store's clock in microseconds, or "" for Redis's (see Store.now)
 	key       string
 	pre, post string // the key's form (see redisx.Form)
-	window    string // a windowed algorithm's window, as the script's ARGV has it; "" for others
+	window    [3]any // a windowed algorithm's window (Store.window); "" for others
 
 	d    ratelimit.Outcome
 	err  error
@@ -76,6 +78,15 @@ type call struct {
 
 // waitingCalls recycles the calls that wait for a batch, with their channels.
 var waitingCalls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// values are the call's arguments, as its step reads them (script.Values).
+func (c *call) values() script.Values {
+	var v script.Values
+	v[script.N], v[script.Limit], v[script.Period], v[script.Unit], v[script.Rate] = c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate
+	v[script.Now], v[script.Op], v[script.Lease], v[script.Keep] = c.now, c.op, c.a.Lease, c.a.Keep
+	v[script.WindowStart], v[script.WindowEnd], v[script.WindowNext] = c.window[0], c.window[1], c.window[2]
+	return v
+}
 
 // name is the Redis key of part (as "<prefix>:<algorithm>:<part>:") for the call's key;
 // writeName writes it to b, and nameLen is its length.
@@ -475,16 +486,12 @@ func batchContext(batch []*call) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.Background(), latest)
 }
 
-// profile is what calls of a batch may share: their step, their n and rule's arguments,
-// the time, the op and the lease (0 for a rate limit; "" for an in-flight limit, whose
-// calls each send their own).
+// profile is what calls of a batch may share (see coalesced.lua): their step, their
+// number of keys, and their arguments, where the lease is "" for an in-flight limit,
+// whose calls each send their own, and the time "*" when each call sends its own.
 type profile struct {
-	step, nkeys               int
-	n                         int64
-	limit, period, unit, rate any
-	now, op, lease            any
-	reserve                   int64
-	window                    string
+	step, nkeys int
+	v           script.Values
 }
 
 type result struct {
@@ -503,16 +510,13 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 		if index != nil {
 			step = index[c.alg]
 		}
-		var lease any = int64(0) // shared by the calls of a rate limit
+		p := profile{step, len(c.sc.names), c.values()}
 		if c.a.Lease != 0 {
-			lease = "" // each call sends its own
+			p.v[script.Lease] = "" // each call sends its own
 		}
-		now := c.now // "" for the server's time, the same for all
-		if now != "" {
-			now = "*" // the store's clock: each call sends its own
+		if c.now != "" {
+			p.v[script.Now] = "*" // the store's clock: each call sends its own
 		}
-		p := profile{step, len(c.sc.names), c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, now, c.op, lease,
-			c.a.Keep, c.window}
 		of[i] = slices.Index(profiles, p)
 		if of[i] < 0 {
 			of[i] = len(profiles)
@@ -521,7 +525,7 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 	}
 	// EVALSHA hash numkeys [routing key] nprofiles distinct profiles... then per call:
 	// [its profile], [its lease], [its time], its keys...
-	args := make([]any, 0, 6+len(profiles)*12+len(calls)*3)
+	args := make([]any, 0, 6+len(profiles)*(2+int(script.Fields))+len(calls)*3)
 	args = append(args, "evalsha", sc.hash)
 	if n.cluster {
 		args = append(args, 1, calls[0].name(calls[0].sc.names[0]))
@@ -531,7 +535,8 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 	args = append(args, len(profiles), 0)
 	distinctAt := len(args) - 1
 	for _, p := range profiles {
-		args = append(args, p.step, p.nkeys, p.n, p.limit, p.period, p.unit, p.rate, p.now, p.op, p.lease, p.reserve, p.window)
+		args = append(args, p.step, p.nkeys)
+		args = append(args, p.v[:]...)
 	}
 	// the calls' key names, cut from one string: one allocation for the batch, not one
 	// per name
@@ -674,145 +679,10 @@ func (s *Store) node(ctx context.Context, c *call) (*node, error) {
 	return got.(*node), nil
 }
 
-// batchMainCoalesced decides each call in turn. Redis pays for every argument of a
-// call (most of a decision's cost, in a batch), so what calls share is sent once: ARGV is
-// the number of profiles, whether the calls' first keys are known to be distinct ("1")
-// or not ("0"), then each profile (the index of its algorithm's step, its number of keys,
-// then n, limit, period, unit, rate, now, op, lease, reserve and window as a single
-// step's ARGV; an empty
-// lease when each call has its own, a now of "*" when each call has its own time, from
-// the store's clock), then per call the index of its profile (only when there are
-// several), its lease and its time if it has its own, and its keys' names. The state of
-// each call's first key is read ahead, for the steps that take it (readsAhead): with one
-// MGET on a single server; on a cluster, where one command may not span slots, with one
-// MGET per key in the pass that touches every key first, so that a key the node does not
-// hold fails the script before it writes anything. A key a batch names twice is read
-// ahead only for its first call; the later ones read it after the earlier writes. Every
-// step gets the batch's own KEYS and ARGV tables, filled anew for each call, and returns
-// its five values.
-const batchMainCoalesced = `
-local clock, profiles, a = nil, {}, 3
-for p = 1, tonumber(ARGV[1]) do
-  local now = ARGV[a + 7]
-  if now == '' then -- the server's time: read once for the batch, one instant for all
-    clock = clock or serverTime()
-    now = clock
-  elseif now ~= '*' then -- '*': each call has its own
-    now = tonumber(now)
-  end
-  profiles[p] = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
-    tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), now, ARGV[a + 8], ARGV[a + 9],
-    tonumber(ARGV[a + 10]), ARGV[a + 11]}
-  a = a + 12
-end
-local only = #profiles == 1 and profiles[1] -- the usual batch: no index per call
-local distinct = ARGV[2] == '1'
-local last = #ARGV
-if only and distinct and not touchFirst and only[2] > 0 then
-  -- the usual batch, on one server: every call in turn from ARGV[a], its lease and time if
-  -- it has its own, then its keys; no table indexed by call (Lua rehashes a growing table
-  -- at every power of two), and one MGET of the first keys without a table of their names
-  -- where a call is only its key
-  local p, nk, off = only, only[2], 0
-  local ownLease, ownNow = p[10] == '', p[8] == '*'
-  if ownLease then off = off + 1 end
-  if ownNow then off = off + 1 end
-  local stride = off + nk
-  local states = {}
-  if readsAhead[p[1]] then
-    if stride == 1 then
-      states = redis.call('MGET', unpack(ARGV, a, last))
-    else
-      local names, j = {}, 0
-      for from = a + off, last, stride do j = j + 1; names[j] = ARGV[from] end
-      states = redis.call('MGET', unpack(names))
-    end
-  end
-  -- out and argv made at their sizes: a table grown one entry at a time is rehashed at
-  -- every power of two
-  local out = {unpack(ARGV, 1, 5 * (last - a + 1) / stride)}
-  local step, o, keys, argv, i = steps[p[1]], 0, {}, {false, false, false, false, false, false, false, false, false, false, false}, 0
-  local lease, now = p[10], p[8]
-  argv[9], argv[10] = p[11], p[12] -- the profile's reserve and window, once
-  for from = a, last, stride do
-    i = i + 1
-    if ownLease then lease = ARGV[from] end
-    if ownNow then now = tonumber(ARGV[from + off - 1]) end
-    for j = 1, nk do keys[j] = ARGV[from + off + j - 1] end
-    argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[11] =
-      p[3], p[4], p[5], p[6], p[7], now, p[9], lease, states[i]
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = step(keys, argv)
-    o = o + 5
-  end
-  return out
-end
--- each call: its profile, its lease, where its keys start in ARGV; no table of its own
-local prof, leases, nows, at, ahead, na, seen, nc = {}, {}, {}, {}, {}, 0, {}, 0
-while a <= last do
-  local p = only
-  if not p then
-    p = profiles[tonumber(ARGV[a])]
-    a = a + 1
-  end
-  local lease, now = p[10], p[8]
-  if lease == '' then -- a lease of its own
-    lease = ARGV[a]
-    a = a + 1
-  end
-  if now == '*' then -- a time of its own
-    now = tonumber(ARGV[a])
-    a = a + 1
-  end
-  nc = nc + 1
-  prof[nc], leases[nc], nows[nc], at[nc] = p, lease, now, a
-  if distinct then
-    if readsAhead[p[1]] then na = na + 1; ahead[na] = nc end
-  else
-    local k = ARGV[a]
-    if readsAhead[p[1]] and not seen[k] then na = na + 1; ahead[na] = nc end
-    seen[k] = true
-  end
-  a = a + p[2]
-end
-local pre = {}
-if touchFirst then
-  local wants = {}
-  for _, i in ipairs(ahead) do wants[i] = true end
-  for i = 1, nc do
-    for j = 0, prof[i][2] - 1 do
-      local k = ARGV[at[i] + j]
-      if j == 0 and wants[i] then
-        pre[i] = redis.call('MGET', k)[1]
-      else
-        redis.call('EXISTS', k)
-      end
-    end
-  end
-elseif na > 0 then
-  local names = {}
-  for j = 1, na do names[j] = ARGV[at[ahead[j]]] end
-  local states = redis.call('MGET', unpack(names))
-  for j = 1, na do pre[ahead[j]] = states[j] end
-end
--- every step gets the same two tables, filled anew for each call
-local out, o, keys, argv, nk = {}, 0, {}, {}, 0
-for i = 1, nc do
-  local p, from = prof[i], at[i]
-  for j = 1, p[2] do keys[j] = ARGV[from + j - 1] end
-  for j = p[2] + 1, nk do keys[j] = nil end
-  nk = p[2]
-  argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[9], argv[10], argv[11] =
-    p[3], p[4], p[5], p[6], p[7], nows[i], p[9], leases[i], p[11], p[12], pre[i]
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = steps[p[1]](keys, argv)
-  o = o + 5
-end
-return out
-`
-
 // batchScriptFor is the batch script of the algorithms of calls, and each one's index
 // among its steps: one script per set of algorithms (in the order of their names), made
 // once, and a variant with script flags for a cluster.
-func (s *Store) batchScriptFor(calls []*call, cluster bool) (*script, map[*ratelimit.Algorithm]int) {
+func (s *Store) batchScriptFor(calls []*call, cluster bool) (*luaScript, map[*ratelimit.Algorithm]int) {
 	same := true
 	for _, c := range calls[1:] {
 		same = same && c.alg == calls[0].alg
@@ -833,32 +703,6 @@ func (s *Store) batchScriptFor(calls []*call, cluster bool) (*script, map[*ratel
 	return s.buildBatchScript(algsOf(calls), cluster)
 }
 
-// writeSteps writes the steps of a batch script: steps[i], the step of algs[i] as a
-// function of its KEYS and ARGV that returns the five values of its Decision, and
-// readsAhead[i], whether it takes the state of its first key from ARGV[11], after
-// core.ServerTime. The scripts' helpers (core.BatchParts), the same for every algorithm of this module, are written
-// once before them; a step that is not this module's returns its table, unpacked by a
-// function around it.
-func writeSteps(b *strings.Builder, algs []*ratelimit.Algorithm) {
-	b.WriteString(core.ServerTime)
-	b.WriteString("local steps, readsAhead = {}, {}\n")
-	wroteOnce := false
-	for i, a := range algs {
-		once, step := core.BatchParts(a.Script)
-		if once != "" && !wroteOnce {
-			b.WriteString(once)
-			wroteOnce = true
-		}
-		if once != "" {
-			fmt.Fprintf(b, "steps[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, step)
-		} else {
-			fmt.Fprintf(b, "do\nlocal step = function(KEYS, ARGV)\n%s\nend\n"+
-				"steps[%d] = function(KEYS, ARGV) return unpack(step(KEYS, ARGV), 1, 5) end\nend\n", step, i+1)
-		}
-		fmt.Fprintf(b, "readsAhead[%d] = %t\n", i+1, once != "")
-	}
-}
-
 // algsOf is the distinct algorithms of calls.
 func algsOf(calls []*call) []*ratelimit.Algorithm {
 	var algs []*ratelimit.Algorithm
@@ -876,8 +720,8 @@ func algsOf(calls []*call) []*ratelimit.Algorithm {
 // (its place among the distinct scripts of algs, sorted, from 1): one step per distinct
 // script, so algorithms that share a script (two values of one algorithm) share a step
 // and a batch script, made once per set of scripts.
-func (s *Store) buildBatchScript(algs []*ratelimit.Algorithm, cluster bool) (*script, map[*ratelimit.Algorithm]int) {
-	hash := func(a *ratelimit.Algorithm) string { return s.script(a).hash.(string) }
+func (s *Store) buildBatchScript(algs []*ratelimit.Algorithm, cluster bool) (*luaScript, map[*ratelimit.Algorithm]int) {
+	hash := func(a *ratelimit.Algorithm) string { return s.scriptOf(a).hash.(string) }
 	sort.Slice(algs, func(i, j int) bool { return hash(algs[i]) < hash(algs[j]) })
 	seen := make(map[*ratelimit.Algorithm]int, len(algs))
 	var steps []*ratelimit.Algorithm
@@ -895,17 +739,8 @@ func (s *Store) buildBatchScript(algs []*ratelimit.Algorithm, cluster bool) (*sc
 	algs = steps
 	key := id.String()
 	if sc, ok := s.batches.Load(key); ok {
-		return sc.(*script), seen
+		return sc.(*luaScript), seen
 	}
-	var b strings.Builder
-	if cluster {
-		b.WriteString("#!lua flags=allow-cross-slot-keys\nlocal touchFirst = true\n")
-	} else {
-		b.WriteString("local touchFirst = false\n")
-	}
-	writeSteps(&b, algs)
-	b.WriteString(batchMainCoalesced)
-	rs := redis.NewScript(b.String())
-	sc, _ := s.batches.LoadOrStore(key, &script{script: rs, alg: "batch", source: b.String(), hash: rs.Hash(), src: b.String()})
-	return sc.(*script), seen
+	sc, _ := s.batches.LoadOrStore(key, newLuaScript("batch", script.Coalesced(algs, cluster)))
+	return sc.(*luaScript), seen
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
 	"github.com/ratelimit-go/ratelimit/internal/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/internal/script"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
@@ -384,14 +385,14 @@ func TestReplyLostIsCountedOnce(t *testing.T) {
 	}
 
 	// the control: the same script run as go-redis's Script.Run, which it retries
-	script := redis.NewScript(fixedwindow.Algorithm().Script)
+	control := redis.NewScript(script.Single(fixedwindow.Algorithm()))
 	keys := []string{"lost:fixedwindow:state::{control}"}
-	args := []any{1, 100, time.Hour.Microseconds(), 0, 0, ""}
+	args := []any{1, 100, time.Hour.Microseconds(), 0, 0, "", script.Take, 0, 0, "", "", ""}
 	if err := client.Ping(ctx).Err(); err != nil {
 		t.Fatal(err) // a pooled connection again, so that the delayed reply is the script's
 	}
 	p.HoldNext(1, 300*time.Millisecond)
-	if err := script.Run(ctx, client, keys, args...).Err(); err != nil {
+	if err := control.Run(ctx, client, keys, args...).Err(); err != nil {
 		t.Fatalf("the control's retry failed too: %v", err)
 	}
 	if got := count("control"); got != "2" {

@@ -34,6 +34,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 	"github.com/ratelimit-go/ratelimit/internal/redisx"
+	"github.com/ratelimit-go/ratelimit/internal/script"
 )
 
 // DefaultPrefix starts every key's name, unless WithPrefix says otherwise.
@@ -110,8 +111,8 @@ type Store struct {
 	prefix  string
 	clock   clock.Clock // nil: Redis TIME
 	places  clock.Clock // places calendar windows (WithCalendarClock); nil: clock, else time.Now
-	scripts sync.Map    // *ratelimit.Algorithm -> *script
-	batches sync.Map    // the SHAs of a coalesced batch's steps, in order -> *script
+	scripts sync.Map    // *ratelimit.Algorithm -> *luaScript
+	batches sync.Map    // the SHAs of a coalesced batch's steps, in order -> *luaScript
 
 	maxBatch int          // decisions per batch script call; 1: no coalescing
 	one      *node        // the coalescing queue of a *redis.Client
@@ -132,7 +133,7 @@ var _ ratelimit.Store = (*Store)(nil)
 
 // script is what the store keeps of one algorithm, so that a decision allocates little
 // more than its key names.
-type script struct {
+type luaScript struct {
 	script    *redis.Script
 	alg       string // the algorithm's name, for errors
 	source    string
@@ -140,7 +141,7 @@ type script struct {
 	names     []string // "<prefix>:<algorithm>:<part>:" for each of its keys
 	last      atomic.Pointer[ruleArgs]
 	// the batch scripts of this algorithm alone, made once (see coalesce.go)
-	batch, clusterBatch atomic.Pointer[script]
+	batch, clusterBatch atomic.Pointer[luaScript]
 	mu                  sync.Mutex
 	epoch               atomic.Uint64 // loads that succeeded
 	loading             *fetch        // the load in flight, nil if none
@@ -307,18 +308,18 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	if err != nil {
 		return ratelimit.Outcome{}, err
 	}
-	op, ok := opArg(req.Spec.Op)
+	op, ok := script.OpCode(req.Spec.Op)
 	if !ok {
 		return ratelimit.Outcome{}, fmt.Errorf("redisstore: unknown op %q", req.Spec.Op)
 	}
 	if req.Spec.Op == "extend" && alg.Extend == nil {
 		return ratelimit.Outcome{}, fmt.Errorf("redisstore: %s has no leases to extend", alg.Name)
 	}
-	sc := s.script(alg)
+	sc := s.scriptOf(alg)
 	ra := sc.args(req, a)
 	pre, post := redisx.Form(req.Key)
 	c := call{alg: alg, sc: sc, ra: ra, a: a, op: op, now: s.now(), key: req.Key, pre: pre, post: post,
-		window: core.WindowArg(alg, s.localNow)}
+		window: s.window(alg)}
 	var d ratelimit.Outcome
 	if s.coalescing() {
 		d, err = s.coalesce(ctx, &c)
@@ -333,16 +334,14 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 
 // single decides one call with its algorithm's own script.
 func (s *Store) single(ctx context.Context, c *call) (ratelimit.Outcome, error) {
-	// EVALSHA hash numkeys key... n limit period unit rate now op lease [reserve window]
-	args := make([]any, 3, 3+len(c.sc.names)+10)
+	// EVALSHA hash numkeys key... then the step's arguments (script.Values)
+	args := make([]any, 3, 3+len(c.sc.names)+int(script.Fields))
 	args[0], args[1], args[2] = "evalsha", c.sc.hash, len(c.sc.names)
 	for _, name := range c.sc.names {
 		args = append(args, c.name(name))
 	}
-	args = append(args, c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate, c.now, c.op, c.a.Lease)
-	if c.a.Keep != 0 || c.window != "" {
-		args = append(args, c.a.Keep, c.window)
-	}
+	v := c.values()
+	args = append(args, v[:]...)
 	reply, err := s.run(ctx, c.sc, args)
 	if err != nil {
 		return ratelimit.Outcome{}, s.failed(c.sc.alg, err)
@@ -372,27 +371,9 @@ func (s *Store) nodeFailed() {
 	}
 }
 
-// opArg is op as the scripts know it, in an interface without an allocation (op's own
-// string would be boxed anew on every call), and whether it is one of Request.Op's.
-func opArg(op string) (any, bool) {
-	switch op {
-	case "":
-		return "", true
-	case "peek":
-		return "peek", true
-	case "refund":
-		return "refund", true
-	case "reset":
-		return "reset", true
-	case "extend":
-		return "extend", true
-	}
-	return nil, false
-}
-
 // args are the rule's and the namespace's boxed ARGV and key form, made once while they
 // stay the same (most scripts see one rule and namespace again and again).
-func (sc *script) args(req ratelimit.Request, a ratelimit.Args) *ruleArgs {
+func (sc *luaScript) args(req ratelimit.Request, a ratelimit.Args) *ruleArgs {
 	ra := sc.last.Load()
 	if ra == nil || ra.rule != req.Spec.Rule || ra.ns != req.Spec.Namespace {
 		ra = &ruleArgs{rule: req.Spec.Rule, ns: req.Spec.Namespace, nsForm: redisx.Namespace(req.Spec.Namespace),
@@ -402,17 +383,22 @@ func (sc *script) args(req ratelimit.Request, a ratelimit.Args) *ruleArgs {
 	return ra
 }
 
-func (s *Store) script(alg *ratelimit.Algorithm) *script {
+// newLuaScript is what the store keeps of the script src, for errors named what.
+func newLuaScript(what, src string) *luaScript {
+	rs := redis.NewScript(src)
+	return &luaScript{script: rs, alg: what, source: src, hash: rs.Hash(), src: src}
+}
+
+func (s *Store) scriptOf(alg *ratelimit.Algorithm) *luaScript {
 	if sc, ok := s.scripts.Load(alg); ok {
-		return sc.(*script)
+		return sc.(*luaScript)
 	}
-	rs := redis.NewScript(alg.Script)
-	sc := &script{script: rs, alg: alg.Name, source: alg.Script, hash: rs.Hash(), src: alg.Script}
+	sc := newLuaScript(alg.Name, script.Single(alg))
 	for _, part := range alg.ScriptKeys {
 		sc.names = append(sc.names, s.prefix+":"+alg.Name+":"+part+":")
 	}
 	got, _ := s.scripts.LoadOrStore(alg, sc)
-	return got.(*script)
+	return got.(*luaScript)
 }
 
 // run sends args, an EVALSHA, as a command go-redis never retries. A store's first call
@@ -422,12 +408,12 @@ func (s *Store) script(alg *ratelimit.Algorithm) *script {
 // first calls cost one load, not a thousand copies of the source. Where a load cannot
 // reach the node (a cluster node down, a Ring shard), the call sends the source itself
 // (EVAL). A client without Process gets redis.Script.Run.
-func (s *Store) run(ctx context.Context, sc *script, args []any) (any, error) {
+func (s *Store) run(ctx context.Context, sc *luaScript, args []any) (any, error) {
 	return s.runOn(ctx, s.process, sc, args)
 }
 
 // runOn is run on to, the store's client or one node of its cluster.
-func (s *Store) runOn(ctx context.Context, to processor, sc *script, args []any) (any, error) {
+func (s *Store) runOn(ctx context.Context, to processor, sc *luaScript, args []any) (any, error) {
 	if to == nil {
 		keys := make([]string, args[2].(int))
 		for i := range keys {
@@ -474,7 +460,7 @@ func (s *Store) LoadScripts(ctx context.Context, algs ...*ratelimit.Algorithm) e
 		if alg == nil || alg.Script == "" {
 			return errors.New("redisstore: LoadScripts of an algorithm without a script")
 		}
-		sc := s.script(alg)
+		sc := s.scriptOf(alg)
 		if err := s.loadErr(ctx, sc, sc.epoch.Load()); err != nil {
 			return s.failed("loading "+alg.Name, err)
 		}
@@ -498,13 +484,13 @@ func noScript(err error) bool {
 
 // load loads sc's script, unless a load has ended since the caller saw epoch; a load in
 // flight is waited for, as long as ctx allows. It reports whether the script is loaded.
-func (s *Store) load(ctx context.Context, sc *script, seen uint64) bool {
+func (s *Store) load(ctx context.Context, sc *luaScript, seen uint64) bool {
 	return s.loadErr(ctx, sc, seen) == nil
 }
 
 // loadErr is load, with the error of the load that failed (or ctx's, for a caller that
 // stopped waiting for another's load).
-func (s *Store) loadErr(ctx context.Context, sc *script, seen uint64) error {
+func (s *Store) loadErr(ctx context.Context, sc *luaScript, seen uint64) error {
 	sc.mu.Lock()
 	if e := sc.epoch.Load(); e != seen {
 		sc.mu.Unlock()

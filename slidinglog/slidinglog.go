@@ -27,7 +27,7 @@ const name = "slidinglog"
 
 var algorithm = &ratelimit.Algorithm{
 	Name:       name,
-	Script:     core.Script(script),
+	Script:     script,
 	ScriptKeys: []string{"state", "log"},
 	Prepare:    prepare,
 	Step:       step,

@@ -33,7 +33,7 @@ end
 entries = entries - skip
 T = t
 
-if op == 'refund' then -- take back up to n of the newest events (a refund is never dry)
+if op == REFUND then -- take back up to n of the newest events (a refund is never dry)
   local left = n
   while left > 0 and entries > 0 do
     local newest = redis.call('LRANGE', log, -2, -1)

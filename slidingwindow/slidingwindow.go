@@ -39,7 +39,7 @@ const name = "slidingwindow"
 
 var algorithm = &ratelimit.Algorithm{
 	Name:       name,
-	Script:     core.Script(script),
+	Script:     script,
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
 	Step:       step,

@@ -8,7 +8,7 @@ if L > 0 or A > 0 then
   if windows == 1 then A, L = L, 0 elseif windows > 1 then A, L = 0, 0 end
 end
 T = t
-if op == 'refund' then
+if op == REFUND then
   L = max(0, L - n)
   n, dry = refunded(KEYS[1], state, dry, T, L, A)
 end

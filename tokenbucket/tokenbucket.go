@@ -28,7 +28,7 @@ const name = "tokenbucket"
 
 var algorithm = &ratelimit.Algorithm{
 	Name:       name,
-	Script:     core.Script(script),
+	Script:     script,
 	ScriptKeys: []string{"state"},
 	Prepare:    prepare,
 	Step:       step,

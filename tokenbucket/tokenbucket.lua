@@ -15,7 +15,7 @@ if elapsed > 0 then
   T = t
 end
 local lag = t - now
-if op == 'refund' then
+if op == REFUND then
   L = min(full, L + n * unit)
   n, dry = refunded(KEYS[1], state, dry, T, L, A)
 end

@@ -1,78 +1,15 @@
-// Package core is what the five algorithm packages and the stores share: the parts of
-// the Lua scripts around each algorithm's step, the validation of rules and n, and a
-// few operations on rules and states.
+// Package core is what the algorithm packages and the stores share: the validation of
+// rules and n, and a few operations on rules, requests and states.
 package core
 
 import (
-	_ "embed"
 	"fmt"
 	"reflect"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
-
-// An algorithm's script is composed of four parts and its step (see Script), so that a
-// batch script can hold the parts it shares once and its steps' own parts after them:
-// helpers (functions, read once by a batch), args (the reading of ARGV by a script that
-// decides alone, which a batch's step does without: see batchArgs), state (the op and
-// the key's state, each step's) and the reply.
-var (
-	//go:embed helpers.lua
-	helpers string
-	//go:embed args.lua
-	args string
-	//go:embed state.lua
-	state string
-)
-
-// ServerTime defines serverTime(), the Redis server's clock in microseconds since the Unix
-// epoch: every script of this module that may read the server's time starts with it (a
-// batch script once, whatever its steps).
-const ServerTime = `local function serverTime()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-`
-
-// Script is an algorithm's Lua script around its step, which may use what the parts
-// before it define and sets the five values of its Decision: ServerTime, helpers, args,
-// state, the step, and the reply, which returns those values as a table.
-func Script(step string) string { return ServerTime + helpers + args + state + step + reply }
-
-// reply ends every step of Script: allowed (0 or 1), remaining, retry after, reset after
-// and delay (us). A batch's step returns the five values themselves (batchReply), which
-// spares the server a table per decision.
-const (
-	reply      = "return {allowed, remaining, retry, reset, delay}\n"
-	batchReply = "return allowed, remaining, retry, reset, delay\n"
-)
-
-// ReadsAhead reports whether script is one of Script's, whose state part takes the state
-// of KEYS[1] from ARGV[11] when a batch has read it ahead.
-func ReadsAhead(script string) bool {
-	return strings.HasPrefix(script, ServerTime+helpers+args+state) && strings.HasSuffix(script, reply)
-}
-
-// batchArgs is what a batch's step runs instead of args: a batch hands over n, the rule's
-// four and the time as numbers (a Lua call each to convert them again is a good part of
-// a step's cost in a batch).
-const batchArgs = "local n, limit, period, unit, rate, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]\n"
-
-// BatchParts splits one of Script's scripts into what a batch script runs once after
-// ServerTime (the helpers, shared by every step) and what it runs per call: batchArgs,
-// state and the step, returning its Decision's five values rather than a table of them.
-// Any other script is all step, as it is.
-func BatchParts(script string) (once, step string) {
-	if !ReadsAhead(script) {
-		return "", script
-	}
-	head := len(ServerTime) + len(helpers)
-	return helpers, batchArgs + script[head+len(args):len(script)-len(reply)] + batchReply
-}
 
 // Rewind moves st's time back by whole periods when it is more than a period ahead of
 // now, until it is within one, and says by how much: the clock went back by more than a
@@ -270,15 +207,4 @@ func WithOp(s *ratelimit.Spec, op string) *ratelimit.Spec {
 	c := *s
 	c.Op = op
 	return &c
-}
-
-// WindowArg is the window of alg around now() as a script's ARGV holds it:
-// "start:end:next" in microseconds; the empty string for an algorithm without windows
-// (and now is not called).
-func WindowArg(alg *ratelimit.Algorithm, now func() int64) string {
-	if alg.Window == nil {
-		return ""
-	}
-	w := alg.Window(now())
-	return strconv.FormatInt(w.Start, 10) + ":" + strconv.FormatInt(w.End, 10) + ":" + strconv.FormatInt(w.Next, 10)
 }

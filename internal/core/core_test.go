@@ -2,7 +2,6 @@ package core_test
 
 import (
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -10,32 +9,6 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/limitertest"
 )
-
-// TestBatchParts: a script of Script's splits into the helpers a batch holds once and a
-// step that takes its arguments as numbers and returns its five values; the parts are
-// found by what they are, not by markers in comments. Any other script is all step.
-func TestBatchParts(t *testing.T) {
-	step := "allowed = 1\n"
-	script := core.Script(step)
-	once, batchStep := core.BatchParts(script)
-	if once == "" || !strings.HasPrefix(script, core.ServerTime+once) {
-		t.Fatalf("BatchParts: once %q is not the script's start after ServerTime", once)
-	}
-	if strings.Contains(batchStep, "tonumber(ARGV[1])") || strings.Contains(batchStep, "serverTime()") {
-		t.Errorf("the batch step reads its arguments as strings, or the time: %q", batchStep)
-	}
-	if !strings.HasPrefix(batchStep, "local n, limit, period, unit, rate, now = ARGV[1]") ||
-		!strings.HasSuffix(batchStep, step+"return allowed, remaining, retry, reset, delay\n") {
-		t.Errorf("the batch step: %q", batchStep)
-	}
-	if !core.ReadsAhead(script) {
-		t.Error("a script of Script's does not read ahead")
-	}
-	foreign := "return {1, 0, 0, 0, 0}"
-	if once, s := core.BatchParts(foreign); once != "" || s != foreign || core.ReadsAhead(foreign) {
-		t.Errorf("a foreign script: %q, %q", once, s)
-	}
-}
 
 func TestCapacity(t *testing.T) {
 	if c := core.Capacity(ratelimit.PerSecond(5)); c != 5 {

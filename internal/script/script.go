@@ -1,0 +1,147 @@
+// Package script is the protocol between this module's stores and the Lua scripts of its
+// algorithms, and the composition of those scripts.
+//
+// An algorithm's Script (ratelimit.Algorithm) is its step alone: Lua that reads the
+// arguments decode.lua names (n, limit, period, unit, rate, now, op, lease, keep and the
+// window's three bounds), and, for an algorithm whose first key is named "state", the
+// key's state T, L and A and the flags state.lua sets (dry, rewound); it sets allowed,
+// remaining, retry, reset and delay, and writes its keys (save, refunded). The Go side
+// sends the same arguments in the same order (Values, indexed by Field), with the
+// operations as the codes of Op; a test holds the two sides together.
+//
+// Single composes the script that decides one request, Coalesced the batch of many calls
+// redisstore sends in one round trip, AllOrNone the script of ratelimit.ApplyAll: each
+// from .lua files of this package around the algorithms' own steps.
+package script
+
+import (
+	_ "embed"
+	"strings"
+
+	"github.com/ratelimit-go/ratelimit"
+)
+
+// Field is one argument of a step: its index in Values, and in ARGV less one.
+type Field int
+
+// The arguments of a step, in decode.lua's order.
+const (
+	N Field = iota
+	Limit
+	Period
+	Unit
+	Rate
+	Now // microseconds since the Unix epoch; "" for Redis's own clock
+	Op  // the operation's code (OpCode)
+	Lease
+	Keep
+	WindowStart // the calendar window around the store's time, and the next (Algorithm.Window); "" for none
+	WindowEnd
+	WindowNext
+	Fields // how many
+)
+
+// Names are the fields' names in Lua, as decode.lua declares them.
+var Names = [Fields]string{"n", "limit", "period", "unit", "rate", "now", "op", "lease", "keep",
+	"window_start", "window_end", "window_next"}
+
+// Values are a step's arguments, by Field.
+type Values [Fields]any
+
+// The codes of the operations (ratelimit.Spec.Op), as prelude.lua names them.
+const (
+	Take = iota
+	Peek
+	Refund
+	Reset
+	Extend
+)
+
+// OpNames are the operations by code, as ratelimit.Spec.Op names them.
+var OpNames = [...]string{Take: "", Peek: "peek", Refund: "refund", Reset: "reset", Extend: "extend"}
+
+// OpCode is the code of op, and whether it is one of ratelimit.Spec.Op's.
+func OpCode(op string) (int, bool) {
+	for code, name := range OpNames {
+		if name == op {
+			return code, true
+		}
+	}
+	return 0, false
+}
+
+var (
+	//go:embed prelude.lua
+	prelude string
+	//go:embed decode.lua
+	decode string
+	//go:embed state.lua
+	state string
+	//go:embed step.lua
+	stepFunc string
+	//go:embed single.lua
+	single string
+	//go:embed coalesced.lua
+	coalesced string
+	//go:embed all.lua
+	all string
+	//go:embed cluster.lua
+	clusterHead string
+	//go:embed server.lua
+	serverHead string
+)
+
+// ReadsState reports whether alg's first key holds the state "T:L:A" that state.lua
+// reads before its step: it is named "state".
+func ReadsState(alg *ratelimit.Algorithm) bool {
+	return len(alg.ScriptKeys) > 0 && alg.ScriptKeys[0] == "state"
+}
+
+// Single is the script that decides one request of alg: ARGV its Values as strings.
+func Single(alg *ratelimit.Algorithm) string {
+	var b strings.Builder
+	b.WriteString(prelude)
+	writeStep(&b, alg)
+	b.WriteString(single)
+	return b.String()
+}
+
+// Coalesced is the batch script of calls of algs (coalesced.lua), the step of algs[i]
+// its (i+1)-th; on a cluster, with its keys in several slots of a node.
+func Coalesced(algs []*ratelimit.Algorithm, cluster bool) string {
+	var b strings.Builder
+	if cluster {
+		b.WriteString(clusterHead)
+	} else {
+		b.WriteString(serverHead)
+	}
+	b.WriteString(prelude)
+	for _, a := range algs {
+		writeStep(&b, a)
+	}
+	b.WriteString(coalesced)
+	return b.String()
+}
+
+// AllOrNone is the script of requests of algs decided all or none (all.lua), the step of
+// algs[i] its (i+1)-th.
+func AllOrNone(algs []*ratelimit.Algorithm) string {
+	var b strings.Builder
+	b.WriteString(prelude)
+	for _, a := range algs {
+		writeStep(&b, a)
+	}
+	b.WriteString(all)
+	return b.String()
+}
+
+// writeStep writes the step of alg as step.lua makes it: a function of its keys and
+// arguments, with the prologue, and state.lua for an algorithm that reads its state.
+func writeStep(b *strings.Builder, alg *ratelimit.Algorithm) {
+	st, ahead := "", "false"
+	if ReadsState(alg) {
+		st, ahead = state, "true"
+	}
+	b.WriteString(strings.NewReplacer("--[[decode]]", decode, "--[[state]]", st, "--[[step]]", alg.Script,
+		"--[[readsAhead]]", ahead).Replace(stepFunc))
+}
