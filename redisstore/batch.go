@@ -55,10 +55,9 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if err != nil {
 			return nil, err
 		}
-		pre, post := redisx.Form(r.Key)
-		nsForm := redisx.Namespace(r.Spec.Namespace)
-		for _, name := range s.scriptOf(alg).names {
-			names = append(names, name+nsForm+pre+r.Key+post)
+		k := redisx.NewKey(redisx.Namespace(r.Spec.Namespace), r.Key)
+		for _, part := range s.scriptOf(alg).names {
+			names = append(names, k.Name(part))
 		}
 		algs[i], limits[i] = alg, a.Limit
 		w := s.window(alg)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/redisx"
 	"github.com/ratelimit-go/ratelimit/internal/script"
 )
 
@@ -60,16 +61,15 @@ func WithMaxBatch(n int) Option {
 
 // call is one decision on its way to Redis.
 type call struct {
-	ctx       context.Context
-	alg       *ratelimit.Algorithm
-	sc        *luaScript
-	ra        *ruleArgs
-	a         ratelimit.Args
-	op        int // script.OpCode's
-	now       any // the store's clock in microseconds, or "" for Redis's (see Store.now)
-	key       string
-	pre, post string // the key's form (see redisx.Form)
-	window    [3]any // a windowed algorithm's window (Store.window); "" for others
+	ctx    context.Context
+	alg    *ratelimit.Algorithm
+	sc     *luaScript
+	ra     *ruleArgs
+	a      ratelimit.Args
+	op     int // script.OpCode's
+	now    any // the store's clock in microseconds, or "" for Redis's (see Store.now)
+	key    redisx.Key
+	window [3]any // a windowed algorithm's window (Store.window); "" for others
 
 	d    ratelimit.Outcome
 	err  error
@@ -86,27 +86,6 @@ func (c *call) values() script.Values {
 	v[script.Now], v[script.Op], v[script.Lease], v[script.Keep] = c.now, c.op, c.a.Lease, c.a.Keep
 	v[script.WindowStart], v[script.WindowEnd], v[script.WindowNext] = c.window[0], c.window[1], c.window[2]
 	return v
-}
-
-// name is the Redis key of part (as "<prefix>:<algorithm>:<part>:") for the call's key;
-// writeName writes it to b, and nameLen is its length.
-func (c *call) name(part string) string {
-	var b strings.Builder
-	b.Grow(c.nameLen(part))
-	c.writeName(&b, part)
-	return b.String()
-}
-
-func (c *call) writeName(b *strings.Builder, part string) {
-	b.WriteString(part)
-	b.WriteString(c.ra.nsForm)
-	b.WriteString(c.pre)
-	b.WriteString(c.key)
-	b.WriteString(c.post)
-}
-
-func (c *call) nameLen(part string) int {
-	return len(part) + len(c.ra.nsForm) + len(c.pre) + len(c.key) + len(c.post)
 }
 
 // errAlone marks a batch that must be decided one by one: a key moved, a node without
@@ -528,7 +507,7 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 	args := make([]any, 0, 6+len(profiles)*(2+int(script.Fields))+len(calls)*3)
 	args = append(args, "evalsha", sc.hash)
 	if n.cluster {
-		args = append(args, 1, calls[0].name(calls[0].sc.names[0]))
+		args = append(args, 1, calls[0].key.Name(calls[0].sc.names[0]))
 	} else {
 		args = append(args, 0)
 	}
@@ -544,13 +523,13 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 	size := 0
 	for _, c := range calls {
 		for _, name := range c.sc.names {
-			size += c.nameLen(name)
+			size += c.key.Len(name)
 		}
 	}
 	b.Grow(size)
 	for _, c := range calls {
 		for _, name := range c.sc.names {
-			c.writeName(&b, name)
+			c.key.Write(&b, name)
 		}
 	}
 	names, at := b.String(), 0
@@ -566,7 +545,7 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 			args = append(args, c.now)
 		}
 		for j, name := range c.sc.names {
-			end := at + c.nameLen(name)
+			end := at + c.key.Len(name)
 			key := names[at:end]
 			at = end
 			if j == 0 {
@@ -668,7 +647,7 @@ func (s *Store) node(ctx context.Context, c *call) (*node, error) {
 	if !ok {
 		return s.one, nil
 	}
-	master, err := cc.MasterForKey(ctx, c.name(c.sc.names[0]))
+	master, err := cc.MasterForKey(ctx, c.key.Name(c.sc.names[0]))
 	if err != nil {
 		return nil, err
 	}
@@ -732,7 +711,7 @@ func (s *Store) buildBatchScript(algs []*ratelimit.Algorithm, cluster bool) (*lu
 	for _, a := range algs {
 		if len(steps) == 0 || hash(steps[len(steps)-1]) != hash(a) {
 			steps = append(steps, a)
-			id.WriteString(":" + hash(a))
+			id.WriteString(hash(a)) // a SHA: 40 hex digits, with no need of a separator
 		}
 		seen[a] = len(steps)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // orphans are the leases of in-flight limits that acquires may have taken without their
@@ -37,14 +38,14 @@ const (
 	orphanMaxBackoff = time.Second
 )
 
-// releaseLater releases the lease of c, an acquire whose caller had no answer, in the
-// background.
-func (s *Store) releaseLater(c *call) {
-	req := ratelimit.Request{Key: c.key, N: 1, Spec: &ratelimit.Spec{Algorithm: c.alg, Namespace: c.ra.ns, Rule: c.ra.rule, Op: "refund", Lease: c.a.Lease}}
+// releaseLater releases the lease that acq, an acquire whose caller had no answer, may
+// have taken, in the background; lease is its duration in microseconds.
+func (s *Store) releaseLater(acq ratelimit.Request, lease int64) {
+	req := ratelimit.Request{Key: acq.Key, N: 1, Spec: core.WithOp(acq.Spec, "refund")}
 	o := &s.orphans
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.pending = append(o.pending, orphan{req, time.Now().Add(time.Duration(c.a.Period) * time.Microsecond)})
+	o.pending = append(o.pending, orphan{req, time.Now().Add(time.Duration(lease) * time.Microsecond)})
 	if !o.running {
 		o.running = true
 		go s.releaseOrphans()

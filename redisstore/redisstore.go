@@ -317,8 +317,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	}
 	sc := s.scriptOf(alg)
 	ra := sc.args(req, a)
-	pre, post := redisx.Form(req.Key)
-	c := call{alg: alg, sc: sc, ra: ra, a: a, op: op, now: s.now(), key: req.Key, pre: pre, post: post,
+	c := call{alg: alg, sc: sc, ra: ra, a: a, op: op, now: s.now(), key: redisx.NewKey(ra.nsForm, req.Key),
 		window: s.window(alg)}
 	var d ratelimit.Outcome
 	if s.coalescing() {
@@ -327,7 +326,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 		d, err = s.single(ctx, &c)
 	}
 	if err != nil && c.a.Lease != 0 && req.Spec.Op == "" && !errors.Is(err, core.ErrNotSent) {
-		s.releaseLater(&c) // it may have taken a lease that nobody holds (see orphans)
+		s.releaseLater(req, c.a.Period) // it may have taken a lease that nobody holds (see orphans)
 	}
 	return d, err
 }
@@ -338,7 +337,7 @@ func (s *Store) single(ctx context.Context, c *call) (ratelimit.Outcome, error) 
 	args := make([]any, 3, 3+len(c.sc.names)+int(script.Fields))
 	args[0], args[1], args[2] = "evalsha", c.sc.hash, len(c.sc.names)
 	for _, name := range c.sc.names {
-		args = append(args, c.name(name))
+		args = append(args, c.key.Name(name))
 	}
 	v := c.values()
 	args = append(args, v[:]...)
@@ -395,7 +394,7 @@ func (s *Store) scriptOf(alg *ratelimit.Algorithm) *luaScript {
 	}
 	sc := newLuaScript(alg.Name, script.Single(alg))
 	for _, part := range alg.ScriptKeys {
-		sc.names = append(sc.names, s.prefix+":"+alg.Name+":"+part+":")
+		sc.names = append(sc.names, redisx.Part(s.prefix, alg.Name, part))
 	}
 	got, _ := s.scripts.LoadOrStore(alg, sc)
 	return got.(*luaScript)
@@ -672,5 +671,5 @@ func decodeVals(vals []any, limit int64) (ratelimit.Outcome, error) {
 // on one Redis Cluster node, where several of them can be decided in one script
 // (ratelimit.AllowAll); and, escaped, no tag or part can close the tag early.
 func TaggedKey(tag string, parts ...string) string {
-	return "{" + redisx.Escape(tag) + "}:" + ratelimit.Key(parts...)
+	return redisx.Tagged(tag, parts...)
 }

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -75,5 +79,52 @@ func TestUnavailable(t *testing.T) {
 		if Unavailable(err) {
 			t.Errorf("Unavailable(%v) = true", err)
 		}
+	}
+}
+
+// TestNamesOnlyHere: no package of this module that talks to Redis builds a key name
+// itself: no string it joins with + holds a colon or a brace outside this package (an
+// error's words aside: what fmt or errors makes, or a panic says).
+func TestNamesOnlyHere(t *testing.T) {
+	var files []string
+	for _, dir := range []string{"../../redisstore", "../../redisstore/hotkey", "../../redisstore/members", "../../redisstore/regions", "../../fallback"} {
+		matches, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil || len(matches) == 0 {
+			t.Fatalf("%s: %v, %d files", dir, err, len(matches))
+		}
+		for _, f := range matches {
+			if !strings.HasSuffix(f, "_test.go") {
+				files = append(files, f)
+			}
+		}
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			if call, ok := n.(*ast.CallExpr); ok { // an error's words may hold a colon
+				if id, ok := call.Fun.(*ast.Ident); ok && id.Name == "panic" {
+					return false
+				}
+				if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+					if pkg, ok := sel.X.(*ast.Ident); ok && (pkg.Name == "fmt" || pkg.Name == "errors") {
+						return false
+					}
+				}
+			}
+			bin, ok := n.(*ast.BinaryExpr)
+			if !ok || bin.Op != token.ADD {
+				return true
+			}
+			for _, side := range []ast.Expr{bin.X, bin.Y} {
+				if lit, ok := side.(*ast.BasicLit); ok && lit.Kind == token.STRING && strings.ContainsAny(lit.Value, ":{}") {
+					t.Errorf("%s: %s joins a key name outside internal/redisx", fset.Position(bin.Pos()), lit.Value)
+				}
+			}
+			return true
+		})
 	}
 }

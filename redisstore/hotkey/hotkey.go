@@ -24,7 +24,6 @@ package hotkey
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -451,7 +450,7 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 // the shard), so that redisstore keeps it and the cluster spreads the shards; then the
 // key itself, so that distinct keys stay distinct.
 func shardKey(key string, i uint64) string {
-	return "{" + redisx.Hash(key) + "." + strconv.FormatUint(i, 10) + "}:" + key
+	return redisx.Shard(key, i)
 }
 
 // BlockCache answers a key that was denied, with the same rule and the same n, from

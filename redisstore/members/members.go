@@ -5,6 +5,7 @@ package members
 import (
 	"context"
 	"crypto/rand"
+	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -112,25 +113,20 @@ func New(client redis.Scripter, group string, opts ...Option) *Members {
 		}
 		o.apply(m)
 	}
-	m.key += ":members:{" + redisx.Escape(group) + "}"
+	m.key = redisx.Members(m.key, group)
 	m.count.Store(1)
 	return m
 }
 
-// membersScript announces ARGV[1] until ARGV[2] + ARGV[3] (microseconds), drops the
-// members whose instant has passed, keeps the set for as long, and counts the members.
-var membersScript = redis.NewScript(`
-local now = tonumber(ARGV[2])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local ttl = tonumber(ARGV[3])
-redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('PEXPIRE', KEYS[1], math.floor(ttl / 1000) + 1)
-return redis.call('ZCARD', KEYS[1])
-`)
+// The scripts of members (its client runs scripts only: redis.Scripter).
+var (
+	//go:embed beat.lua
+	beatSource string
+	beatScript = redis.NewScript(beatSource)
+	//go:embed leave.lua
+	leaveSource string
+	leaveScript = redis.NewScript(leaveSource)
+)
 
 // Beat announces this instance once and learns how many are alive. On an error the
 // count stays what it was.
@@ -139,7 +135,7 @@ func (m *Members) Beat(ctx context.Context) (int, error) {
 	if m.clock != nil {
 		now = m.clock.Now().UnixMicro()
 	}
-	n, err := membersScript.Run(ctx, m.client, []string{m.key}, m.id, now, (3 * m.every).Microseconds()).Int64()
+	n, err := beatScript.Run(ctx, m.client, []string{m.key}, m.id, now, (3 * m.every).Microseconds()).Int64()
 	if err != nil {
 		if redisx.Unavailable(err) {
 			return int(m.count.Load()), fmt.Errorf("members: %w: %w", ratelimit.ErrUnavailable, err)
@@ -176,7 +172,7 @@ func (m *Members) Run(ctx context.Context) error {
 // Leave takes this instance out of the set at once (on a clean shutdown), so that the
 // others count without it before its membership expires.
 func (m *Members) Leave(ctx context.Context) error {
-	err := m.client.Eval(ctx, "return redis.call('ZREM', KEYS[1], ARGV[1])", []string{m.key}, m.id).Err()
+	err := leaveScript.Run(ctx, m.client, []string{m.key}, m.id).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("members: %w", err)
 	}

@@ -4,6 +4,7 @@ package regions
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
@@ -312,33 +313,30 @@ func (r *Regions) countIn(of demandOf, n int64) {
 // bucket is the index of the interval of now.
 func (r *Regions) bucket(now time.Time) int64 { return now.UnixNano() / int64(r.interval) }
 
-func (r *Regions) demandKey(bucket int64) string {
-	return r.prefix + ":regions:{demand}:" + strconv.FormatInt(bucket, 10)
-}
+func (r *Regions) demandKey(bucket int64) string { return redisx.RegionsDemand(r.prefix, bucket) }
 
-func (r *Regions) weightsKey() string { return r.prefix + ":regions:{weights}" }
+func (r *Regions) weightsKey() string { return redisx.RegionsWeights(r.prefix) }
 
-func (r *Regions) reportedKey(bucket int64) string {
-	return r.prefix + ":regions:{demand}:reported:" + strconv.FormatInt(bucket, 10)
-}
+func (r *Regions) reportedKey(bucket int64) string { return redisx.RegionsReported(r.prefix, bucket) }
 
-// flushScript marks KEYS[1], the interval now in, as reported by this region (ARGV[2],
-// the time), and adds to each demand hash of KEYS[2...] its fields: ARGV[3...] holds, for
-// each, the number of its fields, then each field and its count. ARGV[1] is the TTL in
-// ms of every key.
-const flushScript = `
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
-local a = 3
-for k = 2, #KEYS do
-  local fields = tonumber(ARGV[a])
-  a = a + 1
-  for i = 1, fields do
-    redis.call('HINCRBY', KEYS[k], ARGV[a], ARGV[a + 1])
-    a = a + 2
-  end
-  redis.call('PEXPIRE', KEYS[k], ARGV[1])
-end
-return 1`
+// The scripts of regions (their clients run scripts only: redis.Scripter).
+var (
+	//go:embed flush.lua
+	flushSource string
+	flushScript = redis.NewScript(flushSource)
+	//go:embed setweight.lua
+	setWeightSource string
+	setWeightScript = redis.NewScript(setWeightSource)
+	//go:embed read.lua
+	readSource string
+	readScript = redis.NewScript(readSource)
+	//go:embed reported.lua
+	reportedSource string
+	reportedScript = redis.NewScript(reportedSource)
+	//go:embed lock.lua
+	lockSource string
+	lockScript = redis.NewScript(lockSource)
+)
 
 // Flush adds the demand counted since the last flush to this region's Redis, each take
 // in the interval it was made in, however late the flush (a region cut off from its
@@ -372,7 +370,7 @@ func (r *Regions) Flush(ctx context.Context) error {
 		args = append(args, len(byBucket[b])/2)
 		args = append(args, byBucket[b]...)
 	}
-	if err := r.clients[r.self].Eval(ctx, flushScript, keys, args...).Err(); err != nil {
+	if err := flushScript.Run(ctx, r.clients[r.self], keys, args...).Err(); err != nil {
 		for of, n := range taken {
 			r.countIn(of, n)
 		}
@@ -393,7 +391,7 @@ func (r *Regions) Refresh(ctx context.Context) error {
 }
 
 func (r *Regions) readWeights(ctx context.Context, region string) (map[string]weight, error) {
-	v, err := r.clients[region].Eval(ctx, "return redis.call('HGETALL', KEYS[1])", []string{r.weightsKey()}).StringSlice()
+	v, err := readScript.Run(ctx, r.clients[region], []string{r.weightsKey()}).StringSlice()
 	if err != nil {
 		return nil, err
 	}
@@ -406,14 +404,6 @@ func (r *Regions) readWeights(ctx context.Context, region string) (map[string]we
 	}
 	return m, nil
 }
-
-// setWeightScript sets field ARGV[1] to ARGV[3] unless it holds a decision for bucket
-// ARGV[2] or a later one.
-const setWeightScript = `
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if cur and tonumber(string.match(cur, '^(%d+):')) >= tonumber(ARGV[2]) then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-return 1`
 
 // Rebalance moves the weights for the interval now in (the one begun two seconds ago, or
 // half an interval when that is shorter, so that the last flushes of the one before have
@@ -435,7 +425,7 @@ func (r *Regions) Rebalance(ctx context.Context) (map[string]map[string]int64, e
 		// an interval: a region silent that long has no instance to report.
 		missing := false
 		for _, name := range r.names {
-			n, err := r.clients[name].Eval(ctx, "return redis.call('EXISTS', KEYS[1])", []string{r.reportedKey(k)}).Int()
+			n, err := reportedScript.Run(ctx, r.clients[name], []string{r.reportedKey(k)}).Int()
 			if err != nil {
 				return nil, fmt.Errorf("regions: reading %s's reports: %w", name, err)
 			}
@@ -445,9 +435,8 @@ func (r *Regions) Rebalance(ctx context.Context) (map[string]map[string]int64, e
 			return nil, nil // not yet: asked again at the next round
 		}
 	}
-	lock := r.prefix + ":regions:{lock}:" + strconv.FormatInt(k, 10)
-	got, err := r.clients[r.self].Eval(ctx, "return redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1])",
-		[]string{lock}, (2 * r.interval).Milliseconds()).Result()
+	lock := redisx.RegionsLock(r.prefix, k)
+	got, err := lockScript.Run(ctx, r.clients[r.self], []string{lock}, (2 * r.interval).Milliseconds()).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("regions: taking the lock: %w", err)
 	}
@@ -457,7 +446,7 @@ func (r *Regions) Rebalance(ctx context.Context) (map[string]map[string]int64, e
 	demand := map[string]map[string]int64{} // family -> region -> takes
 	current := map[string]map[string]weight{}
 	for _, name := range r.names {
-		v, err := r.clients[name].Eval(ctx, "return redis.call('HGETALL', KEYS[1])", []string{r.demandKey(k - 1)}).StringSlice()
+		v, err := readScript.Run(ctx, r.clients[name], []string{r.demandKey(k - 1)}).StringSlice()
 		if err != nil {
 			return nil, fmt.Errorf("regions: reading %s's demand: %w", name, err)
 		}
@@ -500,7 +489,7 @@ func (r *Regions) Rebalance(ctx context.Context) (map[string]map[string]int64, e
 	}
 	for _, wr := range append(lowered, raised...) {
 		val := fmt.Sprintf("%d:%d:%d:%d", wr.w.bucket, wr.w.old, wr.w.new, wr.w.effective)
-		if err := r.clients[wr.region].Eval(ctx, setWeightScript, []string{r.weightsKey()}, wr.family, k, val).Err(); err != nil {
+		if err := setWeightScript.Run(ctx, r.clients[wr.region], []string{r.weightsKey()}, wr.family, k, val).Err(); err != nil {
 			return out, fmt.Errorf("regions: writing %s's weight of %s (the weights raised after it are not written): %w",
 				wr.region, wr.family, err)
 		}
