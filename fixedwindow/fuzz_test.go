@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
-	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 )
 
 func FuzzFixedWindow(f *testing.F) { limitertest.Fuzz(f, fixedwindow.Algorithm()) }

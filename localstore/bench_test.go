@@ -9,7 +9,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
-	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/localstore"
 )
 

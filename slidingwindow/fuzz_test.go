@@ -3,7 +3,7 @@ package slidingwindow_test
 import (
 	"testing"
 
-	"github.com/ratelimit-go/ratelimit/internal/limitertest"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/slidingwindow"
 )
 

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
-	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 )
 
 // TestDemoDecidesOnItsStore: the README's demo (the gateway on its embedded miniredis,

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
-	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/redisstore/members"
 )
 

@@ -3,7 +3,7 @@
 // It is a module of its own, outside the workspace (run with GOWORK=off), so that none of
 // its dependencies reaches the library's go.mod or its users' go.sum.
 //
-// The tests run the suite every Redis must pass (internal/redissuite) on the servers
+// The tests run the suite every Redis must pass (internal/testkit/redissuite) on the servers
 // RATELIMIT_REDIS chooses:
 //   - "process": redis-server processes of this machine, as the library's own tests do;
 //   - "container": containers of RATELIMIT_REDIS_IMAGE (redis:7-alpine by default),

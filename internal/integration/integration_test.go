@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratelimit-go/ratelimit/internal/integration/containers"
-	"github.com/ratelimit-go/ratelimit/internal/redissuite"
-	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redissuite"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 )
 
 func TestMain(m *testing.M) {

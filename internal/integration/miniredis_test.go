@@ -11,8 +11,8 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
-	"github.com/ratelimit-go/ratelimit/internal/limitertest"
-	"github.com/ratelimit-go/ratelimit/internal/redissuite"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redissuite"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )

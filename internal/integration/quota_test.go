@@ -14,7 +14,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
-	"github.com/ratelimit-go/ratelimit/internal/redissuite"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redissuite"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 )
 

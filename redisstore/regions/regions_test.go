@@ -13,8 +13,8 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
-	"github.com/ratelimit-go/ratelimit/internal/limitertest"
-	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 	"github.com/ratelimit-go/ratelimit/redisstore/regions"
 )

@@ -48,7 +48,7 @@ import (
 	tcexec "github.com/testcontainers/testcontainers-go/exec"
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
-	"github.com/ratelimit-go/ratelimit/internal/redistest"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 )
 
 // DefaultImage is the image servers run from unless RATELIMIT_REDIS_IMAGE names another.
