@@ -1,6 +1,7 @@
 package limitertest
 
 import (
+	"testing"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -159,4 +160,27 @@ func concat(parts ...[]Step) []Step {
 		all = append(all, p...)
 	}
 	return all
+}
+
+// RunSteps runs the scenarios of alg (Scenarios, by its Name) on its Step alone, with no
+// store: the table each algorithm package tests itself with.
+func RunSteps(t *testing.T, alg *ratelimit.Algorithm) {
+	scenarios := Scenarios[alg.Name]
+	if len(scenarios) == 0 {
+		t.Fatalf("no scenarios of %s", alg.Name)
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.Name, func(t *testing.T) {
+			var st ratelimit.State
+			for i, step := range sc.Steps {
+				a, err := alg.Prepare(sc.Rule, step.N)
+				if err != nil {
+					t.Fatalf("step %d: Prepare(%v, %d): %v", i, sc.Rule, step.N, err)
+				}
+				if got := alg.Step(&st, Start.Add(step.At).UnixMicro(), a).Decision(a.Limit); got != step.Want {
+					t.Errorf("step %d (at %v, n %d):\n got %+v\nwant %+v", i, step.At, step.N, got, step.Want)
+				}
+			}
+		})
+	}
 }

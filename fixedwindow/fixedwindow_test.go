@@ -8,3 +8,7 @@ import (
 )
 
 func FuzzFixedWindow(f *testing.F) { limitertest.Fuzz(f, fixedwindow.Algorithm()) }
+
+// TestSteps: the numbers of the package doc, and the table every store runs, on the step
+// alone.
+func TestSteps(t *testing.T) { limitertest.RunSteps(t, fixedwindow.Algorithm()) }
