@@ -20,10 +20,37 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	args := make([]ratelimit.Args, len(reqs))
-	shardOf := make([]int, len(reqs))
-	hashes := make([]uint64, len(reqs))
-	spaces := make([]*space, len(reqs))
+	b, err := s.newBatch(reqs)
+	if err != nil {
+		return nil, err
+	}
+	unlock := b.lock()
+	defer unlock()
+	now := s.now() // the caller's; each key's state holds its own latest instant
+	if ds, all := b.decide(now); !all {
+		return ds, nil
+	}
+	return b.commit(now), nil
+}
+
+// batch is the requests of one ApplyAll, and what deciding them needs.
+type batch struct {
+	s       *Store
+	reqs    []ratelimit.Request
+	args    []ratelimit.Args
+	hashes  []uint64
+	shardOf []int
+	spaces  []*space
+	entries []*entry // locked by decide; nil for a key not yet held
+	states  []ratelimit.State
+	ds      []ratelimit.Outcome
+}
+
+// newBatch checks reqs and derives what deciding them needs; errors as Apply's.
+func (s *Store) newBatch(reqs []ratelimit.Request) (*batch, error) {
+	n := len(reqs)
+	b := &batch{s: s, reqs: reqs, args: make([]ratelimit.Args, n), hashes: make([]uint64, n), shardOf: make([]int, n),
+		spaces: make([]*space, n), entries: make([]*entry, n), states: make([]ratelimit.State, n), ds: make([]ratelimit.Outcome, n)}
 	for i, r := range reqs {
 		if r.Spec == nil {
 			return nil, errNoSpec
@@ -35,67 +62,69 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if r.Spec.Op != "" || core.OfLeases(r.Spec.Algorithm) {
 			return nil, errors.New("localstore: ApplyAll only takes, and no leases")
 		}
-		a, err := r.Args()
-		if err != nil {
+		if b.args[i], err = r.Args(); err != nil {
 			return nil, err
 		}
-		hashes[i] = s.hash.sum(r.Key)
-		spaces[i] = sp
-		args[i], shardOf[i] = a, int(hashes[i]&s.mask)
+		b.hashes[i] = s.hash.sum(r.Key)
+		b.spaces[i], b.shardOf[i] = sp, int(b.hashes[i]&s.mask)
 	}
-	if err := core.CheckDistinct("localstore", reqs); err != nil {
-		return nil, err
-	}
-	order := slices.Clone(shardOf)
+	return b, core.CheckDistinct("localstore", reqs)
+}
+
+// lock locks the shards of the batch's keys in ascending order, so that two batches never
+// wait on each other in a cycle; the function it returns unlocks the keys decide locked,
+// then the shards.
+func (b *batch) lock() (unlock func()) {
+	order := slices.Clone(b.shardOf)
 	slices.Sort(order)
 	order = slices.Compact(order)
 	for _, i := range order {
-		s.shards[i].mu.Lock()
+		b.s.shards[i].mu.Lock()
 	}
-	defer func() {
-		for _, i := range order {
-			s.shards[i].mu.Unlock()
-		}
-	}()
-	now := s.now() // the caller's; each key's state holds its own latest instant
-
-	entries := make([]*entry, len(reqs))
-	defer func() { // before the shards'
-		for _, e := range entries {
+	return func() {
+		for _, e := range b.entries {
 			if e != nil {
 				e.mu.Unlock()
 			}
 		}
-	}()
-	states := make([]ratelimit.State, len(reqs))
-	ds := make([]ratelimit.Outcome, len(reqs))
+		for _, i := range order {
+			b.s.shards[i].mu.Unlock()
+		}
+	}
+}
+
+// decide decides each request on a copy of its key's state, locking the keys held, and
+// reports whether every one is allowed; the shards are locked.
+func (b *batch) decide(now int64) ([]ratelimit.Outcome, bool) {
 	all := true
-	for i, r := range reqs {
-		sh := &s.shards[shardOf[i]]
-		if e := sh.table(spaces[i]).keys.get(hashes[i], r.Key); e != nil {
+	for i, r := range b.reqs {
+		sh := &b.s.shards[b.shardOf[i]]
+		if e := sh.table(b.spaces[i]).keys.get(b.hashes[i], r.Key); e != nil {
 			e.mu.Lock()
-			entries[i] = e
+			b.entries[i] = e
 			if e.expires > now {
-				states[i] = core.Clone(e.state)
+				b.states[i] = core.Clone(e.state)
 			}
 		}
-		ds[i] = r.Spec.Algorithm.Step(&states[i], now, args[i])
-		all = all && ds[i].Allowed
+		b.ds[i] = r.Spec.Algorithm.Step(&b.states[i], now, b.args[i])
+		all = all && b.ds[i].Allowed
 	}
-	if !all {
-		return ds, nil
-	}
-	for i, r := range reqs {
-		e := entries[i]
+	return b.ds, all
+}
+
+// commit writes the decided states back, each new key locked before it enters its table.
+func (b *batch) commit(now int64) []ratelimit.Outcome {
+	for i, r := range b.reqs {
+		e := b.entries[i]
 		if e == nil {
-			sh := &s.shards[shardOf[i]]
+			sh := &b.s.shards[b.shardOf[i]]
 			e = &entry{}
 			e.mu.Lock()
-			entries[i] = e
-			s.add(sh, &sh.table(spaces[i]).keys, hashes[i], r.Key, now, e)
+			b.entries[i] = e
+			b.s.add(sh, &sh.table(b.spaces[i]).keys, b.hashes[i], r.Key, now, e)
 		}
-		e.state = states[i]
-		e.expires = now + expiry(ds[i].Reset)
+		e.state = b.states[i]
+		e.expires = now + expiry(b.ds[i].Reset)
 	}
-	return ds, nil
+	return b.ds
 }

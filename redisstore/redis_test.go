@@ -17,9 +17,9 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/script"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
-	"github.com/ratelimit-go/ratelimit/internal/script"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )

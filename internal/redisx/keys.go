@@ -86,7 +86,9 @@ func (k Key) Write(b *strings.Builder, part string) {
 }
 
 // Len is the length of Name(part).
-func (k Key) Len(part string) int { return len(part) + len(k.ns) + len(k.pre) + len(k.key) + len(k.post) }
+func (k Key) Len(part string) int {
+	return len(part) + len(k.ns) + len(k.pre) + len(k.key) + len(k.post)
+}
 
 // Tagged is ratelimit.Key(parts...) under the Redis hash tag of tag (redisstore.TaggedKey).
 func Tagged(tag string, parts ...string) string {

@@ -38,34 +38,9 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	if len(reqs) > MaxApplyAll {
 		return nil, fmt.Errorf("redisstore: ApplyAll of %d requests, more than %d in one script: %w", len(reqs), MaxApplyAll, errors.ErrUnsupported)
 	}
-	var names []string
-	algs := make([]*ratelimit.Algorithm, len(reqs))
-	limits := make([]int64, len(reqs))
-	var tail []any // ARGV
-	now := s.now() // one instant for the whole batch
-	for i, r := range reqs {
-		alg := r.Spec.Algorithm
-		if alg == nil || alg.Script == "" || len(alg.ScriptKeys) == 0 {
-			return nil, errors.New("redisstore: request has no algorithm with a script")
-		}
-		if r.Spec.Op != "" || core.OfLeases(r.Spec.Algorithm) {
-			return nil, errors.New("redisstore: ApplyAll only takes, and no leases")
-		}
-		a, err := r.Args()
-		if err != nil {
-			return nil, err
-		}
-		k := redisx.NewKey(redisx.Namespace(r.Spec.Namespace), r.Key)
-		for _, part := range s.scriptOf(alg).names {
-			names = append(names, k.Name(part))
-		}
-		algs[i], limits[i] = alg, a.Limit
-		w := s.window(alg)
-		v := script.Values{script.N: a.N, script.Limit: a.Limit, script.Period: a.Period, script.Unit: a.Unit,
-			script.Rate: a.Rate, script.Now: now, script.Op: script.Take, script.Lease: 0, script.Keep: a.Keep,
-			script.WindowStart: w[0], script.WindowEnd: w[1], script.WindowNext: w[2]}
-		tail = append(tail, 0, len(alg.ScriptKeys)) // the index of its step, filled below
-		tail = append(tail, v[:]...)
+	names, algs, limits, tail, err := s.encodeAll(reqs)
+	if err != nil {
+		return nil, err
 	}
 	if err := core.CheckDistinct("redisstore", reqs); err != nil {
 		return nil, err
@@ -101,6 +76,40 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		}
 	}
 	return ds, nil
+}
+
+// encodeAll is the keys, the algorithms, the Limits and the arguments (but each step's
+// index, which follows from all the algorithms: see applyAllScript) of reqs in
+// ApplyAll's script: per request, its step's index and its number of keys, then its
+// arguments (script.Values), the time one instant for all.
+func (s *Store) encodeAll(reqs []ratelimit.Request) (names []string, algs []*ratelimit.Algorithm, limits []int64, tail []any, err error) {
+	algs, limits = make([]*ratelimit.Algorithm, len(reqs)), make([]int64, len(reqs))
+	now := s.now()
+	for i, r := range reqs {
+		if r.Spec == nil || r.Spec.Algorithm == nil || r.Spec.Algorithm.Script == "" || len(r.Spec.Algorithm.ScriptKeys) == 0 {
+			return nil, nil, nil, nil, errors.New("redisstore: request has no algorithm with a script")
+		}
+		alg := r.Spec.Algorithm
+		if r.Spec.Op != "" || core.OfLeases(alg) {
+			return nil, nil, nil, nil, errors.New("redisstore: ApplyAll only takes, and no leases")
+		}
+		a, err := r.Args()
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		k := redisx.NewKey(redisx.Namespace(r.Spec.Namespace), r.Key)
+		for _, part := range s.scriptOf(alg).names {
+			names = append(names, k.Name(part))
+		}
+		algs[i], limits[i] = alg, a.Limit
+		w := s.window(alg)
+		v := script.Values{script.N: a.N, script.Limit: a.Limit, script.Period: a.Period, script.Unit: a.Unit,
+			script.Rate: a.Rate, script.Now: now, script.Op: script.Take, script.Lease: 0, script.Keep: a.Keep,
+			script.WindowStart: w[0], script.WindowEnd: w[1], script.WindowNext: w[2]}
+		tail = append(tail, 0, len(alg.ScriptKeys)) // the index of its step, filled in later
+		tail = append(tail, v[:]...)
+	}
+	return names, algs, limits, tail, nil
 }
 
 // window is the calendar window of alg around the store's time, and the next, as a

@@ -1,0 +1,101 @@
+package fallback
+
+import (
+	"context"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
+	"github.com/ratelimit-go/ratelimit/internal/trace"
+)
+
+// release gives back a lease the primary granted after its decision was made on the
+// secondary (its answer came after the timeout): nobody holds it, and left alone it
+// would keep a slot of the in-flight limit until it expired.
+func (s *Store) release(ctx context.Context, req ratelimit.Request, d ratelimit.Outcome) {
+	if req.Spec.Op == "" && d.Allowed && core.OfLeases(req.Spec.Algorithm) {
+		req.Spec = core.WithOp(req.Spec, "refund")
+		s.primary.Apply(ctx, req)
+	}
+}
+
+// mirror applies to the secondary, on this instance's share, what the primary decided
+// for it, so that when the primary fails the share has already spent what the cluster
+// has: an admission of n takes n from the share if it holds them, a denial (the key is
+// spent cluster-wide) empties it, and a refund or a reset gives back. Without it the
+// primary and the shares each admit a full allowance whenever the breaker flaps. The
+// leases of an in-flight limit are mirrored one by one, with their ids, so that a
+// release or an extension finds its lease on the share too; a denial leaves the share's
+// leases alone.
+func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.Outcome) {
+	if req.Spec.Op == "peek" {
+		return
+	}
+	req.Spec = core.WithRule(req.Spec, s.share(req))
+	if req.Spec.Op == "extend" && !d.Allowed {
+		return // a lease the primary no longer holds: the share's copy expires by itself
+	}
+	if req.Spec.Op == "" {
+		share := shareCapacity(req)
+		if share == 0 || (!d.Allowed && d.Remaining > 0) { // nothing to mirror; or n was too many, the key not spent
+			return
+		}
+		if !d.Allowed && core.OfLeases(req.Spec.Algorithm) {
+			return // the share's leases are those of requests in progress: they stay
+		}
+		if !d.Allowed {
+			empty := req
+			empty.Spec = core.WithOp(req.Spec, "reset")
+			s.secondary.Apply(ctx, empty)
+			req.N = share // all of a full share
+		}
+		req.N = min(req.N, share)
+	}
+	s.secondary.Apply(ctx, req) // a denial means the share is already spent
+}
+
+// share is this instance's share of req's rule: 1/n of it (core.Share), or for an
+// in-flight limit 1/n of its leases, rounded down but at least one, each living as long
+// as on the primary.
+func (s *Store) share(req ratelimit.Request) ratelimit.Rule {
+	if !core.OfLeases(req.Spec.Algorithm) {
+		return core.Share(req.Spec.Rule, s.n())
+	}
+	return core.PortionLeases(req.Spec.Rule, 1, s.n())
+}
+
+// n is the number of instances sharing the rule now.
+func (s *Store) n() int64 {
+	if s.count != nil {
+		return int64(max(1, s.count()))
+	}
+	return s.instances
+}
+
+// decideLocally decides by the policy while the primary cannot; capacity is the most the
+// rule allows at once.
+func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capacity int64) (ratelimit.Outcome, error) {
+	var d ratelimit.Outcome
+	var err error
+	switch s.policy {
+	case FailOpen:
+		d = ratelimit.Outcome{Allowed: true, Remaining: capacity - req.N}
+	case FailClosed:
+		d = ratelimit.Outcome{Wait: s.breaker.retryAfter()}
+	default:
+		// this instance's share of the rule; its capacity is the rule's divided likewise
+		req.Spec = core.WithRule(req.Spec, s.share(req))
+		if share := shareCapacity(req); req.N > share-mathx.Keep(share, req.Spec.Reserve) { // never fits the share
+			d = ratelimit.Outcome{Wait: s.breaker.retryAfter()} // wait for the primary
+		} else {
+			d, err = s.secondary.Apply(ctx, req)
+		}
+	}
+	if err == nil && req.Spec.Op == "" {
+		trace.Set(ctx, Secondary.String())
+		if s.hooks.OnDecision != nil {
+			s.hooks.OnDecision(Secondary, 0)
+		}
+	}
+	return d, err
+}

@@ -1,0 +1,133 @@
+package ratelimit
+
+import (
+	_ "embed"
+	"fmt"
+	"slices"
+
+	"github.com/ratelimit-go/ratelimit/internal/eventlog"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
+)
+
+// InFlightAlgorithm is the in-flight limit as stores see it: an algorithm of leases (see
+// Algorithm.Extend), for redisstore.LoadScripts and third-party stores.
+func InFlightAlgorithm() *Algorithm { return &inflight }
+
+// inflight is the in-flight limit. Its state: Log holds the leases, At each one's expiry
+// and N its id (unordered, at most Limit of them while the limit stays); Level is their
+// number.
+var inflight = Algorithm{
+	Name:       "inflight",
+	Script:     inflightScript,
+	ScriptKeys: []string{"leases"},
+	Prepare:    prepareInFlight,
+	Step:       acquireLease,
+	Refund:     releaseLease,
+	Extend:     extendLease,
+}
+
+//go:embed inflight.lua
+var inflightScript string
+
+func prepareInFlight(rule Rule, n int64) (Args, error) {
+	if err := rule.validate(); err != nil {
+		return Args{}, fmt.Errorf("inflight: %w", err)
+	}
+	switch {
+	case n < 1:
+		return Args{}, fmt.Errorf("inflight: n = %d: %w", n, ErrInvalidN)
+	case n > 1:
+		return Args{}, fmt.Errorf("inflight: n = %d: a lease is one request in progress: %w", n, ErrInvalidN)
+	}
+	return Args{N: 1, Limit: rule.Limit, Period: rule.Period.Microseconds()}, nil
+}
+
+// expireLeases drops the leases expired at now, and brings back to now + period those
+// that would expire later: the clock went back, and a lease never lasts longer than its
+// duration from now.
+func expireLeases(st *State, now, period int64) {
+	if st.Log == nil {
+		st.Log = &eventlog.Log{}
+	}
+	st.Log.Expire(now)
+	st.Log.Clamp(now + period)
+}
+
+// findLease is the index of lease id in log, or -1; the lease 0 is never found (each
+// take without an id holds a lease of its own).
+func findLease(log *eventlog.Log, id int64) int {
+	if id == 0 {
+		return -1
+	}
+	for i := 0; i < log.Len(); i++ {
+		if log.At(i).N == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// acquireLease takes a lease a.Lease for a.Period, if fewer than a.Limit are held (a
+// lease held already is renewed).
+func acquireLease(st *State, now int64, a Args) Outcome {
+	expireLeases(st, now, a.Period)
+	allowed, keep := true, a.Keep
+	if i := findLease(st.Log, a.Lease); i >= 0 {
+		renew(st.Log, i, now+a.Period)
+	} else if int64(st.Log.Len())+keep < a.Limit {
+		st.Log.Append(eventlog.Event{At: now + a.Period, N: a.Lease})
+	} else {
+		allowed = false
+	}
+	st.Level = int64(st.Log.Len())
+	d := Outcome{Allowed: allowed, Remaining: max(0, a.Limit-st.Level-keep)}
+	if st.Log.Len() > 0 {
+		first, last := st.Log.At(0).At, st.Log.At(0).At
+		for i := 1; i < st.Log.Len(); i++ {
+			at := st.Log.At(i).At
+			first, last = min(first, at), max(last, at)
+		}
+		// until enough leases expire that this one fits with what it keeps: the oldest,
+		// unless a lower limit per call or a reserve asks for more
+		if k := st.Level + keep - a.Limit; !allowed && k > 0 {
+			expiries := make([]int64, st.Log.Len())
+			for i := range expiries {
+				expiries[i] = st.Log.At(i).At
+			}
+			slices.Sort(expiries)
+			first = expiries[k]
+		}
+		if !allowed {
+			d.Wait = mathx.Micros(first - now)
+		}
+		d.Reset = mathx.Micros(last - now)
+	}
+	return d
+}
+
+// renew sets the expiry of the i-th lease to at, unless it expires later already.
+func renew(log *eventlog.Log, i int, at int64) {
+	e := log.At(i)
+	e.At = max(e.At, at)
+	log.Set(i, e)
+}
+
+// releaseLease drops the lease a.Lease, if held.
+func releaseLease(st *State, now int64, a Args) {
+	expireLeases(st, now, a.Period)
+	if i := findLease(st.Log, a.Lease); i >= 0 {
+		st.Log.Remove(i)
+	}
+	st.Level = int64(st.Log.Len())
+}
+
+// extendLease renews the lease a.Lease, if held, to expire a.Period after now.
+func extendLease(st *State, now int64, a Args) bool {
+	expireLeases(st, now, a.Period)
+	st.Level = int64(st.Log.Len())
+	i := findLease(st.Log, a.Lease)
+	if i >= 0 {
+		renew(st.Log, i, now+a.Period)
+	}
+	return i >= 0
+}

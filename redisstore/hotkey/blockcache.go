@@ -1,0 +1,145 @@
+package hotkey
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+)
+
+// BlockCache answers a key that was denied, with the same rule and the same n, from
+// memory until its RetryAfter has passed: an abuser who keeps hammering a denied key
+// costs Redis nothing. Decisions from the cache are the denial's, with the RetryAfter and
+// ResetAfter left (a larger n would need longer, a smaller one may fit: both are asked).
+// Requests that keep a reserve for more important ones (Request.Reserve: priorities) are
+// blocked apart, each by a denial that kept the same: a critical request may fit where a
+// sheddable one did not, and what it takes makes the others wait longer, so a request
+// admitted through the cache ends the key's blocks, as a refund or a reset does.
+type BlockCache struct {
+	next    ratelimit.Store
+	cfg     hotConfig
+	blocked table[block]
+}
+
+type block struct {
+	mu     sync.Mutex
+	expiry atomic.Int64 // the latest until, for the table's prune
+	gen    uint64       // bumped by every refund and reset, before and after it reaches the store
+	by     []denial     // one per reserve, at most maxReserves
+	held   atomic.Bool  // len(by) > 0, for the admitted requests' look without the lock
+}
+
+// denial is a denied request, which blocks the same until it may fit.
+type denial struct {
+	rule       ratelimit.Rule
+	n, reserve int64
+	until      int64 // UnixNano
+	resetUntil int64
+	remaining  int64
+}
+
+// maxReserves bounds the denials a key's block holds, one per reserve: priorities are few.
+const maxReserves = 8
+
+// find is the denial that blocks req at now, or nil; bl.mu is held.
+func (bl *block) find(req ratelimit.Request, now int64) *denial {
+	for i := range bl.by {
+		d := &bl.by[i]
+		if d.reserve == req.Spec.Reserve && d.rule == req.Spec.Rule && d.n == req.N && now < d.until {
+			return d
+		}
+	}
+	return nil
+}
+
+// record keeps d, in place of the denial of the same reserve or of the one that ends
+// first; bl.mu is held.
+func (bl *block) record(d denial) {
+	at := -1
+	for i := range bl.by {
+		if bl.by[i].reserve == d.reserve {
+			at = i
+			break
+		}
+	}
+	if at < 0 && len(bl.by) < maxReserves {
+		bl.by = append(bl.by, d)
+	} else {
+		if at < 0 {
+			at = 0
+			for i := range bl.by {
+				if bl.by[i].until < bl.by[at].until {
+					at = i
+				}
+			}
+		}
+		bl.by[at] = d
+	}
+	bl.held.Store(true)
+	bl.expiry.Store(max(bl.expiry.Load(), d.until))
+}
+
+var _ ratelimit.Store = (*BlockCache)(nil)
+
+// NewBlockCache returns a BlockCache over next. It panics for a nil next or a nil option.
+func NewBlockCache(next ratelimit.Store, opts ...BlockCacheOption) *BlockCache {
+	b := &BlockCache{next: next, cfg: newHotConfig("NewBlockCache", next, opts, BlockCacheOption.applyBlockCache)}
+	b.blocked = table[block]{max: b.cfg.maxKeys, expiry: func(bl *block) *atomic.Int64 { return &bl.expiry }}
+	return b
+}
+
+// Apply denies from memory while the key is blocked, else asks the next store.
+func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	if !b.cfg.handles(req) {
+		return b.next.Apply(ctx, req)
+	}
+	if _, err := req.Spec.Algorithm.Prepare(req.Spec.Rule, req.N); err != nil {
+		return ratelimit.Outcome{}, err
+	}
+	now := clock.UnixNano(b.cfg.clock)
+	bl := b.blocked.get(algKey{req.Spec.Algorithm, req.Spec.Namespace, req.Key}, now)
+	gives := req.Spec.Op == "refund" || req.Spec.Op == "reset" // the key may have room after it
+	bl.mu.Lock()
+	if gives {
+		bl.unblock()
+	}
+	if den := bl.find(req, now); den != nil {
+		d := ratelimit.Outcome{Remaining: den.remaining, Wait: time.Duration(den.until - now),
+			Reset: time.Duration(max(den.until, den.resetUntil) - now)}
+		bl.mu.Unlock()
+		return d, nil
+	}
+	gen := bl.gen
+	bl.mu.Unlock()
+	d, err := b.next.Apply(ctx, req)
+	switch {
+	case gives:
+		// a denial decided before this refund reached the store, and recorded after the
+		// unblock above, must not stand: unblock again, and make it stale
+		bl.mu.Lock()
+		bl.unblock()
+		bl.mu.Unlock()
+	case err == nil && d.Allowed && req.Spec.Op == "" && bl.held.Load(): // what it took moves every denial's wait
+		bl.mu.Lock()
+		bl.unblock()
+		bl.mu.Unlock()
+	case err == nil && !d.Allowed && d.Wait > 0 && req.Spec.Op == "":
+		bl.mu.Lock()
+		if bl.gen == gen { // no refund or reset came between the decision and now
+			bl.record(denial{rule: req.Spec.Rule, n: req.N, reserve: req.Spec.Reserve, remaining: d.Remaining,
+				until: now + int64(d.Wait), resetUntil: now + int64(d.Reset)})
+		}
+		bl.mu.Unlock()
+	}
+	return d, err
+}
+
+// unblock forgets the block, and makes every denial decided before it stale; bl.mu is held.
+func (bl *block) unblock() {
+	bl.by = bl.by[:0]
+	bl.held.Store(false)
+	bl.gen++
+}
