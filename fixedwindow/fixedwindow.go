@@ -29,35 +29,20 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
-const name = "fixedwindow"
+// Limiter is a fixed window limiter over a Store: one counter per key, all under
+// one Rule. Its methods are ratelimit.AlgorithmLimiter's, which every algorithm's
+// limiter is. It is safe for concurrent use.
+type Limiter = ratelimit.AlgorithmLimiter
 
-var algorithm = &ratelimit.Algorithm{
-	Name:       name,
-	Script:     script,
-	ScriptKeys: []string{"state"},
-	Prepare:    prepare,
-	Step:       step,
-	Refund:     refund,
-
-	Prefetchable: true,
+// New returns a fixedwindow limiter with rule over store. It returns an error wrapping
+// ratelimit.ErrInvalidRule for a rule it cannot enforce, and an error for a nil store.
+// Its keys are in the rule's namespace unless ratelimit.WithNamespace names one.
+func New(store ratelimit.Store, rule ratelimit.Rule, opts ...ratelimit.Option) (*Limiter, error) {
+	return ratelimit.NewAlgorithmLimiter(store, algorithm, rule, opts...)
 }
-
-//go:embed fixedwindow.lua
-var script string
 
 // Algorithm is the fixed window as stores see it.
 func Algorithm() *ratelimit.Algorithm { return algorithm }
-
-func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
-	period, err := core.Micros(name, rule)
-	if err != nil {
-		return ratelimit.Args{}, err
-	}
-	if err := core.CheckN(name, n, rule.Limit); err != nil {
-		return ratelimit.Args{}, err
-	}
-	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period}, nil
-}
 
 // advance brings st to now, or to the latest instant it has seen while it counts events,
 // empties a window that has passed, and returns the index of the window of st.Time.
@@ -102,3 +87,17 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
 	advance(st, now, a)
 	st.Level = max(0, st.Level-a.N)
 }
+
+// prepare checks rule and n: at most Limit events counted per Period.
+func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	return core.CountArgs(name, rule, n)
+}
+
+const name = "fixedwindow"
+
+// algorithm is the algorithm of fixedwindow as Algorithm returns it: its step in Go above,
+// in Lua in fixedwindow.lua (for redisstore).
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Prefetchable: true}
+
+//go:embed fixedwindow.lua
+var script string

@@ -11,14 +11,5 @@ if op == REFUND then
 end
 local ending = (floor(t / period) + 1) * period
 
-if L + n + keep <= limit then
-  L = L + n
-  allowed = 1
-else
-  retry = ending - now
-end
-remaining = max(0, limit - L - keep)
-if L > 0 then
-  reset = ending - now
-end
+L, allowed, remaining, retry, reset = count(L, n, keep, limit, ending, now)
 save(KEYS[1], dry, T, L, A, reset)

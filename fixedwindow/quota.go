@@ -191,17 +191,6 @@ type quotaKey struct {
 //go:embed quota.lua
 var quotaScript string
 
-func prepareQuota(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
-	period, err := core.Micros("quota", rule)
-	if err != nil {
-		return ratelimit.Args{}, err
-	}
-	if err := core.CheckN("quota", n, rule.Limit); err != nil {
-		return ratelimit.Args{}, err
-	}
-	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period}, nil
-}
-
 // quotaEnd is the end of the window that holds t (see ratelimit.Window), or 0 for a
 // window that is none.
 func quotaEnd(w ratelimit.Window, t int64) int64 {
@@ -296,3 +285,8 @@ func NewQuota(store ratelimit.Store, q Quota, opts ...ratelimit.Option) (*QuotaL
 
 // Quota is the limiter's quota.
 func (l *QuotaLimiter) Quota() Quota { return l.quota }
+
+// prepareQuota checks rule and n: at most Limit events counted per window.
+func prepareQuota(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	return core.CountArgs("quota", rule, n)
+}

@@ -16,14 +16,5 @@ if op == REFUND then
   n, dry = refunded(KEYS[1], state, dry, T, L, A)
 end
 
-if L + n + keep <= limit then
-  L = L + n
-  allowed = 1
-else
-  retry = ending - now
-end
-remaining = max(0, limit - L - keep)
-if L > 0 then
-  reset = ending - now
-end
+L, allowed, remaining, retry, reset = count(L, n, keep, limit, ending, now)
 save(KEYS[1], dry, T, L, A, reset)

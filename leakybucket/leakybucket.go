@@ -28,28 +28,20 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
-const name = "leakybucket"
+// Limiter is a leaky bucket limiter over a Store: one queue per key, all under
+// one Rule. Its methods are ratelimit.AlgorithmLimiter's, which every algorithm's
+// limiter is. It is safe for concurrent use.
+type Limiter = ratelimit.AlgorithmLimiter
 
-var algorithm = &ratelimit.Algorithm{
-	Name:       name,
-	Script:     script,
-	ScriptKeys: []string{"state"},
-	Prepare:    prepare,
-	Step:       step,
-	Refund:     refund,
+// New returns a leakybucket limiter with rule over store. It returns an error wrapping
+// ratelimit.ErrInvalidRule for a rule it cannot enforce, and an error for a nil store.
+// Its keys are in the rule's namespace unless ratelimit.WithNamespace names one.
+func New(store ratelimit.Store, rule ratelimit.Rule, opts ...ratelimit.Option) (*Limiter, error) {
+	return ratelimit.NewAlgorithmLimiter(store, algorithm, rule, opts...)
 }
-
-//go:embed leakybucket.lua
-var script string
 
 // Algorithm is the leaky bucket as stores see it.
 func Algorithm() *ratelimit.Algorithm { return algorithm }
-
-// prepare rejects a rule whose queue in units of 1/Unit request exceeds 2^52, as the
-// token bucket does for its capacity.
-func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
-	return core.BucketArgs(name, rule, n)
-}
 
 // advance brings st to now, or to the latest instant it has seen, and returns how far that
 // is ahead of now.
@@ -98,3 +90,18 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
 	advance(st, now, a)
 	st.Level = max(0, st.Level-a.N*a.Unit)
 }
+
+// prepare rejects a rule whose queue in units of 1/Unit request exceeds 2^52, as the
+// token bucket does for its capacity.
+func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	return core.BucketArgs(name, rule, n)
+}
+
+const name = "leakybucket"
+
+// algorithm is the algorithm of leakybucket as Algorithm returns it: its step in Go above,
+// in Lua in leakybucket.lua (for redisstore).
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund}
+
+//go:embed leakybucket.lua
+var script string

@@ -23,33 +23,20 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
-const name = "slidinglog"
+// Limiter is a sliding log limiter over a Store: one log of events per key, all under
+// one Rule. Its methods are ratelimit.AlgorithmLimiter's, which every algorithm's
+// limiter is. It is safe for concurrent use.
+type Limiter = ratelimit.AlgorithmLimiter
 
-var algorithm = &ratelimit.Algorithm{
-	Name:       name,
-	Script:     script,
-	ScriptKeys: []string{"state", "log"},
-	Prepare:    prepare,
-	Step:       step,
-	Refund:     refund,
+// New returns a slidinglog limiter with rule over store. It returns an error wrapping
+// ratelimit.ErrInvalidRule for a rule it cannot enforce, and an error for a nil store.
+// Its keys are in the rule's namespace unless ratelimit.WithNamespace names one.
+func New(store ratelimit.Store, rule ratelimit.Rule, opts ...ratelimit.Option) (*Limiter, error) {
+	return ratelimit.NewAlgorithmLimiter(store, algorithm, rule, opts...)
 }
-
-//go:embed slidinglog.lua
-var script string
 
 // Algorithm is the sliding log as stores see it.
 func Algorithm() *ratelimit.Algorithm { return algorithm }
-
-func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
-	period, err := core.Micros(name, rule)
-	if err != nil {
-		return ratelimit.Args{}, err
-	}
-	if err := core.CheckN(name, n, rule.Limit); err != nil {
-		return ratelimit.Args{}, err
-	}
-	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period}, nil
-}
 
 // advance brings st to now, or to the latest instant it has seen while it holds events,
 // and drops the events that have aged out.
@@ -113,3 +100,17 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
 	advance(st, now, a)
 	st.Level -= st.Log.TrimNewest(a.N)
 }
+
+// prepare checks rule and n: at most Limit events counted per Period.
+func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	return core.CountArgs(name, rule, n)
+}
+
+const name = "slidinglog"
+
+// algorithm is the algorithm of slidinglog as Algorithm returns it: its step in Go above,
+// in Lua in slidinglog.lua (for redisstore).
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state", "log"}, Prepare: prepare, Step: step, Refund: refund}
+
+//go:embed slidinglog.lua
+var script string

@@ -35,44 +35,20 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
-const name = "slidingwindow"
+// Limiter is a sliding window counter limiter over a Store: two counters per key, all under
+// one Rule. Its methods are ratelimit.AlgorithmLimiter's, which every algorithm's
+// limiter is. It is safe for concurrent use.
+type Limiter = ratelimit.AlgorithmLimiter
 
-var algorithm = &ratelimit.Algorithm{
-	Name:       name,
-	Script:     script,
-	ScriptKeys: []string{"state"},
-	Prepare:    prepare,
-	Step:       step,
-	Refund:     refund,
-
-	Prefetchable: true,
+// New returns a slidingwindow limiter with rule over store. It returns an error wrapping
+// ratelimit.ErrInvalidRule for a rule it cannot enforce, and an error for a nil store.
+// Its keys are in the rule's namespace unless ratelimit.WithNamespace names one.
+func New(store ratelimit.Store, rule ratelimit.Rule, opts ...ratelimit.Option) (*Limiter, error) {
+	return ratelimit.NewAlgorithmLimiter(store, algorithm, rule, opts...)
 }
-
-//go:embed slidingwindow.lua
-var script string
 
 // Algorithm is the sliding window counter as stores see it.
 func Algorithm() *ratelimit.Algorithm { return algorithm }
-
-// prepare sets Unit to the tick in which elapsed time is weighed, in microseconds.
-func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
-	period, err := core.Micros(name, rule)
-	if err != nil {
-		return ratelimit.Args{}, err
-	}
-	tick := int64(1)
-	if rule.Period%time.Millisecond == 0 {
-		tick = 1000
-	}
-	if rule.Limit > mathx.MaxExact/(period/tick) {
-		return ratelimit.Args{}, fmt.Errorf("%s: %v: %w: limit %d is too large to weigh exactly over %v",
-			name, rule, ratelimit.ErrInvalidRule, rule.Limit, rule.Period)
-	}
-	if err := core.CheckN(name, n, rule.Limit); err != nil {
-		return ratelimit.Args{}, err
-	}
-	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period, Unit: tick}, nil
-}
 
 // advance brings st to now, or to the latest instant it has seen while it counts events,
 // shifting the windows that have passed, and returns the start of that instant's window:
@@ -163,3 +139,32 @@ func retryAt(st *ratelimit.State, start, ticks, need int64, a ratelimit.Args) in
 	e := ticks - room*ticks/prev
 	return start + e*a.Unit
 }
+
+// prepare sets Unit to the tick in which elapsed time is weighed, in microseconds.
+func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	period, err := core.Micros(name, rule)
+	if err != nil {
+		return ratelimit.Args{}, err
+	}
+	tick := int64(1)
+	if rule.Period%time.Millisecond == 0 {
+		tick = 1000
+	}
+	if rule.Limit > mathx.MaxExact/(period/tick) {
+		return ratelimit.Args{}, fmt.Errorf("%s: %v: %w: limit %d is too large to weigh exactly over %v",
+			name, rule, ratelimit.ErrInvalidRule, rule.Limit, rule.Period)
+	}
+	if err := core.CheckN(name, n, rule.Limit); err != nil {
+		return ratelimit.Args{}, err
+	}
+	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period, Unit: tick}, nil
+}
+
+const name = "slidingwindow"
+
+// algorithm is the algorithm of slidingwindow as Algorithm returns it: its step in Go above,
+// in Lua in slidingwindow.lua (for redisstore).
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Prefetchable: true}
+
+//go:embed slidingwindow.lua
+var script string

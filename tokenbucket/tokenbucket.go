@@ -24,31 +24,20 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
-const name = "tokenbucket"
+// Limiter is a token bucket limiter over a Store: one bucket per key, all under
+// one Rule. Its methods are ratelimit.AlgorithmLimiter's, which every algorithm's
+// limiter is. It is safe for concurrent use.
+type Limiter = ratelimit.AlgorithmLimiter
 
-var algorithm = &ratelimit.Algorithm{
-	Name:       name,
-	Script:     script,
-	ScriptKeys: []string{"state"},
-	Prepare:    prepare,
-	Step:       step,
-	Refund:     refund,
-
-	Prefetchable: true,
+// New returns a tokenbucket limiter with rule over store. It returns an error wrapping
+// ratelimit.ErrInvalidRule for a rule it cannot enforce, and an error for a nil store.
+// Its keys are in the rule's namespace unless ratelimit.WithNamespace names one.
+func New(store ratelimit.Store, rule ratelimit.Rule, opts ...ratelimit.Option) (*Limiter, error) {
+	return ratelimit.NewAlgorithmLimiter(store, algorithm, rule, opts...)
 }
-
-//go:embed tokenbucket.lua
-var script string
 
 // Algorithm is the token bucket as stores see it.
 func Algorithm() *ratelimit.Algorithm { return algorithm }
-
-// prepare rejects a rule whose capacity in units of 1/Unit token exceeds 2^52: with
-// the Period in microseconds reduced by the gcd of Limit and Period, that allows, for
-// example, a capacity of 4.5 billion at 1 per second and of 52 million at 1 per day.
-func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
-	return core.BucketArgs(name, rule, n)
-}
 
 // advance brings st to now, or to the latest instant it has seen, and returns how far that
 // is ahead of now.
@@ -106,3 +95,19 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
 	advance(st, now, a)
 	st.Level = min(a.Limit*a.Unit, st.Level+a.N*a.Unit)
 }
+
+// prepare rejects a rule whose capacity in units of 1/Unit token exceeds 2^52: with
+// the Period in microseconds reduced by the gcd of Limit and Period, that allows, for
+// example, a capacity of 4.5 billion at 1 per second and of 52 million at 1 per day.
+func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	return core.BucketArgs(name, rule, n)
+}
+
+const name = "tokenbucket"
+
+// algorithm is the algorithm of tokenbucket as Algorithm returns it: its step in Go above,
+// in Lua in tokenbucket.lua (for redisstore).
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Prefetchable: true}
+
+//go:embed tokenbucket.lua
+var script string

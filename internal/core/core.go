@@ -188,6 +188,19 @@ func BucketArgs(name string, rule ratelimit.Rule, n int64) (ratelimit.Args, erro
 	return ratelimit.Args{N: n, Limit: capacity, Period: period, Unit: unit, Rate: rate}, nil
 }
 
+// CountArgs are the Args of an algorithm that counts events (the fixed window, its
+// quotas, the sliding log): Limit is the rule's, N at most that.
+func CountArgs(name string, rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+	period, err := Micros(name, rule)
+	if err != nil {
+		return ratelimit.Args{}, err
+	}
+	if err := CheckN(name, n, rule.Limit); err != nil {
+		return ratelimit.Args{}, err
+	}
+	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period}, nil
+}
+
 // OfLeases reports whether alg is an algorithm of leases (the in-flight limit of
 // ratelimit.InFlightLimiter), whose state is a set of leases each expiring by itself:
 // the contract marks one by its Extend. Batches refuse its requests, and the decorators

@@ -45,6 +45,21 @@ local function refunded(key, state, dry, T, L, A)
   return 1, true
 end
 
+-- count admits n events to the window that ends at ending, whose count is L, if they fit
+-- with keep: the fixed window's decision, and a calendar quota's (count in Go). It
+-- returns the new count, and allowed, remaining, retry and reset.
+local function count(L, n, keep, limit, ending, now)
+  local allowed, retry, reset = 0, 0, 0
+  if L + n + keep <= limit then
+    L = L + n
+    allowed = 1
+  else
+    retry = ending - now
+  end
+  if L > 0 then reset = ending - now end
+  return L, allowed, max(0, limit - L - keep), retry, reset
+end
+
 -- windowEnd is the end of the calendar window that holds t, of the window [ws, we) the
 -- store placed around its own time and the next, [we, wn): the deciding clock may be a
 -- little ahead of or behind the store's. A time before ws falls in the window that ends
