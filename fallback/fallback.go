@@ -112,9 +112,7 @@ type Hooks struct {
 // the primary admitted for its instance: so never more than twice the rule, and the
 // whole rule only when the primary had admitted nothing for the instances that then
 // decide locally. When a rule is smaller than n at once (2 at once over 5 instances),
-// each share still holds 1, so n may pass at once. TestBreakerFlaps drives n instances
-// at one small key while the primary fails and heals every half second: they admit 31 in
-// 30s where the rule allows 32.
+// each share still holds 1, so n may pass at once.
 type Store struct {
 	primary, secondary ratelimit.Store
 	instances          int64

@@ -69,9 +69,8 @@ func WithInstances(n int) Option {
 // application runs, with room for the slow ones (OnDecision reports the primary's
 // latency of every decision it makes; or redis-cli --latency from an instance). The
 // default of 5ms suits a Redis on the same host or in the same zone; the timeout then
-// follows a Redis further away by itself, up to WithMaxTimeout. TestRedisFarAway
-// measures the share Redis decides 1, 2.5 and 4ms away, with jitter and held replies,
-// through a delaying proxy; BENCHMARKS.md has the figures. A reply that comes after its
+// follows a Redis further away by itself, up to WithMaxTimeout (BENCHMARKS.md has the
+// share Redis decides 1, 2.5 and 4ms away, with jitter and held replies). A reply that comes after its
 // decision's timeout is still read by redisstore, and its connection kept, so a slow
 // moment does not cost the next decisions a new connection.
 func WithTimeout(d time.Duration) Option {

@@ -208,7 +208,7 @@ func WithCalendarClock(c clock.Clock) Option {
 //   - Sentinel (redis.NewFailoverClient, a *redis.Client to the master the sentinels
 //     name): the same. When the master dies, decisions fail with ErrUnavailable (a
 //     fallback.Store decides them meanwhile) until the sentinels promote a replica, then
-//     go to it: 3s after a kill with down-after-milliseconds 1000 (TestSentinelFailover).
+//     go to it: about 3s after a kill with down-after-milliseconds 1000 (BENCHMARKS.md).
 //     Replication is asynchronous: what the old master counted and had not yet sent is
 //     lost, so a key may admit a little more right after.
 //   - *redis.ClusterClient: decisions coalesce per master, and ApplyAll is one script
@@ -216,7 +216,7 @@ func WithCalendarClock(c clock.Clock) Option {
 //   - *redis.Ring (keys sharded by their hash tag): one call per decision, no
 //     coalescing; ApplyAll is one script when its keys share a hash tag, and otherwise
 //     returns errors.ErrUnsupported, so AllowAll takes them one by one with refunds (all
-//     or none in the end, not atomic: TestRing). A shard that goes down fails its keys'
+//     or none in the end, not atomic). A shard that goes down fails its keys'
 //     decisions until the ring's heartbeat drops it; its keys then start full on another
 //     shard.
 //   - *redis.AutoPipeliner: one call per decision, pipelined by go-redis.
