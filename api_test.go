@@ -15,7 +15,7 @@ import (
 // interceptors' (interceptor.go): the package is the user's API and the store contract,
 // read as a manual, and a speed-up or a helper that no user needs belongs in an internal
 // package. The count: the user's API (Limiter, Decision, Rule and its helpers, Wait, Key,
-// the errors, the shared limiter: 36, priorities among them), the in-flight limiter's 10
+// the errors, the shared limiter, priorities, AllowAll: 40), the in-flight limiter's 10
 // (a package of its own would be a new top-level folder, which the layout does not
 // allow), and the store contract's 13 (Store, BatchStore, Request, Spec, Outcome,
 // Algorithm, Args, State, Window, and what they need). Anything more is for an internal
