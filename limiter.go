@@ -44,9 +44,14 @@
 // now. Instances whose clocks (redisstore.WithClock) differ by more than a period count
 // as a clock stepped back at each alternation, and may admit more than the rule.
 //
-// Store, BatchStore, Request, Algorithm, Args and State are the contract between
-// algorithms and stores, for those who write one: a store outside this module runs
-// every algorithm through them.
+// # Writing a store
+//
+// store.go is the contract between limiters, algorithms and stores, in one place: a
+// limiter sends a Store a Request (a key, n, and the Spec its requests share), and the
+// store answers an Outcome, which the limiter turns into the Decision. A store outside
+// this module (a database, another cache) runs every algorithm through its Algorithm:
+// Request.Args validates, Step decides on the key's State, and State's MarshalBinary
+// keeps it between calls. The conformance suite of this module runs on such a store.
 package ratelimit
 
 import (

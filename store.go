@@ -14,7 +14,8 @@ import (
 // at a time. A store knows nothing of any particular algorithm: it runs the Algorithm it is
 // handed, in Go (Algorithm.Step, as localstore does) or as a server-side script
 // (Algorithm.Script, as redisstore does). Because it sees the Rule of every call, a
-// decorator store can change it on the way (fallback divides it across instances).
+// decorator store can change it on the way (fallback divides it across instances), in a
+// Spec of its own: a Spec never changes once sent.
 //
 // A store keeps one state per (Algorithm, Namespace, Key) of a Request, and never lets two
 // different triples share state.
