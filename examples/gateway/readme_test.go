@@ -10,40 +10,42 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestReadmeRules: the rules the README shows as the gateway's embedded default are
-// those of rules.yaml, read by the gateway's own parser.
+// TestReadmeRules: the rules the repository's README and the gateway's show as the
+// gateway's embedded default are those of rules.yaml, read by the gateway's own parser.
 func TestReadmeRules(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile("(?s)<!-- rules: examples/gateway/rules.yaml -->\n *```yaml\n(.*?)```").FindSubmatch(readme)
-	if m == nil {
-		t.Fatal("the README has no block of the default rules")
-	}
-	var block strings.Builder
-	for _, line := range strings.Split(string(m[1]), "\n") {
-		block.WriteString(strings.TrimPrefix(line, "  ") + "\n") // the block's indent in its list item
-	}
-	shown, err := parseRules([]byte(block.String()))
-	if err != nil {
-		t.Fatalf("the README's rules do not parse: %v\n%s", err, block.String())
-	}
 	embedded, err := parseRules(defaultRules)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(shown.file, embedded.file) {
-		t.Errorf("the README's rules are not rules.yaml's:\nREADME %+v\nrules.yaml %+v", shown.file, embedded.file)
+	for _, path := range []string{"../../README.md", "README.md"} {
+		readme, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile("(?s)<!-- rules: examples/gateway/rules.yaml -->\n *```yaml\n(.*?)```").FindSubmatch(readme)
+		if m == nil {
+			t.Fatalf("%s has no block of the default rules", path)
+		}
+		var block strings.Builder
+		for _, line := range strings.Split(string(m[1]), "\n") {
+			block.WriteString(strings.TrimPrefix(line, "  ") + "\n") // the block's indent in a list item
+		}
+		shown, err := parseRules([]byte(block.String()))
+		if err != nil {
+			t.Fatalf("%s: the rules do not parse: %v\n%s", path, err, block.String())
+		}
+		if !reflect.DeepEqual(shown.file, embedded.file) {
+			t.Errorf("%s: the rules are not rules.yaml's:\nREADME %+v\nrules.yaml %+v", path, shown.file, embedded.file)
+		}
 	}
 }
 
-// TestReadmeRegionsRecipe: the README's two-region recipe starts each Redis where no
+// TestReadmeRegionsRecipe: the gateway's README's two-region recipe starts each Redis where no
 // other server can already be (a socket in a new directory: a fixed port may be taken,
 // and the gateways would then write to another's Redis), and its -regions value is one
 // the gateway reads.
 func TestReadmeRegionsRecipe(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
