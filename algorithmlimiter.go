@@ -117,7 +117,7 @@ func (l *AlgorithmLimiter) Allow(ctx context.Context, key string) (Decision, err
 		return Decision{}, err
 	}
 	retry, delay := waits(o)
-	return Decision{Allowed: o.Allowed, Limit: l.limit, Remaining: o.Remaining, RetryAfter: retry, ResetAfter: o.Reset, Delay: delay}, nil
+	return Decision{Allowed: o.Allowed(), Limit: o.Limit(), Remaining: o.Remaining, RetryAfter: retry, ResetAfter: o.Reset, Delay: delay}, nil
 }
 
 // AllowN admits n events for key, all or none. n must be between 1 and the most the rule
@@ -129,7 +129,7 @@ func (l *AlgorithmLimiter) AllowN(ctx context.Context, key string, n int64) (Dec
 
 // take asks the store to take n events for key under rule, at ctx's priority.
 func (l *AlgorithmLimiter) take(ctx context.Context, key string, rule Rule, n int64) (Decision, error) {
-	spec, limit, err := l.takeSpec(ctx, rule, n)
+	spec, err := l.takeSpec(ctx, rule, n)
 	if err != nil { // the store is not asked
 		return Decision{}, err
 	}
@@ -138,29 +138,29 @@ func (l *AlgorithmLimiter) take(ctx context.Context, key string, rule Rule, n in
 		return Decision{}, err
 	}
 	retry, delay := waits(o)
-	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining, RetryAfter: retry, ResetAfter: o.Reset, Delay: delay}, nil
+	return Decision{Allowed: o.Allowed(), Limit: o.Limit(), Remaining: o.Remaining, RetryAfter: retry, ResetAfter: o.Reset, Delay: delay}, nil
 }
 
 // waits are the RetryAfter and the Delay of o's Decision. The Decision itself is built in
 // the statement that returns it (o.Decision's work, written out): built by a call and
 // returned again, it would be copied through memory once more.
 func waits(o Outcome) (retry, delay time.Duration) {
-	if o.Allowed {
+	if o.Allowed() {
 		return 0, o.Wait
 	}
 	return o.Wait, 0
 }
 
-// takeSpec is the Spec of a take of n under rule at ctx's priority, and the Limit of its
-// Decisions; or the error of an n the rule, or the priority's reserve, never allows.
-func (l *AlgorithmLimiter) takeSpec(ctx context.Context, rule Rule, n int64) (*Spec, int64, error) {
+// takeSpec is the Spec of a take of n under rule at ctx's priority; or the error of an n
+// the rule, or the priority's reserve, never allows.
+func (l *AlgorithmLimiter) takeSpec(ctx context.Context, rule Rule, n int64) (*Spec, error) {
 	p := l.priority(ctx)
 	if rule == l.rule {
 		if n < 1 || n > l.limit {
-			return nil, 0, badN(l.alg, rule, n)
+			return nil, badN(l.alg, rule, n)
 		}
 		spec := l.takes[p]
-		return spec, l.limit, l.fits(ctx, l.limit, n, spec.Reserve)
+		return spec, l.fits(ctx, l.limit, n, spec.Reserve)
 	}
 	spec, limit, err := l.rules.get(l, rule, p)
 	if err == nil && (n < 1 || n > limit) {
@@ -169,7 +169,7 @@ func (l *AlgorithmLimiter) takeSpec(ctx context.Context, rule Rule, n int64) (*S
 	if err == nil {
 		err = l.fits(ctx, limit, n, spec.Reserve)
 	}
-	return spec, limit, err
+	return spec, err
 }
 
 // fits is the error for n events that a request of ctx's priority, which must leave
@@ -291,7 +291,7 @@ func (l *AlgorithmLimiter) do(ctx context.Context, key string, n int64, op strin
 	if err != nil {
 		return Decision{}, err
 	}
-	return o.Decision(l.limit), nil
+	return o.Decision(), nil
 }
 
 // base is how AllowAll finds the AlgorithmLimiter inside an algorithm's

@@ -155,8 +155,7 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 			m.observer().warn(r.Context(), "a shadowed policy failed", key, err)
 			continue
 		}
-		a, _ := req.Args() // Wrap checked the rule
-		shadows = append(shadows, shadowed{shadowNames[i], so.Decision(a.Limit), time.Since(start)})
+		shadows = append(shadows, shadowed{shadowNames[i], so.Decision(), time.Since(start)})
 	}
 	return ps, shadows, d, nil
 }

@@ -81,7 +81,7 @@ func (l *InFlightLimiter) acquire(ctx context.Context, key string, rule Rule) (*
 	if err != nil {
 		return nil, Decision{}, err
 	}
-	d := o.Decision(rule.Limit)
+	d := o.Decision()
 	if !d.Allowed {
 		return nil, d, nil
 	}
@@ -148,7 +148,7 @@ func (x *Lease) Extend(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	d, err := x.apply(ctx, "extend")
-	return err == nil && d.Allowed, err
+	return err == nil && d.Allowed(), err
 }
 
 func (x *Lease) apply(ctx context.Context, op string) (Outcome, error) {

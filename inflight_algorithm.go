@@ -80,7 +80,7 @@ func acquireLease(st *State, now int64, a Args) Outcome {
 		allowed = false
 	}
 	st.Level = int64(st.Log.Len())
-	d := Outcome{Allowed: allowed, Remaining: max(0, a.Limit-st.Level-keep)}
+	d := a.Outcome(allowed, max(0, a.Limit-st.Level-keep), 0, 0)
 	if st.Log.Len() > 0 {
 		first, last := st.Log.At(0).At, st.Log.At(0).At
 		for i := 1; i < st.Log.Len(); i++ {

@@ -32,7 +32,7 @@ func FuzzInFlight(f *testing.F) {
 			_, held := model[a.Lease]
 			switch (op >> 3) & 3 {
 			case 0, 1: // acquire
-				d := acquireLease(&st, now, a).Decision(a.Limit)
+				d := acquireLease(&st, now, a).Decision()
 				want := held || int64(len(model)) < a.Limit
 				if d.Allowed != want {
 					t.Fatalf("op %d: acquire of %d allowed %v, want %v (%d of %d held)", i, a.Lease, d.Allowed, want, len(model), a.Limit)

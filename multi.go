@@ -88,13 +88,10 @@ func ApplyAll(ctx context.Context, store Store, reqs []Request) ([]Decision, err
 	if err := distinct(reqs); err != nil {
 		return nil, err
 	}
-	limits := make([]int64, len(reqs))
-	for i, r := range reqs {
-		a, err := r.Args()
-		if err != nil {
+	for _, r := range reqs {
+		if _, err := r.Args(); err != nil {
 			return nil, err
 		}
-		limits[i] = a.Limit
 	}
 	var os []Outcome
 	var err error
@@ -109,7 +106,7 @@ func ApplyAll(ctx context.Context, store Store, reqs []Request) ([]Decision, err
 	}
 	ds := make([]Decision, len(os))
 	for i, o := range os {
-		ds[i] = o.Decision(limits[i])
+		ds[i] = o.Decision()
 	}
 	return ds, nil
 }
@@ -144,7 +141,7 @@ func applyEach(ctx context.Context, store Store, reqs []Request) ([]Outcome, err
 	ds := make([]Outcome, len(reqs))
 	for i, r := range reqs {
 		d, err := store.Apply(ctx, r)
-		if err == nil && d.Allowed {
+		if err == nil && d.Allowed() {
 			ds[i] = d
 			continue
 		}

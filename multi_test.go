@@ -30,7 +30,7 @@ func TestApplyAll(t *testing.T) {
 			if err != nil || !ds[0].Allowed || ds[1].Allowed || ds[1].Remaining != 1 {
 				t.Fatalf("second = %+v, %v; want a allowed alone, b denied with 1 left", ds, err)
 			}
-			if d, err := store.Apply(ctx, ratelimit.Request{Key: "a", N: 3, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerHour(5)}}); err != nil || !d.Allowed {
+			if d, err := store.Apply(ctx, ratelimit.Request{Key: "a", N: 3, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerHour(5)}}); err != nil || !d.Allowed() {
 				t.Errorf("a after a denied ApplyAll = %+v, %v; want its 3 left", d, err)
 			}
 			for _, bad := range [][]ratelimit.Request{

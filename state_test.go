@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -88,7 +89,7 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	case "extend":
 		held := alg.Extend(&st, now, a)
 		d := peek()
-		d.Allowed = held
+		d = a.Outcome(held, d.Remaining, d.Wait, d.Reset)
 		return d, save(d)
 	default:
 		return ratelimit.Outcome{}, fmt.Errorf("bytesStore: unknown op %q", req.Spec.Op)
@@ -212,5 +213,32 @@ func TestThirdPartyStoreAsLocalstore(t *testing.T) {
 				t.Fatalf("%s step %d: bytes store %+v, %v; localstore %+v, %v", k.Name, i, d0, err0, d1, err1)
 			}
 		}
+	}
+}
+
+// TestOutcome: an Outcome made under Args keeps its Limit and whether it allowed, the
+// zero Outcome included (a denial under a Limit of 0); its Wait is the Decision's Delay
+// when allowed and its RetryAfter when denied.
+func TestOutcome(t *testing.T) {
+	for _, limit := range []int64{0, 1, 10, math.MaxInt64} {
+		for _, allowed := range []bool{false, true} {
+			o := ratelimit.Args{Limit: limit}.Outcome(allowed, 3, time.Second, 2*time.Second)
+			if o.Allowed() != allowed || o.Limit() != limit || o.Remaining != 3 || o.Wait != time.Second || o.Reset != 2*time.Second {
+				t.Errorf("Outcome(%v) under %d: allowed %v, limit %d, %+v", allowed, limit, o.Allowed(), o.Limit(), o)
+			}
+		}
+	}
+	if o := (ratelimit.Outcome{}); o.Allowed() || o.Limit() != 0 {
+		t.Errorf("the zero Outcome: allowed %v, limit %d; want a denial under 0", o.Allowed(), o.Limit())
+	}
+	allowed := ratelimit.Args{Limit: 10}.Outcome(true, 3, 2*time.Second, 5*time.Second)
+	want := ratelimit.Decision{Allowed: true, Limit: 10, Remaining: 3, Delay: 2 * time.Second, ResetAfter: 5 * time.Second}
+	if got := allowed.Decision(); got != want {
+		t.Errorf("allowed: %+v, want %+v", got, want)
+	}
+	denied := ratelimit.Args{Limit: 7}.Outcome(false, 0, time.Second, 4*time.Second)
+	want = ratelimit.Decision{Limit: 7, RetryAfter: time.Second, ResetAfter: 4 * time.Second}
+	if got := denied.Decision(); got != want {
+		t.Errorf("denied: %+v, want %+v", got, want)
 	}
 }

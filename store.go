@@ -23,29 +23,55 @@ import (
 // Apply validates the request (Request.Args) before it touches any state, so an invalid
 // rule or n returns an error wrapping ErrInvalidRule or ErrInvalidN and consumes nothing.
 // Any other error is a failure of the store's backend. A denial is an Outcome with
-// Allowed false, never an error.
+// Allowed() false, never an error.
 //
 // Implementations are safe for concurrent use.
 type Store interface {
 	Apply(ctx context.Context, req Request) (Outcome, error)
 }
 
-// Outcome is a store's answer to one Request: what the key's state allows, which a
-// limiter turns into a Decision by adding the Limit of its rule (Outcome.Decision). It
-// is four words, so that it comes back from a Store and from an Algorithm's Step in
-// registers, where a Decision would be copied through memory at every return.
+// Outcome is a store's answer to one Request, as an Algorithm's Step gives it
+// (Args.Outcome makes one): the Decision, its two waits in one. Its Limit and whether it
+// allowed share a word, so that the whole is four words: it comes back from a Store and
+// from a Step in registers, where a fifth word would copy it through memory at every
+// return. The zero Outcome is a denial under a Limit of 0.
 type Outcome struct {
-	Allowed   bool
 	Remaining int64 // Decision.Remaining
 	// Wait is Decision.Delay when allowed, and Decision.RetryAfter when denied.
 	Wait  time.Duration
 	Reset time.Duration // Decision.ResetAfter
+	limit int64         // Limit when denied, ^Limit when allowed
 }
 
-// Decision is the Decision o stands for under a rule whose Limit (Args.Limit) is limit.
-func (o Outcome) Decision(limit int64) Decision {
-	retry, delay := waits(o)
-	return Decision{Allowed: o.Allowed, Limit: limit, Remaining: o.Remaining, RetryAfter: retry, ResetAfter: o.Reset, Delay: delay}
+// Outcome is an Outcome under a's Limit: allowed or not, remaining, the wait (the delay of
+// an admission, the retry of a denial) and the time until the key is back to full. A
+// decorator store that decides under a part of the request's rule (a share of it) gives
+// that part's Limit.
+func (a Args) Outcome(allowed bool, remaining int64, wait, reset time.Duration) Outcome {
+	var flip int64 // -1 when allowed: limit holds ^Limit
+	if allowed {
+		flip = -1
+	}
+	return Outcome{Remaining: remaining, Wait: wait, Reset: reset, limit: a.Limit ^ flip}
+}
+
+// Allowed says whether the request was admitted.
+func (o Outcome) Allowed() bool { return o.limit < 0 }
+
+// Limit is the Limit (Args.Limit) of the rule the key was decided under: the request's,
+// or the part of it a decorator store decided on (a fallback instance's share, a
+// region's).
+func (o Outcome) Limit() int64 { return o.limit ^ o.limit>>63 }
+
+// Decision is the Decision o stands for.
+func (o Outcome) Decision() Decision {
+	d := Decision{Allowed: o.Allowed(), Limit: o.Limit(), Remaining: o.Remaining, ResetAfter: o.Reset}
+	if d.Allowed {
+		d.Delay = o.Wait
+	} else {
+		d.RetryAfter = o.Wait
+	}
+	return d
 }
 
 // BatchStore is a Store that decides several takes at once, all or none: either every
@@ -88,7 +114,7 @@ type Spec struct {
 	//     say), never above the key's full allowance;
 	//   - "reset" forgets the key: its next decision sees it full;
 	//   - "extend" renews Lease for another Period from now, for an algorithm of leases
-	//     (Algorithm.Extend), and its Allowed says whether the lease was still held (a
+	//     (Algorithm.Extend), and its Allowed() says whether the lease was still held (a
 	//     lease released, or expired, stays gone); stores refuse it for the others.
 	// The Outcome of a refund, a reset or an extension is a peek of 1 after it (an
 	// extension's Allowed aside). A store refuses any other Op with an error.
@@ -177,8 +203,8 @@ type Algorithm struct {
 
 	// Step decides one request against st at now (microseconds since the Unix epoch) and
 	// updates st. It is a pure function of its inputs, and the Script computes the same.
-	// Args must come from Prepare. A peek is Step on a copy of the state; a reset is the
-	// zero State.
+	// Args must come from Prepare, and the Outcome from a.Outcome. A peek is Step on a
+	// copy of the state; a reset is the zero State.
 	Step func(st *State, now int64, a Args) Outcome
 
 	// Refund gives a.N events back to st at now, never above its full allowance. For an

@@ -55,10 +55,10 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if err == nil && s.policy == LocalShare {
 			all := true
 			for _, d := range ds {
-				all = all && d.Allowed
+				all = all && d.Allowed()
 			}
 			for i, d := range ds {
-				if all || !d.Allowed { // when one is denied, none of the others was counted
+				if all || !d.Allowed() { // when one is denied, none of the others was counted
 					s.mirror(ctx, reqs[i], d)
 				}
 			}
@@ -93,12 +93,12 @@ func (s *Store) decideAllLocally(ctx context.Context, reqs []ratelimit.Request, 
 	switch s.policy {
 	case FailOpen:
 		for i, r := range reqs {
-			ds[i] = ratelimit.Outcome{Allowed: true, Remaining: capacities[i] - r.N}
+			ds[i] = ratelimit.Args{Limit: capacities[i]}.Outcome(true, capacities[i]-r.N, 0, 0)
 		}
 		return ds, nil
 	case FailClosed:
 		for i := range reqs {
-			ds[i] = ratelimit.Outcome{Wait: s.breaker.retryAfter()}
+			ds[i] = ratelimit.Args{Limit: capacities[i]}.Outcome(false, 0, s.breaker.retryAfter(), 0)
 		}
 		return ds, nil
 	}
@@ -108,7 +108,7 @@ func (s *Store) decideAllLocally(ctx context.Context, reqs []ratelimit.Request, 
 		r.Spec = core.WithRule(r.Spec, core.Share(r.Spec.Rule, s.n()))
 		shares[i] = r
 		share := shareCapacity(r)
-		ds[i] = ratelimit.Outcome{Wait: s.breaker.retryAfter()}
+		ds[i] = ratelimit.Args{Limit: share}.Outcome(false, 0, s.breaker.retryAfter(), 0)
 		fits = fits && r.N <= share-mathx.Keep(share, r.Spec.Reserve)
 	}
 	if !fits { // some share can never hold n: none is taken, all wait for the primary

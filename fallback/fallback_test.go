@@ -90,7 +90,7 @@ func TestBreaker(t *testing.T) {
 	rule := ratelimit.PerHour(1000)
 	decide := func() {
 		t.Helper()
-		if d, err := s.Apply(ctx, req("k", rule)); err != nil || !d.Allowed {
+		if d, err := s.Apply(ctx, req("k", rule)); err != nil || !d.Allowed() {
 			t.Fatalf("Apply = %+v, %v", d, err)
 		}
 	}
@@ -149,7 +149,7 @@ func TestOneProbe(t *testing.T) {
 		synctest.Wait()
 		start := time.Now()
 		for range 20 {
-			if d, err := s.Apply(t.Context(), req("k", rule)); err != nil || !d.Allowed {
+			if d, err := s.Apply(t.Context(), req("k", rule)); err != nil || !d.Allowed() {
 				t.Fatal(d, err)
 			}
 		}
@@ -183,7 +183,7 @@ func TestTimeoutBoundsTheWait(t *testing.T) {
 			start := time.Now()
 			d, err := s.Apply(t.Context(), req("k", ratelimit.PerHour(100)))
 			waited := time.Since(start)
-			if err != nil || !d.Allowed {
+			if err != nil || !d.Allowed() {
 				t.Fatalf("decision %d: %+v, %v", i, d, err)
 			}
 			want := 3 * time.Millisecond
@@ -209,7 +209,7 @@ func TestLateAnswersKeepBreakerClosed(t *testing.T) {
 		for i := range 100 {
 			start := time.Now()
 			d, err := s.Apply(t.Context(), req("k", ratelimit.PerHour(1000)))
-			if err != nil || !d.Allowed {
+			if err != nil || !d.Allowed() {
 				t.Fatalf("%+v, %v", d, err)
 			}
 			if i >= 50 && time.Since(start) == 8*time.Millisecond {
@@ -297,7 +297,7 @@ func TestOtherErrors(t *testing.T) {
 		OnPrimaryError: func(_ error, failure bool) { failures = append(failures, failure) },
 	}))
 	for range 10 {
-		if d, err := s.Apply(context.Background(), req("k", ratelimit.PerHour(10))); err != nil || !d.Allowed {
+		if d, err := s.Apply(context.Background(), req("k", ratelimit.PerHour(10))); err != nil || !d.Allowed() {
 			t.Fatal(d, err)
 		}
 	}
@@ -323,7 +323,7 @@ func TestShare(t *testing.T) {
 		for range 50 {
 			if d, err := s.Apply(context.Background(), req("k", rule)); err != nil {
 				t.Fatal(err)
-			} else if d.Allowed {
+			} else if d.Allowed() {
 				total++
 			}
 		}
@@ -335,7 +335,7 @@ func TestShare(t *testing.T) {
 	s := fallback.New(p, localstore.New(), fallback.WithInstances(20))
 	big := req("big", rule)
 	big.N = 10
-	if d, err := s.Apply(context.Background(), big); err != nil || d.Allowed || d.Wait <= 0 {
+	if d, err := s.Apply(context.Background(), big); err != nil || d.Allowed() || d.Limit() != 5 || d.Wait <= 0 {
 		t.Errorf("10 of a share of 5: %+v, %v; want denied with a retry", d, err)
 	}
 }
@@ -347,10 +347,10 @@ func TestPolicies(t *testing.T) {
 	allow := fallback.New(p, localstore.New(), fallback.WithPolicy(fallback.FailOpen))
 	deny := fallback.New(p, localstore.New(), fallback.WithPolicy(fallback.FailClosed))
 	for range 10 {
-		if d, err := allow.Apply(context.Background(), req("k", rule)); err != nil || !d.Allowed {
+		if d, err := allow.Apply(context.Background(), req("k", rule)); err != nil || !d.Allowed() {
 			t.Fatalf("FailOpen: %+v, %v", d, err)
 		}
-		if d, err := deny.Apply(context.Background(), req("k", rule)); err != nil || d.Allowed || d.Wait <= 0 {
+		if d, err := deny.Apply(context.Background(), req("k", rule)); err != nil || d.Allowed() || d.Wait <= 0 {
 			t.Fatalf("FailClosed: %+v, %v", d, err)
 		}
 	}
@@ -541,7 +541,7 @@ func TestBreakerFlaps(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if d.Allowed {
+				if d.Allowed() {
 					admitted++
 				}
 			}
@@ -566,7 +566,7 @@ func TestLearnedCount(t *testing.T) {
 		for range 100 {
 			if d, err := s.Apply(context.Background(), req(key, ratelimit.PerHour(90))); err != nil {
 				t.Fatal(err)
-			} else if d.Allowed {
+			} else if d.Allowed() {
 				n++
 			}
 		}

@@ -13,7 +13,7 @@ import (
 // secondary (its answer came after the timeout): nobody holds it, and left alone it
 // would keep a slot of the in-flight limit until it expired.
 func (s *Store) release(ctx context.Context, req ratelimit.Request, d ratelimit.Outcome) {
-	if req.Spec.Op == "" && d.Allowed && core.OfLeases(req.Spec.Algorithm) {
+	if req.Spec.Op == "" && d.Allowed() && core.OfLeases(req.Spec.Algorithm) {
 		req.Spec = core.WithOp(req.Spec, "refund")
 		s.primary.Apply(ctx, req)
 	}
@@ -32,18 +32,18 @@ func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.O
 		return
 	}
 	req.Spec = core.WithRule(req.Spec, s.share(req))
-	if req.Spec.Op == "extend" && !d.Allowed {
+	if req.Spec.Op == "extend" && !d.Allowed() {
 		return // a lease the primary no longer holds: the share's copy expires by itself
 	}
 	if req.Spec.Op == "" {
 		share := shareCapacity(req)
-		if share == 0 || (!d.Allowed && d.Remaining > 0) { // nothing to mirror; or n was too many, the key not spent
+		if share == 0 || (!d.Allowed() && d.Remaining > 0) { // nothing to mirror; or n was too many, the key not spent
 			return
 		}
-		if !d.Allowed && core.OfLeases(req.Spec.Algorithm) {
+		if !d.Allowed() && core.OfLeases(req.Spec.Algorithm) {
 			return // the share's leases are those of requests in progress: they stay
 		}
-		if !d.Allowed {
+		if !d.Allowed() {
 			empty := req
 			empty.Spec = core.WithOp(req.Spec, "reset")
 			s.secondary.Apply(ctx, empty)
@@ -79,14 +79,14 @@ func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capaci
 	var err error
 	switch s.policy {
 	case FailOpen:
-		d = ratelimit.Outcome{Allowed: true, Remaining: capacity - req.N}
+		d = ratelimit.Args{Limit: capacity}.Outcome(true, capacity-req.N, 0, 0)
 	case FailClosed:
-		d = ratelimit.Outcome{Wait: s.breaker.retryAfter()}
+		d = ratelimit.Args{Limit: capacity}.Outcome(false, 0, s.breaker.retryAfter(), 0)
 	default:
 		// this instance's share of the rule; its capacity is the rule's divided likewise
 		req.Spec = core.WithRule(req.Spec, s.share(req))
 		if share := shareCapacity(req); req.N > share-mathx.Keep(share, req.Spec.Reserve) { // never fits the share
-			d = ratelimit.Outcome{Wait: s.breaker.retryAfter()} // wait for the primary
+			d = ratelimit.Args{Limit: share}.Outcome(false, 0, s.breaker.retryAfter(), 0) // wait for the primary
 		} else {
 			d, err = s.secondary.Apply(ctx, req)
 		}

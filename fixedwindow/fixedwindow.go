@@ -78,8 +78,7 @@ func count(st *ratelimit.State, now, end int64, a ratelimit.Args) ratelimit.Outc
 	if st.Level > 0 {
 		reset = end - now
 	}
-	return ratelimit.Outcome{Allowed: allowed, Remaining: max(0, a.Limit-st.Level-a.Keep),
-		Wait: mathx.Micros(retry), Reset: mathx.Micros(reset)}
+	return a.Outcome(allowed, max(0, a.Limit-st.Level-a.Keep), mathx.Micros(retry), mathx.Micros(reset))
 }
 
 // refund takes n events off the current window's count, down to 0.

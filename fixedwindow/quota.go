@@ -235,7 +235,7 @@ func advanceQuota(st *ratelimit.State, now, period int64, w ratelimit.Window) (e
 func quotaStep(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) ratelimit.Outcome {
 	end := advanceQuota(st, now, a.Period, w)
 	if end == 0 {
-		return ratelimit.Outcome{Wait: time.Second}
+		return a.Outcome(false, 0, time.Second, 0)
 	}
 	return count(st, now, end, a)
 }

@@ -80,8 +80,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	if st.Level > 0 {
 		reset = lag + mathx.CeilDiv(st.Level, a.Rate)
 	}
-	return ratelimit.Outcome{Allowed: allowed, Remaining: max(0, (full-st.Level)/a.Unit-a.Keep),
-		Wait: mathx.Micros(wait), Reset: mathx.Micros(reset)}
+	return a.Outcome(allowed, max(0, (full-st.Level)/a.Unit-a.Keep), mathx.Micros(wait), mathx.Micros(reset))
 }
 
 // refund takes n requests' work out of the queue (they did not go after all), down to

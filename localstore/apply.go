@@ -137,12 +137,11 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 	case "extend":
 		held := e != nil && alg.Extend(&e.state, now, args)
 		o := sh.peek(alg, e, now, args, true)
-		o.Allowed = held
-		if held { // held, a lease waits for nothing, whatever a new one would
-			o.Wait = 0
-			e.expires = max(e.expires, now+expiry(o.Reset))
+		if !held {
+			return args.Outcome(false, o.Remaining, o.Wait, o.Reset), nil
 		}
-		return o, nil
+		e.expires = max(e.expires, now+expiry(o.Reset))
+		return args.Outcome(true, o.Remaining, 0, o.Reset), nil // held, a lease waits for nothing, whatever a new one would
 	}
 	return sh.peek(alg, e, now, args, true), nil
 }

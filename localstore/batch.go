@@ -107,7 +107,7 @@ func (b *batch) decide(now int64) ([]ratelimit.Outcome, bool) {
 			}
 		}
 		b.ds[i] = r.Spec.Algorithm.Step(&b.states[i], now, b.args[i])
-		all = all && b.ds[i].Allowed
+		all = all && b.ds[i].Allowed()
 	}
 	return b.ds, all
 }

@@ -35,7 +35,7 @@ func TestIdleKeysExpire(t *testing.T) {
 	take(t, s, "a", 10)           // full again in a minute
 	clk.Advance(54 * time.Second) // 9 tokens back: the key is kept, not yet full
 	take(t, s, "b", 1)
-	if d := take(t, s, "a", 10); d.Allowed || s.Len() != 2 {
+	if d := take(t, s, "a", 10); d.Allowed() || s.Len() != 2 {
 		t.Fatalf("a key used up 54s ago: %+v with %d keys; want denied, both keys kept", d, s.Len())
 	}
 	clk.Advance(time.Minute)
@@ -43,7 +43,7 @@ func TestIdleKeysExpire(t *testing.T) {
 	if s.Len() != 1 {
 		t.Errorf("after a sweep, Len = %d; want 1", s.Len())
 	}
-	if d := take(t, s, "a", 10); !d.Allowed {
+	if d := take(t, s, "a", 10); !d.Allowed() {
 		t.Errorf("an expired key does not come back full: %+v", d)
 	}
 }
@@ -61,10 +61,10 @@ func TestEvictsClosestToFull(t *testing.T) {
 	if s.Len() != evictSamples {
 		t.Fatalf("Len = %d; want %d", s.Len(), evictSamples)
 	}
-	if d := apply("h", 10); !d.Allowed {
+	if d := apply("h", 10); !d.Allowed() {
 		t.Errorf("h, the key closest to full, was not the one evicted: %+v", d)
 	}
-	if d := apply("a", 1); d.Allowed {
+	if d := apply("a", 1); d.Allowed() {
 		t.Errorf("a, a used-up key, was evicted: %+v", d)
 	}
 }

@@ -127,14 +127,14 @@ func TestNoAllocationsOnExistingKey(t *testing.T) {
 func TestDefaultClockIsReal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := localstore.New(localstore.WithClock(nil))
-		if d := allow(t, s, "k", 10); !d.Allowed {
+		if d := allow(t, s, "k", 10); !d.Allowed() {
 			t.Fatal(d)
 		}
-		if d := allow(t, s, "k", 1); d.Allowed || d.Wait != 6*time.Second {
+		if d := allow(t, s, "k", 1); d.Allowed() || d.Wait != 6*time.Second {
 			t.Fatalf("used-up key: %+v; want retry after 6s", d)
 		}
 		time.Sleep(6 * time.Second)
-		if d := allow(t, s, "k", 1); !d.Allowed {
+		if d := allow(t, s, "k", 1); !d.Allowed() {
 			t.Errorf("6s later: %+v; want allowed", d)
 		}
 	})
@@ -152,12 +152,12 @@ func TestForgetsAtReset(t *testing.T) {
 		}
 		return d
 	}
-	if d := apply(ratelimit.PerSecond(5)); !d.Allowed || d.Reset != 500*time.Millisecond {
+	if d := apply(ratelimit.PerSecond(5)); !d.Allowed() || d.Reset != 500*time.Millisecond {
 		t.Fatalf("5 per second: %+v", d)
 	}
 	// in the same minute, but the key was full again at 1s under the rule that counted it
 	clk.Set(start.Add(1500 * time.Millisecond))
-	if d := apply(ratelimit.PerMinute(5)); !d.Allowed {
+	if d := apply(ratelimit.PerMinute(5)); !d.Allowed() {
 		t.Errorf("a key past its reset still counts under a new rule: %+v", d)
 	}
 }
@@ -192,7 +192,7 @@ func TestManyNamespaces(t *testing.T) {
 			t.Fatalf("namespace %d: first take = %+v, %v; want allowed, 1 left", i, d, err)
 		}
 		d, err := s.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "ns-" + strconv.Itoa(i), Rule: rule}})
-		if err != nil || !d.Allowed || d.Remaining != 0 {
+		if err != nil || !d.Allowed() || d.Remaining != 0 {
 			t.Fatalf("namespace %d: Apply after the limiter = %+v, %v; want allowed, 0 left", i, d, err)
 		}
 		if d, err := l.Allow(ctx, "k"); err != nil || d.Allowed {
@@ -258,7 +258,7 @@ func TestExactUnderChurn(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if d.Allowed {
+				if d.Allowed() {
 					admitted[k].Add(1)
 				}
 			}
@@ -273,7 +273,7 @@ func TestExactUnderChurn(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if ds[0].Allowed && ds[1].Allowed { // else the batch took nothing
+				if ds[0].Allowed() && ds[1].Allowed() { // else the batch took nothing
 					admitted[a].Add(1)
 					admitted[b].Add(1)
 				}
@@ -304,7 +304,7 @@ func TestExactUnderChurn(t *testing.T) {
 		if got := admitted[k].Load(); got != limit {
 			t.Errorf("key %d admitted %d; want exactly %d", k, got, limit)
 		}
-		if d, err := s.Apply(ctx, ratelimit.Request{Key: strconv.Itoa(k), N: 1, Spec: &ratelimit.Spec{Algorithm: tb, Namespace: "counted", Rule: counted, Op: "peek"}}); err != nil || d.Allowed {
+		if d, err := s.Apply(ctx, ratelimit.Request{Key: strconv.Itoa(k), N: 1, Spec: &ratelimit.Spec{Algorithm: tb, Namespace: "counted", Rule: counted, Op: "peek"}}); err != nil || d.Allowed() {
 			t.Errorf("key %d after the test: %+v, %v; want used up", k, d, err)
 		}
 	}

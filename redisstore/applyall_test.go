@@ -40,7 +40,7 @@ func TestApplyAllScriptsBounded(t *testing.T) {
 			t.Fatalf("ApplyAll %d: %v, %v", i, ds, err)
 		}
 		for j, d := range ds {
-			if !d.Allowed || d.Remaining != 99 {
+			if !d.Allowed() || d.Remaining != 99 {
 				t.Fatalf("ApplyAll %d, request %d (%s): %+v; want allowed, 99 left", i, j, reqs[j].Spec.Algorithm.Name, d)
 			}
 		}

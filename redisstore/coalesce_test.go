@@ -292,7 +292,7 @@ func TestCoalescedCancel(t *testing.T) {
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Errorf("a caller cancelled while waiting: %v; want context.Canceled", err)
 	}
-	if d := <-kept; !d.Allowed || d.Remaining != 999 {
+	if d := <-kept; !d.Allowed() || d.Remaining != 999 {
 		t.Errorf("the caller beside it: %+v; want its decision", d)
 	}
 	wg.Wait()

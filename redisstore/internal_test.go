@@ -26,7 +26,7 @@ func TestWithPrefixDropsBraces(t *testing.T) {
 
 func TestDecode(t *testing.T) {
 	d, err := decode([]any{int64(1), int64(4), int64(0), int64(1500), int64(250)}, 5)
-	want := ratelimit.Outcome{Allowed: true, Remaining: 4, Reset: 1500 * time.Microsecond, Wait: 250 * time.Microsecond}
+	want := ratelimit.Args{Limit: 5}.Outcome(true, 4, 250*time.Microsecond, 1500*time.Microsecond)
 	if err != nil || d != want {
 		t.Errorf("decode = %+v, %v; want %+v", d, err, want)
 	}

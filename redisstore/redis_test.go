@@ -144,7 +144,7 @@ func TestScriptFlush(t *testing.T) {
 			}
 		}
 		d, err := apply(t, s, fixedwindow.Algorithm(), "k", rule, 1)
-		if err != nil || !d.Allowed || d.Remaining != int64(9-i) {
+		if err != nil || !d.Allowed() || d.Remaining != int64(9-i) {
 			t.Fatalf("decision %d: %+v, %v; want allowed with %d left", i, d, err, 9-i)
 		}
 	}
@@ -164,7 +164,7 @@ func TestNoScriptHerd(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 1000 {
 			wg.Go(func() {
-				if d, err := apply(t, s, tokenbucket.Algorithm(), fmt.Sprint("k", i%50), rule, 1); err != nil || !d.Allowed {
+				if d, err := apply(t, s, tokenbucket.Algorithm(), fmt.Sprint("k", i%50), rule, 1); err != nil || !d.Allowed() {
 					t.Errorf("decision %d: %+v, %v", i, d, err)
 				}
 			})
@@ -193,11 +193,11 @@ func TestRestart(t *testing.T) {
 	srv := redistest.Start(t)
 	s := redisstore.New(srv.Client(func(o *redis.Options) { o.MaxRetries = -1 }))
 	rule := ratelimit.PerHour(5)
-	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 5); err != nil || !d.Allowed {
+	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 5); err != nil || !d.Allowed() {
 		t.Fatalf("before: %+v, %v", d, err)
 	}
 	srv.Kill()
-	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1); !errors.Is(err, ratelimit.ErrUnavailable) || d.Allowed {
+	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1); !errors.Is(err, ratelimit.ErrUnavailable) || d.Allowed() {
 		t.Fatalf("with Redis down: %+v, %v; want ErrUnavailable and no admission", d, err)
 	}
 	srv.Restart()
@@ -205,7 +205,7 @@ func TestRestart(t *testing.T) {
 	for {
 		d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1)
 		if err == nil {
-			if !d.Allowed || d.Remaining != 4 {
+			if !d.Allowed() || d.Remaining != 4 {
 				t.Errorf("after the restart: %+v; want a fresh bucket", d)
 			}
 			break
@@ -230,7 +230,7 @@ func TestKeyWithoutTTL(t *testing.T) {
 		t.Fatalf("setup: PTTL = %v; want none", ttl)
 	}
 	d, err := apply(t, s, fixedwindow.Algorithm(), "k", ratelimit.PerHour(10), 1)
-	if err != nil || !d.Allowed || d.Remaining != 6 {
+	if err != nil || !d.Allowed() || d.Remaining != 6 {
 		t.Fatalf("decision on the state without TTL: %+v, %v; want 6 left", d, err)
 	}
 	if ttl := client.PTTL(ctx, key).Val(); ttl <= 0 || ttl > d.Reset+time.Millisecond {
@@ -291,7 +291,7 @@ func TestIdleKeysVanish(t *testing.T) {
 	client := redistest.Start(t).Client()
 	s := redisstore.New(client, redisstore.WithPrefix("idle"))
 	rule := ratelimit.Rule{Limit: 2, Period: 50 * time.Millisecond}
-	if d, err := apply(t, s, fixedwindow.Algorithm(), "k", rule, 2); err != nil || !d.Allowed {
+	if d, err := apply(t, s, fixedwindow.Algorithm(), "k", rule, 2); err != nil || !d.Allowed() {
 		t.Fatal(d, err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -301,7 +301,7 @@ func TestIdleKeysVanish(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // poll interval
 	}
-	if d, err := apply(t, s, fixedwindow.Algorithm(), "k", rule, 2); err != nil || !d.Allowed {
+	if d, err := apply(t, s, fixedwindow.Algorithm(), "k", rule, 2); err != nil || !d.Allowed() {
 		t.Errorf("after it vanished: %+v, %v; want a full key", d, err)
 	}
 }
@@ -314,7 +314,7 @@ func TestMaxMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := apply(t, redisstore.New(client), tokenbucket.Algorithm(), "k", ratelimit.PerSecond(5), 1)
-	if !redis.IsOOMError(err) || !errors.Is(err, ratelimit.ErrUnavailable) || d.Allowed {
+	if !redis.IsOOMError(err) || !errors.Is(err, ratelimit.ErrUnavailable) || d.Allowed() {
 		t.Errorf("out of memory: %+v, %v; want an OOM error", d, err)
 	}
 }
@@ -377,7 +377,7 @@ func TestReplyLostIsCountedOnce(t *testing.T) {
 		t.Fatal(err) // loads the script and opens a connection at full speed
 	}
 	p.HoldNext(1, 300*time.Millisecond)
-	if d, err := apply(t, s, fixedwindow.Algorithm(), "k", rule, 1); !errors.Is(err, ratelimit.ErrUnavailable) || d.Allowed {
+	if d, err := apply(t, s, fixedwindow.Algorithm(), "k", rule, 1); !errors.Is(err, ratelimit.ErrUnavailable) || d.Allowed() {
 		t.Fatalf("a reply delayed past the read timeout: %+v, %v; want ErrUnavailable", d, err)
 	}
 	if got := count("k"); got != "1" {
@@ -493,7 +493,7 @@ func TestGaveUpNotSent(t *testing.T) {
 		s := redisstore.New(client, freshPrefix())
 		ctx := context.Background()
 		rule := ratelimit.PerHour(100)
-		if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1); err != nil || !d.Allowed { // the script loaded
+		if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1); err != nil || !d.Allowed() { // the script loaded
 			t.Fatal(d, err)
 		}
 		before, blpops := redistest.CommandCalls(t, admin, "evalsha"), redistest.CommandCalls(t, admin, "blpop")
@@ -582,7 +582,7 @@ func TestLoadScripts(t *testing.T) {
 	if err := s.LoadScripts(ctx, tokenbucket.Algorithm(), fixedwindow.Algorithm()); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", ratelimit.PerHour(10), 1); err != nil || !d.Allowed {
+	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", ratelimit.PerHour(10), 1); err != nil || !d.Allowed() {
 		t.Fatal(d, err)
 	}
 	if loads, evals := redistest.CommandCalls(t, client, "script|load"), redistest.CommandCalls(t, client, "eval"); loads != 2 || evals != 0 {

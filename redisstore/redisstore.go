@@ -363,11 +363,11 @@ func decodeVals(vals []any, limit int64) (ratelimit.Outcome, error) {
 			return ratelimit.Outcome{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
 		}
 	}
-	o := ratelimit.Outcome{Allowed: n[0] == 1, Remaining: min(n[1], limit), Wait: mathx.Micros(n[2]), Reset: mathx.Micros(n[3])}
-	if o.Allowed {
-		o.Wait = mathx.Micros(n[4]) // the delay
+	wait := n[2]
+	if n[0] == 1 {
+		wait = n[4] // the delay
 	}
-	return o, nil
+	return ratelimit.Args{Limit: limit}.Outcome(n[0] == 1, min(n[1], limit), mathx.Micros(wait), mathx.Micros(n[3])), nil
 }
 
 // TaggedKey is ratelimit.Key(parts...) under the Redis hash tag of tag: "{" + escaped

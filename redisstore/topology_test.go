@@ -53,7 +53,7 @@ func TestSentinelFailover(t *testing.T) {
 	reqs := []ratelimit.Request{
 		{Key: "b", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "plan", Rule: ratelimit.PerHour(2)}},
 		{Key: "c", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "sentinel", Rule: ratelimit.PerSecond(1_000_000)}}}
-	if ds, err := store.ApplyAll(ctx, reqs); err != nil || ds[0].Allowed || !ds[1].Allowed {
+	if ds, err := store.ApplyAll(ctx, reqs); err != nil || ds[0].Allowed() || !ds[1].Allowed() {
 		t.Fatalf("one script behind the sentinel: %+v, %v; want the plan's denial, atomic", ds, err)
 	}
 
@@ -158,7 +158,7 @@ func TestRing(t *testing.T) {
 	tagged := []ratelimit.Request{ // one tag: one shard, one script
 		{Key: redisstore.TaggedKey("t", "x"), N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "plan", Rule: ratelimit.PerHour(100)}},
 		{Key: redisstore.TaggedKey("t", "y"), N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "rate", Rule: ratelimit.PerHour(2)}}}
-	if ds, err := store.ApplyAll(ctx, tagged); err != nil || !ds[0].Allowed || !ds[1].Allowed {
+	if ds, err := store.ApplyAll(ctx, tagged); err != nil || !ds[0].Allowed() || !ds[1].Allowed() {
 		t.Fatalf("ApplyAll of one tag on a ring: %+v, %v", ds, err)
 	}
 }

@@ -72,8 +72,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	if log.Len() > 0 {
 		reset = log.NewestAt() + a.Period - now
 	}
-	return ratelimit.Outcome{Allowed: allowed, Remaining: max(0, a.Limit-st.Level-a.Keep),
-		Wait: mathx.Micros(retry), Reset: mathx.Micros(reset)}
+	return a.Outcome(allowed, max(0, a.Limit-st.Level-a.Keep), mathx.Micros(retry), mathx.Micros(reset))
 }
 
 // agedOut is the time from now until the oldest events of log, aging out one Period

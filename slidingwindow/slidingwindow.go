@@ -112,7 +112,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	case st.Aux > 0:
 		reset = start + a.Period - now
 	}
-	return ratelimit.Outcome{Allowed: allowed, Remaining: remaining, Wait: mathx.Micros(retry), Reset: mathx.Micros(reset)}
+	return a.Outcome(allowed, remaining, mathx.Micros(retry), mathx.Micros(reset))
 }
 
 // refund takes n events off the current window's count, down to 0 (the previous

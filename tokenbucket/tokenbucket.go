@@ -87,7 +87,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 		reset = lag + mathx.CeilDiv(full-level, a.Rate)
 	}
 	remaining := max(0, int64(uint64(level)/uint64(a.Unit))-a.Keep) // both positive: an unsigned division is cheaper
-	return ratelimit.Outcome{Allowed: allowed, Remaining: remaining, Wait: mathx.Micros(retry), Reset: mathx.Micros(reset)}
+	return a.Outcome(allowed, remaining, mathx.Micros(retry), mathx.Micros(reset))
 }
 
 // refund puts n tokens back, up to the capacity.

@@ -100,7 +100,7 @@ func simulate(alg *ratelimit.Algorithm, sc scenario) (result, error) {
 	var r result
 	for _, at := range sc.arrivals {
 		d := alg.Step(&st, start.Add(at).UnixMicro(), args)
-		if d.Allowed {
+		if d.Allowed() {
 			r.admitted++
 			r.leave = append(r.leave, at+d.Wait) // the Delay of an admitted event
 		} else {

@@ -38,6 +38,7 @@ type denial struct {
 	n, reserve int64
 	until      int64 // UnixNano
 	resetUntil int64
+	limit      int64 // the Outcome's
 	remaining  int64
 }
 
@@ -107,8 +108,8 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		bl.unblock()
 	}
 	if den := bl.find(req, now); den != nil {
-		d := ratelimit.Outcome{Remaining: den.remaining, Wait: time.Duration(den.until - now),
-			Reset: time.Duration(max(den.until, den.resetUntil) - now)}
+		d := ratelimit.Args{Limit: den.limit}.Outcome(false, den.remaining, time.Duration(den.until-now),
+			time.Duration(max(den.until, den.resetUntil)-now))
 		bl.mu.Unlock()
 		return d, nil
 	}
@@ -122,14 +123,14 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		bl.mu.Lock()
 		bl.unblock()
 		bl.mu.Unlock()
-	case err == nil && d.Allowed && req.Spec.Op == "" && bl.held.Load(): // what it took moves every denial's wait
+	case err == nil && d.Allowed() && req.Spec.Op == "" && bl.held.Load(): // what it took moves every denial's wait
 		bl.mu.Lock()
 		bl.unblock()
 		bl.mu.Unlock()
-	case err == nil && !d.Allowed && d.Wait > 0 && req.Spec.Op == "":
+	case err == nil && !d.Allowed() && d.Wait > 0 && req.Spec.Op == "":
 		bl.mu.Lock()
 		if bl.gen == gen { // no refund or reset came between the decision and now
-			bl.record(denial{rule: req.Spec.Rule, n: req.N, reserve: req.Spec.Reserve, remaining: d.Remaining,
+			bl.record(denial{rule: req.Spec.Rule, n: req.N, reserve: req.Spec.Reserve, limit: d.Limit(), remaining: d.Remaining,
 				until: now + int64(d.Wait), resetUntil: now + int64(d.Reset)})
 		}
 		bl.mu.Unlock()

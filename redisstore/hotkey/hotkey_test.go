@@ -46,7 +46,7 @@ func TestPrefetch(t *testing.T) {
 	rule := ratelimit.PerHour(1000)
 	for i := range 25 {
 		d, err := p.Apply(ctx, tb("k", rule))
-		if err != nil || !d.Allowed || d.Remaining != int64(999-i) {
+		if err != nil || !d.Allowed() || d.Remaining != int64(999-i) {
 			t.Fatalf("request %d: %+v, %v; want allowed, %d left", i, d, err, 999-i)
 		}
 	}
@@ -80,7 +80,7 @@ func TestPrefetchNearTheLimit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Allowed {
+		if d.Allowed() {
 			admitted++
 		} else if d.Wait != 4*time.Minute {
 			t.Fatalf("denied with RetryAfter %v; want 4m (one token at 15 per hour)", d.Wait)
@@ -92,7 +92,7 @@ func TestPrefetchNearTheLimit(t *testing.T) {
 		t.Errorf("admitted %d of 15 with %d calls; want all 15 with 5", admitted, next.calls.Load())
 	}
 	clk.Advance(4 * time.Minute) // one token back: a batch denied, then the one token
-	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed || next.calls.Load() != 7 {
+	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed() || next.calls.Load() != 7 {
 		t.Errorf("after RetryAfter: %+v with %d calls; want allowed after 2 more calls", d, next.calls.Load())
 	}
 }
@@ -116,13 +116,13 @@ func TestShardLocal(t *testing.T) {
 	s := hotkey.NewShard(next, 10)
 	rule := ratelimit.PerHour(1000)
 	for i := range 900 { // 90% of the limit: never denied
-		if d, err := s.Apply(context.Background(), tb("k", rule)); err != nil || !d.Allowed {
+		if d, err := s.Apply(context.Background(), tb("k", rule)); err != nil || !d.Allowed() || d.Limit() != 1000 {
 			t.Fatalf("request %d at 90%%: %+v, %v", i, d, err)
 		}
 	}
 	admitted := 900
 	for range 300 {
-		if d, _ := s.Apply(context.Background(), tb("k", rule)); d.Allowed {
+		if d, _ := s.Apply(context.Background(), tb("k", rule)); d.Allowed() {
 			admitted++
 		}
 	}
@@ -144,13 +144,13 @@ func TestBlockCacheLocal(t *testing.T) {
 	b.Apply(context.Background(), req)
 	req.N = 1
 	d, _ := b.Apply(context.Background(), req) // denied until the minute ends
-	if d.Allowed || d.Wait != time.Minute {
+	if d.Allowed() || d.Wait != time.Minute {
 		t.Fatalf("%+v", d)
 	}
 	calls := next.calls.Load()
 	clk.Advance(30 * time.Second)
 	for range 100 {
-		if d, _ := b.Apply(context.Background(), req); d.Allowed || d.Wait != 30*time.Second {
+		if d, _ := b.Apply(context.Background(), req); d.Allowed() || d.Wait != 30*time.Second || d.Limit() != 5 {
 			t.Fatalf("blocked: %+v", d)
 		}
 	}
@@ -158,7 +158,7 @@ func TestBlockCacheLocal(t *testing.T) {
 		t.Errorf("a blocked key cost %d calls", next.calls.Load()-calls)
 	}
 	clk.Advance(30 * time.Second)
-	if d, _ := b.Apply(context.Background(), req); !d.Allowed || next.calls.Load() != calls+1 {
+	if d, _ := b.Apply(context.Background(), req); !d.Allowed() || next.calls.Load() != calls+1 {
 		t.Errorf("after RetryAfter: %+v, %d calls", d, next.calls.Load()-calls)
 	}
 }
@@ -181,7 +181,7 @@ func TestPrefetchOnRedis(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					if d.Allowed {
+					if d.Allowed() {
 						admitted.Add(1)
 					}
 				}
@@ -213,7 +213,7 @@ func TestBlockCacheOnRedis(t *testing.T) {
 	}
 	before := redistest.ScriptCalls(t, client)
 	for range 1000 {
-		if d, err := b.Apply(context.Background(), req); err != nil || d.Allowed {
+		if d, err := b.Apply(context.Background(), req); err != nil || d.Allowed() {
 			t.Fatalf("hammering: %+v, %v", d, err)
 		}
 	}
@@ -221,7 +221,7 @@ func TestBlockCacheOnRedis(t *testing.T) {
 		t.Errorf("1000 blocked requests ran %d scripts; want 0", calls)
 	}
 	clk.Advance(time.Minute)
-	if d, err := b.Apply(context.Background(), req); err != nil || !d.Allowed || redistest.ScriptCalls(t, client)-before != 1 {
+	if d, err := b.Apply(context.Background(), req); err != nil || !d.Allowed() || redistest.ScriptCalls(t, client)-before != 1 {
 		t.Errorf("after RetryAfter: %+v, %v; want allowed by Redis", d, err)
 	}
 }
@@ -233,7 +233,7 @@ func TestShardOnCluster(t *testing.T) {
 	s := hotkey.NewShard(redisstore.New(cluster.Client(t), redisstore.WithPrefix("shard")), 10)
 	rule := ratelimit.PerHour(1000)
 	for i := range 900 {
-		if d, err := s.Apply(context.Background(), tb("{tenant-big}:search", rule)); err != nil || !d.Allowed {
+		if d, err := s.Apply(context.Background(), tb("{tenant-big}:search", rule)); err != nil || !d.Allowed() {
 			t.Fatalf("request %d at 90%%: %+v, %v", i, d, err)
 		}
 	}
@@ -241,7 +241,7 @@ func TestShardOnCluster(t *testing.T) {
 	for range 300 {
 		if d, err := s.Apply(context.Background(), tb("{tenant-big}:search", rule)); err != nil {
 			t.Fatal(err)
-		} else if d.Allowed {
+		} else if d.Allowed() {
 			admitted++
 		}
 	}
@@ -318,7 +318,7 @@ func TestBlockCacheRefundRace(t *testing.T) {
 	local := localstore.New(localstore.WithClock(clk))
 	rule := ratelimit.PerHour(1)
 	ctx := context.Background()
-	if d, err := local.Apply(ctx, tb("k", rule)); err != nil || !d.Allowed { // the one token, spent
+	if d, err := local.Apply(ctx, tb("k", rule)); err != nil || !d.Allowed() { // the one token, spent
 		t.Fatal(d, err)
 	}
 	g := &gated{Store: local, reached: make(chan struct{}), release: make(chan struct{})}
@@ -335,10 +335,10 @@ func TestBlockCacheRefundRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(g.release)
-	if d := <-done; d.Allowed {
+	if d := <-done; d.Allowed() {
 		t.Fatalf("the take in flight: %+v; want denied (it was decided before the refund)", d)
 	}
-	if d, err := b.Apply(ctx, tb("k", rule)); err != nil || !d.Allowed {
+	if d, err := b.Apply(ctx, tb("k", rule)); err != nil || !d.Allowed() {
 		t.Errorf("after the refund: %+v, %v; want allowed, the store holds a token", d, err)
 	}
 }
@@ -388,7 +388,7 @@ func TestPrefetchNoLockAcrossIO(t *testing.T) {
 	ctx := context.Background()
 	rule := ratelimit.PerHour(100)
 	for _, k := range []string{"a", "b"} {
-		if d, err := p.Apply(ctx, tb(k, rule)); err != nil || !d.Allowed { // 2 in hand each
+		if d, err := p.Apply(ctx, tb(k, rule)); err != nil || !d.Allowed() { // 2 in hand each
 			t.Fatal(d, err)
 		}
 	}
@@ -396,15 +396,15 @@ func TestPrefetchNoLockAcrossIO(t *testing.T) {
 	go p.Apply(ctx, ratelimit.Request{Key: "a", N: 3, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}}) // 2 in hand, 3 asked: a fetch
 	<-b.reached
 	d := within(t, "a token in hand of the same key", func() ratelimit.Outcome { d, _ := p.Apply(ctx, tb("a", rule)); return d })
-	if !d.Allowed || d.Reset <= 0 {
+	if !d.Allowed() || d.Reset <= 0 {
 		t.Errorf("a token in hand while its key fetches: %+v; want allowed with a ResetAfter", d)
 	}
 	d = within(t, "another key, in a full table", func() ratelimit.Outcome { d, _ := p.Apply(ctx, tb("c", rule)); return d })
-	if !d.Allowed {
+	if !d.Allowed() {
 		t.Errorf("another key while one fetches: %+v; want allowed", d)
 	}
 	d = within(t, "another key's tokens in hand", func() ratelimit.Outcome { d, _ := p.Apply(ctx, tb("b", rule)); return d })
-	if !d.Allowed {
+	if !d.Allowed() {
 		t.Errorf("another key's token in hand while one fetches: %+v; want allowed", d)
 	}
 	short, cancel := context.WithCancel(ctx)
@@ -426,15 +426,15 @@ func TestPrefetchResetAfter(t *testing.T) {
 		hotkey.WithClock(clk), hotkey.WithGrantTime(time.Minute))
 	rule := ratelimit.PerHour(3600) // a token a second
 	first, err := p.Apply(context.Background(), tb("k", rule))
-	if err != nil || !first.Allowed || first.Reset != 10*time.Second {
+	if err != nil || !first.Allowed() || first.Reset != 10*time.Second {
 		t.Fatalf("the fetch: %+v, %v; want allowed, full again in 10s (10 tokens taken)", first, err)
 	}
 	clk.Advance(4 * time.Second)
-	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed || d.Reset != 6*time.Second {
+	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed() || d.Reset != 6*time.Second {
 		t.Errorf("from the lease 4s later: %+v; want allowed, ResetAfter 6s", d)
 	}
 	clk.Advance(20 * time.Second)
-	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed || d.Reset <= 0 {
+	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed() || d.Reset <= 0 {
 		t.Errorf("from the lease 24s later: %+v; want allowed, ResetAfter above 0", d)
 	}
 }

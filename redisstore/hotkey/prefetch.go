@@ -136,8 +136,8 @@ func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 func (l *grant) inHand(req ratelimit.Request, now int64) (ratelimit.Outcome, bool) {
 	if l.rule == req.Spec.Rule && now < l.expires && l.tokens >= req.N {
 		l.tokens -= req.N
-		return ratelimit.Outcome{Allowed: true, Remaining: min(l.limit, l.remaining+l.tokens),
-			Reset: time.Duration(max(l.resetUntil-now, int64(time.Microsecond)))}, true
+		return ratelimit.Args{Limit: l.limit}.Outcome(true, min(l.limit, l.remaining+l.tokens), 0,
+			time.Duration(max(l.resetUntil-now, int64(time.Microsecond)))), true
 	}
 	if l.rule == req.Spec.Rule && now < l.deniedUntil && req.N == l.deniedN { // denied until then
 		d := l.denied
@@ -168,15 +168,15 @@ func (p *Prefetch) refill(ctx context.Context, l *grant, req ratelimit.Request, 
 		return d, err
 	}
 	l.rule, l.tokens, l.deniedUntil = req.Spec.Rule, 0, 0
-	if !d.Allowed { // remember the denial of n until its RetryAfter, like BlockCache
+	if !d.Allowed() { // remember the denial of n until its RetryAfter, like BlockCache
 		if fetched == req.N {
 			l.denied, l.deniedN, l.deniedUntil = d, req.N, now+int64(d.Wait)
 			l.resetUntil = now + int64(d.Reset)
 		}
 	} else {
-		l.tokens, l.expires, l.limit, l.remaining = fetched-req.N, now+int64(p.cfg.grantTime), a.Limit, d.Remaining
+		l.tokens, l.expires, l.limit, l.remaining = fetched-req.N, now+int64(p.cfg.grantTime), d.Limit(), d.Remaining
 		l.resetUntil = now + int64(d.Reset)
-		d.Remaining = min(a.Limit, d.Remaining+l.tokens)
+		d.Remaining = min(d.Limit(), d.Remaining+l.tokens)
 	}
 	l.until.Store(max(l.expires, l.deniedUntil))
 	return d, nil
@@ -188,7 +188,7 @@ func (p *Prefetch) fetch(ctx context.Context, req ratelimit.Request, a ratelimit
 	f := req
 	f.N = min(max(p.batch, req.N), a.Limit)
 	d, err := p.next.Apply(ctx, f)
-	if err == nil && !d.Allowed && f.N > req.N { // not a batch left: what is left, or just n
+	if err == nil && !d.Allowed() && f.N > req.N { // not a batch left: what is left, or just n
 		f.N = max(req.N, d.Remaining)
 		d, err = p.next.Apply(ctx, f)
 	}

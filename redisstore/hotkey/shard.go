@@ -65,8 +65,7 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 				return ratelimit.Outcome{}, err
 			}
 		}
-		d.Remaining = min(whole.Limit, d.Remaining*s.shards)
-		return d, nil
+		return whole.Outcome(d.Allowed(), min(whole.Limit, d.Remaining*s.shards), d.Wait, d.Reset), nil
 	}
 	first := s.turn.Add(1) // a take, or a peek or refund of the next shard in turn
 	var best ratelimit.Outcome
@@ -77,15 +76,14 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 		if err != nil {
 			return ratelimit.Outcome{}, err
 		}
-		if d.Allowed || i == 0 || d.Wait < best.Wait {
+		if d.Allowed() || i == 0 || d.Wait < best.Wait {
 			best = d
 		}
-		if d.Allowed || req.Spec.Op != "" {
+		if d.Allowed() || req.Spec.Op != "" {
 			break
 		}
 	}
-	best.Remaining = min(whole.Limit, best.Remaining*s.shards)
-	return best, nil
+	return whole.Outcome(best.Allowed(), min(whole.Limit, best.Remaining*s.shards), best.Wait, best.Reset), nil
 }
 
 // shardKey is the key of shard i of key: a hash tag of its own (the key's digest and

@@ -231,8 +231,7 @@ func TestRegionsApplyAll(t *testing.T) {
 		{Key: "k", N: 5, Spec: &ratelimit.Spec{Algorithm: alg, Namespace: "a", Rule: ratelimit.PerHour(10)}},
 		{Key: "k", N: 5, Spec: &ratelimit.Spec{Algorithm: alg, Namespace: "b", Rule: ratelimit.PerHour(100)}}}
 	ds, err := ratelimit.ApplyAll(context.Background(), store, reqs)
-	// the Limit a Decision reports is the rule's; what is left is the region's half
-	if err != nil || !ds[0].Allowed || ds[0].Limit != 10 || ds[0].Remaining != 0 || ds[1].Remaining != 45 {
+	if err != nil || !ds[0].Allowed || ds[0].Limit != 5 || ds[0].Remaining != 0 || ds[1].Limit != 50 || ds[1].Remaining != 45 {
 		t.Fatalf("first = %+v, %v; want both allowed under half of each rule", ds, err)
 	}
 	ds, err = ratelimit.ApplyAll(context.Background(), store, reqs)

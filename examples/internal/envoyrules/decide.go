@@ -259,18 +259,13 @@ func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op string) er
 	return nil
 }
 
-// decision is store's answer to req as a Decision: its Outcome, with the Limit of req's
-// rule.
+// decision is store's answer to req as a Decision.
 func decision(ctx context.Context, store ratelimit.Store, req ratelimit.Request) (ratelimit.Decision, error) {
-	a, err := req.Args()
-	if err != nil {
-		return ratelimit.Decision{}, err
-	}
 	o, err := store.Apply(ctx, req)
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
-	return o.Decision(a.Limit), nil
+	return o.Decision(), nil
 }
 
 // neverFits reports whether n hits can never be admitted under rule: a limit of 0 (the

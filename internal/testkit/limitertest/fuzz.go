@@ -65,7 +65,7 @@ func (c *checker) args(n int64) ratelimit.Args {
 func (c *checker) decide(st ratelimit.State, now, n int64) ratelimit.Decision {
 	st = core.Clone(st)
 	a := c.args(n)
-	return c.alg.Step(&st, now, a).Decision(a.Limit)
+	return c.alg.Step(&st, now, a).Decision()
 }
 
 func (c *checker) step(now, rawN int64) {
@@ -74,7 +74,7 @@ func (c *checker) step(now, rawN int64) {
 	n := 1 + (rawN-1)%capacity
 	before := core.Clone(c.st)
 	a := c.args(n)
-	d := c.alg.Step(&c.st, now, a).Decision(a.Limit)
+	d := c.alg.Step(&c.st, now, a).Decision()
 	us := time.Microsecond
 	where := func() string { return time.Duration(now-Start.UnixMicro()).String() + "µs" }
 

@@ -73,7 +73,7 @@ type inFlight struct {
 // apply is a request of op for key's leases, straight to the store.
 func (f inFlight) apply(key, op string) (ratelimit.Decision, error) {
 	o, err := f.store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: f.ns, Rule: f.l.Rule(), Op: op}})
-	return o.Decision(f.l.Rule().Limit), err
+	return o.Decision(), err
 }
 
 func (f inFlight) at(d time.Duration) { f.clk.Set(Start.Add(d)) }
@@ -266,7 +266,7 @@ func testInFlightBadInput(t *testing.T, newStore NewStore) {
 			t.Errorf("%s: extend: no error", k.Name)
 		}
 		d, err := store.Apply(context.Background(), ratelimit.Request{Key: "x", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: rule}})
-		if err != nil || !d.Allowed {
+		if err != nil || !d.Allowed() {
 			t.Errorf("%s: a take after a refused extend = %+v, %v; want allowed", k.Name, d, err)
 		}
 	}

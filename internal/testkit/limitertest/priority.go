@@ -157,7 +157,7 @@ func testPriorities(t *testing.T, newStore NewStore, k Kind) {
 			t.Errorf("a sheddable request of %d of 100: %+v, %v; want ErrInvalidN", n, d, err)
 		}
 	}
-	if d, err := largeStore.Apply(ctx, ratelimit.Request{Key: "k", N: 100, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: PriorityRule, Reserve: 50}}); err != nil || d.Allowed {
+	if d, err := largeStore.Apply(ctx, ratelimit.Request{Key: "k", N: 100, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: PriorityRule, Reserve: 50}}); err != nil || d.Allowed() {
 		t.Errorf("a store asked for 100 of 100 keeping 50%%: %+v, %v; want denied", d, err)
 	}
 	if d, err := allowN.AllowN(at(ratelimit.Critical), "k", 100); err != nil || !d.Allowed {

@@ -177,7 +177,7 @@ func RunSteps(t *testing.T, alg *ratelimit.Algorithm) {
 				if err != nil {
 					t.Fatalf("step %d: Prepare(%v, %d): %v", i, sc.Rule, step.N, err)
 				}
-				if got := alg.Step(&st, Start.Add(step.At).UnixMicro(), a).Decision(a.Limit); got != step.Want {
+				if got := alg.Step(&st, Start.Add(step.At).UnixMicro(), a).Decision(); got != step.Want {
 					t.Errorf("step %d (at %v, n %d):\n got %+v\nwant %+v", i, step.At, step.N, got, step.Want)
 				}
 			}

@@ -78,7 +78,7 @@ func ClusterFailover(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	s := redisstore.New(client)
 	rule := ratelimit.PerHour(100)
-	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1); err != nil || !d.Allowed {
+	if d, err := apply(t, s, tokenbucket.Algorithm(), "k", rule, 1); err != nil || !d.Allowed() {
 		t.Fatalf("before the failover: %+v, %v", d, err)
 	}
 	owner, err := client.MasterForKey(ctx, "k")
@@ -115,7 +115,7 @@ func ClusterFailover(t *testing.T) {
 		d, err := s.Apply(short, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}})
 		cancel()
 		if err == nil {
-			if !d.Allowed || d.Remaining < 98 { // 98 left, or 99 if the replica had not the first decision yet
+			if !d.Allowed() || d.Remaining < 98 { // 98 left, or 99 if the replica had not the first decision yet
 				t.Errorf("after the failover: %+v; want allowed, 98 or 99 left", d)
 			}
 			break

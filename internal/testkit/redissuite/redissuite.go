@@ -92,7 +92,7 @@ func Atomicity(t *testing.T) {
 					d, err := apply(t, stores[i%8], k.Algorithm, "hot", rule, 1)
 					if err != nil {
 						t.Error(err)
-					} else if d.Allowed {
+					} else if d.Allowed() {
 						admitted.Add(1)
 					}
 				})
