@@ -88,8 +88,7 @@ func (f *Fake) Set(t time.Time) {
 
 // Coarse reads the system clock once per resolution in one goroutine, so that Now costs
 // an atomic load instead of a system clock read (a few nanoseconds against tens for
-// Monotonic and time.Now: go test -run '^$' -bench Read ./clock; BENCHMARKS.md has the
-// figures of one machine).
+// Monotonic and time.Now: go test -run '^$' -bench Read ./clock).
 // Now lags real time by up to resolution, and so do decisions made on it: a client that
 // waits exactly RetryAfter may be denied once more, up to resolution later. Stop ends the
 // goroutine; after Stop, Now keeps returning the last time read.
