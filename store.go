@@ -225,13 +225,19 @@ type Algorithm struct {
 	// decides by the server's time among those bounds.
 	Window func(now int64) Window
 
-	// Prefetchable says that events may be taken ahead, in a batch, and admitted later one
-	// by one (hotkey.Prefetch does): a Decision carries no Delay that paces each
-	// request, and the algorithm promises no more than a count per period, which events
-	// counted up to a lease early still keep. True for the token bucket, the fixed window
-	// and the sliding window counter; false for the leaky bucket (each request has its own
-	// Delay) and the sliding log (which records each event at its own instant).
-	Prefetchable bool
+	// Lendable says that events may be taken ahead and admitted later one by one, from
+	// memory (Lender, hotkey.Leases): a Decision carries no Delay that paces each request,
+	// and the algorithm promises no more than a count per period, which events counted a
+	// moment early still keep. True for the token bucket, the fixed window, the sliding
+	// window counter and the calendar quotas; false for the leaky bucket (each request has
+	// its own Delay), the sliding log (which records each event at its own instant) and
+	// the in-flight limit.
+	Lendable bool
+
+	// Windowed says that events count in the window they fall in (Period-aligned, or the
+	// calendar window of Window), so that events lent must be spent within the window
+	// they were lent in, and can be given back only within it.
+	Windowed bool
 }
 
 // Args are the integers one decision needs, as Algorithm.Prepare derives them from a Rule

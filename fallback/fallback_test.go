@@ -68,13 +68,60 @@ func TestConformanceHealthyPrimary(t *testing.T) {
 	})
 }
 
-// With the primary down, the secondary decides the whole rule (one instance).
+// With the primary down, the secondary decides the whole rule (one instance). It lends
+// nothing then (TestLend): the suite sees it as the BatchStore it is.
 func TestConformancePrimaryDown(t *testing.T) {
 	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
 		p := newPrimary()
 		p.fail(errDown)
-		return fallback.New(p, localstore.New(localstore.WithClock(clk)))
+		return struct{ ratelimit.BatchStore }{fallback.New(p, localstore.New(localstore.WithClock(clk)))}
 	})
+}
+
+// TestLend: the store lends the primary's events while the breaker is closed, and none
+// while it is open, or when the primary does not lend: never the secondary's.
+func TestLend(t *testing.T) {
+	clk := clock.NewFake(limitertest.Start)
+	loan := []ratelimit.Loan{{Key: "k", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10)},
+		Holder: 1, Want: 4, Share: 1, TTL: time.Second}}
+	primary := localstore.New(localstore.WithClock(clk))
+	s := fallback.New(primary, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk))
+	got, err := s.Lend(context.Background(), loan)
+	if err != nil || got[0].N != 4 {
+		t.Fatalf("Lend on a healthy primary: %+v, %v; want 4 lent", got, err)
+	}
+	if d, _ := primary.Apply(context.Background(), req("k", ratelimit.PerSecond(10))); d.Remaining != 5 {
+		t.Errorf("the primary after the loan and a take: %+v; want 5 left", d)
+	}
+	p := newPrimary()
+	s = fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk))
+	if _, err := s.Lend(context.Background(), loan); !errors.Is(err, ratelimit.ErrUnavailable) {
+		t.Errorf("Lend on a primary that does not lend: %v; want ErrUnavailable", err)
+	}
+	lp := &lending{primary: newPrimary()}
+	s = fallback.New(lp, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk),
+		fallback.WithBreaker(fallback.Breaker{MinCalls: 1, OpenFor: time.Hour}))
+	lp.fail(errDown)
+	for i := 0; i < 100 && s.BreakerState() == fallback.Closed; i++ {
+		s.Apply(context.Background(), req("other", ratelimit.PerSecond(10)))
+	}
+	if s.BreakerState() != fallback.Open {
+		t.Fatalf("breaker %v; want open", s.BreakerState())
+	}
+	if _, err := s.Lend(context.Background(), loan); !errors.Is(err, ratelimit.ErrUnavailable) || lp.lends.Load() != 0 {
+		t.Errorf("Lend with the breaker open: %v after %d loans asked of the primary; want ErrUnavailable, none", err, lp.lends.Load())
+	}
+}
+
+// lending is a primary that lends (from its store in memory), and counts its loans.
+type lending struct {
+	*primary
+	lends atomic.Int64
+}
+
+func (l *lending) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	l.lends.Add(1)
+	return l.local.(ratelimit.Lender).Lend(ctx, loans)
 }
 
 func TestBreaker(t *testing.T) {

@@ -96,7 +96,7 @@ const name = "fixedwindow"
 
 // algorithm is the algorithm of fixedwindow as Algorithm returns it: its step in Go above,
 // in Lua in fixedwindow.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Prefetchable: true}
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Lendable: true, Windowed: true}
 
 //go:embed fixedwindow.lua
 var script string

@@ -172,8 +172,9 @@ func (q Quota) Algorithm() (*ratelimit.Algorithm, error) {
 		Refund: func(st *ratelimit.State, now int64, a ratelimit.Args) {
 			refundQuota(st, now, a, window(now))
 		},
-		Window:       window,
-		Prefetchable: true,
+		Window:   window,
+		Lendable: true,
+		Windowed: true,
 	}
 	got, _ := quotaAlgorithms.LoadOrStore(key, alg)
 	return got.(*ratelimit.Algorithm), nil

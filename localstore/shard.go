@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/eventlog"
+	"github.com/ratelimit-go/ratelimit/internal/lend"
 )
 
 const (
@@ -43,8 +44,25 @@ type shardState struct {
 type entry struct {
 	mu      sync.Mutex
 	state   ratelimit.State
-	expires int64  // the instant the state is back to full, and forgotten; dead once removed
+	expires int64  // the instant the state is back to full and its loans ended, and it is forgotten; dead once removed
 	key     string // set before the entry is in the index, never changed
+	loans   *loans // the key's loans on record (Lend); nil for none
+}
+
+// loans is a key's record of loans, and when the last of them ends.
+type loans struct {
+	recs  []lend.Record
+	until int64
+}
+
+// keep is when e may be forgotten after a decision whose Outcome has reset at now: once
+// back to full, and no sooner than its last loan ends.
+func (e *entry) keep(now int64, reset time.Duration) int64 {
+	t := now + expiry(reset)
+	if e.loans != nil {
+		t = max(t, e.loans.until)
+	}
+	return t
 }
 
 // dead is the expires of an entry removed from its index, which a decision that found it
@@ -54,6 +72,7 @@ const dead = math.MinInt64
 // reset empties a state back to full: what is left counts for nothing, whatever the rule
 // now.
 func (e *entry) reset() {
+	e.loans = nil
 	e.state = ratelimit.State{Log: e.state.Log}
 	if e.state.Log != nil {
 		e.state.Log.Clear()

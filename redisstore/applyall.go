@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,7 +50,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	if !s.oneSlot(names) {
 		return nil, fmt.Errorf("redisstore: the keys of a batch may sit on different cluster nodes: %w", errors.ErrUnsupported)
 	}
-	sc, index := s.applyAllScript(algs)
+	sc, index := s.all.of(s, algs, "batch", script.AllOrNone)
 	for i, alg := range algs {
 		tail[(2+int(script.Fields))*i] = index[s.scriptOf(alg).hash.(string)]
 	}
@@ -157,23 +159,37 @@ func (s *Store) oneSlot(names []string) bool {
 	return true
 }
 
-// applyAllScript is the script of ApplyAll for algs, and the index of each algorithm's
-// step in it, by its script's SHA. It holds the step of every algorithm this store has
-// decided with ApplyAll so far, once each whatever the requests (a new algorithm makes a
-// new script, with its step and all the earlier ones): so a store loads into Redis
-// (which never drops a script) at most one script per algorithm, not one per list of
-// requests.
-func (s *Store) applyAllScript(algs []*ratelimit.Algorithm) (*luaScript, map[string]int) {
-	if all := s.all.Load(); all != nil && all.holds(s, algs) {
-		return all.script, all.index
+// stepSet is a script made of the steps of every algorithm a store has used it with so
+// far, once each whatever the requests of a call (a new algorithm makes a new script,
+// with its step and all the earlier ones): so a store loads into Redis (which never
+// drops a script) at most one such script per algorithm, not one per list of requests.
+// ApplyAll's is one, Lend's another.
+type stepSet struct {
+	cur atomic.Pointer[steps]
+	mu  sync.Mutex // held to make a new one
+}
+
+// steps is a script of a stepSet, the algorithms whose steps it holds, in order, and the
+// index of each one's step by its script's SHA; never changed once made.
+type steps struct {
+	script *luaScript
+	algs   []*ratelimit.Algorithm
+	index  map[string]int
+}
+
+// of is set's script for algs, made by compose (named what), and the index of each
+// algorithm's step in it, by its script's SHA.
+func (set *stepSet) of(s *Store, algs []*ratelimit.Algorithm, what string, compose func([]*ratelimit.Algorithm) string) (*luaScript, map[string]int) {
+	if cur := set.cur.Load(); cur != nil && cur.holds(s, algs) {
+		return cur.script, cur.index
 	}
-	s.allMu.Lock()
-	defer s.allMu.Unlock()
-	old := s.all.Load()
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	old := set.cur.Load()
 	if old != nil && old.holds(s, algs) {
 		return old.script, old.index
 	}
-	next := &applyAll{index: map[string]int{}}
+	next := &steps{index: map[string]int{}}
 	if old != nil {
 		next.algs = slices.Clone(old.algs)
 		maps.Copy(next.index, old.index)
@@ -191,23 +207,15 @@ func (s *Store) applyAllScript(algs []*ratelimit.Algorithm) (*luaScript, map[str
 	for i, a := range next.algs {
 		next.index[hash(a)] = i + 1
 	}
-	next.script = newLuaScript("batch", script.AllOrNone(next.algs))
-	s.all.Store(next)
+	next.script = newLuaScript(what, compose(next.algs))
+	set.cur.Store(next)
 	return next.script, next.index
 }
 
-// applyAll is ApplyAll's script, the algorithms whose steps it holds, in order, and the
-// index of each one's step by its script's SHA; never changed once made.
-type applyAll struct {
-	script *luaScript
-	algs   []*ratelimit.Algorithm
-	index  map[string]int
-}
-
-// holds reports whether a has a step for each of algs.
-func (a *applyAll) holds(s *Store, algs []*ratelimit.Algorithm) bool {
+// holds reports whether st has a step for each of algs.
+func (st *steps) holds(s *Store, algs []*ratelimit.Algorithm) bool {
 	for _, alg := range algs {
-		if _, ok := a.index[s.scriptOf(alg).hash.(string)]; !ok {
+		if _, ok := st.index[s.scriptOf(alg).hash.(string)]; !ok {
 			return false
 		}
 	}

@@ -123,9 +123,9 @@ type Store struct {
 	// most flights the client's pool allows
 	flightTime    atomic.Int64
 	maxFlightsFar int
-	all           atomic.Pointer[applyAll] // ApplyAll's script (see applyAllScript)
-	orphans       orphans                  // leases to release that no caller holds
-	allMu         sync.Mutex               // held to make a new one
+	all           stepSet    // ApplyAll's script (see stepSet)
+	lends         [2]stepSet // Lend's script, on one server and on a cluster
+	orphans       orphans    // leases to release that no caller holds
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -150,7 +150,7 @@ func (f optionFunc) apply(s *Store) { f(s) }
 //
 // where prefix is "rl" by default (WithPrefix), algorithm is its Name ("tokenbucket"),
 // part names one of its keys ("state", "log" for the sliding log, "leases" for the
-// in-flight limit), and namespace is
+// in-flight limit, "loans" for a key's record of loans), and namespace is
 // the limiter's (its rule's, "100/1s", unless ratelimit.WithNamespace names it), with "%",
 // ":", "{" and "}" escaped as in ratelimit.Key. The form of k keeps every key distinct and
 // all parts of one key in one Redis Cluster hash slot, whatever the namespace:
@@ -169,7 +169,10 @@ func (f optionFunc) apply(s *Store) { f(s) }
 // microseconds since the Unix epoch), and the algorithm's Level and Aux (see each
 // algorithm's package doc); the sliding log keeps its events in a list beside it, as
 // pairs (instant, count), oldest first. An in-flight limit's key is a sorted set alone:
-// each lease's id, scored by its expiry in microseconds, with the TTL of the latest.
+// each lease's id, scored by its expiry in microseconds, with the TTL of the latest. A
+// key's record of loans (Store.Lend) is a hash beside its state: each holder's id ->
+// "out:until:limit:period" (events lent and not given back, when the loan ends in
+// microseconds, and the Limit and Period of its rule), with the TTL of the latest.
 //
 // Every write sets a TTL: the time until the key is back to its full allowance, rounded
 // up to a whole millisecond and never 0. Idle keys vanish and come back full, and a key

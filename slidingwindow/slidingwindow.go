@@ -164,7 +164,7 @@ const name = "slidingwindow"
 
 // algorithm is the algorithm of slidingwindow as Algorithm returns it: its step in Go above,
 // in Lua in slidingwindow.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Prefetchable: true}
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Lendable: true, Windowed: true}
 
 //go:embed slidingwindow.lua
 var script string

@@ -107,7 +107,7 @@ const name = "tokenbucket"
 
 // algorithm is the algorithm of tokenbucket as Algorithm returns it: its step in Go above,
 // in Lua in tokenbucket.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Prefetchable: true}
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Lendable: true}
 
 //go:embed tokenbucket.lua
 var script string

@@ -59,6 +59,13 @@ func (s serverTime) Apply(ctx context.Context, req ratelimit.Request) (ratelimit
 	return s.Store.Apply(ctx, req)
 }
 
+func (s *ttlClock) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	now := s.clk.Now()
+	s.mr.FastForward(now.Sub(s.last))
+	s.last = now
+	return s.Store.Lend(ctx, loans)
+}
+
 func (s serverTime) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
 	s.mr.SetTime(s.clk.Now())
 	return s.Store.ApplyAll(ctx, reqs)
@@ -90,6 +97,16 @@ func TestInFlightParityMiniredis(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
 	store := &ttlClock{redisstore.New(client, redisstore.WithClock(clk), redissuite.FreshPrefix()), mr, clk, clk.Now()}
 	redissuite.InFlightParityOn(t, store, clk, 997*time.Microsecond, 5000)
+}
+
+// On miniredis, the loans of ratelimit.Lender, in Go and in Lua alike.
+func TestLendParityMiniredis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { client.Close() })
+	clk := clock.NewFake(limitertest.Start)
+	store := &ttlClock{redisstore.New(client, redisstore.WithClock(clk), redissuite.FreshPrefix()), mr, clk, clk.Now()}
+	redissuite.LendParityOn(t, store, clk, 997*time.Microsecond, 3000)
 }
 
 // ttlClock moves miniredis's TTLs with the fake clock before each decision.

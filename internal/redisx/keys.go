@@ -53,6 +53,11 @@ func Part(prefix, algorithm, part string) string {
 	return prefix + ":" + algorithm + ":" + part + ":"
 }
 
+// Loans is how the names of an algorithm's records of loans (ratelimit.Lender) start,
+// under prefix: a part of its own beside the algorithm's keys, so that a key's record
+// shares its hash slot.
+func Loans(prefix, algorithm string) string { return Part(prefix, algorithm, "loans") }
+
 // Key is a limiter key in a namespace as it ends the name of each of its parts: the
 // namespace's form, then the key's (Form). The zero Key is the empty key of the empty
 // namespace's form, which no name has: use NewKey.

@@ -85,6 +85,8 @@ var (
 	coalesced string
 	//go:embed all.lua
 	all string
+	//go:embed lend.lua
+	lendScript string
 	//go:embed cluster.lua
 	clusterHead string
 	//go:embed server.lua
@@ -134,6 +136,41 @@ func AllOrNone(algs []*ratelimit.Algorithm) string {
 	b.WriteString(all)
 	return b.String()
 }
+
+// Lend is the script of loans (ratelimit.Lender) of algs (lend.lua), the step of algs[i]
+// its (i+1)-th; on a cluster, with the keys of its loans in several slots of a node.
+func Lend(algs []*ratelimit.Algorithm, cluster bool) string {
+	var b strings.Builder
+	if cluster {
+		b.WriteString(clusterHead)
+	} else {
+		b.WriteString(serverHead)
+	}
+	b.WriteString(prelude)
+	for _, a := range algs {
+		writeStep(&b, a)
+	}
+	b.WriteString(lendScript)
+	return b.String()
+}
+
+// The arguments of a loan in lend.lua that follow a step's: by their offset after the
+// step's index and its Values.
+const (
+	LendGive = iota
+	LendWant
+	LendShare
+	LendTTL
+	LendRevoke
+	LendWindow
+	LendState
+	LendBook
+	LendFields // how many
+)
+
+// LendReply is how many values lend.lua returns per loan: the five of a step's Outcome,
+// then lent, for and kept.
+const LendReply = 8
 
 // writeStep writes the step of alg as step.lua makes it: a function of its keys and
 // arguments, with the prologue, and state.lua for an algorithm that reads its state.

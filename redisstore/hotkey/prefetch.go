@@ -31,7 +31,7 @@ import (
 // its RetryAfter has passed, as BlockCache does: a key at its limit
 // costs Redis two calls per RetryAfter, not two per request.
 //
-// It handles the algorithms that declare themselves ratelimit.Algorithm.Prefetchable
+// It handles the algorithms that declare themselves ratelimit.Algorithm.Lendable
 // (the token bucket, the fixed window and the sliding window counter); the others' requests
 // go straight through, as do peeks and the requests that keep a reserve for more
 // important ones (Request.Reserve: only the next store sees what the key has left, and
@@ -83,7 +83,7 @@ func NewPrefetch(next ratelimit.Store, batch int64, opts ...PrefetchOption) *Pre
 
 // Apply spends a token in hand, or fetches a new batch.
 func (p *Prefetch) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
-	if !p.cfg.handles(req) || !req.Spec.Algorithm.Prefetchable || req.Spec.Reserve != 0 {
+	if !p.cfg.handles(req) || !req.Spec.Algorithm.Lendable || req.Spec.Reserve != 0 {
 		return p.next.Apply(ctx, req)
 	}
 	a, err := req.Spec.Algorithm.Prepare(req.Spec.Rule, req.N)

@@ -30,6 +30,8 @@ var Tests = []struct {
 	{"Parity", Parity},
 	{"InFlightParity", InFlightParity},
 	{"QuotaParity", QuotaParity},
+	{"LendParity", LendParity},
+	{"LendParityCluster", LendParityCluster},
 	{"QuotaTTL", QuotaTTL},
 	{"Atomicity", Atomicity},
 	{"ClusterSpread", ClusterSpread},

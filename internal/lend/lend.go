@@ -1,0 +1,135 @@
+// Package lend decides one ratelimit.Loan on a key's state and the key's record of loans,
+// in Go, as internal/script's lend.lua decides it in Redis; localstore runs it, and a
+// test holds the two the same.
+package lend
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
+)
+
+// Record is what one holder has out of a key.
+type Record struct {
+	Holder int64
+	Out    int64 // events lent and not given back: at most what the holder still has
+	Until  int64 // when the record ends, in microseconds since the Unix epoch
+	Limit  int64 // the Args.Limit and Period of the rule the events were lent under
+	Period int64
+}
+
+// Check is the error of a loan no store decides: its key's algorithm does not lend, it
+// names no holder, or asks a negative number.
+func Check(l ratelimit.Loan) error {
+	switch {
+	case l.Spec == nil || l.Spec.Algorithm == nil:
+		return errors.New("ratelimit: a loan without an algorithm")
+	case !l.Spec.Algorithm.Lendable:
+		return fmt.Errorf("ratelimit: %s does not lend", l.Spec.Algorithm.Name)
+	case l.Spec.Op != "" || l.Spec.Reserve != 0:
+		return fmt.Errorf("ratelimit: a loan of %s with an op or a reserve", l.Spec.Algorithm.Name)
+	case l.Holder == 0:
+		return errors.New("ratelimit: a loan without a holder")
+	case l.Give < 0 || l.Want < 0 || l.Share < 0 || l.TTL < 0:
+		return fmt.Errorf("ratelimit: a loan giving %d, wanting %d of %d shares, for %v", l.Give, l.Want, l.Share, l.TTL)
+	}
+	return nil
+}
+
+// Args are the Args of a loan's take (N 1), and the error of its rule; Check first.
+func Args(l ratelimit.Loan) (ratelimit.Args, error) {
+	return ratelimit.Request{N: 1, Spec: l.Spec}.Args()
+}
+
+// Decide decides l on st and recs at now, a its Args: it drops the records that have
+// ended or that were lent under another rule, takes back the holder's Give (no more than
+// its record holds out), drops every other holder's record for a Revoke, and lends what
+// l wants of what the key has left, divided by l.Share or by the holders with events
+// out, whichever is more; then it renews the holder's record (or drops it, if nothing is
+// out). It returns the Lent and the records after, in recs' array.
+func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now int64, a ratelimit.Args, l ratelimit.Loan) (ratelimit.Lent, []Record) {
+	a.Keep, a.Lease = 0, 0
+	mine := Record{Holder: l.Holder, Limit: a.Limit, Period: a.Period}
+	kept, recs := take(recs, &mine, now, a)
+	if kept && l.Give > 0 {
+		give := min(l.Give, mine.Out)
+		if give > 0 {
+			g := a
+			g.N = give
+			alg.Refund(st, now, g)
+			mine.Out -= give
+		}
+	}
+	if l.Revoke {
+		recs = recs[:0]
+	}
+	holders := int64(1)
+	for _, r := range recs {
+		if r.Out > 0 {
+			holders++
+		}
+	}
+	peek := core.Clone(*st)
+	one := a
+	one.N = 1
+	o := alg.Step(&peek, now, one)
+	var lent int64
+	if l.Want > 0 && o.Allowed() {
+		lent = min(l.Want, (o.Remaining+1)/max(l.Share, holders))
+	}
+	if lent > 0 {
+		take := a
+		take.N = lent
+		if o = alg.Step(st, now, take); !o.Allowed() { // cannot be: lent is no more than is left
+			lent = 0
+		}
+	}
+	mine.Out += lent
+	var until int64
+	if mine.Out > 0 {
+		until = End(alg, now, a.Period, l.TTL)
+		mine.Until = until
+		recs = append(recs, mine)
+	}
+	return ratelimit.Lent{Outcome: o, N: lent, For: time.Duration(max(0, until-now)) * time.Microsecond, Kept: kept}, recs
+}
+
+// take removes from recs the records that ended by now or were lent under a rule other
+// than a's, and the holder's own, which it copies into mine; it reports whether the
+// holder's was there.
+func take(recs []Record, mine *Record, now int64, a ratelimit.Args) (bool, []Record) {
+	kept := false
+	live := recs[:0]
+	for _, r := range recs {
+		switch {
+		case r.Until <= now || r.Limit != a.Limit || r.Period != a.Period:
+		case r.Holder == mine.Holder:
+			mine.Out, kept = r.Out, true
+		default:
+			live = append(live, r)
+		}
+	}
+	return kept, live
+}
+
+// End is when a loan made at now for ttl ends: ttl from now, and for a Windowed
+// algorithm no later than the end of the window of now (Period-aligned, or its calendar
+// window).
+func End(alg *ratelimit.Algorithm, now, period int64, ttl time.Duration) int64 {
+	end := now + max(1, ttl.Microseconds())
+	if end < now { // a TTL of centuries
+		end = math.MaxInt64
+	}
+	switch {
+	case !alg.Windowed:
+	case alg.Window != nil:
+		end = min(end, alg.Window(now).End)
+	case period > 0:
+		end = min(end, (now/period+1)*period)
+	}
+	return end
+}

@@ -1,0 +1,126 @@
+package lend_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/lend"
+	"github.com/ratelimit-go/ratelimit/slidingwindow"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// FuzzDecide: whatever the loans, gives back, takes and time, a key's state is what its
+// algorithm alone makes of the takes the loans lent and the gives back their records
+// allowed (nothing else touches it), a holder's record holds what it was lent and has
+// not given back, a give never returns more than that, and a loan never lends more than
+// it wants, nor more than its share of what is left.
+func FuzzDecide(f *testing.F) {
+	f.Add([]byte{0, 5, 1, 2, 3, 40, 7, 1, 9, 200, 3, 3})
+	f.Add([]byte{1, 200, 7, 7, 7, 100, 0, 0, 0, 255, 255, 1, 2, 3, 4})
+	f.Add([]byte{2, 9, 9, 1, 80, 3, 4, 40, 40, 2, 0, 0, 0})
+	algs := []*ratelimit.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), slidingwindow.Algorithm()}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		next := func() int64 {
+			if len(data) == 0 {
+				return 0
+			}
+			b := data[0]
+			data = data[1:]
+			return int64(b)
+		}
+		alg := algs[next()%3]
+		rule := ratelimit.Rule{Limit: 1 + next()%50, Period: time.Duration(1+next()%20) * 100 * time.Millisecond}
+		a, err := alg.Prepare(rule, 1)
+		if err != nil {
+			t.Skip()
+		}
+		var st, shadow ratelimit.State
+		var recs []lend.Record
+		out := map[int64]int64{} // what each holder holds, as it knows it
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+		for len(data) > 0 {
+			op := next() % 4
+			now += next() * 7919 // some microseconds, up to about 2s
+			if op == 3 {         // a take beside the loans
+				ta := a
+				o := alg.Step(&st, now, ta)
+				if so := alg.Step(&shadow, now, ta); so != o {
+					t.Fatalf("a take: %+v, alone %+v", o, so)
+				}
+				continue
+			}
+			holder := 1 + next()%3
+			l := ratelimit.Loan{Key: "k", Holder: holder, Give: next() % (out[holder] + 1), Want: next() % 60,
+				Share: next() % 4, TTL: time.Duration(1+next()%30) * 100 * time.Millisecond, Revoke: next()%17 == 0}
+			got, after := lend.Decide(alg, &st, recs, now, a, l)
+			recs = after
+			// the shadow: the record's give back, then the take of what was lent
+			if got.Kept {
+				if give := min(l.Give, out[holder]); give > 0 {
+					g := a
+					g.N = give
+					alg.Refund(&shadow, now, g)
+				}
+				out[holder] -= min(l.Give, out[holder])
+			} else {
+				out[holder] = 0
+			}
+			peek := core.Clone(shadow) // what was left once the give was back
+			before := int64(0)
+			if o := alg.Step(&peek, now, a); o.Allowed() {
+				before = o.Remaining + 1
+			}
+			if got.N > 0 {
+				g := a
+				g.N = got.N
+				if so := alg.Step(&shadow, now, g); !so.Allowed() {
+					t.Fatalf("lent %d that the key alone would not take: %+v", got.N, so)
+				}
+				out[holder] += got.N
+			}
+			if st != shadow {
+				t.Fatalf("after %+v: state %+v; the algorithm alone %+v", l, st, shadow)
+			}
+			if got.N > l.Want || got.N > 0 && got.N*max(1, l.Share) > before {
+				t.Fatalf("lent %d of %d wanted, %d left, share %d", got.N, l.Want, before, l.Share)
+			}
+			if l.Revoke {
+				for h := range out {
+					if h != holder {
+						out[h] = 0
+					}
+				}
+			}
+			held := int64(0)
+			for _, r := range recs {
+				if r.Holder == holder {
+					held = r.Out
+					if r.Until <= now || r.Until > now+l.TTL.Microseconds() {
+						t.Fatalf("record until %d at %d, ttl %v", r.Until, now, l.TTL)
+					}
+				}
+			}
+			if held != out[holder] {
+				t.Fatalf("holder %d's record holds %d; it was lent %d it did not give back", holder, held, out[holder])
+			}
+		}
+	})
+}
+
+// TestEnd: a loan ends after its TTL, and for a windowed algorithm with its window.
+func TestEnd(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 40, 0, time.UTC).UnixMicro()
+	minute := time.Minute.Microseconds()
+	if got := lend.End(tokenbucket.Algorithm(), now, minute, time.Hour); got != now+time.Hour.Microseconds() {
+		t.Errorf("a token bucket's loan for an hour ends at %d; want %d", got, now+time.Hour.Microseconds())
+	}
+	if got := lend.End(fixedwindow.Algorithm(), now, minute, time.Hour); got != now+20*time.Second.Microseconds() {
+		t.Errorf("a fixed window's loan ends at %d; want the window's end, %d", got, now+20*time.Second.Microseconds())
+	}
+	if got := lend.End(fixedwindow.Algorithm(), now, minute, time.Second); got != now+time.Second.Microseconds() {
+		t.Errorf("a fixed window's loan for a second ends at %d; want %d", got, now+time.Second.Microseconds())
+	}
+}

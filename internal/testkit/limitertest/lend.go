@@ -1,0 +1,248 @@
+package limitertest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/leakybucket"
+	"github.com/ratelimit-go/ratelimit/slidingwindow"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// testLend is the contract of a ratelimit.Lender, on stores that are one.
+func testLend(t *testing.T, newStore NewStore) {
+	clk := clock.NewFake(Start)
+	if _, ok := newStore(t, clk).(ratelimit.Lender); !ok {
+		t.Skip("the store does not lend")
+	}
+	t.Run("conserved", func(t *testing.T) { testLendConserved(t, newStore) })
+	t.Run("share", func(t *testing.T) { testLendShare(t, newStore) })
+	t.Run("records end", func(t *testing.T) { testLendEnds(t, newStore) })
+	t.Run("revoke and rule change", func(t *testing.T) { testLendRevoke(t, newStore) })
+	t.Run("windows", func(t *testing.T) { testLendWindows(t, newStore) })
+	t.Run("bad loans", func(t *testing.T) { testLendBad(t, newStore) })
+	t.Run("concurrent", func(t *testing.T) { testLendConcurrent(t, newStore) })
+}
+
+func lender(t *testing.T, newStore NewStore) (ratelimit.Lender, *clock.Fake) {
+	clk := clock.NewFake(Start)
+	return newStore(t, clk).(ratelimit.Lender), clk
+}
+
+// lendOne asks one loan, and fails the test on an error.
+func lendOne(t *testing.T, s ratelimit.Lender, l ratelimit.Loan) ratelimit.Lent {
+	t.Helper()
+	got, err := s.Lend(context.Background(), []ratelimit.Loan{l})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Lend(%+v) = %+v, %v", l, got, err)
+	}
+	return got[0]
+}
+
+func wantLent(t *testing.T, what string, got ratelimit.Lent, n int64, allowed bool, remaining int64, kept bool) {
+	t.Helper()
+	if got.N != n || got.Allowed() != allowed || got.Remaining != remaining || got.Kept != kept {
+		t.Errorf("%s: lent %d, allowed %v, remaining %d, kept %v; want %d, %v, %d, %v (%+v)",
+			what, got.N, got.Allowed(), got.Remaining, got.Kept, n, allowed, remaining, kept, got)
+	}
+}
+
+// testLendConserved: what is lent is taken from the key, what is given back returns to
+// it, never more than the holder has out, and a take sees the same key.
+func testLendConserved(t *testing.T, newStore NewStore) {
+	s, _ := lender(t, newStore)
+	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "lend", Rule: ratelimit.PerSecond(10)}
+	loan := func(holder, give, want int64) ratelimit.Loan {
+		return ratelimit.Loan{Key: "k", Spec: spec, Holder: holder, Give: give, Want: want, Share: 1, TTL: time.Minute}
+	}
+	got := lendOne(t, s, loan(1, 0, 4))
+	wantLent(t, "A borrows 4 of 10", got, 4, true, 6, false)
+	if got.For != time.Minute || got.Limit() != 10 {
+		t.Errorf("A's loan: for %v, limit %d; want 1m0s, 10", got.For, got.Limit())
+	}
+	d, err := s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 1, Spec: spec})
+	if err != nil || !d.Allowed() || d.Remaining != 5 {
+		t.Fatalf("a take after: %+v, %v; want allowed, 5 left", d, err)
+	}
+	wantLent(t, "B borrows 10 of 5, shared with A", lendOne(t, s, loan(2, 0, 10)), 2, true, 3, false)
+	wantLent(t, "A gives back 9 of its 4", lendOne(t, s, loan(1, 9, 0)), 0, true, 6, true)
+	wantLent(t, "A gives back 1 more, with nothing on record", lendOne(t, s, loan(1, 1, 0)), 0, true, 6, false)
+	wantLent(t, "B renews, borrowing 0", lendOne(t, s, loan(2, 0, 0)), 0, true, 6, true)
+	wantLent(t, "B gives back its 2, and borrows 8", lendOne(t, s, loan(2, 2, 8)), 8, true, 1, true)
+	d, err = s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 2, Spec: spec})
+	if err != nil || d.Allowed() || d.Remaining != 1 {
+		t.Fatalf("a take of 2 with 2 left: %+v, %v; want denied, 1 left", d, err)
+	}
+}
+
+// testLendShare: a loan takes at most what is left divided by its Share, or by the
+// holders with events out.
+func testLendShare(t *testing.T, newStore NewStore) {
+	s, _ := lender(t, newStore)
+	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10)}
+	l := ratelimit.Loan{Key: "k", Spec: spec, Holder: 1, Want: 10, Share: 4, TTL: time.Second}
+	wantLent(t, "10 left over 4 instances", lendOne(t, s, l), 2, true, 8, false)
+	l.Holder, l.Share = 2, 1
+	wantLent(t, "8 left over 2 holders", lendOne(t, s, l), 4, true, 4, false)
+	l.Holder = 3
+	wantLent(t, "4 left over 3 holders", lendOne(t, s, l), 1, true, 3, false)
+	l.Holder, l.Share = 4, 8
+	got := lendOne(t, s, l)
+	wantLent(t, "3 left over 8 instances", got, 0, true, 2, false)
+	if got.For != 0 {
+		t.Errorf("nothing lent, nothing held: for %v; want 0", got.For)
+	}
+}
+
+// testLendEnds: a record ends with its TTL, its events counted as spent: a give after it
+// returns nothing, and the key refills only by its rule.
+func testLendEnds(t *testing.T, newStore NewStore) {
+	s, clk := lender(t, newStore)
+	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerMinute(60)} // 1 a second
+	l := ratelimit.Loan{Key: "k", Spec: spec, Holder: 1, Want: 30, Share: 1, TTL: 2 * time.Second}
+	wantLent(t, "30 of 60", lendOne(t, s, l), 30, true, 30, false)
+	clk.Advance(2 * time.Second)
+	l.Give, l.Want = 30, 0
+	wantLent(t, "30 given back after the record ended", lendOne(t, s, l), 0, true, 31, false)
+	clk.Advance(time.Second)
+	l.Give, l.Want = 0, 40
+	got := lendOne(t, s, l)
+	wantLent(t, "a new loan", got, 33, true, 0, false)
+	if got.Reset != time.Minute {
+		t.Errorf("reset %v; want 1m0s, the empty bucket's, as a take of 33 has it", got.Reset)
+	}
+	l.Want = 1
+	got = lendOne(t, s, l)
+	wantLent(t, "nothing left", got, 0, false, 0, true)
+	if got.Wait != time.Second || got.For != 2*time.Second {
+		t.Errorf("wait %v, for %v; want 1s until one event, and the renewed record's 2s", got.Wait, got.For)
+	}
+}
+
+// testLendRevoke: a revoke, and a loan under another rule, end the other holders'
+// records; the holder's own give back counts first.
+func testLendRevoke(t *testing.T, newStore NewStore) {
+	s, _ := lender(t, newStore)
+	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10)}
+	l := ratelimit.Loan{Key: "k", Spec: spec, Want: 3, Share: 1, TTL: time.Minute}
+	for h := int64(1); h <= 2; h++ {
+		l.Holder = h
+		lendOne(t, s, l)
+	}
+	wantLent(t, "A gives back its 3 and revokes", lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 1, Give: 3, Revoke: true, Share: 1, TTL: time.Minute}), 0, true, 6, true)
+	wantLent(t, "B after the revoke", lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 2, Give: 3, Share: 1, TTL: time.Minute}), 0, true, 6, false)
+	lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 2, Want: 2, Share: 1, TTL: time.Minute})
+	other := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(20)}
+	lendOne(t, s, ratelimit.Loan{Key: "k", Spec: other, Holder: 1, Want: 1, Share: 1, TTL: time.Minute})
+	wantLent(t, "B after a loan under another rule", lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 2, Give: 2, Share: 1, TTL: time.Minute}), 0, true, 3, false)
+}
+
+// testLendWindows: a windowed algorithm's loan ends with its window, and what it lent
+// then never comes back into the next window.
+func testLendWindows(t *testing.T, newStore NewStore) {
+	s, clk := lender(t, newStore)
+	clk.Set(Start.Add(40 * time.Second))
+	for _, alg := range []*ratelimit.Algorithm{fixedwindow.Algorithm(), slidingwindow.Algorithm()} {
+		spec := &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerMinute(10)}
+		got := lendOne(t, s, ratelimit.Loan{Key: "w", Spec: spec, Holder: 1, Want: 4, Share: 1, TTL: time.Hour})
+		if got.N != 4 || got.For != 20*time.Second {
+			t.Errorf("%s at 0:40: lent %d for %v; want 4 for the window's last 20s", alg.Name, got.N, got.For)
+		}
+	}
+	clk.Set(Start.Add(time.Minute))
+	spec := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: ratelimit.PerMinute(10)}
+	got := lendOne(t, s, ratelimit.Loan{Key: "w", Spec: spec, Holder: 1, Give: 4, Share: 1, TTL: time.Hour})
+	wantLent(t, "the fixed window's 4 given back in the next window", got, 0, true, 9, false)
+	quota := fixedwindow.Quota{Limit: 100, Per: fixedwindow.Day, In: time.UTC}
+	qalg, err := quota.Algorithm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(Start.Add(23 * time.Hour))
+	qspec := &ratelimit.Spec{Algorithm: qalg, Rule: quota.Rule()}
+	got = lendOne(t, s, ratelimit.Loan{Key: "q", Spec: qspec, Holder: 1, Want: 10, Share: 1, TTL: 24 * time.Hour})
+	if got.N != 10 || got.For != time.Hour {
+		t.Errorf("a daily quota at 23:00: lent %d for %v; want 10 for the day's last hour", got.N, got.For)
+	}
+}
+
+// testLendBad: loans no store decides are errors, and lend nothing.
+func testLendBad(t *testing.T, newStore NewStore) {
+	s, _ := lender(t, newStore)
+	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10)}
+	good := ratelimit.Loan{Key: "k", Spec: spec, Holder: 1, Want: 5, Share: 1, TTL: time.Second}
+	bad := []ratelimit.Loan{
+		{Key: "k", Spec: &ratelimit.Spec{Algorithm: leakybucket.Algorithm(), Rule: ratelimit.PerSecond(10)}, Holder: 1, Want: 1, TTL: time.Second},
+		{Key: "k", Spec: spec, Want: 1, TTL: time.Second},
+		{Key: "k", Spec: spec, Holder: 1, Want: -1, TTL: time.Second},
+		{Key: "k", Spec: spec, Holder: 1, Give: -1, TTL: time.Second},
+		{Key: "k", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.Rule{Limit: -1, Period: time.Second}}, Holder: 1, Want: 1, TTL: time.Second},
+		{Key: "k", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10), Op: "peek"}, Holder: 1, Want: 1, TTL: time.Second},
+		{Key: "k", Holder: 1, Want: 1, TTL: time.Second},
+	}
+	for i, b := range bad {
+		if got, err := s.Lend(context.Background(), []ratelimit.Loan{good, b}); err == nil {
+			t.Errorf("bad loan %d: %+v, no error", i, got)
+		}
+	}
+	wantLent(t, "after the bad loans", lendOne(t, s, good), 5, true, 5, false)
+}
+
+// testLendConcurrent: holders lending, giving back and taking at once, on a clock that
+// stands still: what the key has left, what was taken and what the holders hold add up
+// to its capacity, exactly.
+func testLendConcurrent(t *testing.T, newStore NewStore) {
+	s, _ := lender(t, newStore)
+	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerHour(1000)}
+	var mu sync.Mutex
+	taken := int64(0)
+	held := make([]int64, 6)
+	var wg sync.WaitGroup
+	for h := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 40 {
+				give := held[h] / 2
+				got, err := s.Lend(context.Background(), []ratelimit.Loan{{Key: "k", Spec: spec, Holder: int64(h + 1),
+					Give: give, Want: int64(5 + i%7), Share: 1, TTL: time.Hour}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				held[h] += got[0].N - give
+				d, err := s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 1, Spec: spec})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed() {
+					mu.Lock()
+					taken++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	d, err := s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: spec.Rule, Op: "peek"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := int64(0)
+	if d.Allowed() {
+		left = d.Remaining + 1
+	}
+	out := int64(0)
+	for _, h := range held {
+		out += h
+	}
+	if left+taken+out != 1000 {
+		t.Errorf("left %d + taken %d + held %d = %d; want the capacity, 1000", left, taken, out, left+taken+out)
+	}
+}

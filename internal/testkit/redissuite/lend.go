@@ -1,0 +1,93 @@
+package redissuite
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/slidingwindow"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// LendParityOn drives the same random loans (several keys a call, holders giving back
+// what they hold, revokes) and takes through localstore and redis on one
+// fake clock, and requires identical answers. Time moves in multiples of step.
+func LendParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, step time.Duration, steps int) {
+	quota, err := fixedwindow.Quota{Limit: 50, Per: fixedwindow.Day, In: time.UTC}.Algorithm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	algs := []*ratelimit.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), slidingwindow.Algorithm(), quota}
+	rules := []ratelimit.Rule{{Limit: 20, Period: 10 * step, Burst: 30}, {Limit: 40, Period: 30 * step}}
+	rng := rand.New(rand.NewPCG(3, 5))
+	stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore}
+	held := map[string]int64{} // what each holder holds of each key, as far as it knows
+	for i := range steps {
+		if rng.IntN(3) == 0 {
+			clk.Advance(time.Duration(rng.IntN(8)) * step)
+		}
+		loans := make([]ratelimit.Loan, 1+rng.IntN(4))
+		for j := range loans {
+			alg := algs[rng.IntN(len(algs))]
+			k := rng.IntN(5)
+			key, rule := "key"+strconv.Itoa(k), rules[k%len(rules)] // one rule per key: see Parity
+			if alg == quota {
+				rule = ratelimit.Rule{Limit: 50, Period: 24 * time.Hour}
+			}
+			holder := 1 + rng.Int64N(3)
+			h := fmt.Sprint(alg.Name, key, holder)
+			loans[j] = ratelimit.Loan{Key: key, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule}, Holder: holder,
+				Give: rng.Int64N(held[h] + 1), Want: rng.Int64N(12), Share: 1 + rng.Int64N(3),
+				TTL: time.Duration(1+rng.IntN(40)) * step, Revoke: rng.IntN(30) == 0}
+		}
+		var got [2][]ratelimit.Lent
+		for s, store := range stores {
+			if got[s], err = store.(ratelimit.Lender).Lend(context.Background(), loans); err != nil {
+				t.Fatalf("step %d, store %d: %v", i, s, err)
+			}
+		}
+		for j, l := range loans {
+			if got[0][j] != got[1][j] {
+				t.Fatalf("step %d, loan %d (%s %s holder %d give %d want %d share %d ttl %v revoke %v) at %v:\n localstore %+v\n     redis %+v",
+					i, j, l.Spec.Algorithm.Name, l.Key, l.Holder, l.Give, l.Want, l.Share, l.TTL, l.Revoke,
+					clk.Now().Sub(limitertest.Start), got[0][j], got[1][j])
+			}
+			h := fmt.Sprint(l.Spec.Algorithm.Name, l.Key, l.Holder)
+			if !got[0][j].Kept {
+				held[h] = 0
+			}
+			held[h] = max(0, held[h]-l.Give) + got[0][j].N
+		}
+		if rng.IntN(2) == 0 { // a take beside the loans
+			l := loans[0]
+			same(t, stores, ratelimit.Request{Key: l.Key, N: 1, Spec: &ratelimit.Spec{Algorithm: l.Spec.Algorithm, Rule: l.Spec.Rule}},
+				func() string { return fmt.Sprintf("step %d, a take of %s %s", i, l.Spec.Algorithm.Name, l.Key) })
+		}
+	}
+}
+
+// LendParity runs LendParityOn on a real Redis, whose TTLs run on real time: each step is
+// 100ms of the fake clock, far more than the real time the run takes.
+func LendParity(t *testing.T) {
+	client := redistest.Start(t).Client()
+	clk := clock.NewFake(limitertest.Start)
+	LendParityOn(t, redisstore.New(client, redisstore.WithClock(clk), FreshPrefix()), clk, 100*time.Millisecond, 1500)
+}
+
+// LendParityCluster runs it on a 3-master Redis Cluster, the loans of a call spread over
+// its masters.
+func LendParityCluster(t *testing.T) {
+	client := redistest.StartCluster(t, 3).Client(t)
+	clk := clock.NewFake(limitertest.Start)
+	LendParityOn(t, redisstore.New(client, redisstore.WithClock(clk), FreshPrefix()), clk, 100*time.Millisecond, 500)
+}

@@ -1,0 +1,78 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+)
+
+// Lender is a Store that lends a key's events to an instance ahead of its requests, so
+// that the instance decides them from memory (hotkey.Leases does). A loan is conserved:
+// the store takes the events lent from the key's state, as a take of them would, and
+// records what each holder has out and until when; what a holder gives back goes back to
+// the key, never more than it has on record. A loan not renewed by its end is dropped
+// from the record, its events counted as spent: no event is ever created, and the key
+// admits at most what its rule allows, with or without lenders.
+//
+// Lend decides loans in order, each atomically, and returns what each lent; loans of
+// several keys may share one round trip (redisstore sends one call per Redis node). An
+// error is the backend's (nothing is known of what was lent), or the caller's for an
+// invalid loan (nothing is lent).
+//
+// localstore, redisstore and fallback are Lenders.
+type Lender interface {
+	Store
+	Lend(ctx context.Context, loans []Loan) ([]Lent, error)
+}
+
+// Loan is what one holder asks of one key: to give back events it has not spent, and to
+// borrow more.
+type Loan struct {
+	// Key and Spec name the key and its rule, as the Request of a take would; Spec's
+	// Algorithm is Lendable, and its Op and Reserve are empty.
+	Key  string
+	Spec *Spec
+
+	// Holder names the borrower: the store keeps one record per holder and key, of the
+	// events it has out and until when. Not 0.
+	Holder int64
+
+	// Give is how many events of the holder's loan it gives back first, unspent: never
+	// more than the record holds out, and none if the record is gone (ended, revoked).
+	Give int64
+
+	// Want is how many events to borrow now (0 to only give back, or renew the loan):
+	// the store lends at most what the key has left divided by Share, and by the holders
+	// on record with events out, whichever is more.
+	Want  int64
+	Share int64
+
+	// TTL is how long the loan stays on record, and its events may be spent, from now:
+	// every loan of a holder renews its record. For a Windowed algorithm the loan also
+	// ends with the window it was lent in.
+	TTL time.Duration
+
+	// Revoke drops the record of every other holder of the key, after this holder's
+	// Give: their events out are then counted as spent, and their next loan finds its
+	// record gone (Lent.Kept false), so that they drop what they hold. For a reset or a
+	// refund of the key, or a change of its rule.
+	Revoke bool
+}
+
+// Lent is what a store answered a Loan.
+type Lent struct {
+	// Outcome is the key's after the loan, as a take of N would answer it: allowed when
+	// anything was lent; when nothing was, its Wait is the time until one event could be.
+	Outcome
+
+	// N is how many events were lent (0 to Want).
+	N int64
+
+	// For is how long the holder may spend what it holds of this key, from the store's
+	// now: until the record ends. 0 when it holds nothing on record.
+	For time.Duration
+
+	// Kept says whether the holder's earlier record was still there, so that its Give
+	// went back to the key. When it was not (the loan ended, or was revoked), the holder
+	// drops whatever it still holds of the key.
+	Kept bool
+}

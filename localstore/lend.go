@@ -1,0 +1,74 @@
+package localstore
+
+import (
+	"context"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/lend"
+)
+
+var _ ratelimit.Lender = (*Store)(nil)
+
+// Lend decides each loan in turn, atomically on its key: under the key's lock, found (or
+// added) under its shard's, as a take is. A key keeps its record of loans beside its
+// state, and is forgotten no sooner than its last loan ends. Errors: ctx.Err() if ctx
+// has ended, and for an invalid loan (an algorithm that does not lend, no holder, an
+// invalid rule), before anything is lent.
+func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	args := make([]ratelimit.Args, len(loans))
+	spaces := make([]*space, len(loans))
+	for i, l := range loans {
+		if err := lend.Check(l); err != nil {
+			return nil, err
+		}
+		var err error
+		if args[i], err = lend.Args(l); err != nil {
+			return nil, err
+		}
+		if spaces[i], err = s.space(l.Spec.Algorithm, l.Spec.Namespace); err != nil {
+			return nil, err
+		}
+	}
+	lent := make([]ratelimit.Lent, len(loans))
+	now := s.now()
+	for i, l := range loans {
+		lent[i] = s.lendOne(spaces[i], l, args[i], now)
+	}
+	return lent, nil
+}
+
+// lendOne decides l, of args a, on its key at now.
+func (s *Store) lendOne(sp *space, l ratelimit.Loan, a ratelimit.Args, now int64) ratelimit.Lent {
+	h := s.hash.sum(l.Key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.table(sp)
+	sh.sweepIfDue(now, s.sweepEvery)
+	e := t.keys.get(h, l.Key)
+	if e == nil {
+		e = s.add(sh, &t.keys, h, l.Key, now, &entry{})
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.expires <= now {
+		e.reset()
+	}
+	var recs []lend.Record
+	if e.loans != nil {
+		recs = e.loans.recs
+	}
+	out, recs := lend.Decide(sp.alg, &e.state, recs, now, a, l)
+	e.loans = nil
+	if len(recs) > 0 {
+		e.loans = &loans{recs: recs}
+		for _, r := range recs {
+			e.loans.until = max(e.loans.until, r.Until)
+		}
+	}
+	e.expires = e.keep(now, out.Reset)
+	return out
+}

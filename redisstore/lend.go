@@ -1,0 +1,231 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/lend"
+	"github.com/ratelimit-go/ratelimit/internal/redisx"
+	"github.com/ratelimit-go/ratelimit/internal/script"
+)
+
+var _ ratelimit.Lender = (*Store)(nil)
+
+// maxLoans is the most loans one script decides: a script runs alone on its server, and
+// one of thousands would hold every other client of Redis for the time it takes.
+const maxLoans = 100
+
+// Lend decides loans (ratelimit.Lender) in one script per Redis server: on a
+// *redis.Client one call of up to 100 loans, on a *redis.ClusterClient one per master
+// (the keys of several slots in one script, with Redis 7's script flags), the calls in
+// parallel. Elsewhere (a Ring, an AutoPipeliner, a cluster without script flags) it
+// sends one call per loan. A key's record of loans is a hash beside its state, in its
+// hash slot (see Store, "Keys"), with the TTL of its latest loan.
+//
+// ctx alone bounds the calls: a refill of loans is not a decision, and no decision's
+// timeout applies. As every call of the store, a loan is never sent twice; an error
+// means nothing is known of what the loans lent (their events then count as spent, and
+// their records end with their TTL).
+func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	calls, err := s.encodeLoans(loans)
+	if err != nil {
+		return nil, err
+	}
+	groups, cluster, err := s.groupLoans(ctx, calls)
+	if err != nil {
+		return nil, s.failed("lend", err)
+	}
+	out := make([]ratelimit.Lent, len(loans))
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.lendOn(ctx, g, cluster, out)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// loanCall is one loan as lend.lua receives it.
+type loanCall struct {
+	i     int // its place in the loans
+	alg   *ratelimit.Algorithm
+	limit int64
+	state string // the names of its state key and of its record
+	args  []any  // its arguments but its step's index (lend.lua), then its keys' names
+}
+
+// group is loans that go to one server together.
+type group struct {
+	to    processor // nil: the client's own routing, one call per loan
+	calls []*loanCall
+}
+
+// encodeLoans checks loans and encodes each as lend.lua reads it.
+func (s *Store) encodeLoans(loans []ratelimit.Loan) ([]*loanCall, error) {
+	calls := make([]*loanCall, len(loans))
+	now := s.now()
+	for i, l := range loans {
+		if err := lend.Check(l); err != nil {
+			return nil, err
+		}
+		alg := l.Spec.Algorithm
+		if !script.ReadsState(alg) {
+			return nil, fmt.Errorf("redisstore: %s lends no state key", alg.Name)
+		}
+		a, err := lend.Args(l)
+		if err != nil {
+			return nil, err
+		}
+		k := redisx.NewKey(redisx.Namespace(l.Spec.Namespace), l.Key)
+		state, book := k.Name(s.scriptOf(alg).names[0]), k.Name(redisx.Loans(s.prefix, alg.Name))
+		win := int64(0)
+		if alg.Windowed {
+			win = a.Period
+			if alg.Window != nil {
+				win = -1
+			}
+		}
+		w := s.window(alg)
+		v := script.Values{script.N: 1, script.Limit: a.Limit, script.Period: a.Period, script.Unit: a.Unit,
+			script.Rate: a.Rate, script.Now: now, script.Op: script.Take, script.Lease: strconv.FormatInt(l.Holder, 10),
+			script.Keep: 0, script.WindowStart: w[0], script.WindowEnd: w[1], script.WindowNext: w[2]}
+		var extra [script.LendFields]any
+		extra[script.LendGive], extra[script.LendWant], extra[script.LendShare] = l.Give, l.Want, max(1, l.Share)
+		extra[script.LendTTL], extra[script.LendRevoke], extra[script.LendWindow] = l.TTL.Microseconds(), 0, win
+		if l.Revoke {
+			extra[script.LendRevoke] = 1
+		}
+		extra[script.LendState], extra[script.LendBook] = state, book
+		args := append(v[:], extra[:]...)
+		calls[i] = &loanCall{i: i, alg: alg, limit: a.Limit, state: state, args: args}
+	}
+	return calls, nil
+}
+
+// groupLoans groups calls by the server they go to, and says whether those are masters
+// of a cluster.
+func (s *Store) groupLoans(ctx context.Context, calls []*loanCall) ([]group, bool, error) {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		if s.process != nil {
+			return chunks(s.process, calls), false, nil
+		}
+	case *redis.ClusterClient:
+		if s.noFlags.Load() {
+			break
+		}
+		var groups []group
+		at := map[*redis.Client]int{}
+		var byMaster [][]*loanCall
+		for _, lc := range calls {
+			m, err := c.MasterForKey(ctx, lc.state)
+			if err != nil {
+				return nil, false, err
+			}
+			j, ok := at[m]
+			if !ok {
+				j = len(byMaster)
+				at[m] = j
+				byMaster = append(byMaster, nil)
+			}
+			byMaster[j] = append(byMaster[j], lc)
+		}
+		for m, j := range at {
+			groups = append(groups, chunks(m, byMaster[j])...)
+		}
+		return groups, true, nil
+	}
+	groups := make([]group, len(calls)) // one call per loan, routed by its key
+	for i, lc := range calls {
+		groups[i] = group{calls: []*loanCall{lc}}
+	}
+	return groups, false, nil
+}
+
+// chunks is calls to one server in groups of at most maxLoans.
+func chunks(to processor, calls []*loanCall) []group {
+	var groups []group
+	for len(calls) > 0 {
+		n := min(len(calls), maxLoans)
+		groups = append(groups, group{to: to, calls: calls[:n]})
+		calls = calls[n:]
+	}
+	return groups
+}
+
+// lendOn sends g's loans in one script, and writes what each lent into out.
+func (s *Store) lendOn(ctx context.Context, g group, cluster bool, out []ratelimit.Lent) (err error) {
+	defer clientPanic("lend", &err)
+	algs := make([]*ratelimit.Algorithm, len(g.calls))
+	for i, lc := range g.calls {
+		algs[i] = lc.alg
+	}
+	compose := func(algs []*ratelimit.Algorithm) string { return script.Lend(algs, cluster) }
+	sc, index := s.lends[boolIndex(cluster)].of(s, algs, "lend", compose)
+	args := make([]any, 0, 4+len(g.calls)*(1+len(g.calls[0].args)))
+	args = append(args, "evalsha", sc.hash, 1, g.calls[0].state) // the first key routes the call
+	for _, lc := range g.calls {
+		args = append(args, index[s.scriptOf(lc.alg).hash.(string)])
+		args = append(args, lc.args...)
+	}
+	var reply any
+	if g.to != nil {
+		reply, err = s.runOn(ctx, g.to, sc, args)
+	} else {
+		reply, err = s.run(ctx, sc, args)
+	}
+	if err != nil {
+		return s.failed("lend", err)
+	}
+	vals, ok := reply.([]any)
+	if !ok || len(vals) != script.LendReply*len(g.calls) {
+		return fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
+	}
+	for j, lc := range g.calls {
+		if out[lc.i], err = decodeLent(vals[script.LendReply*j:script.LendReply*(j+1)], lc.limit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeLent is one loan's reply: a step's five values, then lent, for (us) and kept.
+func decodeLent(vals []any, limit int64) (ratelimit.Lent, error) {
+	o, err := decodeVals(vals[:5], limit)
+	if err != nil {
+		return ratelimit.Lent{}, err
+	}
+	var n [3]int64
+	for i, v := range vals[5:] {
+		var ok bool
+		if n[i], ok = v.(int64); !ok || n[i] < 0 {
+			return ratelimit.Lent{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
+		}
+	}
+	return ratelimit.Lent{Outcome: o, N: n[0], For: time.Duration(n[1]) * time.Microsecond, Kept: n[2] == 1}, nil
+}
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
