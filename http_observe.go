@@ -27,7 +27,8 @@ type Event struct {
 	// Priority is the priority the request was decided at (see Middleware.Priority).
 	Priority Priority
 	// Source is the store that decided when the limiter's store is a fallback.Store:
-	// "primary" (Redis) or "secondary" (this instance's share); "" for any other store.
+	// "primary" (Redis) or "secondary" (this instance's share); "lease" for a decision
+	// hotkey.Leases made from what it holds; "" for any other store.
 	Source string
 	// Latency is how long the decision took.
 	Latency time.Duration

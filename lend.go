@@ -51,10 +51,10 @@ type Loan struct {
 	// ends with the window it was lent in.
 	TTL time.Duration
 
-	// Revoke drops the record of every other holder of the key, after this holder's
-	// Give: their events out are then counted as spent, and their next loan finds its
-	// record gone (Lent.Kept false), so that they drop what they hold. For a reset or a
-	// refund of the key, or a change of its rule.
+	// Revoke drops every record of the key, this holder's too, after its Give: their
+	// events out are then counted as spent, and the other holders' next loans find their
+	// records gone (Lent.Kept false), so that they drop what they hold. For a reset or a
+	// refund of the key.
 	Revoke bool
 }
 

@@ -184,3 +184,49 @@ func TestServers(t *testing.T) {
 	closed("an idle keep-alive connection", "GET /x HTTP/1.1\r\nHost: a\r\nX-Api-Key: shop-z\r\n\r\n")
 	closed("a request whose headers never end", "GET /x HTTP/1.1\r\nHost: a\r\n")
 }
+
+// TestLeasesDemo: with -leases, a busy tenant is decided from leases held in memory (the
+// metrics say how many), and gets no more than its rule.
+func TestLeasesDemo(t *testing.T) {
+	addr, admin := startGateway(t, config{reload: time.Hour,
+		store: backend.Config{Instances: 1, BreakerOpen: time.Second, LocalMaxKeys: 1000, LocalMaxBytes: 1 << 20, Leases: true}})
+	get := func() int {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/orders", nil)
+		req.Header.Set("X-Api-Key", "busy")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	eventually(t, "the gateway to answer", func() bool { return get() == 200 })
+	start := time.Now()
+	admitted, sent := 1, 1
+	for time.Since(start) < 2*time.Second {
+		if get() == 200 {
+			admitted++
+		}
+		sent++
+	}
+	elapsed := time.Since(start)
+	res, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	m := regexp.MustCompile(`(?m)^ratelimit_lease_decisions_total (\S+)`).FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("no ratelimit_lease_decisions_total in the metrics:\n%s", body)
+	}
+	leased, _ := strconv.ParseFloat(string(m[1]), 64)
+	t.Logf("%d requests in %v, %d admitted, %.0f decided from leases", sent, elapsed, admitted, leased)
+	if leased == 0 {
+		t.Errorf("no decision from a lease among %d", sent)
+	}
+	if most := 20 + int(10*elapsed.Seconds()) + 1; admitted > most {
+		t.Errorf("%d admitted in %v; the rule allows %d", admitted, elapsed, most)
+	}
+}

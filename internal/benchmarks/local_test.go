@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
 	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
 	"github.com/ratelimit-go/ratelimit/slidinglog"
 	"github.com/ratelimit-go/ratelimit/slidingwindow"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
@@ -49,6 +50,34 @@ func ours[L ratelimit.Limiter](newL func(ratelimit.Store, ratelimit.Rule, ...rat
 			d, err := l.Allow(ctx, key)
 			return err == nil && d.Allowed
 		}
+	}
+}
+
+// leased is the token bucket on hotkey.Leases over localstore (standing in for Redis, as
+// a ratelimit.Lender): every key is asked of until its lease is in hand, so that what is
+// measured is a decision from a lease.
+func leased(b *testing.B) allowFunc {
+	p, err := hotkey.NewLeases(localstore.New(), hotkey.WithRefill(20*time.Millisecond))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close(context.Background()) })
+	l, err := tokenbucket.New(p, ratelimit.PerSecond(limit))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for deadline := time.Now().Add(5 * time.Second); p.Stats().Leases < len(keys); {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d keys leased of %d after 5s", p.Stats().Leases, len(keys))
+		}
+		for _, k := range keys {
+			l.Allow(ctx, k)
+		}
+	}
+	return func(ctx context.Context, key string) bool {
+		d, err := l.Allow(ctx, key)
+		return err == nil && d.Allowed
 	}
 }
 
@@ -91,6 +120,7 @@ func localImplementations(b *testing.B) []struct {
 		{"ratelimit-fixedwindow", ours(fixedwindow.New)},
 		{"ratelimit-slidingwindow", ours(slidingwindow.New)},
 		{"ratelimit-slidinglog", ours(slidinglog.New)},
+		{"ratelimit-tokenbucket-leases", leased},
 		{"x-time-rate-syncmap", xrate},
 		{"sethvargo-memorystore", sethvargo},
 	}

@@ -47,7 +47,7 @@ func Args(l ratelimit.Loan) (ratelimit.Args, error) {
 
 // Decide decides l on st and recs at now, a its Args: it drops the records that have
 // ended or that were lent under another rule, takes back the holder's Give (no more than
-// its record holds out), drops every other holder's record for a Revoke, and lends what
+// its record holds out), drops every record for a Revoke, and lends what
 // l wants of what the key has left, divided by l.Share or by the holders with events
 // out, whichever is more; then it renews the holder's record (or drops it, if nothing is
 // out). It returns the Lent and the records after, in recs' array.
@@ -64,8 +64,8 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 			mine.Out -= give
 		}
 	}
-	if l.Revoke {
-		recs = recs[:0]
+	if l.Revoke { // every record, this holder's too: what it holds was lent before
+		recs, mine.Out = recs[:0], 0
 	}
 	holders := int64(1)
 	for _, r := range recs {

@@ -68,6 +68,11 @@ func FuzzDecide(f *testing.F) {
 			} else {
 				out[holder] = 0
 			}
+			if l.Revoke { // every record, this holder's too
+				for h := range out {
+					out[h] = 0
+				}
+			}
 			peek := core.Clone(shadow) // what was left once the give was back
 			before := int64(0)
 			if o := alg.Step(&peek, now, a); o.Allowed() {
@@ -86,13 +91,6 @@ func FuzzDecide(f *testing.F) {
 			}
 			if got.N > l.Want || got.N > 0 && got.N*max(1, l.Share) > before {
 				t.Fatalf("lent %d of %d wanted, %d left, share %d", got.N, l.Want, before, l.Share)
-			}
-			if l.Revoke {
-				for h := range out {
-					if h != holder {
-						out[h] = 0
-					}
-				}
 			}
 			held := int64(0)
 			for _, r := range recs {

@@ -29,7 +29,7 @@ for a = 1, #ARGV, stride do
   local keys, book = {ARGV[a + 19]}, ARGV[a + 20]
   argv[8] = 0 -- the step's lease: none
   -- the records: those that ended or were lent under another rule dropped, every other
-  -- holder's for a revoke, the holder's own taken out
+  -- holder's for a revoke (and the holder's own below), the holder's own taken out
   local recs = redis.call('HGETALL', book)
   local mine, kept, holders = 0, false, 1
   for i = 1, #recs, 2 do
@@ -54,6 +54,7 @@ for a = 1, #ARGV, stride do
       mine = mine - give
     end
   end
+  if revoke then mine = 0 end -- every record, this holder's too: what it holds was lent before
   local p = {unpack(argv)}
   p[7] = PEEK
   local allowed, remaining, retry, reset, delay = step(keys, p)

@@ -32,21 +32,26 @@ import (
 // PrefetchOption configures a Prefetch.
 type PrefetchOption interface{ applyPrefetch(*hotConfig) }
 
+// LeasesOption configures Leases.
+type LeasesOption interface{ applyLeases(*hotConfig) }
+
 // ShardOption configures a Shard.
 type ShardOption interface{ applyShard(*hotConfig) }
 
 // BlockCacheOption configures a BlockCache.
 type BlockCacheOption interface{ applyBlockCache(*hotConfig) }
 
-// MemoryOption configures what Prefetch and BlockCache remember of each key.
+// MemoryOption configures what Prefetch, Leases and BlockCache remember of each key.
 type MemoryOption interface {
 	PrefetchOption
+	LeasesOption
 	BlockCacheOption
 }
 
-// Option configures any of Prefetch, Shard and BlockCache.
+// Option configures any of Prefetch, Leases, Shard and BlockCache.
 type Option interface {
 	PrefetchOption
+	LeasesOption
 	ShardOption
 	BlockCacheOption
 }
@@ -57,6 +62,9 @@ type hotConfig struct {
 	grantTime time.Duration
 	retries   int
 	maxKeys   int
+	refill    time.Duration // Leases: the refill interval
+	ttl       time.Duration // Leases: a lease's TTL
+	instances func() int    // Leases: the live instances, nil for none known
 }
 
 // The option types: one per set of decorators an option applies to.
@@ -64,11 +72,15 @@ type (
 	anyOption      func(*hotConfig)
 	memoryOption   func(*hotConfig)
 	prefetchOption func(*hotConfig)
+	leasesOption   func(*hotConfig)
 	shardOption    func(*hotConfig)
 )
 
 func (f anyOption) applyPrefetch(c *hotConfig)      { f(c) }
 func (f anyOption) applyShard(c *hotConfig)         { f(c) }
+func (f anyOption) applyLeases(c *hotConfig)        { f(c) }
+func (f memoryOption) applyLeases(c *hotConfig)     { f(c) }
+func (f leasesOption) applyLeases(c *hotConfig)     { f(c) }
 func (f anyOption) applyBlockCache(c *hotConfig)    { f(c) }
 func (f memoryOption) applyPrefetch(c *hotConfig)   { f(c) }
 func (f memoryOption) applyBlockCache(c *hotConfig) { f(c) }
@@ -91,12 +103,42 @@ func WithGrantTime(d time.Duration) PrefetchOption {
 	})
 }
 
+// WithRefill sets the refill interval of Leases (200ms by default; 0 or less means the
+// default): how often it looks at every lease (to renew it, give back what it does not
+// need, or end it) and at the exact path's keys (to lease the busy ones); a lease holds
+// about the key's demand times this interval and a round trip.
+func WithRefill(d time.Duration) LeasesOption {
+	return leasesOption(func(c *hotConfig) {
+		if d > 0 {
+			c.refill = d
+		}
+	})
+}
+
+// WithLeaseTTL sets how long a lease of Leases lasts unless renewed (2s by default; 0 or
+// less means the default), and so how long it serves through an outage of Redis, and
+// how long the events of an instance that died stay out.
+func WithLeaseTTL(d time.Duration) LeasesOption {
+	return leasesOption(func(c *hotConfig) {
+		if d > 0 {
+			c.ttl = d
+		}
+	})
+}
+
+// WithInstanceCount tells Leases how many instances share the keys (members.Count, say),
+// so that a lease takes no more than a key has left divided by them; without it, by the
+// instances holding a lease of the key.
+func WithInstanceCount(count func() int) LeasesOption {
+	return leasesOption(func(c *hotConfig) { c.instances = count })
+}
+
 // WithRetries sets how many other shards Shard tries after a denial (2 by default).
 func WithRetries(n int) ShardOption {
 	return shardOption(func(c *hotConfig) { c.retries = max(0, n) })
 }
 
-// WithClock sets the clock of grants and blocks (clock.NewMonotonic() by default).
+// WithClock sets the clock of grants, leases and blocks (clock.NewMonotonic() by default).
 func WithClock(c clock.Clock) MemoryOption {
 	return memoryOption(func(cfg *hotConfig) {
 		if c != nil {
@@ -105,8 +147,9 @@ func WithClock(c clock.Clock) MemoryOption {
 	})
 }
 
-// WithMaxKeys bounds the keys Prefetch and BlockCache remember (100,000 by default); past
-// it, the expired ones are dropped, and if none is, the oldest half.
+// WithMaxKeys bounds the keys Prefetch and BlockCache remember (100,000 by default; past
+// it, the expired ones are dropped, and if none is, the oldest half), and the keys Leases
+// leases and watches (past it, no key is added until one goes).
 func WithMaxKeys(n int) MemoryOption {
 	return memoryOption(func(c *hotConfig) {
 		if n > 0 {
@@ -115,11 +158,19 @@ func WithMaxKeys(n int) MemoryOption {
 	})
 }
 
+// leaseConfig is the configuration of Leases.
+type leaseConfig = hotConfig
+
+func newLeaseConfig(next ratelimit.Store, opts []LeasesOption) leaseConfig {
+	return newHotConfig("NewLeases", next, opts, LeasesOption.applyLeases)
+}
+
 func newHotConfig[O any](name string, next ratelimit.Store, opts []O, apply func(O, *hotConfig)) hotConfig {
 	if next == nil {
 		panic("hotkey: " + name + " with a nil store")
 	}
-	c := hotConfig{clock: clock.NewMonotonic(), grantTime: 100 * time.Millisecond, retries: 2, maxKeys: 100_000}
+	c := hotConfig{clock: clock.NewMonotonic(), grantTime: 100 * time.Millisecond, retries: 2, maxKeys: 100_000,
+		refill: 200 * time.Millisecond, ttl: 2 * time.Second}
 	for _, o := range opts {
 		if any(o) == nil {
 			panic("hotkey: " + name + " with a nil option")

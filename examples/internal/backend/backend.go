@@ -20,6 +20,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/fallback"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
 	"github.com/ratelimit-go/ratelimit/redisstore/members"
 )
 
@@ -31,6 +32,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Instances, "instances", 0, "instances sharing the limits: each enforces 1/n while Redis is down (0: the number alive, learned through Redis)")
 	fs.DurationVar(&c.Timeout, "timeout", 0, "the most a decision waits for Redis (0: 5ms on Redis, 50ms on the embedded miniredis)")
 	fs.DurationVar(&c.BreakerOpen, "breaker-open", time.Second, "how long Redis is left alone after it fails")
+	fs.BoolVar(&c.Leases, "leases", false, "decide busy keys from events leased from Redis and held in memory, refilled in the background (hotkey.Leases): no round trip for them")
 }
 
 // DefaultTimeout is the budget of one call to a real Redis (fallback.DefaultTimeout).
@@ -53,6 +55,7 @@ type Config struct {
 	BreakerOpen   time.Duration
 	LocalMaxKeys  int
 	LocalMaxBytes int64
+	Leases        bool                   // busy keys decided from leases (hotkey.Leases)
 	Members       string                 // the name the instances beat under in Redis ("gateway")
 	Algorithms    []*ratelimit.Algorithm // loaded into Redis before serving
 }
@@ -128,7 +131,7 @@ func Open(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (_ rate
 		}
 		log.Warn("Redis does not answer; starting on each instance's share of the rules until it does", "err", err)
 	}
-	instances := fallback.WithInstances(cfg.Instances)
+	instances, count := fallback.WithInstances(cfg.Instances), func() int { return cfg.Instances }
 	if cfg.Instances < 1 { // learned: each instance beats in Redis, and counts the live ones
 		fleet := members.New(client, cfg.Members)
 		if _, err := fleet.Beat(start); err != nil {
@@ -144,12 +147,26 @@ func Open(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (_ rate
 			defer cancel()
 			fleet.Leave(leave)
 		}}, closeAll...)
-		instances = fallback.WithInstanceCount(fleet.Count)
+		instances, count = fallback.WithInstanceCount(fleet.Count), fleet.Count
 	}
 	store := fallback.New(rs, localstore.New(localstore.WithMaxKeys(cfg.LocalMaxKeys), localstore.WithMaxBytes(cfg.LocalMaxBytes)),
 		instances, fallback.WithTimeout(cmp.Or(timeout, DefaultTimeout)),
 		fallback.WithBreaker(fallback.Breaker{OpenFor: cfg.BreakerOpen}), fallback.WithHooks(m.Hooks()), fallback.WithLogger(log))
-	return store, closeStore, nil
+	if !cfg.Leases {
+		return store, closeStore, nil
+	}
+	leases, err := hotkey.NewLeases(store, hotkey.WithInstanceCount(count))
+	if err != nil {
+		return nil, nil, err
+	}
+	closeAll = append([]func(){func() { // first: what the leases hold goes back while Redis is there
+		giveBack, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		leases.Close(giveBack)
+	}}, closeAll...)
+	m.Leases(leases)
+	log.Info("busy keys are decided from leases held in memory")
+	return leases, closeStore, nil
 }
 
 // checkRedis refuses a Redis that is not what the flags say: -redis-cluster at a server

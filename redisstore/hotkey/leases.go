@@ -1,0 +1,181 @@
+package hotkey
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/trace"
+)
+
+// Leases decides the requests of a busy key from events this instance holds on loan from
+// the next store, a ratelimit.Lender (redisstore, or fallback around it), and asks for
+// the next loan in the background before they run out: a decision from a lease waits
+// for no round trip, and Redis sees one call per refill for all the keys this instance
+// refills at once (per Redis node), not one per request.
+//
+// Loans are conserved (see ratelimit.Lender): the events an instance holds were taken
+// from the key's state, so the instances together never admit more than the rule, only
+// a little later than Redis counted them (up to a lease's length). What an instance does
+// not spend goes back to the key: when its demand falls, when the instance closes
+// (Close), and with every refill that finds it holds more than it needs. An instance
+// that dies takes what it held with it, no more than a lease's worth, and the key
+// refills by its rule.
+//
+// A key is leased once this instance asks of it at least about one event per round trip
+// to Redis (its demand times the round trip plus the refill interval, WithRefill); until
+// then, and for the quiet keys, every request takes the exact path: the next store
+// decides it, as without Leases. A lease holds about the instance's demand times (the
+// round trip plus the refill interval), never more than the key has left divided by the
+// live instances (WithInstanceCount) or by the holders on record; when it falls below
+// what one round trip spends, a refill goes out, coalesced with every other key's, and
+// requests spend what is left meanwhile. A key the next store has nothing to lend for
+// is denied from memory until one event could be lent (RetryAfter), as BlockCache does.
+// Each lease is renewed within half its TTL (WithLeaseTTL, 2s), and given back once its
+// key is quiet.
+//
+// A decision from a lease reports the key's Remaining at the last refill plus what the
+// instance holds, and the ResetAfter of the last refill, less the time since. Its
+// source, for the middleware's Event, is "lease".
+//
+// The algorithms that are ratelimit.Algorithm.Lendable (the token bucket, the fixed
+// window, the sliding window counter and the calendar quotas) are leased; the others'
+// requests, peeks, and the requests that keep a reserve for more important ones take
+// the exact path. A refund or a reset of a key drops every instance's lease of it: this
+// instance's at once, the others' at their next refill (within one refill interval),
+// and so does a change of its rule. With the fallback store under it, a lease keeps
+// serving through an outage of Redis until it ends; then the key's requests take the
+// exact path, to the fallback's shares.
+//
+// Leases starts a goroutine of its own: Close stops it, and gives back what it holds.
+type Leases struct {
+	next   ratelimit.Store
+	lender ratelimit.Lender
+	cfg    leaseConfig
+	holder int64
+	table  leaseTable
+	asks   chan *lease   // refills asked for at low water
+	rtt    atomic.Int64  // the round trip of a refill, nanoseconds, a moving average
+	watch  demand        // the exact path's keys, for the ones to lease
+	stop   chan struct{} // closed by Close
+	done   chan struct{} // closed when the refiller has given back what it held
+	closed sync.Once
+
+	// what Stats reports: decisions of the next store (those of leased keys apart),
+	// the demand of the leases removed, and the refiller's calls
+	exact, exactLeased, removed atomic.Int64
+	refills, failed, revoked    atomic.Int64
+}
+
+// LeasesStats is what Leases has done since it was made.
+type LeasesStats struct {
+	Leases    int           // keys leased now
+	Local     int64         // decisions from leases: admissions, and denials from memory
+	Exact     int64         // decisions of the next store (the exact path), of leased keys too
+	Refills   int64         // calls to the next store's Lend
+	Failed    int64         // of them, the ones that failed
+	Revoked   int64         // loans that found this instance's record gone (ended, revoked)
+	RoundTrip time.Duration // of a refill, a moving average
+}
+
+// Stats is what p has done so far.
+func (p *Leases) Stats() LeasesStats {
+	asked := p.removed.Load()
+	p.table.each(func(l *lease) { asked += l.demand.Load() })
+	exactLeased := p.exactLeased.Load()
+	return LeasesStats{Leases: p.table.size(), Local: asked - exactLeased, Exact: p.exact.Load() + exactLeased,
+		Refills: p.refills.Load(), Failed: p.failed.Load(), Revoked: p.revoked.Load(), RoundTrip: time.Duration(p.rtt.Load())}
+}
+
+var _ ratelimit.Store = (*Leases)(nil)
+
+// Source is what a decision from a lease reports as its source (ratelimit.Event.Source).
+const Source = "lease"
+
+// NewLeases returns Leases over next, and starts its refiller. It returns an error for
+// a next that does not lend (a ratelimit.Lender); it panics for a nil next or option.
+func NewLeases(next ratelimit.Store, opts ...LeasesOption) (*Leases, error) {
+	cfg := newLeaseConfig(next, opts)
+	lender, ok := next.(ratelimit.Lender)
+	if !ok {
+		return nil, fmt.Errorf("hotkey: NewLeases over %T, which does not lend (ratelimit.Lender)", next)
+	}
+	p := &Leases{next: next, lender: lender, cfg: cfg, holder: newHolder(), asks: make(chan *lease, 4096),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	p.rtt.Store(int64(time.Millisecond))
+	p.watch.init(cfg.maxKeys)
+	go p.refill()
+	return p, nil
+}
+
+// newHolder is a random id, not 0, for this instance's records of loans.
+func newHolder() int64 {
+	for {
+		if h := rand.Int64(); h != 0 {
+			return h
+		}
+	}
+}
+
+// Close stops the refiller, and gives back the events this instance holds (within ctx);
+// the leases' requests then take the exact path. It is safe to call more than once.
+func (p *Leases) Close(ctx context.Context) error {
+	p.closed.Do(func() { close(p.stop) })
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Apply decides req from a lease when its key has one, else on the next store.
+func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	sp := req.Spec
+	if sp == nil || sp.Algorithm == nil || !sp.Algorithm.Lendable || sp.Reserve != 0 || !p.cfg.handles(req) {
+		return p.next.Apply(ctx, req)
+	}
+	if sp.Op != "" {
+		return p.op(ctx, req)
+	}
+	now := clock.UnixNano(p.cfg.clock)
+	if l := p.table.get(sp, req.Key); l != nil {
+		if o, ok := l.take(p, req.N, now); ok {
+			trace.Set(ctx, Source)
+			return o, nil
+		}
+		p.exactLeased.Add(req.N)
+	} else {
+		p.watch.note(sp, req.Key, req.N, now)
+		p.exact.Add(req.N)
+	}
+	return p.next.Apply(ctx, req)
+}
+
+// op is a peek, a refund or a reset. A peek goes to the next store. A refund or a reset
+// ends this instance's lease of the key (what it held dropped: it was taken before),
+// reaches the next store, and then revokes every other instance's, which learn it at
+// their next refill.
+func (p *Leases) op(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	if req.Spec.Op == "peek" {
+		return p.next.Apply(ctx, req)
+	}
+	for _, l := range p.table.all(req.Spec, req.Key) {
+		l.end()
+	}
+	o, err := p.next.Apply(ctx, req)
+	if err != nil {
+		return o, err
+	}
+	// a revoke that fails leaves the other leases to end by themselves, within their TTL
+	revoke := ratelimit.Loan{Key: req.Key, Spec: core.WithOp(req.Spec, ""), Holder: p.holder, Share: 1,
+		TTL: p.cfg.ttl, Revoke: true}
+	_, _ = p.lender.Lend(ctx, []ratelimit.Loan{revoke}) // the op is done either way
+	return o, nil
+}

@@ -1,0 +1,273 @@
+package hotkey
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+)
+
+// maxRefill is the most leases one refill asks for at once.
+const maxRefill = 1000
+
+// refill is the refiller: it lends what decisions ask for at low water, coalesced, and
+// every refill interval looks at every lease and at the exact path's keys. When Close
+// stops it, it gives back what the leases hold.
+func (p *Leases) refill() {
+	defer close(p.done)
+	tick := time.NewTicker(p.cfg.refill)
+	defer tick.Stop()
+	last := clock.UnixNano(p.cfg.clock)
+	for {
+		select {
+		case <-p.stop:
+			p.giveBack()
+			return
+		case l := <-p.asks:
+			batch := []*lease{l}
+			for len(batch) < maxRefill {
+				select {
+				case l := <-p.asks:
+					batch = append(batch, l)
+					continue
+				default:
+				}
+				break
+			}
+			p.lend(batch, nil)
+		case <-tick.C:
+			now := clock.UnixNano(p.cfg.clock)
+			p.tick(now, max(1, now-last))
+			last = now
+		}
+	}
+}
+
+// horizon is how long a lease should last, in seconds: a round trip and a refill
+// interval.
+func (p *Leases) horizon() float64 {
+	return (time.Duration(p.rtt.Load()) + p.cfg.refill).Seconds()
+}
+
+// tick leases the exact path's busy keys, measures every lease's demand over elapsed
+// (nanoseconds), and refills, shrinks or ends each as it needs.
+func (p *Leases) tick(now, elapsed int64) {
+	secs, horizon := float64(elapsed)/1e9, p.horizon()
+	var refills, drops, gone []*lease
+	p.table.each(func(l *lease) {
+		if l.ended.Load() { // by a refund or a reset, which revoked its record
+			gone = append(gone, l)
+			return
+		}
+		d := l.demand.Load()
+		l.rate = (l.rate + float64(d-l.lastDemand)/secs) / 2
+		l.lastDemand = d
+		if l.rate*horizon < 0.5 {
+			l.quiet++
+		} else {
+			l.quiet = 0
+		}
+		target, low := p.sizes(l)
+		l.low.Store(low)
+		switch tokens := l.tokens.Load(); {
+		case l.quiet >= 3:
+			drops = append(drops, l)
+		case l.asking.Load():
+		case tokens < low && now >= l.deniedUntil.Load(), tokens > 2*target, l.until.Load()-now < int64(p.cfg.ttl)/2:
+			l.asking.Store(true)
+			refills = append(refills, l)
+		}
+	})
+	p.remove(gone)
+	var added []*lease
+	for _, k := range p.watch.busy(secs, horizon, p.cfg.maxKeys-p.table.size()) {
+		l := &lease{spec: k.spec, key: k.key, rate: k.rate}
+		_, low := p.sizes(l)
+		l.low.Store(low)
+		l.asking.Store(true)
+		added = append(added, l)
+	}
+	p.table.add(added)
+	refills = append(refills, added...)
+	p.lend(refills, drops)
+}
+
+// sizes are how many events l should hold after a refill, and below how many it asks for
+// the next: its demand over a horizon, and over two round trips.
+func (p *Leases) sizes(l *lease) (target, low int64) {
+	low = int64(math.Ceil(l.rate*2*time.Duration(p.rtt.Load()).Seconds())) + 1
+	return int64(math.Ceil(l.rate*p.horizon())) + low, low
+}
+
+// lend asks the next store for what refills need, and gives back what drops hold
+// (ending them), in one call.
+func (p *Leases) lend(refills, drops []*lease) {
+	if len(refills)+len(drops) == 0 {
+		return
+	}
+	share := int64(1)
+	if p.cfg.instances != nil {
+		share = int64(max(1, p.cfg.instances()))
+	}
+	loans := make([]ratelimit.Loan, 0, len(refills)+len(drops))
+	gives := make([]int64, len(refills))
+	for i, l := range refills {
+		target, _ := p.sizes(l)
+		held := l.tokens.Load()
+		if held > 2*target {
+			gives[i] = l.giveOut(held - target)
+		}
+		loans = append(loans, ratelimit.Loan{Key: l.key, Spec: l.spec, Holder: p.holder, Give: gives[i],
+			Want: max(0, target-held+gives[i]), Share: share, TTL: p.cfg.ttl})
+	}
+	for _, l := range drops {
+		give := l.tokens.Swap(0)
+		l.end()
+		loans = append(loans, ratelimit.Loan{Key: l.key, Spec: l.spec, Holder: p.holder, Give: give, Share: share, TTL: p.cfg.ttl})
+	}
+	p.remove(drops)
+	sent := clock.UnixNano(p.cfg.clock)
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ttl)
+	got, err := p.lender.Lend(ctx, loans)
+	cancel()
+	p.refills.Add(1)
+	if err != nil {
+		p.failed.Add(1)
+	} else {
+		rtt := clock.UnixNano(p.cfg.clock) - sent
+		p.rtt.Store((p.rtt.Load()*3 + rtt) / 4)
+		for i, l := range refills {
+			if !got[i].Kept && l.out > 0 {
+				p.revoked.Add(1)
+			}
+			dry := got[i].N < loans[i].Want
+			l.lent(got[i], gives[i], sent, dry, int64(p.cfg.refill))
+		}
+	}
+	for _, l := range refills {
+		l.asking.Store(false)
+	}
+}
+
+// remove drops ls from the table, keeping what they were asked for Stats.
+func (p *Leases) remove(ls []*lease) {
+	for _, l := range ls {
+		p.removed.Add(l.demand.Load())
+	}
+	p.table.remove(ls)
+}
+
+// giveOut takes up to n events out of what l holds, to give back, and returns how many.
+func (l *lease) giveOut(n int64) int64 {
+	for {
+		held := l.tokens.Load()
+		give := min(n, held)
+		if give <= 0 || l.tokens.CompareAndSwap(held, held-give) {
+			return max(0, give)
+		}
+	}
+}
+
+// lent applies what the next store lent l, asked at sent, which gave back give; dry says
+// it lent less than asked, and so the lease denies what it lacks until the next refill,
+// an interval later.
+func (l *lease) lent(r ratelimit.Lent, give, sent int64, dry bool, interval int64) {
+	l.limit.Store(r.Limit())
+	l.remaining.Store(r.Remaining)
+	l.resetAt.Store(sent + int64(r.Reset))
+	if r.Kept {
+		l.tokens.Add(r.N)
+		l.out += r.N - give
+	} else { // the record was gone (ended, revoked): what l held went with it
+		l.tokens.Store(r.N)
+		l.out = r.N
+	}
+	l.until.Store(sent + int64(r.For))
+	if dry {
+		l.deniedUntil.Store(sent + max(interval, int64(r.Wait)))
+	} else {
+		l.deniedUntil.Store(0)
+	}
+}
+
+// giveBack ends every lease and gives back what it holds, as Close asks.
+func (p *Leases) giveBack() {
+	var all []*lease
+	p.table.each(func(l *lease) { all = append(all, l) })
+	for len(all) > 0 {
+		n := min(len(all), maxRefill)
+		p.lend(nil, all[:n])
+		all = all[n:]
+	}
+}
+
+// demand counts what the exact path asks of each key, for the refiller to lease the
+// keys that ask enough.
+type demand struct {
+	mu   sync.Mutex
+	keys map[watchKey]*watched
+	max  int
+}
+
+type watchKey struct {
+	spec *ratelimit.Spec
+	key  string
+}
+
+type watched struct {
+	asked int64   // since the last tick
+	rate  float64 // events a second, a moving average
+}
+
+func (d *demand) init(max int) {
+	d.keys, d.max = map[watchKey]*watched{}, max
+}
+
+// note counts n events asked of key under spec.
+func (d *demand) note(spec *ratelimit.Spec, key string, n, now int64) {
+	k := watchKey{spec, key}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w := d.keys[k]
+	if w == nil {
+		if len(d.keys) >= d.max {
+			return
+		}
+		w = &watched{}
+		d.keys[k] = w
+	}
+	w.asked += n
+}
+
+// busy measures every key's rate over secs, and returns (and stops watching) up to room
+// keys whose rate times horizon (seconds) reaches one event; it forgets the keys that
+// asked nothing.
+func (d *demand) busy(secs, horizon float64, room int) []struct {
+	watchKey
+	rate float64
+} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []struct {
+		watchKey
+		rate float64
+	}
+	for k, w := range d.keys {
+		w.rate = (w.rate + float64(w.asked)/secs) / 2
+		switch {
+		case w.rate*horizon >= 1 && len(out) < room:
+			out = append(out, struct {
+				watchKey
+				rate float64
+			}{k, w.rate})
+			delete(d.keys, k)
+		case w.asked == 0 && w.rate*horizon < 0.01:
+			delete(d.keys, k)
+		}
+		w.asked = 0
+	}
+	return out
+}
