@@ -103,10 +103,12 @@ func WithGrantTime(d time.Duration) PrefetchOption {
 	})
 }
 
-// WithRefill sets the refill interval of Leases (200ms by default; 0 or less means the
-// default): how often it looks at every lease (to renew it, give back what it does not
-// need, or end it) and at the exact path's keys (to lease the busy ones); a lease holds
-// about the key's demand times this interval and a round trip.
+// WithRefill sets the refill interval of Leases (1s by default; 0 or less means the
+// default): a lease holds about its key's demand over this interval and a round trip,
+// and a key is leased once it asks about an event in that time. Four times an interval
+// the refiller looks at every lease (to top it up, renew it, give back what it does not
+// need, or end it) and at the exact path's keys (to lease the busy ones), and tops up a
+// key that had less to lend than asked.
 func WithRefill(d time.Duration) LeasesOption {
 	return leasesOption(func(c *hotConfig) {
 		if d > 0 {
@@ -170,7 +172,7 @@ func newHotConfig[O any](name string, next ratelimit.Store, opts []O, apply func
 		panic("hotkey: " + name + " with a nil store")
 	}
 	c := hotConfig{clock: clock.NewMonotonic(), grantTime: 100 * time.Millisecond, retries: 2, maxKeys: 100_000,
-		refill: 200 * time.Millisecond, ttl: 2 * time.Second}
+		refill: time.Second, ttl: 2 * time.Second}
 	for _, o := range opts {
 		if any(o) == nil {
 			panic("hotkey: " + name + " with a nil option")

@@ -2,6 +2,7 @@ package hotkey
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -93,7 +94,7 @@ func (p *Leases) Stats() LeasesStats {
 		Refills: p.refills.Load(), Failed: p.failed.Load(), Revoked: p.revoked.Load(), RoundTrip: time.Duration(p.rtt.Load())}
 }
 
-var _ ratelimit.Store = (*Leases)(nil)
+var _ ratelimit.BatchStore = (*Leases)(nil)
 
 // Source is what a decision from a lease reports as its source (ratelimit.Event.Source).
 const Source = "lease"
@@ -156,6 +157,20 @@ func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 		p.exact.Add(req.N)
 	}
 	return p.next.Apply(ctx, req)
+}
+
+// ApplyAll decides several limits at once, all or none, on the next store: the exact
+// path, atomic as the next store makes it (ratelimit.BatchStore); leases decide one
+// request of one key at a time. A next store that is not a BatchStore gives an error
+// matching errors.ErrUnsupported, and ratelimit.AllowAll then takes the requests one by
+// one.
+func (p *Leases) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
+	bs, ok := p.next.(ratelimit.BatchStore)
+	if !ok {
+		return nil, fmt.Errorf("hotkey: Leases over %T, which decides one request at a time: %w", p.next, errors.ErrUnsupported)
+	}
+	p.exact.Add(int64(len(reqs)))
+	return bs.ApplyAll(ctx, reqs)
 }
 
 // op is a peek, a refund or a reset. A peek goes to the next store. A refund or a reset

@@ -10,15 +10,18 @@ import (
 	"github.com/ratelimit-go/ratelimit/clock"
 )
 
-// maxRefill is the most leases one refill asks for at once.
-const maxRefill = 1000
+const (
+	maxRefill = 1000                 // the most leases one refill asks for at once
+	ticks     = 4                    // the refiller's looks at every lease in a refill interval
+	coalesce  = 2 * time.Millisecond // how long an ask at low water waits for others
+)
 
 // refill is the refiller: it lends what decisions ask for at low water, coalesced, and
-// every refill interval looks at every lease and at the exact path's keys. When Close
-// stops it, it gives back what the leases hold.
+// four times a refill interval looks at every lease and at the exact path's keys. When
+// Close stops it, it gives back what the leases hold.
 func (p *Leases) refill() {
 	defer close(p.done)
-	tick := time.NewTicker(p.cfg.refill)
+	tick := time.NewTicker(p.cfg.refill / ticks)
 	defer tick.Stop()
 	last := clock.UnixNano(p.cfg.clock)
 	for {
@@ -28,6 +31,7 @@ func (p *Leases) refill() {
 			return
 		case l := <-p.asks:
 			batch := []*lease{l}
+			time.Sleep(coalesce) // the asks of the next moments ride along
 			for len(batch) < maxRefill {
 				select {
 				case l := <-p.asks:
@@ -73,10 +77,10 @@ func (p *Leases) tick(now, elapsed int64) {
 		target, low := p.sizes(l)
 		l.low.Store(low)
 		switch tokens := l.tokens.Load(); {
-		case l.quiet >= 3:
+		case l.quiet >= ticks:
 			drops = append(drops, l)
 		case l.asking.Load():
-		case tokens < low && now >= l.deniedUntil.Load(), tokens > 2*target, l.until.Load()-now < int64(p.cfg.ttl)/2:
+		case tokens < target*3/4 && now >= l.deniedUntil.Load(), tokens > 2*target, l.until.Load()-now < int64(p.cfg.ttl)/2:
 			l.asking.Store(true)
 			refills = append(refills, l)
 		}
@@ -96,9 +100,10 @@ func (p *Leases) tick(now, elapsed int64) {
 }
 
 // sizes are how many events l should hold after a refill, and below how many it asks for
-// the next: its demand over a horizon, and over two round trips.
+// the next at once: its demand over a horizon, and over two round trips and the wait of
+// a coalesced ask.
 func (p *Leases) sizes(l *lease) (target, low int64) {
-	low = int64(math.Ceil(l.rate*2*time.Duration(p.rtt.Load()).Seconds())) + 1
+	low = int64(math.Ceil(l.rate*(2*time.Duration(p.rtt.Load())+coalesce).Seconds())) + 1
 	return int64(math.Ceil(l.rate*p.horizon())) + low, low
 }
 
@@ -144,7 +149,7 @@ func (p *Leases) lend(refills, drops []*lease) {
 				p.revoked.Add(1)
 			}
 			dry := got[i].N < loans[i].Want
-			l.lent(got[i], gives[i], sent, dry, int64(p.cfg.refill))
+			l.lent(got[i], gives[i], sent, dry, int64(p.cfg.refill/ticks))
 		}
 	}
 	for _, l := range refills {
@@ -173,7 +178,7 @@ func (l *lease) giveOut(n int64) int64 {
 
 // lent applies what the next store lent l, asked at sent, which gave back give; dry says
 // it lent less than asked, and so the lease denies what it lacks until the next refill,
-// an interval later.
+// at the refiller's next look, an interval later.
 func (l *lease) lent(r ratelimit.Lent, give, sent int64, dry bool, interval int64) {
 	l.limit.Store(r.Limit())
 	l.remaining.Store(r.Remaining)

@@ -1,0 +1,521 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/fallback"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
+	"github.com/ratelimit-go/ratelimit/internal/trace"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// The lease harness: gateway instances sharing one Redis behind a delaying proxy, every
+// tenant on the seed's rule, each instance deciding with one of the ways compared.
+
+// seedRule is the target use's rule: 100 a second, bursts of 200.
+var seedRule = ratelimit.Rule{Limit: 100, Period: time.Second, Burst: 200}
+
+const (
+	gatewayInstances = 4
+	gatewayTenants   = 1000
+	gatewayWorkers   = 64 // per instance: requests in progress at once
+)
+
+// instanceSplit is how the load is spread over the instances, in percent.
+var instanceSplit = []float64{50, 25, 15, 10}
+
+// gatewayLoad is the total offered load, requests a second (LEASE_LOAD), and how long
+// each run lasts (LEASE_SECONDS).
+func gatewayLoad() (perSecond float64, d time.Duration) {
+	perSecond, d = 8000, 15*time.Second
+	if v, err := strconv.ParseFloat(os.Getenv("LEASE_LOAD"), 64); err == nil && v > 0 {
+		perSecond = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("LEASE_SECONDS")); err == nil && v > 2 {
+		d = time.Duration(v) * time.Second
+	}
+	return perSecond, d
+}
+
+// gatewayInstance decides one instance's requests.
+type gatewayInstance interface {
+	allow(ctx context.Context, tenant string) (bool, error)
+	close()
+}
+
+// way is one way of deciding, compared side by side: it opens an instance on a client
+// of its own.
+type way struct {
+	name string
+	open func(b *testing.B, client *redis.Client, prefix string) gatewayInstance
+}
+
+var ways = []way{
+	{"exact", func(b *testing.B, c *redis.Client, prefix string) gatewayInstance {
+		return newLimiterInstance(b, exactStore(c, prefix), nil)
+	}},
+	{"prefetch", func(b *testing.B, c *redis.Client, prefix string) gatewayInstance {
+		return newLimiterInstance(b, hotkey.NewPrefetch(exactStore(c, prefix), 50), nil)
+	}},
+	{"leases", func(b *testing.B, c *redis.Client, prefix string) gatewayInstance {
+		opts := []hotkey.LeasesOption{hotkey.WithInstanceCount(func() int { return gatewayInstances })}
+		if d, err := time.ParseDuration(os.Getenv("LEASE_REFILL")); err == nil {
+			opts = append(opts, hotkey.WithRefill(d))
+		}
+		if d, err := time.ParseDuration(os.Getenv("LEASE_TTL")); err == nil {
+			opts = append(opts, hotkey.WithLeaseTTL(d))
+		}
+		p, err := hotkey.NewLeases(exactStore(c, prefix), opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return newLimiterInstance(b, p, p)
+	}},
+	{"async-sync", func(b *testing.B, c *redis.Client, prefix string) gatewayInstance {
+		return newAsyncSync(c, prefix, 200*time.Millisecond)
+	}},
+}
+
+// exactStore is the gateway's store of today: Redis behind the fallback store, each
+// instance holding a quarter of every rule while Redis is away.
+func exactStore(c *redis.Client, prefix string) ratelimit.Store {
+	return fallback.New(redisstore.New(c, redisstore.WithPrefix(prefix)), localstore.New(),
+		fallback.WithInstances(gatewayInstances))
+}
+
+type limiterInstance struct {
+	limiter *tokenbucket.Limiter
+	leases  *hotkey.Leases // nil but for leases
+}
+
+func newLimiterInstance(b *testing.B, store ratelimit.Store, leases *hotkey.Leases) *limiterInstance {
+	l, err := tokenbucket.New(store, seedRule, ratelimit.WithNamespace("gateway"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &limiterInstance{limiter: l, leases: leases}
+}
+
+func (in *limiterInstance) allow(ctx context.Context, tenant string) (bool, error) {
+	d, err := in.limiter.Allow(ctx, tenant)
+	return d.Allowed, err
+}
+
+func (in *limiterInstance) close() {
+	if in.leases != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		in.leases.Close(ctx)
+	}
+}
+
+// asyncSync is the field's asynchronous counters (Kong's sync_rate, APISIX's delayed
+// sync): each instance counts in memory in fixed windows of a second, admits while the
+// last count it read from Redis plus its own unsynced count is under the limit, and
+// every interval adds its counts to Redis and reads the totals back, in one pipeline.
+type asyncSync struct {
+	client   *redis.Client
+	prefix   string
+	mu       sync.Mutex
+	counts   map[string]*asyncCount
+	stop     chan struct{}
+	done     chan struct{}
+	interval time.Duration
+}
+
+type asyncCount struct {
+	window        int64 // the second it counts
+	local, global int64 // unsynced here; the total Redis had at the last sync
+}
+
+func newAsyncSync(c *redis.Client, prefix string, interval time.Duration) *asyncSync {
+	a := &asyncSync{client: c, prefix: prefix, counts: map[string]*asyncCount{}, stop: make(chan struct{}),
+		done: make(chan struct{}), interval: interval}
+	go a.run()
+	return a
+}
+
+func (a *asyncSync) allow(_ context.Context, tenant string) (bool, error) {
+	w := time.Now().Unix()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.counts[tenant]
+	if c == nil {
+		c = &asyncCount{}
+		a.counts[tenant] = c
+	}
+	if c.window != w {
+		*c = asyncCount{window: w}
+	}
+	if c.global+c.local >= seedRule.Limit {
+		return false, nil
+	}
+	c.local++
+	return true, nil
+}
+
+func (a *asyncSync) run() {
+	defer close(a.done)
+	t := time.NewTicker(a.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-t.C:
+			a.sync()
+		}
+	}
+}
+
+// sync adds every tenant's unsynced count to Redis, and reads back the total.
+func (a *asyncSync) sync() {
+	type pending struct {
+		c   *asyncCount
+		n   int64
+		cmd *redis.IntCmd
+	}
+	var ps []pending
+	pipe := a.client.Pipeline()
+	a.mu.Lock()
+	for tenant, c := range a.counts {
+		if c.local > 0 {
+			key := a.prefix + ":" + tenant + ":" + strconv.FormatInt(c.window, 10)
+			ps = append(ps, pending{c: c, n: c.local, cmd: pipe.IncrBy(context.Background(), key, c.local)})
+			pipe.Expire(context.Background(), key, 2*time.Second)
+			c.local = 0
+		}
+	}
+	a.mu.Unlock()
+	if len(ps) == 0 {
+		return
+	}
+	pipe.Exec(context.Background())
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range ps {
+		if v, err := p.cmd.Result(); err == nil {
+			p.c.global = v
+		}
+	}
+}
+
+func (a *asyncSync) close() {
+	close(a.stop)
+	<-a.done
+}
+
+// zipf draws tenants: tenant k (from 0) with a weight of 1/(k+1).
+type zipf struct{ cum []float64 }
+
+func newZipf(n int) *zipf {
+	z := &zipf{cum: make([]float64, n)}
+	sum := 0.0
+	for k := range n {
+		sum += 1 / float64(k+1)
+		z.cum[k] = sum
+	}
+	for k := range z.cum {
+		z.cum[k] /= sum
+	}
+	return z
+}
+
+func (z *zipf) draw(rng *rand.Rand) int {
+	i, _ := slices.BinarySearch(z.cum, rng.Float64())
+	return min(i, len(z.cum)-1)
+}
+
+// share is tenant k's part of the load.
+func (z *zipf) share(k int) float64 {
+	if k == 0 {
+		return z.cum[0]
+	}
+	return z.cum[k] - z.cum[k-1]
+}
+
+// run is one run's record: every decision's time, and what each tenant was admitted, by
+// second.
+type run struct {
+	start     time.Time
+	seconds   int
+	admitted  [][]atomic.Int64 // [tenant][second]
+	watched   int              // the tenant whose admissions are also counted by 100ms
+	fine      []atomic.Int64
+	latencies [][]time.Duration
+	leased    [][]time.Duration // of the decisions made from a lease
+	errors    atomic.Int64
+	decisions atomic.Int64
+}
+
+func newRun(tenants int, d time.Duration, workers int) *run {
+	r := &run{start: time.Now(), seconds: int(d/time.Second) + 2, latencies: make([][]time.Duration, workers),
+		leased: make([][]time.Duration, workers), watched: -1}
+	r.fine = make([]atomic.Int64, 10*r.seconds)
+	r.admitted = make([][]atomic.Int64, tenants)
+	for i := range r.admitted {
+		r.admitted[i] = make([]atomic.Int64, r.seconds)
+	}
+	return r
+}
+
+// request is one request: its tenant, and the instance it goes to.
+type request struct{ tenant, instance int }
+
+// router chooses each request's tenant and instance, at at into the run.
+type router func(rng *rand.Rand, at time.Duration) (tenant, instance int)
+
+// spread is the harness's router: tenants by z, instances by split (percent).
+func spread(z *zipf, split []float64) router {
+	cum := make([]float64, len(split))
+	total := 0.0
+	for i, s := range split {
+		total += s
+		cum[i] = total
+	}
+	return func(rng *rand.Rand, _ time.Duration) (int, int) {
+		i, _ := slices.BinarySearch(cum, rng.Float64()*total)
+		return z.draw(rng), min(i, len(split)-1)
+	}
+}
+
+// drive offers perSecond requests a second for d, routed by route, each instance's
+// taken by its workers: every decision's time into r.
+func drive(ins []gatewayInstance, tenants []string, route router, perSecond float64, d time.Duration, r *run) {
+	queues := make([]chan int, len(ins))
+	var wg sync.WaitGroup
+	for i := range ins {
+		queues[i] = make(chan int, 4096)
+		for w := range gatewayWorkers {
+			slot := i*gatewayWorkers + w
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := range queues[i] {
+					ctx, rec := trace.With(context.Background())
+					t0 := time.Now()
+					ok, err := ins[i].allow(ctx, tenants[k])
+					took := time.Since(t0)
+					r.latencies[slot] = append(r.latencies[slot], took)
+					if rec.Source() == hotkey.Source {
+						r.leased[slot] = append(r.leased[slot], took)
+					}
+					r.decisions.Add(1)
+					if err != nil {
+						r.errors.Add(1)
+						continue
+					}
+					if ok {
+						if s := int(t0.Sub(r.start) / time.Second); s < r.seconds {
+							r.admitted[k][s].Add(1)
+						}
+						if f := int(t0.Sub(r.start) / (100 * time.Millisecond)); k == r.watched && f < len(r.fine) {
+							r.fine[f].Add(1)
+						}
+					}
+				}
+			}()
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	tick := time.NewTicker(time.Millisecond)
+	sent, end := 0.0, time.Now().Add(d)
+	for now := range tick.C {
+		if now.After(end) {
+			break
+		}
+		at := now.Sub(r.start)
+		for due := perSecond * at.Seconds(); sent < due; sent++ {
+			tenant, i := route(rng, at)
+			queues[i] <- tenant
+		}
+	}
+	tick.Stop()
+	for _, q := range queues {
+		close(q)
+	}
+	wg.Wait()
+}
+
+// percentile is the p-th percentile (0 to 1) of ds, sorted.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return ds[min(len(ds)-1, int(math.Ceil(p*float64(len(ds))))-1)]
+}
+
+// redisStats is what INFO says of a server: its script calls, and its CPU, in
+// microseconds.
+func redisStats(b *testing.B, c *redis.Client) (calls, cpu float64) {
+	info, err := c.Info(context.Background(), "commandstats", "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, cmd := range []string{"evalsha", "eval", "incrby"} {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+				n, _ := strconv.ParseFloat(strings.SplitN(rest, ",", 2)[0], 64)
+				calls += n
+			}
+		}
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if rest, ok := strings.CutPrefix(line, k); ok {
+				s, _ := strconv.ParseFloat(rest, 64)
+				cpu += s * 1e6
+			}
+		}
+	}
+	return calls, cpu
+}
+
+// BenchmarkLeaseGateway: four gateway instances (50/25/15/10% of the load) deciding 1,000
+// tenants on the seed's rule, Zipf-distributed (tenant k asked 1/k as often as the
+// first), on one Redis behind a proxy that adds a round trip, each way of deciding side
+// by side at each round trip. Run it once: -benchtime 1x. Each run reports the latency a
+// decision adds (p50, p99, p99.9), Redis's script calls and CPU per decision, the
+// decisions from leases, errors, and the accuracy of the tenants asked more than their
+// rule: their admitted over the 10 seconds after the first two (the bucket's burst)
+// against the rule's 1,000, lowest and highest, and the most any tenant was admitted
+// in one second (the rule's bound: 300, a second's 100 and the burst of 200).
+func BenchmarkLeaseGateway(b *testing.B) {
+	perSecond, d := gatewayLoad()
+	srv := redistest.Start(b)
+	direct := srv.Client()
+	for _, rtt := range []struct {
+		name          string
+		delay, jitter time.Duration
+	}{
+		{"rtt-0.2ms", 200 * time.Microsecond, 0},
+		{"rtt-1ms", time.Millisecond, 0},
+		{"rtt-2.5ms", 2500 * time.Microsecond, 0},
+		{"rtt-2.5ms-jitter-50pct", 2500 * time.Microsecond, 1250 * time.Microsecond},
+		{"rtt-8ms", 8 * time.Millisecond, 0},
+	} {
+		for _, w := range ways {
+			b.Run(rtt.name+"/"+w.name, func(b *testing.B) {
+				ins, _ := openGateway(b, srv, w, rtt.delay, rtt.jitter)
+				tenants := tenantNames(gatewayTenants)
+				z := newZipf(gatewayTenants)
+				calls0, cpu0 := redisStats(b, direct)
+				r := newRun(gatewayTenants, d, gatewayInstances*gatewayWorkers)
+				for range b.N {
+					drive(ins, tenants, spread(z, instanceSplit), perSecond, d, r)
+				}
+				calls1, cpu1 := redisStats(b, direct)
+				var refills int64
+				for _, in := range ins {
+					if li, ok := in.(*limiterInstance); ok && li.leases != nil {
+						refills += li.leases.Stats().Refills
+					}
+					in.close()
+				}
+				report(b, r, z, perSecond, calls1-calls0, cpu1-cpu0, refills)
+			})
+		}
+	}
+}
+
+// openGateway opens the instances of way w, each on a client of its own through a proxy
+// that adds delay (give or take jitter) to Redis's replies; the instances close with b.
+func openGateway(b *testing.B, srv *redistest.Server, w way, delay, jitter time.Duration) ([]gatewayInstance, []*redis.Client) {
+	proxy := redistest.StartProxy(b, srv.Addr)
+	proxy.SetDelay(delay)
+	proxy.SetJitter(jitter)
+	prefix := fmt.Sprintf("gw%d", rand.Int64())
+	ins := make([]gatewayInstance, gatewayInstances)
+	clients := make([]*redis.Client, gatewayInstances)
+	for i := range ins {
+		c := redis.NewClient(&redis.Options{Addr: proxy.Addr, PoolSize: 32, MaxRetries: -1,
+			ReadTimeout: time.Second, WriteTimeout: time.Second})
+		b.Cleanup(func() { c.Close() })
+		ins[i], clients[i] = w.open(b, c, prefix), c
+	}
+	return ins, clients
+}
+
+func tenantNames(n int) []string {
+	tenants := make([]string, n)
+	for k := range tenants {
+		tenants[k] = "tenant-" + strconv.Itoa(k)
+	}
+	return tenants
+}
+
+// report reports one run's figures.
+func report(b *testing.B, r *run, z *zipf, perSecond, calls, cpu float64, refills int64) {
+	var all, leased []time.Duration
+	for i := range r.latencies {
+		all = append(all, r.latencies[i]...)
+		leased = append(leased, r.leased[i]...)
+	}
+	slices.Sort(all)
+	slices.Sort(leased)
+	n := float64(r.decisions.Load())
+	b.ReportMetric(float64(percentile(all, 0.5).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(percentile(all, 0.99).Microseconds()), "p99-µs")
+	b.ReportMetric(float64(percentile(all, 0.999).Microseconds()), "p99.9-µs")
+	b.ReportMetric(n/float64(r.seconds-2), "decisions/s")
+	b.ReportMetric(calls/n, "redis-calls/decision")
+	b.ReportMetric(cpu/n, "redis-cpu-µs/decision")
+	if len(leased) > 0 {
+		b.ReportMetric(float64(len(leased))/n, "from-leases")
+		b.ReportMetric(float64(percentile(leased, 0.99).Microseconds()), "leased-p99-µs")
+		b.ReportMetric(float64(percentile(leased, 0.999).Microseconds()), "leased-p99.9-µs")
+		b.ReportMetric(float64(refills)/float64(len(leased)), "refills/leased-decision")
+	}
+	b.ReportMetric(float64(r.errors.Load()), "errors")
+	lo, hi := accuracy(r, func(k int) bool { return z.share(k)*perSecond >= 2*float64(seedRule.Limit) }, 2, r.seconds-2)
+	b.ReportMetric(lo, "over-rule-10s-min")
+	b.ReportMetric(hi, "over-rule-10s-max")
+	b.ReportMetric(float64(mostInASecond(r)), "most-in-1s")
+}
+
+// accuracy is the lowest and the highest, over the tenants asked selects and every 10
+// whole seconds from the from-th up to the to-th, of what a tenant was admitted against
+// the rule's 1,000.
+func accuracy(r *run, asked func(k int) bool, from, to int) (lo, hi float64) {
+	lo = math.Inf(1)
+	for k := range r.admitted {
+		if !asked(k) {
+			continue
+		}
+		for s0 := from; s0+10 <= to; s0++ {
+			sum := int64(0)
+			for s := s0; s < s0+10; s++ {
+				sum += r.admitted[k][s].Load()
+			}
+			ratio := float64(sum) / (10 * float64(seedRule.Limit))
+			lo, hi = min(lo, ratio), max(hi, ratio)
+		}
+	}
+	return lo, hi
+}
+
+// mostInASecond is the most any tenant was admitted in one second.
+func mostInASecond(r *run) int64 {
+	most := int64(0)
+	for k := range r.admitted {
+		for s := range r.seconds {
+			most = max(most, r.admitted[k][s].Load())
+		}
+	}
+	return most
+}
