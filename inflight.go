@@ -30,7 +30,7 @@ import (
 // Every store runs it: localstore in memory, redisstore on Redis (one script per
 // acquire, release and extend; each key's TTL follows its latest lease), and fallback,
 // whose share while Redis is down is the limit divided by the instances, at least one
-// lease each. The decorators of redisstore that cache or split decisions (Prefetch,
+// lease each. The decorators of redisstore that cache, lend or split decisions (Leases,
 // Shard, BlockCache) pass leases straight through.
 //
 // It is safe for concurrent use.

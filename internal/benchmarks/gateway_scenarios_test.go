@@ -19,7 +19,7 @@ import (
 // was admitted in those 5s against the rule's 500). Run it once: -benchtime 1x.
 func BenchmarkLeaseScenarios(b *testing.B) {
 	const background, hot = 2000.0, 200.0
-	for _, w := range ways[:3] { // exact, prefetch, leases
+	for _, w := range ways[:2] { // exact, leases
 		b.Run("move/"+w.name, func(b *testing.B) {
 			srv := redistest.Start(b)
 			ins, _ := openGateway(b, srv, w, 2500*time.Microsecond, 0)

@@ -71,9 +71,6 @@ var ways = []way{
 	{"exact", func(b *testing.B, c *redis.Client, prefix string) gatewayInstance {
 		return newLimiterInstance(b, exactStore(c, prefix), nil)
 	}},
-	{"prefetch", func(b *testing.B, c *redis.Client, prefix string) gatewayInstance {
-		return newLimiterInstance(b, hotkey.NewPrefetch(exactStore(c, prefix), 50), nil)
-	}},
 	{"leases", func(b *testing.B, c *redis.Client, prefix string) gatewayInstance {
 		opts := []hotkey.LeasesOption{hotkey.WithInstanceCount(func() int { return gatewayInstances })}
 		if d, err := time.ParseDuration(os.Getenv("LEASE_REFILL")); err == nil {

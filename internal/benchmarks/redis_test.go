@@ -155,7 +155,8 @@ func BenchmarkRedis(b *testing.B) {
 }
 
 // BenchmarkHotKey: 32 callers on one key, with a rule that never denies: redis_rate asks
-// Redis for every decision; Prefetch asks once per batch of 100.
+// Redis for every decision; ours decides from a lease (hotkey.Leases), refilled in the
+// background.
 func BenchmarkHotKey(b *testing.B) {
 	addr := redistest.Addr(b)
 	const hot = "tenant-big:search"
@@ -163,12 +164,23 @@ func BenchmarkHotKey(b *testing.B) {
 		name string
 		make func(*testing.B) allowFunc
 	}{
-		{"ratelimit-prefetch-100", func(b *testing.B) allowFunc {
-			store := hotkey.NewPrefetch(redisstore.New(newClient(b, addr), redisstore.WithPrefix("hot")), 100)
-			var l ratelimit.Limiter
-			l, err := tokenbucket.New(store, ratelimit.PerSecond(1e9))
+		{"ratelimit-leases", func(b *testing.B) allowFunc {
+			p, err := hotkey.NewLeases(redisstore.New(newClient(b, addr), redisstore.WithPrefix("hot")))
 			if err != nil {
 				b.Fatal(err)
+			}
+			b.Cleanup(func() { p.Close(context.Background()) })
+			var l ratelimit.Limiter
+			l, err = tokenbucket.New(p, ratelimit.PerSecond(1e9))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			for deadline := time.Now().Add(5 * time.Second); p.Stats().Leases == 0; { // until the key is leased
+				if time.Now().After(deadline) {
+					b.Fatal("the hot key is not leased after 5s")
+				}
+				l.Allow(ctx, hot)
 			}
 			return func(ctx context.Context, key string) bool {
 				d, err := l.Allow(ctx, key)

@@ -1,23 +1,26 @@
 // Package hotkey is for hot keys: one tenant sending 20,000 requests a second to one key
-// makes that key, and the Redis node that holds it, the bottleneck. Three Store
-// decorators take the load off:
+// makes that key, and the Redis node that holds it, the bottleneck, and every request
+// waits for a round trip to it. Three Store decorators take the load off:
 //
-//   - Prefetch takes tokens from Redis in batches and spends them locally, so Redis sees
-//     one call per batch (token bucket, fixed window and sliding window).
+//   - Leases decides a busy key's requests from events this instance holds on loan from
+//     Redis, refilled in the background: no round trip for them, one call per refill for
+//     every key refilled at once (token bucket, fixed window, sliding window counter,
+//     calendar quotas). Loans are conserved: no event is ever created.
 //   - Shard splits one limit over several keys, each with its share of the rule, on
 //     different Redis Cluster nodes (any algorithm).
 //   - BlockCache answers a key that was just denied without asking Redis until its
 //     RetryAfter has passed (any algorithm).
 //
-// Each wraps any ratelimit.Store (redisstore, or fallback around it) and handles only
-// the requests ForRequests selects (all by default); the others go straight through.
+// Each wraps any ratelimit.Store (redisstore, or fallback around it; Leases one that
+// lends, a ratelimit.Lender) and handles only the requests ForRequests selects (all by
+// default); the others go straight through.
 //
 // Each decorator takes only the options that mean something to it, so that a misplaced
-// one (a grant time given to a Shard) does not compile:
+// one (a refill interval given to a Shard) does not compile:
 //
 //   - ForRequests: all three (Option);
-//   - WithClock and WithMaxKeys: Prefetch and BlockCache, which remember keys (MemoryOption);
-//   - WithGrantTime: Prefetch only (PrefetchOption);
+//   - WithClock and WithMaxKeys: Leases and BlockCache, which remember keys (MemoryOption);
+//   - WithRefill, WithLeaseTTL and WithInstanceCount: Leases only (LeasesOption);
 //   - WithRetries: Shard only (ShardOption).
 package hotkey
 
@@ -29,9 +32,6 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
-// PrefetchOption configures a Prefetch.
-type PrefetchOption interface{ applyPrefetch(*hotConfig) }
-
 // LeasesOption configures Leases.
 type LeasesOption interface{ applyLeases(*hotConfig) }
 
@@ -41,16 +41,14 @@ type ShardOption interface{ applyShard(*hotConfig) }
 // BlockCacheOption configures a BlockCache.
 type BlockCacheOption interface{ applyBlockCache(*hotConfig) }
 
-// MemoryOption configures what Prefetch, Leases and BlockCache remember of each key.
+// MemoryOption configures what Leases and BlockCache remember of each key.
 type MemoryOption interface {
-	PrefetchOption
 	LeasesOption
 	BlockCacheOption
 }
 
-// Option configures any of Prefetch, Leases, Shard and BlockCache.
+// Option configures any of Leases, Shard and BlockCache.
 type Option interface {
-	PrefetchOption
 	LeasesOption
 	ShardOption
 	BlockCacheOption
@@ -59,7 +57,6 @@ type Option interface {
 type hotConfig struct {
 	only      func(ratelimit.Request) bool
 	clock     clock.Clock
-	grantTime time.Duration
 	retries   int
 	maxKeys   int
 	refill    time.Duration // Leases: the refill interval
@@ -69,38 +66,24 @@ type hotConfig struct {
 
 // The option types: one per set of decorators an option applies to.
 type (
-	anyOption      func(*hotConfig)
-	memoryOption   func(*hotConfig)
-	prefetchOption func(*hotConfig)
-	leasesOption   func(*hotConfig)
-	shardOption    func(*hotConfig)
+	anyOption    func(*hotConfig)
+	memoryOption func(*hotConfig)
+	leasesOption func(*hotConfig)
+	shardOption  func(*hotConfig)
 )
 
-func (f anyOption) applyPrefetch(c *hotConfig)      { f(c) }
 func (f anyOption) applyShard(c *hotConfig)         { f(c) }
 func (f anyOption) applyLeases(c *hotConfig)        { f(c) }
 func (f memoryOption) applyLeases(c *hotConfig)     { f(c) }
 func (f leasesOption) applyLeases(c *hotConfig)     { f(c) }
 func (f anyOption) applyBlockCache(c *hotConfig)    { f(c) }
-func (f memoryOption) applyPrefetch(c *hotConfig)   { f(c) }
 func (f memoryOption) applyBlockCache(c *hotConfig) { f(c) }
-func (f prefetchOption) applyPrefetch(c *hotConfig) { f(c) }
 func (f shardOption) applyShard(c *hotConfig)       { f(c) }
 
 // ForRequests limits a decorator to the requests f selects (hot keys, or the rules of
 // large tenants); the others go straight to the next store. Nil means every request.
 func ForRequests(f func(ratelimit.Request) bool) Option {
 	return anyOption(func(c *hotConfig) { c.only = f })
-}
-
-// WithGrantTime sets how long Prefetch may spend the tokens of one fetch, its grant (100ms by default; 0
-// or less means the default).
-func WithGrantTime(d time.Duration) PrefetchOption {
-	return prefetchOption(func(c *hotConfig) {
-		if d > 0 {
-			c.grantTime = d
-		}
-	})
 }
 
 // WithRefill sets the refill interval of Leases (1s by default; 0 or less means the
@@ -140,7 +123,7 @@ func WithRetries(n int) ShardOption {
 	return shardOption(func(c *hotConfig) { c.retries = max(0, n) })
 }
 
-// WithClock sets the clock of grants, leases and blocks (clock.NewMonotonic() by default).
+// WithClock sets the clock of leases and blocks (clock.NewMonotonic() by default).
 func WithClock(c clock.Clock) MemoryOption {
 	return memoryOption(func(cfg *hotConfig) {
 		if c != nil {
@@ -149,9 +132,9 @@ func WithClock(c clock.Clock) MemoryOption {
 	})
 }
 
-// WithMaxKeys bounds the keys Prefetch and BlockCache remember (100,000 by default; past
-// it, the expired ones are dropped, and if none is, the oldest half), and the keys Leases
-// leases and watches (past it, no key is added until one goes).
+// WithMaxKeys bounds the keys BlockCache remembers (100,000 by default; past it, the
+// expired ones are dropped, and if none is, the oldest half), and the keys Leases leases
+// and watches (past it, no key is added until one goes).
 func WithMaxKeys(n int) MemoryOption {
 	return memoryOption(func(c *hotConfig) {
 		if n > 0 {
@@ -171,7 +154,7 @@ func newHotConfig[O any](name string, next ratelimit.Store, opts []O, apply func
 	if next == nil {
 		panic("hotkey: " + name + " with a nil store")
 	}
-	c := hotConfig{clock: clock.NewMonotonic(), grantTime: 100 * time.Millisecond, retries: 2, maxKeys: 100_000,
+	c := hotConfig{clock: clock.NewMonotonic(), retries: 2, maxKeys: 100_000,
 		refill: time.Second, ttl: 2 * time.Second}
 	for _, o := range opts {
 		if any(o) == nil {

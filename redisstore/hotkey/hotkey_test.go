@@ -3,7 +3,6 @@ package hotkey_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
-	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
@@ -36,79 +34,6 @@ func (c *counting) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 
 func tb(key string, rule ratelimit.Rule) ratelimit.Request {
 	return ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}}
-}
-
-func TestPrefetch(t *testing.T) {
-	clk := clock.NewFake(limitertest.Start)
-	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
-	p := hotkey.NewPrefetch(next, 10, hotkey.WithGrantTime(time.Second), hotkey.WithClock(clk))
-	ctx := context.Background()
-	rule := ratelimit.PerHour(1000)
-	for i := range 25 {
-		d, err := p.Apply(ctx, tb("k", rule))
-		if err != nil || !d.Allowed() || d.Remaining != int64(999-i) {
-			t.Fatalf("request %d: %+v, %v; want allowed, %d left", i, d, err, 999-i)
-		}
-	}
-	if next.calls.Load() != 3 {
-		t.Errorf("25 requests cost %d calls; want 3 batches of 10", next.calls.Load())
-	}
-	clk.Advance(time.Second) // the lease runs out: the 5 tokens in hand lapse
-	p.Apply(ctx, tb("k", rule))
-	if next.calls.Load() != 4 {
-		t.Errorf("after the lease: %d calls; want a new batch", next.calls.Load())
-	}
-	p.Apply(ctx, tb("k", ratelimit.PerHour(999))) // a changed rule never spends the old tokens
-	if next.calls.Load() != 5 {
-		t.Errorf("after a rule change: %d calls; want a new batch", next.calls.Load())
-	}
-	if _, err := p.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: leakybucket.Algorithm(), Rule: rule}}); err != nil || next.calls.Load() != 6 {
-		t.Errorf("the leaky bucket must go straight through: %v, %d calls", err, next.calls.Load())
-	}
-}
-
-// TestPrefetchNearTheLimit: a key with less than a batch left still gets every token,
-// and once it has none, denials come from memory until their RetryAfter.
-func TestPrefetchNearTheLimit(t *testing.T) {
-	clk := clock.NewFake(limitertest.Start)
-	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
-	p := hotkey.NewPrefetch(next, 10, hotkey.WithGrantTime(time.Hour), hotkey.WithClock(clk))
-	rule := ratelimit.PerHour(15)
-	admitted := 0
-	for range 40 {
-		d, err := p.Apply(context.Background(), tb("k", rule))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Allowed() {
-			admitted++
-		} else if d.Wait != 4*time.Minute {
-			t.Fatalf("denied with RetryAfter %v; want 4m (one token at 15 per hour)", d.Wait)
-		}
-	}
-	// a batch of 10; a batch denied and the 5 left taken instead; a batch denied and the
-	// exact request denied, remembered for the 24 requests after it
-	if admitted != 15 || next.calls.Load() != 5 {
-		t.Errorf("admitted %d of 15 with %d calls; want all 15 with 5", admitted, next.calls.Load())
-	}
-	clk.Advance(4 * time.Minute) // one token back: a batch denied, then the one token
-	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed() || next.calls.Load() != 7 {
-		t.Errorf("after RetryAfter: %+v with %d calls; want allowed after 2 more calls", d, next.calls.Load())
-	}
-}
-
-func TestForRequests(t *testing.T) {
-	next := &counting{Store: localstore.New()}
-	p := hotkey.NewPrefetch(next, 100, hotkey.ForRequests(func(r ratelimit.Request) bool {
-		return strings.HasPrefix(r.Key, "hot:")
-	}))
-	for range 10 {
-		p.Apply(context.Background(), tb("hot:a", ratelimit.PerHour(1000)))
-		p.Apply(context.Background(), tb("cold:b", ratelimit.PerHour(1000)))
-	}
-	if next.calls.Load() != 1+10 {
-		t.Errorf("%d calls; want 1 for the hot key and 10 for the cold one", next.calls.Load())
-	}
 }
 
 func TestShardLocal(t *testing.T) {
@@ -160,43 +85,6 @@ func TestBlockCacheLocal(t *testing.T) {
 	clk.Advance(30 * time.Second)
 	if d, _ := b.Apply(context.Background(), req); !d.Allowed() || next.calls.Load() != calls+1 {
 		t.Errorf("after RetryAfter: %+v, %d calls", d, next.calls.Load()-calls)
-	}
-}
-
-// TestPrefetchOnRedis: 4 instances with batches of 50 drive one hot key; Redis sees at
-// most 1/40 of the decisions, and the admitted total stays within the bound.
-func TestPrefetchOnRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	rule := ratelimit.PerHour(5000)
-	const instances, perInstance = 4, 2000
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for range instances {
-		p := hotkey.NewPrefetch(redisstore.New(srv.Client(), redisstore.WithPrefix("hot")), 50)
-		for range 8 {
-			wg.Go(func() {
-				for range perInstance / 8 {
-					d, err := p.Apply(context.Background(), tb("tenant-big", rule))
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if d.Allowed() {
-						admitted.Add(1)
-					}
-				}
-			})
-		}
-	}
-	wg.Wait()
-	calls := redistest.ScriptCalls(t, srv.Client())
-	t.Logf("%d decisions, %d admitted, %d scripts on Redis", instances*perInstance, admitted.Load(), calls)
-	if calls > instances*perInstance/40 {
-		t.Errorf("Redis ran %d scripts for %d decisions; want at most 1/40", calls, instances*perInstance)
-	}
-	// every token was counted by Redis; at most a batch per instance lapsed unspent
-	if a := admitted.Load(); a > rule.Limit || a < rule.Limit-instances*50 {
-		t.Errorf("admitted %d; want between %d and %d", a, rule.Limit-instances*50, rule.Limit)
 	}
 }
 
@@ -257,7 +145,7 @@ func TestShardOnCluster(t *testing.T) {
 }
 
 // TestDecoratorsConform: the conformance suite through each decorator that handles every
-// algorithm the same way (Prefetch changes when tokens are counted, so it has its own).
+// algorithm the same way (Leases changes when events are counted, so it has its own).
 func TestDecoratorsConform(t *testing.T) {
 	t.Run("shard of 1", func(t *testing.T) {
 		limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
@@ -269,27 +157,6 @@ func TestDecoratorsConform(t *testing.T) {
 			return hotkey.NewBlockCache(localstore.New(localstore.WithClock(clk)), hotkey.WithClock(clk))
 		})
 	})
-}
-
-func TestPrefetchOps(t *testing.T) {
-	clk := clock.NewFake(limitertest.Start)
-	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
-	p := hotkey.NewPrefetch(next, 10, hotkey.WithClock(clk))
-	ctx := context.Background()
-	rule := ratelimit.PerHour(100)
-	p.Apply(ctx, tb("k", rule)) // a lease of 10: 9 in hand, 90 left in the store
-	peek := tb("k", rule)
-	peek.Spec.Op = "peek"
-	if d, _ := p.Apply(ctx, peek); d.Remaining != 89 {
-		t.Errorf("a peek through the lease: %+v; want the store's own view", d)
-	}
-	reset := tb("k", rule)
-	reset.Spec.Op = "reset"
-	p.Apply(ctx, reset)
-	calls := next.calls.Load()
-	if d, _ := p.Apply(ctx, tb("k", rule)); d.Remaining != 99 || next.calls.Load() != calls+1 {
-		t.Errorf("after a reset: %+v, %d calls; want a new lease from a full key", d, next.calls.Load()-calls)
-	}
 }
 
 // gated holds the first take that reaches it, after the store below has decided it, until
@@ -376,87 +243,26 @@ func within[T any](t *testing.T, what string, f func() T) T {
 	}
 }
 
-// TestPrefetchNoLockAcrossIO: a fetch in flight delays no other key (even when the table
-// is full and pruned), nor a request of its own key that has tokens in hand; a request
-// that must wait for it waits no longer than its context.
-func TestPrefetchNoLockAcrossIO(t *testing.T) {
-	clk := clock.NewFake(limitertest.Start)
-	b := &blocking{Store: localstore.New(localstore.WithClock(clk)), slow: map[string]bool{},
-		reached: make(chan string, 10), release: make(chan struct{})}
-	defer close(b.release)
-	p := hotkey.NewPrefetch(b, 3, hotkey.WithClock(clk), hotkey.WithMaxKeys(2))
-	ctx := context.Background()
-	rule := ratelimit.PerHour(100)
-	for _, k := range []string{"a", "b"} {
-		if d, err := p.Apply(ctx, tb(k, rule)); err != nil || !d.Allowed() { // 2 in hand each
-			t.Fatal(d, err)
-		}
-	}
-	b.slow["a"] = true
-	go p.Apply(ctx, ratelimit.Request{Key: "a", N: 3, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}}) // 2 in hand, 3 asked: a fetch
-	<-b.reached
-	d := within(t, "a token in hand of the same key", func() ratelimit.Outcome { d, _ := p.Apply(ctx, tb("a", rule)); return d })
-	if !d.Allowed() || d.Reset <= 0 {
-		t.Errorf("a token in hand while its key fetches: %+v; want allowed with a ResetAfter", d)
-	}
-	d = within(t, "another key, in a full table", func() ratelimit.Outcome { d, _ := p.Apply(ctx, tb("c", rule)); return d })
-	if !d.Allowed() {
-		t.Errorf("another key while one fetches: %+v; want allowed", d)
-	}
-	d = within(t, "another key's tokens in hand", func() ratelimit.Outcome { d, _ := p.Apply(ctx, tb("b", rule)); return d })
-	if !d.Allowed() {
-		t.Errorf("another key's token in hand while one fetches: %+v; want allowed", d)
-	}
-	short, cancel := context.WithCancel(ctx)
-	cancel()
-	err := within(t, "a cancelled wait", func() error {
-		_, err := p.Apply(short, ratelimit.Request{Key: "a", N: 3, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}})
-		return err
-	})
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("a cancelled caller waiting for the fetch in flight: %v; want context.Canceled", err)
-	}
-}
-
-// TestPrefetchResetAfter: decisions from a grant say when the key is full again, counting
-// down from the next store's answer at the fetch, and never 0 while tokens are out.
-func TestPrefetchResetAfter(t *testing.T) {
-	clk := clock.NewFake(limitertest.Start)
-	p := hotkey.NewPrefetch(localstore.New(localstore.WithClock(clk)), 10,
-		hotkey.WithClock(clk), hotkey.WithGrantTime(time.Minute))
-	rule := ratelimit.PerHour(3600) // a token a second
-	first, err := p.Apply(context.Background(), tb("k", rule))
-	if err != nil || !first.Allowed() || first.Reset != 10*time.Second {
-		t.Fatalf("the fetch: %+v, %v; want allowed, full again in 10s (10 tokens taken)", first, err)
-	}
-	clk.Advance(4 * time.Second)
-	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed() || d.Reset != 6*time.Second {
-		t.Errorf("from the lease 4s later: %+v; want allowed, ResetAfter 6s", d)
-	}
-	clk.Advance(20 * time.Second)
-	if d, _ := p.Apply(context.Background(), tb("k", rule)); !d.Allowed() || d.Reset <= 0 {
-		t.Errorf("from the lease 24s later: %+v; want allowed, ResetAfter above 0", d)
-	}
-}
-
 // TestHotOptionsApart: each decorator accepts only its own options.
 func TestHotOptionsApart(t *testing.T) {
 	for _, tc := range []struct {
-		name                    string
-		opt                     any
-		prefetch, shard, blocks bool
+		name                  string
+		opt                   any
+		leases, shard, blocks bool
 	}{
 		{"ForRequests", hotkey.ForRequests(nil), true, true, true},
 		{"WithClock", hotkey.WithClock(nil), true, false, true},
 		{"WithMaxKeys", hotkey.WithMaxKeys(1), true, false, true},
-		{"WithGrantTime", hotkey.WithGrantTime(time.Second), true, false, false},
+		{"WithRefill", hotkey.WithRefill(time.Second), true, false, false},
+		{"WithLeaseTTL", hotkey.WithLeaseTTL(time.Second), true, false, false},
+		{"WithInstanceCount", hotkey.WithInstanceCount(nil), true, false, false},
 		{"WithRetries", hotkey.WithRetries(1), false, true, false},
 	} {
-		_, p := tc.opt.(hotkey.PrefetchOption)
+		_, l := tc.opt.(hotkey.LeasesOption)
 		_, s := tc.opt.(hotkey.ShardOption)
 		_, b := tc.opt.(hotkey.BlockCacheOption)
-		if p != tc.prefetch || s != tc.shard || b != tc.blocks {
-			t.Errorf("%s: for Prefetch %v, Shard %v, BlockCache %v; want %v, %v, %v", tc.name, p, s, b, tc.prefetch, tc.shard, tc.blocks)
+		if l != tc.leases || s != tc.shard || b != tc.blocks {
+			t.Errorf("%s: for Leases %v, Shard %v, BlockCache %v; want %v, %v, %v", tc.name, l, s, b, tc.leases, tc.shard, tc.blocks)
 		}
 	}
 }

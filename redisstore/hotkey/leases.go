@@ -140,6 +140,7 @@ func (p *Leases) Close(ctx context.Context) error {
 func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	sp := req.Spec
 	if sp == nil || sp.Algorithm == nil || !sp.Algorithm.Lendable || sp.Reserve != 0 || !p.cfg.handles(req) {
+		p.exact.Add(req.N)
 		return p.next.Apply(ctx, req)
 	}
 	if sp.Op != "" {

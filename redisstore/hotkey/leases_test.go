@@ -2,6 +2,8 @@ package hotkey_test
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -9,7 +11,9 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/fallback"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/redisstore"
 	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
@@ -290,5 +294,126 @@ func TestLeasesAllOrNone(t *testing.T) {
 		if got := left(t, shared, "k"); got != 199 {
 			t.Errorf("the rate's key has %d left; want 199, taken once", got)
 		}
+	})
+}
+
+// TestLeasesForRequests: only the requests ForRequests selects are leased; the others
+// take the exact path, however busy.
+func TestLeasesForRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		in := newInstance(t, localstore.New(), hotkey.ForRequests(func(r ratelimit.Request) bool {
+			return strings.HasPrefix(r.Key, "hot:")
+		}))
+		for range 2000 {
+			in.allow(t, "hot:a")
+			in.allow(t, "cold:b")
+			time.Sleep(time.Millisecond)
+		}
+		if st := in.leases.Stats(); st.Leases != 1 || st.Exact < 2000 || st.Local < 1500 {
+			t.Errorf("%+v: want the hot key leased, every request of the cold one exact", st)
+		}
+	})
+}
+
+// TestLeasesOnRedis: four instances drive one hot key on a real Redis: it runs a script
+// for fewer than one decision in 20, and once every instance has given back what it
+// holds, what they admitted and what the key has left are its capacity, and no more than
+// it refilled meanwhile.
+func TestLeasesOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	rule := ratelimit.PerHour(50_000)
+	const instances, workers, perWorker = 4, 8, 500
+	start := time.Now()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	var all []*hotkey.Leases
+	for range instances {
+		p, err := hotkey.NewLeases(redisstore.New(srv.Client(), redisstore.WithPrefix("hot")), hotkey.WithRefill(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, p)
+		l, _ := tokenbucket.New(p, rule, ratelimit.WithNamespace("api"))
+		for range workers {
+			wg.Go(func() {
+				for range perWorker {
+					d, err := l.Allow(context.Background(), "tenant-big")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+					time.Sleep(100 * time.Microsecond) // a request's own work, so that the run lasts a few refills
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, p := range all {
+		if err := p.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	calls := redistest.ScriptCalls(t, srv.Client())
+	decisions := int64(instances * workers * perWorker)
+	t.Logf("%d decisions in %v, %d admitted, %d scripts on Redis", decisions, elapsed, admitted.Load(), calls)
+	if int64(calls)*20 > decisions {
+		t.Errorf("Redis ran %d scripts for %d decisions; want fewer than 1 in 20", calls, decisions)
+	}
+	peek := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "api", Rule: rule, Op: "peek"}
+	o, err := redisstore.New(srv.Client(), redisstore.WithPrefix("hot")).Apply(context.Background(), ratelimit.Request{Key: "tenant-big", N: 1, Spec: peek})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refilled := int64(elapsed.Seconds()*50_000/3600) + 1
+	if got := admitted.Load() + o.Remaining + 1; got < rule.Limit || got > rule.Limit+refilled {
+		t.Errorf("admitted %d + left %d = %d; want the capacity, 50000, and at most %d refilled", admitted.Load(), o.Remaining+1, got, refilled)
+	}
+}
+
+// stalled lends only once release is closed: a Redis that takes its time.
+type stalled struct {
+	*localstore.Store
+	lends   atomic.Int64
+	release chan struct{}
+}
+
+func (s *stalled) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	if s.lends.Add(1) > 1 {
+		<-s.release
+	}
+	return s.Store.Lend(ctx, loans)
+}
+
+// TestLeasesNeverWait: while a refill is in flight, a key's requests spend what its
+// lease holds, and the other keys' requests are decided on the next store: none waits
+// for the refill.
+func TestLeasesNeverWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := &stalled{Store: localstore.New(), release: make(chan struct{})}
+		in := newInstance(t, next)
+		for range 60 { // 100 a second: a lease of about a second's, and a top-up stalled
+			in.allow(t, "busy")
+			time.Sleep(10 * time.Millisecond)
+		}
+		if next.lends.Load() < 2 {
+			t.Fatalf("%d refills; want the second one stalled", next.lends.Load())
+		}
+		before := in.leases.Stats()
+		start := time.Now()
+		for range 10 {
+			in.allow(t, "busy")
+			in.allow(t, "other")
+		}
+		if took := time.Since(start); took != 0 {
+			t.Errorf("20 decisions took %v of the bubble's time; want none: no decision waits for the refill", took)
+		}
+		if st := in.leases.Stats(); st.Local-before.Local != 10 {
+			t.Errorf("%+v: want the busy key's 10 requests from its lease", st)
+		}
+		close(next.release)
 	})
 }

@@ -88,6 +88,9 @@ func (p *Leases) tick(now, elapsed int64) {
 	p.remove(gone)
 	var added []*lease
 	for _, k := range p.watch.busy(secs, horizon, p.cfg.maxKeys-p.table.size()) {
+		if p.table.get(k.spec, k.key) != nil { // noted by a decision that looked just before it was leased
+			continue
+		}
 		l := &lease{spec: k.spec, key: k.key, rate: k.rate}
 		_, low := p.sizes(l)
 		l.low.Store(low)
