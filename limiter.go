@@ -52,6 +52,8 @@
 // this module (a database, another cache) runs every algorithm through its Algorithm:
 // Request.Args validates, Step decides on the key's State, and State's MarshalBinary
 // keeps it between calls. The conformance suite of this module runs on such a store.
+// A store that can also lend a key's events ahead of its requests, for decisions that
+// never wait for it (hotkey.Leases), is a Lender (lend.go).
 package ratelimit
 
 import (

@@ -260,6 +260,7 @@ type run struct {
 	leased    [][]time.Duration // of the decisions made from a lease
 	errors    atomic.Int64
 	decisions atomic.Int64
+	shares    atomic.Int64 // decisions of the fallback's shares (Redis too slow, or away)
 }
 
 func newRun(tenants int, d time.Duration, workers int) *run {
@@ -311,8 +312,11 @@ func drive(ins []gatewayInstance, tenants []string, route router, perSecond floa
 					ok, err := ins[i].allow(ctx, tenants[k])
 					took := time.Since(t0)
 					r.latencies[slot] = append(r.latencies[slot], took)
-					if rec.Source() == hotkey.Source {
+					switch rec.Source() {
+					case hotkey.Source:
 						r.leased[slot] = append(r.leased[slot], took)
+					case fallback.Secondary.String():
+						r.shares.Add(1)
 					}
 					r.decisions.Add(1)
 					if err != nil {
@@ -479,6 +483,7 @@ func report(b *testing.B, r *run, z *zipf, perSecond, calls, cpu float64, refill
 		b.ReportMetric(float64(refills)/float64(len(leased)), "refills/leased-decision")
 	}
 	b.ReportMetric(float64(r.errors.Load()), "errors")
+	b.ReportMetric(float64(r.shares.Load())/n, "from-shares")
 	lo, hi := accuracy(r, func(k int) bool { return z.share(k)*perSecond >= 2*float64(seedRule.Limit) }, 2, r.seconds-2)
 	b.ReportMetric(lo, "over-rule-10s-min")
 	b.ReportMetric(hi, "over-rule-10s-max")

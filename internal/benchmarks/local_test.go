@@ -57,7 +57,7 @@ func ours[L ratelimit.Limiter](newL func(ratelimit.Store, ratelimit.Rule, ...rat
 // a ratelimit.Lender): every key is asked of until its lease is in hand, so that what is
 // measured is a decision from a lease.
 func leased(b *testing.B) allowFunc {
-	p, err := hotkey.NewLeases(localstore.New(), hotkey.WithRefill(20*time.Millisecond))
+	p, err := hotkey.NewLeases(localstore.New())
 	if err != nil {
 		b.Fatal(err)
 	}
