@@ -74,7 +74,7 @@ func (e *entry) take(alg *ratelimit.Algorithm, now int64, args *ratelimit.Args, 
 	a := *args
 	a.N, a.Lease = n, lease
 	o = alg.Step(&e.state, now, a)
-	e.expires = e.keep(now, o.Reset)
+	e.expires = now + expiry(o.Reset)
 	return o, true
 }
 

@@ -124,7 +124,7 @@ func (b *batch) commit(now int64) []ratelimit.Outcome {
 			b.s.add(sh, &sh.table(b.spaces[i]).keys, b.hashes[i], r.Key, now, e)
 		}
 		e.state = b.states[i]
-		e.expires = e.keep(now, b.ds[i].Reset)
+		e.expires = now + expiry(b.ds[i].Reset)
 	}
 	return b.ds
 }

@@ -10,8 +10,10 @@ import (
 var _ ratelimit.Lender = (*Store)(nil)
 
 // Lend decides each loan in turn, atomically on its key: under the key's lock, found (or
-// added) under its shard's, as a take is. A key keeps its record of loans beside its
-// state, and is forgotten no sooner than its last loan ends. Errors: ctx.Err() if ctx
+// added) under its shard's, as a take is. A key's record of loans is kept in its shard
+// apart from its state (the keys never lent carry nothing for it), as Redis keeps it in
+// a key of its own: until its last loan ends, whatever the state's expiry, a reset or an
+// eviction. Errors: ctx.Err() if ctx
 // has ended, and for an invalid loan (an algorithm that does not lend, no holder, an
 // invalid rule), before anything is lent.
 func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
@@ -57,18 +59,26 @@ func (s *Store) lendOne(sp *space, l ratelimit.Loan, a ratelimit.Args, now int64
 	if e.expires <= now {
 		e.reset()
 	}
-	var recs []lend.Record
-	if e.loans != nil {
-		recs = e.loans.recs
+	k := loanKey{sp, l.Key}
+	out, recs := lend.Decide(sp.alg, &e.state, sh.loans[k], now, a, l)
+	e.expires = now + expiry(out.Reset)
+	if len(recs) == 0 {
+		delete(sh.loans, k)
+		return out
 	}
-	out, recs := lend.Decide(sp.alg, &e.state, recs, now, a, l)
-	e.loans = nil
-	if len(recs) > 0 {
-		e.loans = &loans{recs: recs}
-		for _, r := range recs {
-			e.loans.until = max(e.loans.until, r.Until)
+	if sh.loans == nil {
+		sh.loans = map[loanKey][]lend.Record{}
+	}
+	sh.loans[k] = recs
+	return out
+}
+
+// ended reports whether every record of recs ended by now.
+func ended(recs []lend.Record, now int64) bool {
+	for _, r := range recs {
+		if r.Until > now {
+			return false
 		}
 	}
-	e.expires = e.keep(now, out.Reset)
-	return out
+	return true
 }

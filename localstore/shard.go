@@ -37,6 +37,15 @@ type shardState struct {
 	// a copy of a key's state and log for a peek, so that a peek allocates nothing
 	scratch    ratelimit.State
 	scratchLog eventlog.Log
+	// the records of loans (Lend) of the keys that have some, apart from the entries (which
+	// the keys never lent need not carry), and from their expiry, as on Redis
+	loans map[loanKey][]lend.Record
+}
+
+// loanKey names the key a record of loans is of.
+type loanKey struct {
+	sp  *space
+	key string
 }
 
 // entry is one key: its state and expiry behind its own lock, taken after the shard's
@@ -44,25 +53,8 @@ type shardState struct {
 type entry struct {
 	mu      sync.Mutex
 	state   ratelimit.State
-	expires int64  // the instant the state is back to full and its loans ended, and it is forgotten; dead once removed
+	expires int64  // the instant the state is back to full, and forgotten; dead once removed
 	key     string // set before the entry is in the index, never changed
-	loans   *loans // the key's loans on record (Lend); nil for none
-}
-
-// loans is a key's record of loans, and when the last of them ends.
-type loans struct {
-	recs  []lend.Record
-	until int64
-}
-
-// keep is when e may be forgotten after a decision whose Outcome has reset at now: once
-// back to full, and no sooner than its last loan ends.
-func (e *entry) keep(now int64, reset time.Duration) int64 {
-	t := now + expiry(reset)
-	if e.loans != nil {
-		t = max(t, e.loans.until)
-	}
-	return t
 }
 
 // dead is the expires of an entry removed from its index, which a decision that found it
@@ -72,7 +64,6 @@ const dead = math.MinInt64
 // reset empties a state back to full: what is left counts for nothing, whatever the rule
 // now.
 func (e *entry) reset() {
-	e.loans = nil
 	e.state = ratelimit.State{Log: e.state.Log}
 	if e.state.Log != nil {
 		e.state.Log.Clear()
@@ -148,6 +139,11 @@ func (sh *shard) sweep(now int64) {
 			sh.bytes -= cost(k)
 		})
 	})
+	for k, recs := range sh.loans {
+		if ended(recs, now) {
+			delete(sh.loans, k)
+		}
+	}
 	for sp, t := range sh.more { // a table of the many is made again when needed
 		if t.keys.n == 0 {
 			delete(sh.more, sp)

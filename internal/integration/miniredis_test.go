@@ -59,10 +59,8 @@ func (s serverTime) Apply(ctx context.Context, req ratelimit.Request) (ratelimit
 	return s.Store.Apply(ctx, req)
 }
 
-func (s *ttlClock) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
-	now := s.clk.Now()
-	s.mr.FastForward(now.Sub(s.last))
-	s.last = now
+func (s serverTime) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	s.mr.SetTime(s.clk.Now())
 	return s.Store.Lend(ctx, loans)
 }
 
@@ -122,6 +120,13 @@ func (s *ttlClock) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.
 	s.mr.FastForward(now.Sub(s.last))
 	s.last = now
 	return s.Store.Apply(ctx, req)
+}
+
+func (s *ttlClock) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	now := s.clk.Now()
+	s.mr.FastForward(now.Sub(s.last))
+	s.last = now
+	return s.Store.Lend(ctx, loans)
 }
 
 // redisstore's Example, on an in-process miniredis and a fake clock, so that what it
