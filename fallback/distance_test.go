@@ -36,7 +36,7 @@ func recommendedClient(addr string) *redis.Client {
 type network struct {
 	name          string
 	delay, jitter time.Duration
-	held          float64 // the share of replies held
+	heldEvery     int64 // every heldEvery'th reply is held
 	heldFor       time.Duration
 	wantByRedis   float64 // the share of decisions Redis must make, where the machine is quiet
 }
@@ -94,7 +94,7 @@ var spread = traffic{"2,500/s over 100 keys", func(seconds float64, decide func(
 }}
 
 // TestRedisFarAway: with Redis behind a delaying proxy (1, 2.5 or 4ms away, 2.5ms with
-// +-1.5ms of jitter, or 2.5ms with 1% of the replies held 50ms), the default timeout and
+// +-1.5ms of jitter, or 2.5ms with every 100th reply held 50ms), the default timeout and
 // the package doc's client options, callers that fire together or a steady 2,500
 // decisions a second have Redis decide nearly every decision: a reply that comes late
 // is a live Redis, so the breaker stays closed, and the timeout follows the measured
@@ -119,7 +119,7 @@ func TestRedisFarAway(t *testing.T) {
 		{name: "2.5ms", delay: 2500 * time.Microsecond, wantByRedis: 0.99},
 		{name: "4ms", delay: 4 * time.Millisecond, wantByRedis: 0.95},
 		{name: "2.5ms+-1.5ms", delay: 2500 * time.Microsecond, jitter: 1500 * time.Microsecond, wantByRedis: 0.97},
-		{name: "2.5ms, 1% held 50ms", delay: 2500 * time.Microsecond, held: 0.01, heldFor: 50 * time.Millisecond, wantByRedis: 0.97},
+		{name: "2.5ms, 1 reply in 100 held 50ms", delay: 2500 * time.Microsecond, heldEvery: 100, heldFor: 50 * time.Millisecond, wantByRedis: 0.97},
 	} {
 		for _, tr := range []traffic{together, spread} {
 			t.Run(n.name+", "+tr.name, func(t *testing.T) {
@@ -161,7 +161,7 @@ func farAwayRun(t *testing.T, addr string, n network, tr traffic) farAway {
 	if err := in.redis.LoadScripts(context.Background(), tokenbucket.Algorithm()); err != nil {
 		t.Fatal(err) // as an application warms its store before it serves
 	}
-	p.HoldShare(n.held, n.heldFor)
+	p.HoldEvery(n.heldEvery, n.heldFor)
 	tr.run(0.5, func(key string) { in.limiter.Allow(context.Background(), key) })
 	in.bySource[fallback.Primary].Store(0)
 	in.bySource[fallback.Secondary].Store(0)

@@ -2,7 +2,6 @@ package redistest
 
 import (
 	"io"
-	"math"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -14,7 +13,7 @@ import (
 // Proxy forwards TCP connections on loopback to a server, as a network between them
 // would: every reply reaches the client the delay later than the server sent it (the
 // added round trip), give or take the jitter, in order on its connection however many
-// are on the way; the next HoldNext replies, and a random HoldShare of them, are held
+// are on the way; the next HoldNext replies, and every HoldEvery'th, are held
 // longer still, past a client's read timeout or its caller's deadline. A sleeping
 // goroutine wakes a little late, more on a busy machine, and the proxy does not make up
 // for it: a reply is as late as the machine makes it, as on a real network host. It
@@ -27,8 +26,9 @@ type Proxy struct {
 	jitter       atomic.Int64 // time.Duration: each reply's delay is uniform in delay +- jitter
 	hold         atomic.Int64 // time.Duration
 	holdNext     atomic.Int64
-	holdShare    atomic.Uint64 // math.Float64bits of the share of replies held
-	holdShareFor atomic.Int64  // time.Duration
+	holdEvery    atomic.Int64 // hold each reply whose count is a multiple of it; 0: none
+	holdEveryFor atomic.Int64 // time.Duration
+	replied      atomic.Int64 // the replies read from the server, counted for holdEvery
 }
 
 // StartProxy starts a Proxy to server on a free loopback port, closed with every
@@ -82,11 +82,15 @@ func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 // the delay plus j (never below 0); replies on one connection still arrive in order.
 func (p *Proxy) SetJitter(j time.Duration) { p.jitter.Store(int64(j)) }
 
-// HoldShare holds a random share (0 to 1) of the replies from now on d longer than
-// their delay; the replies behind one on its connection wait for it.
-func (p *Proxy) HoldShare(share float64, d time.Duration) {
-	p.holdShareFor.Store(int64(d))
-	p.holdShare.Store(math.Float64bits(share))
+// HoldEvery holds every nth reply from now on (the nth, the 2nth, ...) d longer than its
+// delay; the replies behind one on its connection wait for it. The held replies are
+// counted, not drawn at random, so that a run of a given number of replies holds the
+// same number whatever the luck: a test's share of held decisions is then a fixed
+// number, not a draw that fails one run in a few.
+func (p *Proxy) HoldEvery(n int64, d time.Duration) {
+	p.holdEveryFor.Store(int64(d))
+	p.replied.Store(0)
+	p.holdEvery.Store(n)
 }
 
 // HoldNext holds each of the next n replies d longer than the delay.
@@ -110,8 +114,8 @@ func (p *Proxy) replyDelay() time.Duration {
 	if p.holdNext.Add(-1) >= 0 {
 		d += time.Duration(p.hold.Load())
 	}
-	if share := math.Float64frombits(p.holdShare.Load()); share > 0 && rand.Float64() < share {
-		d += time.Duration(p.holdShareFor.Load())
+	if every := p.holdEvery.Load(); every > 0 && p.replied.Add(1)%every == 0 {
+		d += time.Duration(p.holdEveryFor.Load())
 	}
 	return d
 }
