@@ -271,6 +271,51 @@ func (l *AlgorithmLimiter) Refund(ctx context.Context, key string, n int64) (Dec
 	return l.do(ctx, key, n, "refund")
 }
 
+// Debit takes n events from key whatever it has left, even past zero: the cost of a
+// request known only once it was served (the tokens of a completion, the bytes
+// streamed, the rows scanned), charged after the answer, beside the estimate it was
+// admitted on. A key in debt denies until it has earned the debt back, with the exact
+// RetryAfter. n may exceed the rule's Limit (up to 2^52). The Decision is the key's after
+// the debit, for a request of 1 at ctx's priority: Allowed false says the debit left the
+// key in debt, or inside the part of its allowance kept for more important requests
+// (WithReserves), and RetryAfter when such a request is admitted again. The leaky
+// bucket, the sliding log and the in-flight limit take no debts: an error wrapping
+// errors.ErrUnsupported, before the store is asked.
+func (l *AlgorithmLimiter) Debit(ctx context.Context, key string, n int64) (Decision, error) {
+	if l.alg.Debit == nil {
+		return Decision{}, fmt.Errorf("%s: a debit: %w: it takes no debts", l.alg.Name, errors.ErrUnsupported)
+	}
+	spec := withOp(l.takes[l.priority(ctx)], "debit")
+	o, err := l.store.Apply(ctx, Request{Key: key, N: n, Spec: spec})
+	if err != nil {
+		return Decision{}, err
+	}
+	return o.Decision(), nil
+}
+
+// AllowAtMost admits as many of n events for key as it has left, from none to n, and says
+// how many (a batch consumer's "up to n"): in one atomic step on the store, at ctx's
+// priority (what WithReserves keeps back for more important requests stays). The
+// Decision is the key's after it: Allowed when granted is above 0, RetryAfter when none
+// is (the time until one event is). n may exceed the rule's Limit. It needs a store that
+// lends (a ratelimit.Lender: localstore, redisstore, fallback) and an algorithm that
+// does (Algorithm.Lendable: the token bucket, the windows, the calendar quotas);
+// otherwise an error wrapping errors.ErrUnsupported, before the store is asked.
+func (l *AlgorithmLimiter) AllowAtMost(ctx context.Context, key string, n int64) (granted int64, d Decision, err error) {
+	lender, ok := l.store.(Lender)
+	if !ok || !l.alg.Lendable {
+		return 0, Decision{}, fmt.Errorf("%s: AllowAtMost: %w: the store (%T) or the algorithm does not lend", l.alg.Name, errors.ErrUnsupported, l.store)
+	}
+	if n < 1 || n > mathx.MaxExact {
+		return 0, Decision{}, fmt.Errorf("%s: AllowAtMost of %d: %w: want 1 to %d", l.alg.Name, n, ErrInvalidN, int64(mathx.MaxExact))
+	}
+	lent, err := lender.Lend(ctx, []Loan{{Key: key, Spec: l.takes[l.priority(ctx)], Want: n, Share: 1}})
+	if err != nil {
+		return 0, Decision{}, err
+	}
+	return lent[0].N, lent[0].Outcome.Decision(), nil
+}
+
 // Reset forgets key: its next decision sees it full (after a successful login, say).
 func (l *AlgorithmLimiter) Reset(ctx context.Context, key string) error {
 	_, err := l.do(ctx, key, 1, "reset")

@@ -28,12 +28,14 @@ type Lender interface {
 // borrow more.
 type Loan struct {
 	// Key and Spec name the key and its rule, as the Request of a take would; Spec's
-	// Algorithm is Lendable, and its Op and Reserve are empty.
+	// Algorithm is Lendable, its Op empty, and its Reserve too but for a partial take.
 	Key  string
 	Spec *Spec
 
 	// Holder names the borrower: the store keeps one record per holder and key, of the
-	// events it has out and until when. Not 0.
+	// events it has out and until when. 0 names none: a partial take (as many as the key
+	// has left, up to Want, kept by no record: AlgorithmLimiter.AllowAtMost), which keeps
+	// what its Spec's Reserve keeps back, and gives nothing back.
 	Holder int64
 
 	// Give is how many events of the holder's loan it gives back first, unspent: never

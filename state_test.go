@@ -84,6 +84,12 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		return peek(), nil
 	case "refund":
 		alg.Refund(&st, now, a)
+	case "debit":
+		if alg.Debit == nil {
+			return ratelimit.Outcome{}, fmt.Errorf("bytesStore: %s takes no debts", alg.Name)
+		}
+		alg.Debit(&st, now, a)
+		after.Keep = a.Keep // whether the debit left the key in debt, or in the reserve
 	case "reset":
 		st = ratelimit.State{}
 	case "extend":

@@ -116,8 +116,14 @@ type Spec struct {
 	//   - "extend" renews Lease for another Period from now, for an algorithm of leases
 	//     (Algorithm.Extend), and its Allowed() says whether the lease was still held (a
 	//     lease released, or expired, stays gone); stores refuse it for the others.
+	//   - "debit" takes N events whatever the key has left, even past zero (a cost known
+	//     after the answer: the tokens of a completion), for an algorithm that takes debts
+	//     (Algorithm.Debit); a key in debt denies until it is repaid. N may exceed the
+	//     rule's Limit; stores refuse it for the others.
 	// The Outcome of a refund, a reset or an extension is a peek of 1 after it (an
-	// extension's Allowed aside). A store refuses any other Op with an error.
+	// extension's Allowed aside); a debit's is a peek of 1 at the request's Reserve, so
+	// that it says whether the debit left the key in debt, or inside the part kept for
+	// more important requests. A store refuses any other Op with an error.
 	Op string
 	// Lease names the lease a request of an in-flight limit takes, refunds (releases) or
 	// extends; 0 for the rate algorithms. Stores copy it into Args.Lease, and into the
@@ -127,7 +133,8 @@ type Spec struct {
 	// peek must leave for more important requests (see WithReserves): it is admitted only
 	// if the key could admit N more than that part of Decision.Limit (rounded down), and
 	// takes N: a request of more than Limit less that part is never admitted (a limiter
-	// refuses it with ErrInvalidN). A refund, a reset or an extension ignores it.
+	// refuses it with ErrInvalidN). A debit takes N whatever it, and answers by it; a
+	// refund, a reset or an extension ignores it.
 	Reserve int64
 }
 
@@ -141,15 +148,23 @@ func (r Request) Args() (Args, error) {
 	if sp == nil || sp.Algorithm == nil || sp.Algorithm.Prepare == nil {
 		return Args{}, errors.New("ratelimit: a request without an algorithm")
 	}
-	a, err := sp.Algorithm.Prepare(sp.Rule, r.N)
+	n := r.N
+	if sp.Op == "debit" { // any cost, however far past the rule's Limit
+		if n < 1 || n > mathx.MaxExact {
+			return Args{}, fmt.Errorf("%s: a debit of %d: %w: want 1 to %d", sp.Algorithm.Name, n, ErrInvalidN, int64(mathx.MaxExact))
+		}
+		n = 1
+	}
+	a, err := sp.Algorithm.Prepare(sp.Rule, n)
 	if err != nil {
 		return Args{}, err
 	}
+	a.N = r.N
 	if sp.Reserve < 0 || sp.Reserve > 99 {
 		return Args{}, fmt.Errorf("%s: a reserve of %d%%: %w: want 0 to 99", sp.Algorithm.Name, sp.Reserve, ErrInvalidRule)
 	}
 	a.Lease = sp.Lease
-	if sp.Reserve != 0 && (sp.Op == "" || sp.Op == "peek") {
+	if sp.Reserve != 0 && (sp.Op == "" || sp.Op == "peek" || sp.Op == "debit") {
 		a.Keep = mathx.Keep(a.Limit, sp.Reserve)
 	}
 	return a, nil
@@ -210,6 +225,15 @@ type Algorithm struct {
 	// Refund gives a.N events back to st at now, never above its full allowance. For an
 	// algorithm of leases, it releases the lease a.Lease.
 	Refund func(st *State, now int64, a Args)
+
+	// Debit, set by an algorithm that takes debts (the token bucket, the fixed window,
+	// the sliding window counter, the calendar quotas), takes a.N events from st at now
+	// whatever it has left, and returns the time until st is back to full (microseconds):
+	// a key taken below what it allows denies until it has earned them back (a window
+	// counts past its Limit until it ends; the sliding window counter holds no more than
+	// its Limit in a window, so its debt lasts no longer than two windows). The Script
+	// does the same for op "debit". Stores refuse a debit for an algorithm without it.
+	Debit func(st *State, now int64, a Args) (reset int64)
 
 	// Extend is set only by an algorithm of leases (the in-flight limit of
 	// InFlightLimiter), whose state is a set of leases, each expiring by itself: it renews

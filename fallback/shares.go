@@ -79,13 +79,13 @@ func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capaci
 	var err error
 	switch s.policy {
 	case FailOpen:
-		d = ratelimit.Args{Limit: capacity}.Outcome(true, capacity-req.N, 0, 0)
+		d = ratelimit.Args{Limit: capacity}.Outcome(true, max(0, capacity-req.N), 0, 0)
 	case FailClosed:
 		d = ratelimit.Args{Limit: capacity}.Outcome(false, 0, s.breaker.retryAfter(), 0)
 	default:
 		// this instance's share of the rule; its capacity is the rule's divided likewise
 		req.Spec = core.WithRule(req.Spec, s.share(req))
-		if share := shareCapacity(req); req.N > share-mathx.Keep(share, req.Spec.Reserve) { // never fits the share
+		if share := shareCapacity(req); req.Spec.Op != "debit" && req.N > share-mathx.Keep(share, req.Spec.Reserve) { // never fits the share
 			d = ratelimit.Args{Limit: share}.Outcome(false, 0, s.breaker.retryAfter(), 0) // wait for the primary
 		} else {
 			d, err = s.secondary.Apply(ctx, req)

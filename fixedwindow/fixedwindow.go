@@ -11,7 +11,9 @@
 // ResetAfter are the time until the window ends.
 //
 // Refund takes events off the current window's count (events of a past window are
-// gone already).
+// gone already). A debit (a cost known after the answer: AlgorithmLimiter.Debit) counts
+// events whatever the window holds, even past its limit: the key denies until the
+// window ends, and the next window starts at 0.
 //
 // State: Level is the events counted in the window that contains Time.
 //
@@ -81,6 +83,14 @@ func count(st *ratelimit.State, now, end int64, a ratelimit.Args) ratelimit.Outc
 	return a.Outcome(allowed, max(0, a.Limit-st.Level-a.Keep), mathx.Micros(retry), mathx.Micros(reset))
 }
 
+// debit counts n events in the current window whatever it holds (up to mathx.MaxExact),
+// and returns the time until the window ends.
+func debit(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+	end := (advance(st, now, a) + 1) * a.Period
+	st.Level = min(st.Level+min(a.N, mathx.MaxExact), mathx.MaxExact)
+	return end - now
+}
+
 // refund takes n events off the current window's count, down to 0.
 func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
 	advance(st, now, a)
@@ -96,7 +106,7 @@ const name = "fixedwindow"
 
 // algorithm is the algorithm of fixedwindow as Algorithm returns it: its step in Go above,
 // in Lua in fixedwindow.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Lendable: true, Windowed: true}
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Lendable: true, Windowed: true}
 
 //go:embed fixedwindow.lua
 var script string

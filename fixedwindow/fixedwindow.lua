@@ -10,6 +10,10 @@ if op == REFUND then
   n, dry = refunded(KEYS[1], state, dry, T, L, A)
 end
 local ending = (floor(t / period) + 1) * period
+if op == DEBIT then
+  L = min(L + n, MAXDEBT)
+  n, dry = debited(KEYS[1], T, L, A, ending - now)
+end
 
 L, allowed, remaining, retry, reset = count(L, n, keep, limit, ending, now)
 save(KEYS[1], dry, T, L, A, reset)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 // Calendar is the length of a quota's windows as a time zone's calendar counts them.
@@ -172,6 +173,9 @@ func (q Quota) Algorithm() (*ratelimit.Algorithm, error) {
 		Refund: func(st *ratelimit.State, now int64, a ratelimit.Args) {
 			refundQuota(st, now, a, window(now))
 		},
+		Debit: func(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+			return debitQuota(st, now, a, window(now))
+		},
 		Window:   window,
 		Lendable: true,
 		Windowed: true,
@@ -246,6 +250,18 @@ func refundQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.W
 	if advanceQuota(st, now, a.Period, w) != 0 {
 		st.Level = max(0, st.Level-a.N)
 	}
+}
+
+// debitQuota counts n events in the current window whatever it holds (up to
+// mathx.MaxExact), and returns the time until the window ends; without a window (a
+// calendar that makes none) it counts nothing.
+func debitQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) int64 {
+	end := advanceQuota(st, now, a.Period, w)
+	if end == 0 {
+		return 0
+	}
+	st.Level = min(st.Level+min(a.N, mathx.MaxExact), mathx.MaxExact)
+	return end - now
 }
 
 // QuotaLimiter limits each key to a Quota: at most Limit events per calendar window of

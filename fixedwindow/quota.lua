@@ -14,6 +14,9 @@ T, A = t, ending
 if op == REFUND then
   L = max(0, L - n)
   n, dry = refunded(KEYS[1], state, dry, T, L, A)
+elseif op == DEBIT then
+  L = min(L + n, MAXDEBT)
+  n, dry = debited(KEYS[1], T, L, A, ending - now)
 end
 
 L, allowed, remaining, retry, reset = count(L, n, keep, limit, ending, now)

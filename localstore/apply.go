@@ -93,12 +93,16 @@ func (s *Store) takeLocked(sh *shard, k *known, h uint64, key string, n, lease, 
 	return o, nil
 }
 
-// other is Apply for a peek, a refund, a reset or an extension, under the shard's lock:
-// none of them adds a key.
+// other is Apply for a peek, a refund, a reset, an extension or a debit, under the
+// shard's lock: only a debit adds a key.
 func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, args ratelimit.Args, now int64) (ratelimit.Outcome, error) {
 	alg := sp.alg
 	switch req.Spec.Op {
 	case "peek", "refund", "reset":
+	case "debit":
+		if alg.Debit == nil {
+			return ratelimit.Outcome{}, fmt.Errorf("localstore: %s takes no debts", alg.Name)
+		}
 	case "extend":
 		if alg.Extend == nil {
 			return ratelimit.Outcome{}, fmt.Errorf("localstore: %s has no leases to extend", alg.Name)
@@ -112,6 +116,9 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 	t := sh.table(sp)
 	sh.sweepIfDue(now, s.sweepEvery)
 	e := t.keys.get(h, req.Key)
+	if e == nil && req.Spec.Op == "debit" {
+		e = s.add(sh, &t.keys, h, req.Key, now, &entry{})
+	}
 	if e != nil {
 		e.mu.Lock()
 		defer e.mu.Unlock()
@@ -134,6 +141,10 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 			sh.bytes -= cost(req.Key)
 			e = nil
 		}
+	case "debit": // then a peek of 1 at the request's reserve
+		e.expires = now + expiry(time.Duration(alg.Debit(&e.state, now, args))*time.Microsecond)
+		args.N, args.Lease = 1, 0
+		return sh.peek(alg, e, now, args, false), nil
 	case "extend":
 		held := e != nil && alg.Extend(&e.state, now, args)
 		o := sh.peek(alg, e, now, args, true)

@@ -106,7 +106,7 @@ func (s *Store) encodeLoans(loans []ratelimit.Loan) ([]*loanCall, error) {
 		w := s.window(alg)
 		v := script.Values{script.N: 1, script.Limit: a.Limit, script.Period: a.Period, script.Unit: a.Unit,
 			script.Rate: a.Rate, script.Now: now, script.Op: script.Take, script.Lease: strconv.FormatInt(l.Holder, 10),
-			script.Keep: 0, script.WindowStart: w[0], script.WindowEnd: w[1], script.WindowNext: w[2]}
+			script.Keep: keep(l, a), script.WindowStart: w[0], script.WindowEnd: w[1], script.WindowNext: w[2]}
 		var extra [script.LendFields]any
 		extra[script.LendGive], extra[script.LendWant], extra[script.LendShare] = l.Give, l.Want, max(1, l.Share)
 		extra[script.LendTTL], extra[script.LendRevoke], extra[script.LendWindow] = l.TTL.Microseconds(), 0, win
@@ -118,6 +118,15 @@ func (s *Store) encodeLoans(loans []ratelimit.Loan) ([]*loanCall, error) {
 		calls[i] = &loanCall{i: i, alg: alg, limit: a.Limit, state: state, args: args}
 	}
 	return calls, nil
+}
+
+// keep is what a loan keeps back for more important requests: a partial take's reserve
+// (Holder 0); nothing for a holder's loan.
+func keep(l ratelimit.Loan, a ratelimit.Args) int64 {
+	if l.Holder == 0 {
+		return a.Keep
+	}
+	return 0
 }
 
 // groupLoans groups calls by the server they go to, and says whether those are masters

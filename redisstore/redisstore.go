@@ -289,6 +289,9 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	if req.Spec.Op == "extend" && alg.Extend == nil {
 		return ratelimit.Outcome{}, fmt.Errorf("redisstore: %s has no leases to extend", alg.Name)
 	}
+	if req.Spec.Op == "debit" && alg.Debit == nil {
+		return ratelimit.Outcome{}, fmt.Errorf("redisstore: %s takes no debts", alg.Name)
+	}
 	sc := s.scriptOf(alg)
 	ra := sc.args(req, a)
 	c := call{alg: alg, sc: sc, ra: ra, a: a, op: op, now: s.now(), key: redisx.NewKey(ra.nsForm, req.Key),

@@ -18,7 +18,9 @@
 // is the exact time until the estimate has room for n; ResetAfter the time until the
 // estimate is 0.
 //
-// Refund takes events off the current window's count.
+// Refund takes events off the current window's count; a debit (a cost known after the
+// answer) counts past what the estimate allows, up to Limit in the current window: the
+// key denies until the estimate has room again.
 //
 // State: Level is the current window's count, Aux the previous window's, Time the latest
 // instant; counts above a lowered Limit are capped at it.
@@ -115,6 +117,15 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	return a.Outcome(allowed, remaining, mathx.Micros(retry), mathx.Micros(reset))
 }
 
+// debit counts n events in the current window whatever it holds, up to Limit (a window
+// counts no more), and returns the time until the estimate is 0: two windows from the
+// start of this one.
+func debit(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+	start := advance(st, now, a)
+	st.Level = min(st.Level+min(a.N, a.Limit), a.Limit)
+	return start + 2*a.Period - now
+}
+
 // refund takes n events off the current window's count, down to 0 (the previous
 // window's count stays: those events are history).
 func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
@@ -164,7 +175,7 @@ const name = "slidingwindow"
 
 // algorithm is the algorithm of slidingwindow as Algorithm returns it: its step in Go above,
 // in Lua in slidingwindow.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Lendable: true, Windowed: true}
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Lendable: true, Windowed: true}
 
 //go:embed slidingwindow.lua
 var script string

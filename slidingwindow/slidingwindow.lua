@@ -13,6 +13,10 @@ if op == REFUND then
   n, dry = refunded(KEYS[1], state, dry, T, L, A)
 end
 local start = floor(t / period) * period
+if op == DEBIT then
+  L = min(L + n, limit)
+  n, dry = debited(KEYS[1], T, L, A, start + 2 * period - now)
+end
 local ticks = floor(period / unit)
 local elapsed = floor((t - start) / unit)
 local weighted = A * (ticks - elapsed)

@@ -10,10 +10,14 @@
 // Decision: Limit is the capacity; Remaining is the whole tokens left;
 // RetryAfter = (n - tokens) / rate; ResetAfter = (capacity - tokens) / rate; Delay is 0.
 //
-// Refund puts tokens back, never above the capacity.
+// Refund puts tokens back, never above the capacity. A debit (a cost known after the
+// answer: AlgorithmLimiter.Debit) takes tokens whatever the bucket holds, even below
+// empty: with 10 a second and a debit of 25 on a full bucket of 10, the bucket holds -15,
+// and a request of 1 is told to retry after 1.6s, when it has earned 16 back.
 //
-// State: Level is the tokens in units of 1/Unit token, Aux is that Unit. When a rule
-// changes the unit, the whole tokens are kept and the fraction dropped.
+// State: Level is the tokens in units of 1/Unit token (below 0 after a debit), Aux is
+// that Unit. When a rule changes the unit, the whole tokens are kept and the fraction
+// dropped (a debt's rounded up).
 package tokenbucket
 
 import (
@@ -49,7 +53,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 	case 0: // a key never seen: a full bucket
 		st.Level, st.Time, st.Aux = full, now, a.Unit
 	default: // the rule's unit changed: keep the whole tokens
-		st.Level = min(st.Level/st.Aux, a.Limit) * a.Unit
+		st.Level = min(mathx.FloorDiv(st.Level, st.Aux), a.Limit) * a.Unit // a debt's fraction rounded down
 		st.Aux = a.Unit
 	}
 	core.Rewind(st, now, a.Period)
@@ -86,8 +90,23 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	if level < full {
 		reset = lag + mathx.CeilDiv(full-level, a.Rate)
 	}
-	remaining := max(0, int64(uint64(level)/uint64(a.Unit))-a.Keep) // both positive: an unsigned division is cheaper
+	remaining := int64(0)
+	if level > 0 { // a debit may take it below 0
+		remaining = max(0, int64(uint64(level)/uint64(a.Unit))-a.Keep) // both positive: an unsigned division is cheaper
+	}
 	return a.Outcome(allowed, remaining, mathx.Micros(retry), mathx.Micros(reset))
+}
+
+// debit takes n tokens whatever the bucket holds, to no deeper than mathx.MaxExact units
+// below empty, and returns the time until it is full again.
+func debit(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+	lag := advance(st, now, a)
+	take := int64(2 * mathx.MaxExact) // past the deepest debt: as the script's doubles have it
+	if a.N <= take/a.Unit {
+		take = a.N * a.Unit
+	}
+	st.Level = max(st.Level-take, -mathx.MaxExact)
+	return lag + mathx.CeilDiv(a.Limit*a.Unit-st.Level, a.Rate)
 }
 
 // refund puts n tokens back, up to the capacity.
@@ -107,7 +126,7 @@ const name = "tokenbucket"
 
 // algorithm is the algorithm of tokenbucket as Algorithm returns it: its step in Go above,
 // in Lua in tokenbucket.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Lendable: true}
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Lendable: true}
 
 //go:embed tokenbucket.lua
 var script string

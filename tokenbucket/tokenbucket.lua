@@ -5,7 +5,7 @@ if A == unit then
 elseif A == 0 then -- a key never seen: a full bucket
   L, T, A = full, now, unit
 else -- the rule's unit changed: keep the whole tokens
-  L = min(floor(L / A), limit) * unit
+  L = min(floor(L / A), limit) * unit -- a debt's fraction rounded down
   A = unit
 end
 local t = max(T, now)
@@ -18,6 +18,9 @@ local lag = t - now
 if op == REFUND then
   L = min(full, L + n * unit)
   n, dry = refunded(KEYS[1], state, dry, T, L, A)
+elseif op == DEBIT then
+  L = max(L - n * unit, -MAXDEBT)
+  n, dry = debited(KEYS[1], T, L, A, lag - floor(-(full - L) / rate))
 end
 
 local need = (n + keep) * unit

@@ -30,10 +30,10 @@ func Check(l ratelimit.Loan) error {
 		return errors.New("ratelimit: a loan without an algorithm")
 	case !l.Spec.Algorithm.Lendable:
 		return fmt.Errorf("ratelimit: %s does not lend", l.Spec.Algorithm.Name)
-	case l.Spec.Op != "" || l.Spec.Reserve != 0:
-		return fmt.Errorf("ratelimit: a loan of %s with an op or a reserve", l.Spec.Algorithm.Name)
-	case l.Holder == 0:
-		return errors.New("ratelimit: a loan without a holder")
+	case l.Spec.Op != "" || l.Spec.Reserve != 0 && l.Holder != 0:
+		return fmt.Errorf("ratelimit: a loan of %s with an op, or a reserve and a holder", l.Spec.Algorithm.Name)
+	case l.Holder == 0 && (l.Give != 0 || l.Revoke):
+		return errors.New("ratelimit: a partial take (a loan without a holder) that gives back or revokes")
 	case l.Give < 0 || l.Want < 0 || l.Share < 0 || l.TTL < 0:
 		return fmt.Errorf("ratelimit: a loan giving %d, wanting %d of %d shares, for %v", l.Give, l.Want, l.Share, l.TTL)
 	}
@@ -52,7 +52,11 @@ func Args(l ratelimit.Loan) (ratelimit.Args, error) {
 // out, whichever is more; then it renews the holder's record (or drops it, if nothing is
 // out). It returns the Lent and the records after, in recs' array.
 func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now int64, a ratelimit.Args, l ratelimit.Loan) (ratelimit.Lent, []Record) {
-	a.Keep, a.Lease = 0, 0
+	a.Lease = 0
+	if l.Holder == 0 { // a partial take: no record, and what its reserve keeps back kept
+		return partial(alg, st, now, a, l), recs
+	}
+	a.Keep = 0
 	mine := Record{Holder: l.Holder, Limit: a.Limit, Period: a.Period}
 	kept, recs := take(recs, &mine, now, a)
 	if kept && l.Give > 0 {
@@ -96,6 +100,27 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 		recs = append(recs, mine)
 	}
 	return ratelimit.Lent{Outcome: o, N: lent, For: time.Duration(max(0, until-now)) * time.Microsecond, Kept: kept}, recs
+}
+
+// partial takes what l wants of what the key has left, at most, as a take would (keeping
+// its reserve), and keeps no record.
+func partial(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a ratelimit.Args, l ratelimit.Loan) ratelimit.Lent {
+	peek := core.Clone(*st)
+	one := a
+	one.N = 1
+	o := alg.Step(&peek, now, one)
+	var lent int64
+	if l.Want > 0 && o.Allowed() {
+		lent = min(l.Want, (o.Remaining+1)/max(l.Share, 1))
+	}
+	if lent > 0 {
+		take := a
+		take.N = lent
+		if o = alg.Step(st, now, take); !o.Allowed() { // cannot be: no more was taken than is left
+			lent = 0
+		}
+	}
+	return ratelimit.Lent{Outcome: o, N: lent}
 }
 
 // take removes from recs the records that ended by now or were lent under a rule other

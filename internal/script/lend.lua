@@ -30,7 +30,11 @@ for a = 1, #ARGV, stride do
   argv[8] = 0 -- the step's lease: none
   -- the records: those that ended or were lent under another rule dropped, every other
   -- holder's for a revoke (and the holder's own below), the holder's own taken out
-  local recs = redis.call('HGETALL', book)
+  local recs, partial = {}, holder == '0' -- a partial take: no record, and its reserve kept
+  if not partial then
+    recs = redis.call('HGETALL', book)
+    argv[9] = 0
+  end
   local mine, kept, holders = 0, false, 1
   for i = 1, #recs, 2 do
     local r, u, l, p = string.match(recs[i + 1], '^(%d+):(%d+):(%d+):(%d+)$')
@@ -70,7 +74,7 @@ for a = 1, #ARGV, stride do
   end
   mine = mine + lent
   local ends = now
-  if mine > 0 then
+  if mine > 0 and not partial then
     ends = now + max(1, ttl)
     if win > 0 then
       ends = min(ends, (floor(now / win) + 1) * win)

@@ -5,7 +5,11 @@
 local floor, max, min, tonumber, format = math.floor, math.max, math.min, tonumber, string.format
 
 -- the operations, as package script's Op codes
-local TAKE, PEEK, REFUND, RESET, EXTEND = 0, 1, 2, 3, 4
+local TAKE, PEEK, REFUND, RESET, EXTEND, DEBIT = 0, 1, 2, 3, 4, 5
+
+-- the deepest a debit takes a key, in its Level's units (mathx.MaxExact): a debt the
+-- scripts and Go count alike
+local MAXDEBT = 4503599627370496
 
 -- the steps of the script, and whether each reads the state of its first key (which a
 -- batch may read ahead for it)
@@ -42,6 +46,14 @@ local function refunded(key, state, dry, T, L, A)
   if state and not dry then
     redis.call('SET', key, format('%d:%d:%d', T, L, A), 'KEEPTTL')
   end
+  return 1, true
+end
+
+-- debited writes a debited state, with the TTL of reset, the microseconds until it is
+-- back to full (a debit may take a key never seen); the rest of the step then answers
+-- as a peek of 1, at the request's reserve: it returns the new n and dry.
+local function debited(key, T, L, A, reset)
+  redis.call('SET', key, format('%d:%d:%d', T, L, A), 'PX', int(max(1, -floor(-reset / 1000))))
   return 1, true
 end
 

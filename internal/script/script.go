@@ -55,10 +55,11 @@ const (
 	Refund
 	Reset
 	Extend
+	Debit
 )
 
 // OpNames are the operations by code, as ratelimit.Spec.Op names them.
-var OpNames = [...]string{Take: "", Peek: "peek", Refund: "refund", Reset: "reset", Extend: "extend"}
+var OpNames = [...]string{Take: "", Peek: "peek", Refund: "refund", Reset: "reset", Extend: "extend", Debit: "debit"}
 
 // OpCode is the code of op, and whether it is one of ratelimit.Spec.Op's.
 func OpCode(op string) (int, bool) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 // The Lua side names the arguments as Names does, in the same order, each from its place.
@@ -33,11 +34,11 @@ func TestDecodeNamesTheFields(t *testing.T) {
 
 // The operations have the same codes on both sides, and every Spec.Op has one.
 func TestOpCodes(t *testing.T) {
-	m := regexp.MustCompile(`local TAKE, PEEK, REFUND, RESET, EXTEND = (\d+), (\d+), (\d+), (\d+), (\d+)`).FindStringSubmatch(prelude)
+	m := regexp.MustCompile(`local TAKE, PEEK, REFUND, RESET, EXTEND, DEBIT = (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)`).FindStringSubmatch(prelude)
 	if m == nil {
 		t.Fatal("prelude.lua names no operations")
 	}
-	for i, want := range []int{Take, Peek, Refund, Reset, Extend} {
+	for i, want := range []int{Take, Peek, Refund, Reset, Extend, Debit} {
 		if got, _ := strconv.Atoi(m[i+1]); got != want {
 			t.Errorf("operation %q: Lua %d, Go %d", OpNames[want], got, want)
 		}
@@ -115,5 +116,12 @@ func TestLendPlaces(t *testing.T) {
 	}
 	if !strings.Contains(lendScript, "o = o + "+strconv.Itoa(LendReply)) {
 		t.Errorf("lend.lua returns other than %d values a loan", LendReply)
+	}
+}
+
+// The scripts bound a debt where Go does.
+func TestMaxDebt(t *testing.T) {
+	if want := "local MAXDEBT = " + strconv.FormatInt(mathx.MaxExact, 10); !strings.Contains(prelude, want) {
+		t.Errorf("prelude.lua: want %q", want)
 	}
 }

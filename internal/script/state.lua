@@ -22,7 +22,7 @@ if op ~= RESET then
   if state == nil then state = redis.call('GET', KEYS[1]) end
 end
 if state then
-  local t, l, a = string.match(state, '^(-?%d+):(%d+):(%d+)$')
+  local t, l, a = string.match(state, '^(-?%d+):(-?%d+):(%d+)$') -- a debit may take L below 0
   T, L, A = tonumber(t) or 0, tonumber(l) or 0, tonumber(a) or 0
 end
 -- a key's time more than a period ahead of now: the clock went back by more than that,

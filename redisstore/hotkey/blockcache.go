@@ -97,6 +97,9 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	if !b.cfg.handles(req) {
 		return b.next.Apply(ctx, req)
 	}
+	if req.Spec.Op == "debit" { // a cost to charge whatever the key has left: to the store
+		return b.next.Apply(ctx, req)
+	}
 	if _, err := req.Spec.Algorithm.Prepare(req.Spec.Rule, req.N); err != nil {
 		return ratelimit.Outcome{}, err
 	}

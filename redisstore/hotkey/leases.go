@@ -94,7 +94,10 @@ func (p *Leases) Stats() LeasesStats {
 		Refills: p.refills.Load(), Failed: p.failed.Load(), Revoked: p.revoked.Load(), RoundTrip: time.Duration(p.rtt.Load())}
 }
 
-var _ ratelimit.BatchStore = (*Leases)(nil)
+var (
+	_ ratelimit.BatchStore = (*Leases)(nil)
+	_ ratelimit.Lender     = (*Leases)(nil)
+)
 
 // Source is what a decision from a lease reports as its source (ratelimit.Event.Source).
 const Source = "lease"
@@ -174,12 +177,20 @@ func (p *Leases) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]rate
 	return bs.ApplyAll(ctx, reqs)
 }
 
-// op is a peek, a refund or a reset. A peek goes to the next store. A refund or a reset
+// Lend lends on the next store, so that a limiter over Leases grants part of a request
+// (ratelimit.AlgorithmLimiter.AllowAtMost, a loan of holder 0) as it would without them.
+func (p *Leases) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	return p.lender.Lend(ctx, loans)
+}
+
+// op is a peek, a debit, a refund or a reset. A peek or a debit goes to the next store
+// (a debit takes from the key whatever is out on loan: it is repaid before the next
+// loan). A refund or a reset
 // ends this instance's lease of the key (what it held dropped: it was taken before),
 // reaches the next store, and then revokes every other instance's, which learn it at
 // their next refill.
 func (p *Leases) op(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
-	if req.Spec.Op == "peek" {
+	if req.Spec.Op == "peek" || req.Spec.Op == "debit" {
 		return p.next.Apply(ctx, req)
 	}
 	for _, l := range p.table.all(req.Spec, req.Key) {

@@ -417,3 +417,27 @@ func TestLeasesNeverWait(t *testing.T) {
 		close(next.release)
 	})
 }
+
+// TestLeasesCostAfter: a partial take and a debit through Leases decide on the next
+// store, as they would without them.
+func TestLeasesCostAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := hotkey.NewLeases(localstore.New())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close(context.Background())
+		l, _ := tokenbucket.New(p, ratelimit.PerSecond(10))
+		ctx := context.Background()
+		for i, want := range []int64{7, 3, 0} {
+			if got, d, err := l.AllowAtMost(ctx, "k", 7); err != nil || got != want || d.Allowed != (want > 0) {
+				t.Fatalf("AllowAtMost %d: %d, %+v, %v; want %d", i, got, d, err, want)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // one event back
+		d, err := l.Debit(ctx, "k", 5)
+		if err != nil || d.Allowed || d.RetryAfter != 500*time.Millisecond {
+			t.Fatalf("a debit of 5 with 1 left: %+v, %v; want denied for 500ms", d, err)
+		}
+	})
+}

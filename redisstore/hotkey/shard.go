@@ -19,8 +19,8 @@ import (
 //
 // Decisions report the whole rule's Limit, and Remaining as the shard's times shards (an
 // estimate). A request for more than one shard's capacity is an error wrapping
-// ratelimit.ErrInvalidN. A peek or a refund goes to the next shard in turn; a reset
-// to every shard.
+// ratelimit.ErrInvalidN. A peek, a refund or a debit goes to the next shard in turn; a
+// reset to every shard.
 type Shard struct {
 	next   ratelimit.Store
 	shards int64
@@ -42,7 +42,11 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	if !s.cfg.handles(req) {
 		return s.next.Apply(ctx, req)
 	}
-	whole, err := req.Spec.Algorithm.Prepare(req.Spec.Rule, req.N)
+	n := req.N
+	if req.Spec.Op == "debit" { // a cost of any size, taken on one shard
+		n = 1
+	}
+	whole, err := req.Spec.Algorithm.Prepare(req.Spec.Rule, n)
 	if err != nil {
 		return ratelimit.Outcome{}, err
 	}
@@ -51,7 +55,7 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	if err != nil {
 		return ratelimit.Outcome{}, fmt.Errorf("hotkey: shard: %v over %d shards is %v each: %w", req.Spec.Rule, s.shards, share, err)
 	}
-	if req.N > one.Limit {
+	if n > one.Limit {
 		return ratelimit.Outcome{}, fmt.Errorf("hotkey: shard: n = %d, one of %d shards holds %d: %w",
 			req.N, s.shards, one.Limit, ratelimit.ErrInvalidN)
 	}

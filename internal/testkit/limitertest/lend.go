@@ -2,6 +2,7 @@ package limitertest
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,41 @@ func testLend(t *testing.T, newStore NewStore) {
 	t.Run("windows", func(t *testing.T) { testLendWindows(t, newStore) })
 	t.Run("bad loans", func(t *testing.T) { testLendBad(t, newStore) })
 	t.Run("concurrent", func(t *testing.T) { testLendConcurrent(t, newStore) })
+	t.Run("partial takes", func(t *testing.T) { testAllowAtMost(t, newStore) })
+}
+
+// testAllowAtMost: a partial take admits what the key has left, up to n, keeping what the
+// request's priority must leave, and says how many.
+func testAllowAtMost(t *testing.T, newStore NewStore) {
+	clk := clock.NewFake(Start.Add(10 * time.Second))
+	store := newStore(t, clk)
+	ctx := context.Background()
+	tb, err := tokenbucket.New(store, ratelimit.PerSecond(10), ratelimit.WithNamespace("most"), ratelimit.WithReserves(0, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(what string, l *ratelimit.AlgorithmLimiter, ctx context.Context, key string, n, granted int64, d ratelimit.Decision) {
+		t.Helper()
+		g, got, err := l.AllowAtMost(ctx, key, n)
+		if err != nil || g != granted || got != d {
+			t.Errorf("%s: granted %d, %+v, %v; want %d, %+v", what, g, got, err, granted, d)
+		}
+	}
+	want("7 of a full 10", tb, ctx, "k", 7, 7, ratelimit.Decision{Allowed: true, Limit: 10, Remaining: 3, ResetAfter: 700 * time.Millisecond})
+	want("7 of the 3 left", tb, ctx, "k", 7, 3, ratelimit.Decision{Allowed: true, Limit: 10, ResetAfter: time.Second})
+	want("1 of none", tb, ctx, "k", 1, 0, ratelimit.Decision{Limit: 10, RetryAfter: 100 * time.Millisecond, ResetAfter: time.Second})
+	normal := ratelimit.WithPriority(ctx, ratelimit.Normal)
+	want("a normal request, 25 of a full 10 keeping 5", tb, normal, "n", 25, 5, ratelimit.Decision{Allowed: true, Limit: 10, ResetAfter: 500 * time.Millisecond})
+	want("a critical one, what is left", tb, ctx, "n", 25, 5, ratelimit.Decision{Allowed: true, Limit: 10, ResetAfter: time.Second})
+	fw, _ := fixedwindow.New(store, ratelimit.PerMinute(10), ratelimit.WithNamespace("most"))
+	want("a window, 25 at 0:10", fw, ctx, "k", 25, 10, ratelimit.Decision{Allowed: true, Limit: 10, ResetAfter: 50 * time.Second})
+	if _, _, err := tb.AllowAtMost(ctx, "k", 0); !errors.Is(err, ratelimit.ErrInvalidN) {
+		t.Errorf("AllowAtMost of 0: %v; want ErrInvalidN", err)
+	}
+	lb, _ := leakybucket.New(store, ratelimit.PerSecond(10), ratelimit.WithNamespace("most"))
+	if _, _, err := lb.AllowAtMost(ctx, "k", 1); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("AllowAtMost of the leaky bucket: %v; want errors.ErrUnsupported", err)
+	}
 }
 
 func lender(t *testing.T, newStore NewStore) (ratelimit.Lender, *clock.Fake) {
@@ -178,7 +214,8 @@ func testLendBad(t *testing.T, newStore NewStore) {
 	good := ratelimit.Loan{Key: "k", Spec: spec, Holder: 1, Want: 5, Share: 1, TTL: time.Second}
 	bad := []ratelimit.Loan{
 		{Key: "k", Spec: &ratelimit.Spec{Algorithm: leakybucket.Algorithm(), Rule: ratelimit.PerSecond(10)}, Holder: 1, Want: 1, TTL: time.Second},
-		{Key: "k", Spec: spec, Want: 1, TTL: time.Second},
+		{Key: "k", Spec: spec, Give: 1, Want: 1, TTL: time.Second}, // a partial take giving back
+		{Key: "k", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10), Reserve: 20}, Holder: 1, Want: 1, TTL: time.Second},
 		{Key: "k", Spec: spec, Holder: 1, Want: -1, TTL: time.Second},
 		{Key: "k", Spec: spec, Holder: 1, Give: -1, TTL: time.Second},
 		{Key: "k", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.Rule{Limit: -1, Period: time.Second}}, Holder: 1, Want: 1, TTL: time.Second},

@@ -49,6 +49,10 @@ func LendParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, ste
 			loans[j] = ratelimit.Loan{Key: key, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule}, Holder: holder,
 				Give: rng.Int64N(held[h] + 1), Want: rng.Int64N(12), Share: 1 + rng.Int64N(3),
 				TTL: time.Duration(1+rng.IntN(40)) * step, Revoke: rng.IntN(30) == 0}
+			if rng.IntN(5) == 0 { // a partial take, keeping a priority's reserve
+				loans[j] = ratelimit.Loan{Key: key, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule, Reserve: reserves[rng.IntN(len(reserves))]},
+					Want: 1 + rng.Int64N(40), Share: 1}
+			}
 		}
 		var got [2][]ratelimit.Lent
 		for s, store := range stores {

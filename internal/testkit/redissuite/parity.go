@@ -36,8 +36,9 @@ func same(t *testing.T, stores []ratelimit.Store, req ratelimit.Request, what fu
 // reserves are the reserves the parity tests draw from: none, most often.
 var reserves = []int64{0, 0, 0, 20, 50, 99}
 
-// ParityOn drives the same random traffic through localstore and redis, on one fake
-// clock, and requires identical decisions: same algorithm, same time, same answer.
+// ParityOn drives the same random traffic (takes, and debits past the limit) through
+// localstore and redis, on one fake clock, and requires identical decisions: same
+// algorithm, same time, same answer.
 // Each step picks a key, a rule and n; the clock moves forward by a multiple of step.
 // With changeRules, a key's rule changes mid-stream, and the state must convert (or
 // expire) the same way in Go and in Lua; else key i keeps rule i.
@@ -65,9 +66,12 @@ func ParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store, rules 
 					req.N = 1
 				}
 				req.Spec.Reserve = reserves[rng.IntN(len(reserves))] // a priority's, often none
+				if k.Algorithm.Debit != nil && rng.IntN(8) == 0 { // a cost after the answer, past the limit too
+					req.Spec.Op, req.N = "debit", 1+rng.Int64N(3*a.Limit)
+				}
 				same(t, stores, req, func() string {
-					return fmt.Sprintf("step %d, %s %v n %d reserve %d%% at %v", i, req.Key, rule, req.N, req.Spec.Reserve,
-						clk.Now().Sub(limitertest.Start))
+					return fmt.Sprintf("step %d, %s %v op %q n %d reserve %d%% at %v", i, req.Key, rule, req.Spec.Op, req.N,
+						req.Spec.Reserve, clk.Now().Sub(limitertest.Start))
 				})
 			}
 		})
