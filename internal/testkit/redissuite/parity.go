@@ -66,7 +66,7 @@ func ParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store, rules 
 					req.N = 1
 				}
 				req.Spec.Reserve = reserves[rng.IntN(len(reserves))] // a priority's, often none
-				if k.Algorithm.Debit != nil && rng.IntN(8) == 0 { // a cost after the answer, past the limit too
+				if k.Algorithm.Debit != nil && rng.IntN(8) == 0 {    // a cost after the answer, past the limit too
 					req.Spec.Op, req.N = "debit", 1+rng.Int64N(3*a.Limit)
 				}
 				same(t, stores, req, func() string {
