@@ -298,3 +298,37 @@ func ExampleWithReserves() {
 	// normal false 110ms
 	// critical true 0s
 }
+
+// A language model's API limited in tokens a minute per API key: a request is admitted on
+// an estimate (100 tokens), and charged what the upstream reports it used once the
+// answer is done: 800 each. The second request leaves the key 600 in debt, and the
+// third waits 42s, until 700 tokens (the debt and the estimate) are back.
+func ExampleCost() {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	tokens, _ := tokenbucket.New(localstore.New(localstore.WithClock(clk)), ratelimit.PerMinute(1000), ratelimit.WithNamespace("tokens"))
+	mw := &ratelimit.Middleware{
+		Limiter: tokens,
+		Key:     func(r *http.Request) (string, error) { return r.Header.Get("Authorization"), nil },
+		Cost: &ratelimit.Cost{
+			Estimate: func(*http.Request) int64 { return 100 },
+			Actual:   ratelimit.CostHeader("X-Usage-Tokens"), // set by the upstream
+			Unit:     "tokens",
+		},
+	}
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Usage-Tokens", "800")
+		fmt.Fprintln(w, "a completion of 800 tokens")
+	})
+	h := mw.Wrap(upstream)
+	for range 3 {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/v1/completions", nil)
+		r.Header.Set("Authorization", "Bearer key-1")
+		h.ServeHTTP(w, r)
+		fmt.Printf("%d remaining=%s retry-after=%q\n", w.Code, w.Header().Get("X-RateLimit-Remaining"), w.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 200 remaining=900 retry-after=""
+	// 200 remaining=100 retry-after=""
+	// 429 remaining=0 retry-after="42"
+}

@@ -29,7 +29,10 @@ import (
 // in whole seconds rounded up, so a client that waits that long is not early. A request
 // admitted by a shaping algorithm (the leaky bucket) is held for its Decision.Delay
 // before it is passed on. With InFlight, it also bounds the requests of a key in progress
-// at once, each holding a lease until its handler returns.
+// at once, each holding a lease until its handler returns (RateLimit-Policy lists it,
+// in the draft's unit qu="concurrent-requests"). With Cost, a request whose cost is
+// known only once it is served (a completion's tokens) is admitted on an estimate and
+// charged the rest after the answer.
 //
 // Exempt requests skip it whole; Shadow decides and counts without denying anyone;
 // OnDecision sees every decision, and Logger what a fail-open swallows.
@@ -75,6 +78,11 @@ type Middleware struct {
 	// X-RateLimit-* are the parts' Decisions combined as AllowAll combines them. An error
 	// goes to Error, as Decide's does.
 	DecidePolicies func(r *http.Request, key string) ([]PolicyDecision, error)
+
+	// Cost, when set, is what a request costs Limiter when it is known only once the
+	// request is served (see Cost): the request is admitted on its estimate, and charged
+	// the rest, or refunded, after the answer. Each of Policies has a Cost of its own.
+	Cost *Cost
 
 	// MaxKeyLength bounds the length of a key in bytes: 256 when 0.
 	MaxKeyLength int
@@ -173,6 +181,12 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	if err := checkPolicies(m.Policies); err != nil {
 		panic(err.Error())
 	}
+	if m.Cost != nil && (m.Limiter == nil || m.Decide != nil || m.Policies != nil || m.DecidePolicies != nil) {
+		panic("ratelimit: Middleware.Cost is charged to its Limiter, and it has none, or decides otherwise (a Policy has a Cost of its own)")
+	}
+	if err := checkCost("Middleware", m.Limiter, m.Cost); err != nil {
+		panic(err.Error())
+	}
 	cfg := *m // later changes to m do not race with requests
 	if cfg.MaxKeyLength <= 0 {
 		cfg.MaxKeyLength = defaultMaxKeyLength
@@ -205,19 +219,19 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	var one [1]policy // the usual decision, under one policy, without an allocation
-	ps, d, err := m.decideReported(r, key, one[:0])
+	ps, shadows, d, err := m.decideReported(r, key, one[:0])
 	if err != nil {
 		if m.passes(w, r, err) {
 			m.serveInFlight(w, r, key, next)
 		}
 		return
 	}
-	if len(ps) == 0 { // no policy applies
-		m.serveInFlight(w, r, key, next)
+	if len(ps) == 0 { // no enforced policy applies
+		m.serveCharged(w, r, key, next, charges(nil, false, shadows))
 		return
 	}
 	if m.Shadow { // decided and counted, never enforced: no headers, and on it goes
-		m.serveInFlight(w, r, key, next)
+		m.serveCharged(w, r, key, next, charges(ps, d.Allowed, shadows))
 		return
 	}
 	setHeaders(w.Header(), ps, d)
@@ -234,7 +248,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if d.Delay > 0 && sleep(r.Context(), d.Delay) != nil {
 		return // the client left while its request was held
 	}
-	m.serveInFlight(w, r, key, next)
+	m.serveCharged(w, r, key, next, charges(ps, true, shadows))
 }
 
 // serveInFlight serves r holding one of key's leases, when there is an in-flight limit.
@@ -265,6 +279,8 @@ func (m *Middleware) serveInFlight(w http.ResponseWriter, r *http.Request, key s
 		for _, name := range rateHeaders {
 			h.Del(name)
 		}
+		h.Set("RateLimit-Policy", inFlightPolicy(limit))
+		h.Set("RateLimit", `"in-flight";r=0`)
 		h.Set("Retry-After", "1")
 		if m.InFlightDenied != nil {
 			m.InFlightDenied(w, r, d)
@@ -274,7 +290,21 @@ func (m *Middleware) serveInFlight(w http.ResponseWriter, r *http.Request, key s
 		return
 	}
 	defer release()
+	if !m.Shadow {
+		h := w.Header()
+		if list := h.Get("RateLimit-Policy"); list != "" {
+			h.Set("RateLimit-Policy", list+", "+inFlightPolicy(limit))
+		} else {
+			h.Set("RateLimit-Policy", inFlightPolicy(limit))
+		}
+	}
 	next.ServeHTTP(w, r)
+}
+
+// inFlightPolicy is an in-flight limit in RateLimit-Policy: its quota of requests in
+// progress at once, in the IETF draft's unit for it.
+func inFlightPolicy(limit int64) string {
+	return `"in-flight";q=` + strconv.FormatInt(limit, 10) + `;qu="concurrent-requests"`
 }
 
 // passes says whether a request whose limiter failed with err goes on: not when its

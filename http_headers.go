@@ -42,6 +42,11 @@ func setHeaders(h http.Header, ps []policy, d Decision) {
 			list.WriteString(strconv.FormatInt(p.d.Limit, 10))
 			list.WriteString(";w=")
 			list.WriteString(strconv.FormatInt(w, 10))
+			if p.c.cost != nil && p.c.cost.Unit != "" && p.c.cost.Unit != "requests" {
+				unit, _ := sfString(p.c.cost.Unit) // checked by Wrap
+				list.WriteString(";qu=")
+				list.WriteString(unit)
+			}
 		}
 	}
 	if list.Len() > 0 {

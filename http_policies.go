@@ -30,11 +30,15 @@ type Policy struct {
 	// Middleware.Shadow): it is decided alone, after the policies it does not shadow
 	// have admitted the request, and is left out of the headers.
 	Shadow bool
+	// Cost, when set, is what a request costs this policy when it is known only once the
+	// request is served (see Cost): the policy admits the request on its estimate, and
+	// is charged the rest, or refunded, after the answer. Nil: 1 event a request.
+	Cost *Cost
 }
 
 // decideReported is decide, reported to the hook: the decision, then each shadowed
 // policy's.
-func (m *Middleware) decideReported(r *http.Request, key string, ps []policy) ([]policy, Decision, error) {
+func (m *Middleware) decideReported(r *http.Request, key string, ps []policy) ([]policy, []shadowed, Decision, error) {
 	o := m.observer()
 	ctx, rec, start := o.begin(r.Context())
 	rr := r
@@ -55,21 +59,43 @@ func (m *Middleware) decideReported(r *http.Request, key string, ps []policy) ([
 				Priority: PriorityFrom(ctx)})
 		}
 	}
-	return ps, d, err
+	return ps, shadows, d, err
 }
 
-// policy is one limit that took part in a request's decision, for the headers.
+// policy is one limit that took part in a request's decision, for the headers, and
+// for the charge after the answer when it has a Cost (c.l is nil otherwise).
 type policy struct {
 	name string
 	rule Rule
 	d    Decision
+	c    charge
 }
 
-// shadowed is the decision of a shadowed policy, for the hook.
+// shadowed is the decision of a shadowed policy, for the hook, and its charge after the
+// answer when it has a Cost and admitted the request.
 type shadowed struct {
 	name    string
 	d       Decision
 	latency time.Duration
+	c       charge
+}
+
+// charges are the charges due after the answer of a request the policies ps admitted
+// (none of theirs when it was not admitted), and those of the shadowed policies that
+// admitted it: nil, without an allocation, when no policy has a Cost.
+func charges(ps []policy, admitted bool, shadows []shadowed) []charge {
+	var cs []charge
+	for _, p := range ps {
+		if admitted && p.c.l != nil {
+			cs = append(cs, p.c)
+		}
+	}
+	for _, s := range shadows {
+		if s.c.l != nil {
+			cs = append(cs, s.c)
+		}
+	}
+	return cs
 }
 
 // decide decides r under the Middleware's limits: the policies that took part and are
@@ -87,7 +113,7 @@ func (m *Middleware) decide(r *http.Request, key string, ps []policy) ([]policy,
 	}
 	if m.Decide != nil {
 		d, rule, err := m.Decide(r, key)
-		return append(ps, policy{name, rule, d}), nil, d, err
+		return append(ps, policy{name: name, rule: rule, d: d}), nil, d, err
 	}
 	if m.DecidePolicies != nil {
 		pds, err := m.DecidePolicies(r, key)
@@ -96,7 +122,7 @@ func (m *Middleware) decide(r *http.Request, key string, ps []policy) ([]policy,
 		}
 		ds := make([]Decision, len(pds))
 		for i, pd := range pds {
-			ps = append(ps, policy{pd.Name, pd.Rule, pd.Decision})
+			ps = append(ps, policy{name: pd.Name, rule: pd.Rule, d: pd.Decision})
 			ds[i] = pd.Decision
 		}
 		if len(ds) == 0 { // no limit applies
@@ -104,12 +130,18 @@ func (m *Middleware) decide(r *http.Request, key string, ps []policy) ([]policy,
 		}
 		return ps, nil, combine(ds), nil
 	}
-	d, err := m.Limiter.Allow(r.Context(), key)
 	var rule Rule
 	if rl, ok := m.Limiter.(interface{ Rule() Rule }); ok {
 		rule = rl.Rule()
 	}
-	return append(ps, policy{name, rule, d}), nil, d, err
+	if m.Cost != nil { // checked by Wrap: a limiter of an algorithm package
+		l := m.Limiter.(algorithmBased).base()
+		c := admit(r.Context(), r, l, m.Cost)
+		d, err := l.AllowN(r.Context(), key, c.admitted)
+		return append(ps, policy{name, rule, d, c}), nil, d, err
+	}
+	d, err := m.Limiter.Allow(r.Context(), key)
+	return append(ps, policy{name: name, rule: rule, d: d}), nil, d, err
 }
 
 // decidePolicies takes one event of key under every enforced policy that matches r, all
@@ -118,6 +150,7 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 	var ps []policy
 	var reqs, shadowReqs []Request
 	var shadowNames []string
+	var shadowCharges []charge
 	var store Store
 	for _, p := range m.Policies {
 		if p.Match != nil && !p.Match(r) {
@@ -126,11 +159,17 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 		l := p.Limiter.(algorithmBased).base() // checked by Wrap
 		store = l.store
 		req := Request{Key: key, N: 1, Spec: l.takes[l.priority(r.Context())]}
+		var c charge
+		if p.Cost != nil {
+			c = admit(r.Context(), r, l, p.Cost)
+			req.N = c.admitted
+		}
 		if p.Shadow {
 			shadowReqs, shadowNames = append(shadowReqs, req), append(shadowNames, p.Name)
+			shadowCharges = append(shadowCharges, c)
 			continue
 		}
-		ps = append(ps, policy{name: p.Name, rule: l.rule})
+		ps = append(ps, policy{name: p.Name, rule: l.rule, c: c})
 		reqs = append(reqs, req)
 	}
 	var d Decision
@@ -155,7 +194,11 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 			m.observer().warn(r.Context(), "a shadowed policy failed", key, err)
 			continue
 		}
-		shadows = append(shadows, shadowed{shadowNames[i], so.Decision(), time.Since(start)})
+		sh := shadowed{name: shadowNames[i], d: so.Decision(), latency: time.Since(start)}
+		if so.Allowed() {
+			sh.c = shadowCharges[i]
+		}
+		shadows = append(shadows, sh)
 	}
 	return ps, shadows, d, nil
 }
@@ -182,6 +225,9 @@ func checkPolicies(policies []Policy) error {
 			return fmt.Errorf("ratelimit: Middleware policy %d: the name %q is another policy's", i, p.Name)
 		}
 		names[p.Name] = true
+		if err := checkCost(fmt.Sprintf("Middleware policy %q", p.Name), p.Limiter, p.Cost); err != nil {
+			return err
+		}
 		if other, dup := spaces[space{l.alg, l.namespace}]; dup {
 			return fmt.Errorf("ratelimit: Middleware policies %q and %q count the same keys (one algorithm and namespace): give one a namespace of its own", other, p.Name)
 		}

@@ -173,22 +173,26 @@ func TestMiddlewareInFlightWithRate(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			if w := get(h, "/slow", "a"); w.Code != 200 {
-				t.Errorf("slow: %d", w.Code)
+			if w := get(h, "/slow", "a"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"default";q=3;w=3600, "in-flight";q=1;qu="concurrent-requests"` {
+				t.Errorf("slow: %d, RateLimit-Policy %q; want 200 under both limits", w.Code, w.Header().Get("RateLimit-Policy"))
 			}
 		}()
 		<-g.started
 		if w := get(h, "/", "a"); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" {
 			t.Errorf("a second request in progress, with a limit of 1: %d; want 503 with Retry-After 1", w.Code)
 		} else {
-			for _, name := range []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Ratelimit", "Ratelimit-Policy"} {
+			for _, name := range []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"} {
 				if v := w.Header().Get(name); v != "" {
 					t.Errorf("an in-flight denial carries the rate's %s: %q (quota left beside a refusal)", name, v)
 				}
 			}
+			// the IETF fields name the in-flight limit alone, in the draft's unit for it
+			if p, l := w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"); p != `"in-flight";q=1;qu="concurrent-requests"` || l != `"in-flight";r=0` {
+				t.Errorf("an in-flight denial: RateLimit-Policy %q, RateLimit %q; want the in-flight limit's", p, l)
+			}
 		}
-		if w := get(h, "/?unlimited=1", "a"); w.Code != 200 {
-			t.Errorf("a request without an in-flight limit: %d; want 200", w.Code)
+		if w := get(h, "/?unlimited=1", "a"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"default";q=3;w=3600` {
+			t.Errorf("a request without an in-flight limit: %d, RateLimit-Policy %q; want 200 and the rate's alone", w.Code, w.Header().Get("RateLimit-Policy"))
 		}
 		if w := get(h, "/", "a"); w.Code != http.StatusTooManyRequests || w.Header().Get("X-Ratelimit-Remaining") != "0" {
 			t.Errorf("the fourth request of a rate of 3: %d; want 429 from the rate", w.Code)

@@ -1,0 +1,196 @@
+package ratelimit_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/leakybucket"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// completion answers as a language model's API would: its cost in the X-Tokens header,
+// from the request's "used" query parameter.
+var completion = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Tokens", r.URL.Query().Get("used"))
+	w.Write([]byte("a completion"))
+})
+
+// ask sends a request for key that is estimated at estimate tokens and uses used.
+func ask(h http.Handler, key string, estimate, used int) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("POST", "/v1/chat?used="+strconv.Itoa(used), nil)
+	r.Header.Set("X-Api-Key", key)
+	r.Header.Set("X-Estimate", strconv.Itoa(estimate))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func estimateHeader(r *http.Request) int64 {
+	n, _ := strconv.ParseInt(r.Header.Get("X-Estimate"), 10, 64)
+	return n
+}
+
+// tokensLeft is what key has left of l, peeked.
+func tokensLeft(t *testing.T, l *ratelimit.AlgorithmLimiter, key string) int64 {
+	t.Helper()
+	d, err := l.PeekN(context.Background(), key, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Allowed {
+		return 0
+	}
+	return d.Remaining + 1
+}
+
+// TestMiddlewareCost: a request is admitted on its estimate and charged its real cost
+// once its handler has returned: past zero when it cost more, so that the next request
+// waits until the debt is repaid, and refunded when it cost less.
+func TestMiddlewareCost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tpm, _ := tokenbucket.New(localstore.New(), ratelimit.PerMinute(1000), ratelimit.WithNamespace("tokens"))
+		h := (&ratelimit.Middleware{Limiter: tpm, Key: headerKey,
+			Cost: &ratelimit.Cost{Estimate: estimateHeader, Actual: ratelimit.CostHeader("X-Tokens"), Unit: "tokens"}}).Wrap(completion)
+		w := ask(h, "a", 100, 700)
+		if w.Code != 200 || w.Header().Get("X-Ratelimit-Remaining") != "900" ||
+			w.Header().Get("RateLimit-Policy") != `"default";q=1000;w=60;qu="tokens"` {
+			t.Fatalf("the first request: %d %v; want admitted on its estimate of 100, 900 left, in tokens", w.Code, w.Header())
+		}
+		if got := tokensLeft(t, tpm, "a"); got != 300 {
+			t.Fatalf("after a request of 700 tokens: %d left; want 300", got)
+		}
+		if w := ask(h, "a", 100, 700); w.Code != 200 || w.Header().Get("X-Ratelimit-Remaining") != "200" {
+			t.Fatalf("the second request: %d %v; want admitted, 200 left", w.Code, w.Header())
+		}
+		// 300 - 700 = -400: a request of 100 waits for 500 tokens, 30s at 1000 a minute
+		w = ask(h, "a", 100, 700)
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "30" {
+			t.Fatalf("a request of a key 400 in debt: %d, Retry-After %q; want 429 for 30s", w.Code, w.Header().Get("Retry-After"))
+		}
+		time.Sleep(30 * time.Second)
+		// 100 left: admitted on 100, and it used 10: 90 back
+		if w := ask(h, "a", 100, 10); w.Code != 200 {
+			t.Fatalf("once the debt is repaid: %d; want 200", w.Code)
+		}
+		if got := tokensLeft(t, tpm, "a"); got != 90 {
+			t.Errorf("after a request estimated at 100 that used 10: %d left; want 90", got)
+		}
+		// an upstream that does not say what it cost: the estimate stands
+		r := httptest.NewRequest("POST", "/v1/chat", nil)
+		r.Header.Set("X-Api-Key", "b")
+		r.Header.Set("X-Estimate", "50")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		if got := tokensLeft(t, tpm, "b"); got != 950 {
+			t.Errorf("a request of unknown cost estimated at 50: %d left; want 950", got)
+		}
+		// an estimate above what the key can ever hold is admitted as 1000, and charged the rest
+		if w := ask(h, "c", 5000, 1200); w.Code != 200 {
+			t.Fatalf("a request estimated above the limit: %d; want admitted on the whole limit", w.Code)
+		}
+		if d, _ := tpm.PeekN(context.Background(), "c", 1); d.Allowed || d.RetryAfter != 12060*time.Millisecond {
+			t.Errorf("after a request of 1200 on a key of 1000: %+v; want 201 tokens to earn, 12.06s", d)
+		}
+	})
+}
+
+// TestMiddlewareCostBytes: without Actual, a request costs the bytes of its answer.
+func TestMiddlewareCostBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bytes, _ := tokenbucket.New(localstore.New(), ratelimit.PerSecond(1<<20))
+		h := (&ratelimit.Middleware{Limiter: bytes, Key: headerKey, Cost: &ratelimit.Cost{Unit: "content-bytes"}}).Wrap(
+			http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(make([]byte, 4096)) }))
+		w := get(h, "/", "a")
+		if w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"default";q=1048576;w=1;qu="content-bytes"` {
+			t.Fatalf("%d %v", w.Code, w.Header())
+		}
+		if got := tokensLeft(t, bytes, "a"); got != 1<<20-4096 {
+			t.Errorf("after an answer of 4096 bytes: %d left; want %d", got, 1<<20-4096)
+		}
+	})
+}
+
+// TestPolicyCost: a policy with a Cost is charged it; the others count requests.
+func TestPolicyCost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := localstore.New()
+		rps, _ := tokenbucket.New(store, ratelimit.PerSecond(10), ratelimit.WithNamespace("requests"))
+		tpm, _ := tokenbucket.New(store, ratelimit.PerMinute(1000), ratelimit.WithNamespace("tokens"))
+		shadow, _ := tokenbucket.New(store, ratelimit.PerMinute(500), ratelimit.WithNamespace("tried"))
+		cost := &ratelimit.Cost{Estimate: estimateHeader, Actual: ratelimit.CostHeader("X-Tokens"), Unit: "tokens"}
+		h := (&ratelimit.Middleware{Key: headerKey, Policies: []ratelimit.Policy{
+			{Name: "requests", Limiter: rps},
+			{Name: "tokens", Limiter: tpm, Cost: cost},
+			{Name: "tried", Limiter: shadow, Cost: cost, Shadow: true},
+		}}).Wrap(completion)
+		w := ask(h, "a", 100, 300)
+		if want := `"requests";q=10;w=1, "tokens";q=1000;w=60;qu="tokens"`; w.Code != 200 || w.Header().Get("RateLimit-Policy") != want {
+			t.Fatalf("%d, RateLimit-Policy %q; want %q", w.Code, w.Header().Get("RateLimit-Policy"), want)
+		}
+		for _, c := range []struct {
+			l    *ratelimit.AlgorithmLimiter
+			want int64
+		}{{rps, 9}, {tpm, 700}, {shadow, 200}} {
+			if got := tokensLeft(t, c.l, "a"); got != c.want {
+				t.Errorf("%s: %d left; want %d", c.l.Namespace(), got, c.want)
+			}
+		}
+	})
+}
+
+// TestCostClientGone: a client that leaves before its answer is done still pays for what
+// it was served: the charge outlives the request's context.
+func TestCostClientGone(t *testing.T) {
+	tpm, _ := tokenbucket.New(localstore.New(), ratelimit.PerMinute(1000))
+	ctx, cancel := context.WithCancel(context.Background())
+	h := (&ratelimit.Middleware{Limiter: tpm, Key: headerKey, Cost: &ratelimit.Cost{Actual: ratelimit.CostHeader("X-Tokens")}}).Wrap(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			cancel() // the client hangs up while the answer is made
+			w.Header().Set("X-Tokens", "400")
+		}))
+	r := httptest.NewRequest("POST", "/", nil).WithContext(ctx)
+	r.Header.Set("X-Api-Key", "a")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if got := tokensLeft(t, tpm, "a"); got != 600 {
+		t.Errorf("%d left; want 600", got)
+	}
+}
+
+// TestCostMisconfigured: Wrap refuses a Cost it cannot charge.
+func TestCostMisconfigured(t *testing.T) {
+	leaky, _ := leakybucket.New(localstore.New(), ratelimit.PerSecond(10))
+	tb, _ := tokenbucket.New(localstore.New(), ratelimit.PerSecond(10))
+	for name, m := range map[string]*ratelimit.Middleware{
+		"a leaky bucket": {Limiter: leaky, Key: headerKey, Cost: &ratelimit.Cost{}},
+		"no limiter":     {InFlight: mustInFlight(t), Key: headerKey, Cost: &ratelimit.Cost{}},
+		"a policy's":     {Key: headerKey, Policies: []ratelimit.Policy{{Name: "p", Limiter: leaky, Cost: &ratelimit.Cost{}}}},
+		"a bad unit":     {Limiter: tb, Key: headerKey, Cost: &ratelimit.Cost{Unit: "tok\nens"}},
+		"decided by hand": {Limiter: tb, Key: headerKey, Cost: &ratelimit.Cost{}, Decide: func(*http.Request, string) (ratelimit.Decision, ratelimit.Rule, error) {
+			return ratelimit.Decision{}, ratelimit.Rule{}, nil
+		}},
+	} {
+		func() {
+			defer func() {
+				if p := recover(); p == nil || !strings.Contains(p.(string), "Cost") {
+					t.Errorf("%s: Wrap panicked with %v; want the Cost named", name, p)
+				}
+			}()
+			m.Wrap(ok)
+		}()
+	}
+}
+
+func mustInFlight(t *testing.T) *ratelimit.InFlightLimiter {
+	l, err := ratelimit.NewInFlight(localstore.New(), 5, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
