@@ -1,6 +1,11 @@
 // Package observe turns the library's decision events (ratelimit.Event, from
 // Middleware.OnDecision, ContextLimiter and ContextInFlight) into metrics: Prometheus and
-// OpenTelemetry, so that a service copies nothing but the line that registers them.
+// OpenTelemetry, so that a service imports them and writes one line:
+//
+//	mw.OnDecision, err = observe.Prometheus(prometheus.DefaultRegisterer)
+//
+// It is a module of its own, so that the library's go.mod holds neither Prometheus nor
+// OpenTelemetry.
 //
 // Both count decisions by policy, outcome (allowed, denied, shadowed denied, error) and
 // the store that made them (primary, secondary, or local when the store is not a fallback

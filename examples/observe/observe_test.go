@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ratelimit-go/ratelimit"
-	"github.com/ratelimit-go/ratelimit/examples/internal/observe"
+	"github.com/ratelimit-go/ratelimit/examples/observe"
 	"github.com/ratelimit-go/ratelimit/fallback"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
