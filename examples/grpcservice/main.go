@@ -39,8 +39,8 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
-	"github.com/ratelimit-go/ratelimit/examples/observe"
 	"github.com/ratelimit-go/ratelimit/examples/internal/servers"
+	"github.com/ratelimit-go/ratelimit/examples/observe"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
