@@ -15,21 +15,13 @@ import (
 	"github.com/ratelimit-go/ratelimit/fallback"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/redisstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
 // recommendedClient is a client with the options the package doc recommends.
 func recommendedClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr:                  addr,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           100 * time.Millisecond,
-		DialerRetries:         1,
-		ReadTimeout:           time.Second,
-		WriteTimeout:          time.Second,
-		PoolTimeout:           10 * time.Millisecond,
-		MaxRetries:            -1,
-	})
+	return redis.NewClient(redisstore.Recommended(&redis.Options{Addr: addr}))
 }
 
 // network is what a delaying proxy adds between the store and Redis.

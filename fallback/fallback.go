@@ -142,18 +142,9 @@ var _ ratelimit.Store = (*Store)(nil)
 //
 // For the timeout to stop the work as well as the wait, let go-redis honour context
 // deadlines, and keep its own timeouts short so that an outage does not pile up
-// connections and goroutines:
+// connections and goroutines: redisstore.Recommended sets all of it,
 //
-//	redis.NewClient(&redis.Options{
-//		Addr:                  addr,
-//		ContextTimeoutEnabled: true,                   // stop waiting for a connection at the decision's deadline
-//		DialTimeout:           100 * time.Millisecond, // reconnect attempts fail fast
-//		DialerRetries:         1,                      // not 5 attempts, 100ms apart, per call
-//		ReadTimeout:           time.Second,            // how long a late reply is waited for
-//		WriteTimeout:          time.Second,
-//		PoolTimeout:           10 * time.Millisecond,  // a saturated pool fails fast
-//		MaxRetries:            -1,                     // redisstore never retries its scripts anyway
-//	})
+//	client := redis.NewClient(redisstore.Recommended(&redis.Options{Addr: addr}))
 //
 // and call redisstore's LoadScripts before serving: it loads the scripts and opens the
 // connections the first decisions will use, so that none of them pays a dial and a

@@ -20,7 +20,10 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/script"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
+	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/slidinglog"
+	"github.com/ratelimit-go/ratelimit/slidingwindow"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
@@ -594,5 +597,47 @@ func TestLoadScripts(t *testing.T) {
 	defer down.Close()
 	if err := redisstore.New(down).LoadScripts(ctx, tokenbucket.Algorithm()); !errors.Is(err, ratelimit.ErrUnavailable) {
 		t.Errorf("LoadScripts with Redis down: %v; want ErrUnavailable", err)
+	}
+}
+
+// TestLoadScriptsOfEveryAlgorithm: LoadScripts without a list loads the scripts of every
+// algorithm of the module, so that no first decision of any of them loads one: seven
+// scripts, the calendar quotas' one for every calendar and zone.
+func TestLoadScriptsOfEveryAlgorithm(t *testing.T) {
+	client := redistest.Start(t).Client()
+	s := redisstore.New(client)
+	ctx := context.Background()
+	if err := s.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	week, err := fixedwindow.Quota{Limit: 5, Per: fixedwindow.Week, In: time.FixedZone("", 3600)}.Algorithm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, alg := range []*ratelimit.Algorithm{tokenbucket.Algorithm(), leakybucket.Algorithm(), fixedwindow.Algorithm(),
+		slidingwindow.Algorithm(), slidinglog.Algorithm(), week, ratelimit.InFlightAlgorithm()} {
+		if d, err := apply(t, s, alg, "k", ratelimit.PerHour(10), 1); err != nil || !d.Allowed() {
+			t.Fatalf("%s: %+v, %v", alg.Name, d, err)
+		}
+	}
+	if loads, evals := redistest.CommandCalls(t, client, "script|load"), redistest.CommandCalls(t, client, "eval"); loads != 7 || evals != 0 {
+		t.Errorf("%d loads and %d EVAL; want the 7 of LoadScripts and none after", loads, evals)
+	}
+}
+
+// TestRecommended: the recommended options keep what the caller set, and set what a
+// rate limiter's client needs.
+func TestRecommended(t *testing.T) {
+	o := redisstore.Recommended(&redis.Options{Addr: "127.0.0.1:1", PoolSize: 7})
+	if o.Addr != "127.0.0.1:1" || o.PoolSize != 7 || !o.ContextTimeoutEnabled || o.MaxRetries != -1 || o.DialerRetries != 1 ||
+		o.DialTimeout != 100*time.Millisecond || o.PoolTimeout != 10*time.Millisecond || o.ReadTimeout != time.Second {
+		t.Errorf("%+v", o)
+	}
+	c := redisstore.RecommendedCluster(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	if len(c.Addrs) != 1 || !c.ContextTimeoutEnabled || c.MaxRetries != -1 || c.ClusterStateReloadInterval != 5*time.Second {
+		t.Errorf("%+v", c)
+	}
+	if redisstore.Recommended(nil) == nil || redisstore.RecommendedCluster(nil) == nil {
+		t.Error("nil options: nil")
 	}
 }

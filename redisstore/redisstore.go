@@ -1,8 +1,9 @@
 // Package redisstore is the ratelimit.Store on Redis: one limit shared by every instance
 // of an application, with one atomic round trip per decision.
 //
-//	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	client := redis.NewClient(redisstore.Recommended(&redis.Options{Addr: "localhost:6379"}))
 //	store := redisstore.New(client)
+//	err := store.LoadScripts(ctx) // optional: the scripts loaded, connections warm
 //	limiter, err := tokenbucket.New(store, ratelimit.PerSecond(100), ratelimit.WithNamespace("api"))
 //
 // A decision is one EVALSHA of the algorithm's Lua script, which reads the key's state,
@@ -111,6 +112,7 @@ type Store struct {
 	clock   clock.Clock // nil: Redis TIME
 	places  clock.Clock // places calendar windows (WithCalendarClock); nil: clock, else time.Now
 	scripts sync.Map    // *ratelimit.Algorithm -> *luaScript
+	sources sync.Map    // a script's name, keys and source -> *luaScript: one for algorithms that share it
 	batches sync.Map    // the SHAs of a coalesced batch's steps, in order -> *luaScript
 
 	maxBatch int          // decisions per batch script call; 1: no coalescing

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -58,11 +59,15 @@ func (s *Store) scriptOf(alg *ratelimit.Algorithm) *luaScript {
 	if sc, ok := s.scripts.Load(alg); ok {
 		return sc.(*luaScript)
 	}
-	sc := newLuaScript(alg.Name, script.Single(alg))
+	src := script.Single(alg)
+	sc := newLuaScript(alg.Name, src)
 	for _, part := range alg.ScriptKeys {
 		sc.names = append(sc.names, redisx.Part(s.prefix, alg.Name, part))
 	}
-	got, _ := s.scripts.LoadOrStore(alg, sc)
+	// algorithms of one script (a quota of each calendar and zone) share what is known of
+	// it: loaded once, by LoadScripts or the first decision of any of them
+	shared, _ := s.sources.LoadOrStore(strings.Join(append([]string{alg.Name, src}, sc.names...), "\x00"), sc)
+	got, _ := s.scripts.LoadOrStore(alg, shared)
 	return got.(*luaScript)
 }
 
@@ -113,14 +118,18 @@ func (s *Store) runOn(ctx context.Context, to processor, sc *luaScript, args []a
 	return cmd.Val(), nil
 }
 
-// LoadScripts loads the scripts of algs into Redis (every master of a cluster) now, so
-// that an application can check Redis and warm the store before it serves: the first
-// decisions then cost one round trip each, not a load too. On a *redis.Client it also
+// LoadScripts loads the scripts of algs into Redis (every master of a cluster) now, or,
+// with none, those of every algorithm of this module (the five, the calendar quotas and
+// the in-flight limit), so that an application can check Redis and warm the store before
+// it serves: the first decisions then cost one round trip each, not a load too. On a *redis.Client it also
 // opens and readies the connections its first flights will take, and times the round
 // trip (see Store, "Coalescing"). It returns the first error, wrapped with
 // ratelimit.ErrUnavailable when Redis cannot be reached. Decisions load what they need
 // without it.
 func (s *Store) LoadScripts(ctx context.Context, algs ...*ratelimit.Algorithm) error {
+	if len(algs) == 0 {
+		algs = builtIn()
+	}
 	for _, alg := range algs {
 		if alg == nil || alg.Script == "" {
 			return errors.New("redisstore: LoadScripts of an algorithm without a script")

@@ -85,14 +85,7 @@ func Open(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (_ rate
 	}()
 	switch {
 	case cfg.Cluster != "":
-		c := redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: strings.Split(cfg.Cluster, ","), ContextTimeoutEnabled: true,
-			DialTimeout: 100 * time.Millisecond, DialerRetries: 1, ReadTimeout: time.Second,
-			WriteTimeout: time.Second, PoolTimeout: 10 * time.Millisecond, MaxRetries: -1,
-			// slot moves no error announces; a failed master's slots are reloaded at once by
-			// the store (see redisstore's "Redis Cluster")
-			ClusterStateReloadInterval: 5 * time.Second,
-		})
+		c := redis.NewClusterClient(redisstore.RecommendedCluster(&redis.ClusterOptions{Addrs: strings.Split(cfg.Cluster, ",")}))
 		client, closeAll = c, append(closeAll, func() { c.Close() })
 		log.Info("deciding on Redis Cluster", "addrs", cfg.Cluster)
 	case cfg.RedisURL != "":
@@ -100,10 +93,7 @@ func Open(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (_ rate
 		if err != nil {
 			return nil, nil, fmt.Errorf("-redis: %w", err)
 		}
-		opts.ContextTimeoutEnabled, opts.MaxRetries, opts.DialerRetries = true, -1, 1
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = 100*time.Millisecond, time.Second, time.Second
-		opts.PoolTimeout = 10 * time.Millisecond
-		c := redis.NewClient(opts)
+		c := redis.NewClient(redisstore.Recommended(opts))
 		client, closeAll = c, append(closeAll, func() { c.Close() })
 		log.Info("deciding on Redis", "addr", opts.Addr)
 	default:

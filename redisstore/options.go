@@ -1,0 +1,65 @@
+package redisstore
+
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/leakybucket"
+	"github.com/ratelimit-go/ratelimit/slidinglog"
+	"github.com/ratelimit-go/ratelimit/slidingwindow"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// Recommended sets in o the go-redis settings of a client that decides rate limits, and
+// returns o (a new Options when nil):
+//
+//	client := redis.NewClient(redisstore.Recommended(&redis.Options{Addr: addr}))
+//
+// The settings, so that a decision's timeout (fallback.WithTimeout) stops the work as
+// well as the wait, and an outage piles up neither connections nor goroutines:
+// ContextTimeoutEnabled (stop waiting for a connection at the decision's deadline), a
+// DialTimeout of 100ms and one DialerRetries (reconnections fail fast, not 5 attempts
+// per call), Read and WriteTimeout of 1s (how long a late reply is waited for), a
+// PoolTimeout of 10ms (a saturated pool fails fast) and no MaxRetries (the store never
+// resends a script: a take resent after a lost reply would count twice). Everything
+// else of o (the address, credentials, TLS, the pool's size) is kept.
+func Recommended(o *redis.Options) *redis.Options {
+	if o == nil {
+		o = &redis.Options{}
+	}
+	o.ContextTimeoutEnabled = true
+	o.DialTimeout, o.DialerRetries = 100*time.Millisecond, 1
+	o.ReadTimeout, o.WriteTimeout = time.Second, time.Second
+	o.PoolTimeout = 10 * time.Millisecond
+	o.MaxRetries = -1
+	return o
+}
+
+// RecommendedCluster is Recommended for a Redis Cluster: the same settings, and the
+// cluster's map of slots reloaded every 5s (ClusterStateReloadInterval), since a slot
+// that moves announces itself by no error to a client that does not retry; the store
+// reloads it at once when a master fails (see "Redis Cluster" in the package doc).
+func RecommendedCluster(o *redis.ClusterOptions) *redis.ClusterOptions {
+	if o == nil {
+		o = &redis.ClusterOptions{}
+	}
+	o.ContextTimeoutEnabled = true
+	o.DialTimeout, o.DialerRetries = 100*time.Millisecond, 1
+	o.ReadTimeout, o.WriteTimeout = time.Second, time.Second
+	o.PoolTimeout = 10 * time.Millisecond
+	o.MaxRetries = -1
+	o.ClusterStateReloadInterval = 5 * time.Second
+	return o
+}
+
+// builtIn are the algorithms of this module, whose scripts LoadScripts loads when it is
+// given none: the five, the calendar quotas (one script for every calendar and zone) and
+// the in-flight limit.
+func builtIn() []*ratelimit.Algorithm {
+	quota, _ := fixedwindow.Quota{Limit: 1, Per: fixedwindow.Month}.Algorithm() // valid: no error
+	return []*ratelimit.Algorithm{tokenbucket.Algorithm(), leakybucket.Algorithm(), fixedwindow.Algorithm(),
+		slidingwindow.Algorithm(), slidinglog.Algorithm(), quota, ratelimit.InFlightAlgorithm()}
+}
