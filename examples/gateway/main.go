@@ -40,8 +40,8 @@
 // schema.sql (read every -reload, and at once on NOTIFY).
 //
 // Every path of -addr goes to the upstream (a request's path cleaned first, see
-// canonicalPath); the gateway's own /metrics (Prometheus) and /healthz are on
-// -admin-addr (127.0.0.1:9090 by default: not public unless asked). Connections that
+// canonicalPath); the gateway's own /metrics (Prometheus), /denied (the keys denied
+// most over the last minute, in JSON) and /healthz are on -admin-addr (127.0.0.1:9090 by default: not public unless asked). Connections that
 // stay idle past -idle-timeout are closed, and a request's reading and its answer's
 // writing are bounded by -read-timeout and -write-timeout, as a proxy's are: a
 // thousand idle keep-alive connections would otherwise each hold a goroutine and a file
@@ -93,7 +93,7 @@ type config struct {
 func main() {
 	var c config
 	flag.StringVar(&c.addr, "addr", ":8080", "address to listen on")
-	flag.StringVar(&c.adminAddr, "admin-addr", "127.0.0.1:9090", "address of /metrics and /healthz (empty: none)")
+	flag.StringVar(&c.adminAddr, "admin-addr", "127.0.0.1:9090", "address of /metrics, /denied and /healthz (empty: none)")
 	flag.DurationVar(&c.idle, "idle-timeout", defaultIdleTimeout, "how long an idle keep-alive connection stays open")
 	flag.DurationVar(&c.read, "read-timeout", defaultReadTimeout, "the most a request may take to arrive, its body included")
 	flag.DurationVar(&c.write, "write-timeout", defaultWriteTimeout, "the most an answer may take, from the end of its request's headers")
@@ -225,6 +225,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if c.adminAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", m.handler())
+		mux.Handle("/denied", m.deniedHandler())
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 		servers = append(servers, &http.Server{Addr: c.adminAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute})

@@ -261,6 +261,9 @@ func (m *limit) decidePolicies(r *http.Request, key string) ([]ratelimit.PolicyD
 				outcome = "denied"
 			}
 		}
+		if outcome == "denied" {
+			m.metrics.denials.Record(key, 1)
+		}
 		m.metrics.decisions.WithLabelValues(route, outcome).Inc()
 	}
 	return pds, err

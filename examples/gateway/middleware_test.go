@@ -503,3 +503,20 @@ rules:
 		t.Error("a quota per fortnight accepted")
 	}
 }
+
+// TestDenied: /denied names the (tenant, route) keys denied most over the last minute.
+func TestDenied(t *testing.T) {
+	g, _ := newGateway(t, localstore.New())
+	for range 5 { // shop-a's create-order allows 2 at once: 3 denied
+		do(g, "POST", "/orders", "shop-a")
+	}
+	for range 21 { // the default allows 20 at once: 1 denied
+		do(g, "GET", "/orders", "shop-b")
+	}
+	res := httptest.NewRecorder()
+	g.metrics.deniedHandler().ServeHTTP(res, httptest.NewRequest("GET", "/denied?n=5", nil))
+	want := `{"denied":[{"key":"{shop-a}:create-order","count":3,"error":0},{"key":"{shop-b}:list-orders","count":1,"error":0}],"window_seconds":60}` + "\n"
+	if res.Code != 200 || res.Body.String() != want {
+		t.Errorf("/denied: %d %s; want %s", res.Code, res.Body.String(), want)
+	}
+}

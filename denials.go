@@ -1,0 +1,180 @@
+package ratelimit
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit/clock"
+)
+
+// Denials answers "who is being limited right now": the keys denied most over the last
+// minute, from memory bounded whatever the number of keys (no metric per key). It counts
+// with the Space-Saving algorithm (Metwally, Agrawal and El Abbadi, 2005) in six slots
+// of 10 seconds, each Capacity keys: a key denied more than a slot's denials divided by
+// Capacity is always among them, and its count is over by at most Denied.Error.
+//
+// Hand its Observe to Middleware.OnDecision (or call it from a hook of your own), and
+// read Top from an admin endpoint:
+//
+//	denials := &ratelimit.Denials{}
+//	mw := &ratelimit.Middleware{Limiter: limiter, Key: key, OnDecision: denials.Observe}
+//	top := denials.Top(10)
+//
+// Its zero value is ready to use, with the defaults written beside the fields, which must
+// not change once it is in use. It is safe for concurrent use.
+type Denials struct {
+	// Capacity is the number of keys each slot counts: 256 when 0. Memory is about six
+	// times Capacity keys.
+	Capacity int
+	// Clock is the time: the system's when nil.
+	Clock clock.Clock
+
+	mu    sync.Mutex
+	slots [denialSlots]denialSlot
+}
+
+// Denied is one key of Denials.Top: denied Count times over the last minute, a count
+// that may be over by at most Error (the denials of the keys it replaced in the sketch).
+type Denied struct {
+	Key   string
+	Count int64
+	Error int64
+}
+
+const (
+	denialSlots = 6
+	denialSpan  = 10 * time.Second // one slot's span: six make the last minute
+)
+
+// denialSlot is one slot's Space-Saving sketch: the counted keys, in a min-heap by count.
+type denialSlot struct {
+	epoch int64 // the slot's span since the Unix epoch, in denialSpan; 0: never used
+	index map[string]*denialEntry
+	heap  denialHeap
+}
+
+type denialEntry struct {
+	key          string
+	count, error int64
+	at           int // its place in the heap
+}
+
+// Observe counts e's key once when e is a denial a client saw (a rate limit's or an
+// in-flight limit's, not a shadowed one): a Middleware.OnDecision hook.
+func (d *Denials) Observe(_ context.Context, e Event) {
+	if e.Err == nil && !e.Decision.Allowed && !e.Shadowed {
+		d.Record(e.Key, 1)
+	}
+}
+
+// Record counts n denials of key now (a gRPC interceptor's, say).
+func (d *Denials) Record(key string, n int64) {
+	if n <= 0 {
+		return
+	}
+	epoch := d.now() / int64(denialSpan)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := &d.slots[epoch%denialSlots]
+	if s.epoch != epoch { // a slot a minute old: start it again
+		s.epoch = epoch
+		clear(s.index)
+		s.heap = s.heap[:0]
+	}
+	if s.index == nil {
+		s.index = make(map[string]*denialEntry)
+	}
+	if e := s.index[key]; e != nil {
+		e.count += n
+		heap.Fix(&s.heap, e.at)
+		return
+	}
+	if len(s.heap) < d.capacity() {
+		e := &denialEntry{key: key, count: n}
+		s.index[key] = e
+		heap.Push(&s.heap, e)
+		return
+	}
+	// the key with the fewest takes the new one's place, and its count: the new key may
+	// have been denied that many times while it was not counted
+	e := s.heap[0]
+	delete(s.index, e.key)
+	e.key, e.error = key, e.count
+	e.count += n
+	s.index[key] = e
+	heap.Fix(&s.heap, 0)
+}
+
+// Top is at most n of the keys denied most over the last minute, the most denied first
+// (ties by key).
+func (d *Denials) Top(n int) []Denied {
+	epoch := d.now() / int64(denialSpan)
+	sum := map[string]*Denied{}
+	d.mu.Lock()
+	for i := range d.slots {
+		s := &d.slots[i]
+		if s.epoch == 0 || s.epoch <= epoch-denialSlots || s.epoch > epoch {
+			continue
+		}
+		for _, e := range s.heap {
+			t := sum[e.key]
+			if t == nil {
+				t = &Denied{Key: e.key}
+				sum[e.key] = t
+			}
+			t.Count += e.count
+			t.Error += e.error
+		}
+	}
+	d.mu.Unlock()
+	top := make([]Denied, 0, len(sum))
+	for _, t := range sum {
+		top = append(top, *t)
+	}
+	slices.SortFunc(top, func(a, b Denied) int {
+		if c := cmp.Compare(b.Count, a.Count); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Key, b.Key)
+	})
+	return top[:min(max(n, 0), len(top))]
+}
+
+func (d *Denials) capacity() int {
+	if d.Capacity > 0 {
+		return d.Capacity
+	}
+	return 256
+}
+
+func (d *Denials) now() int64 {
+	if d.Clock == nil {
+		return time.Now().UnixNano()
+	}
+	return clock.UnixNano(d.Clock)
+}
+
+// denialHeap is a min-heap of entries by count.
+type denialHeap []*denialEntry
+
+func (h denialHeap) Len() int           { return len(h) }
+func (h denialHeap) Less(i, j int) bool { return h[i].count < h[j].count }
+func (h denialHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].at, h[j].at = i, j
+}
+func (h *denialHeap) Push(x any) {
+	e := x.(*denialEntry)
+	e.at = len(*h)
+	*h = append(*h, e)
+}
+func (h *denialHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
