@@ -23,4 +23,12 @@ var (
 	// with it; the fallback store trips its breaker on it. Other backend errors (a
 	// misconfiguration, a reply of the wrong shape) are not wrapped with it.
 	ErrUnavailable = errors.New("ratelimit: store unavailable")
+
+	// ErrInvalidKey: a request or call has no key to limit it by (the Key function
+	// failed: no API key, say) or its key is refused (too long, control characters). It
+	// is not a rate limit: answer it as the missing credential it usually is (401, gRPC's
+	// Unauthenticated), not with 429 or ResourceExhausted. ContextLimiter and
+	// ContextInFlight return the Key function's error wrapped with it, and Middleware
+	// hands KeyError such an error.
+	ErrInvalidKey = errors.New("ratelimit: no valid key")
 )

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -207,28 +208,43 @@ func ExampleMiddleware_shadow() {
 	// /healthz 200
 }
 
-// A limit for gRPC: ContextLimiter is the Limiter of go-grpc-middleware's
-// interceptors/ratelimit (grpcratelimit.UnaryServerInterceptor(limit)), which answers
-// ResourceExhausted when Limit returns an error. Here the key is a context value; a
-// service reads it from the call's metadata (examples/grpcservice).
+// A limit for gRPC: an interceptor calls Limit, and answers a *DeniedError with
+// ResourceExhausted and its RetryAfter (in google.rpc.RetryInfo and the
+// grpc-retry-pushback-ms trailer), and ErrInvalidKey, no rate limit, with
+// Unauthenticated (examples/grpcservice has the interceptors). Here the key is a context
+// value; a service reads it from the call's metadata.
 func ExampleContextLimiter() {
 	type apiKey struct{}
-	limiter, _ := tokenbucket.New(localstore.New(), ratelimit.PerMinute(2), ratelimit.WithNamespace("grpc"))
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, _ := tokenbucket.New(localstore.New(localstore.WithClock(clk)), ratelimit.PerMinute(2), ratelimit.WithNamespace("grpc"))
 	limit := &ratelimit.ContextLimiter{
 		Limiter: limiter,
 		Key: func(ctx context.Context) (string, error) {
-			key, _ := ctx.Value(apiKey{}).(string)
-			return key, nil
+			if key, ok := ctx.Value(apiKey{}).(string); ok {
+				return key, nil
+			}
+			return "", errors.New("no API key")
 		},
 	}
 	ctx := context.WithValue(context.Background(), apiKey{}, "shop-a")
 	for range 3 {
-		fmt.Println(limit.Limit(ctx))
+		var denied *ratelimit.DeniedError
+		switch err := limit.Limit(ctx); {
+		case errors.As(err, &denied):
+			fmt.Println("ResourceExhausted, retry in", denied.RetryAfter())
+		case err != nil:
+			fmt.Println(err)
+		default:
+			fmt.Println("OK")
+		}
 	}
+	err := limit.Limit(context.Background())
+	fmt.Println(errors.Is(err, ratelimit.ErrInvalidKey), err)
 	// Output:
-	// <nil>
-	// <nil>
-	// rate limit exceeded; retry after 30s
+	// OK
+	// OK
+	// ResourceExhausted, retry in 30s
+	// true ratelimit: no valid key: no API key
 }
 
 // Behind a load balancer at 10.0.0.0/8, the client is the address it saw, not what the

@@ -98,8 +98,9 @@ type Middleware struct {
 	// Many Requests with a one-line text body.
 	Denied func(w http.ResponseWriter, r *http.Request, d Decision)
 
-	// KeyError answers a request whose key could not be found or is refused: by default
-	// 400 Bad Request with the error's text.
+	// KeyError answers a request whose key could not be found or is refused, with an
+	// error that wraps ErrInvalidKey (and the Key function's): by default 400 Bad Request
+	// with the error's text. An API key that is missing deserves 401.
 	KeyError func(w http.ResponseWriter, r *http.Request, err error)
 
 	// Error is called when the limiter fails (its store is down, say), and says whether
@@ -200,10 +201,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	key, err := m.Key(r)
-	if err == nil {
-		err = checkKey(key, m.MaxKeyLength)
-	}
-	if err != nil {
+	if err = keyOf(key, err, m.MaxKeyLength); err != nil {
 		if m.KeyError != nil {
 			m.KeyError(w, r, err)
 		} else {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 )
 
@@ -244,12 +243,24 @@ func checkPolicies(policies []Policy) error {
 // checkKey refuses a key that is too long or holds control characters.
 func checkKey(key string, maxLen int) error {
 	if len(key) > maxLen {
-		return errors.New("ratelimit: the request's key is longer than " + strconv.Itoa(maxLen) + " bytes")
+		return fmt.Errorf("%w: the key is longer than %d bytes", ErrInvalidKey, maxLen)
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x20 || c == 0x7f {
-			return errors.New("ratelimit: the request's key holds a control character")
+			return fmt.Errorf("%w: the key holds a control character", ErrInvalidKey)
 		}
 	}
 	return nil
+}
+
+// keyOf is key's error, if any, wrapped with ErrInvalidKey, or key's refusal by
+// checkKey.
+func keyOf(key string, err error, maxLen int) error {
+	if err != nil {
+		if errors.Is(err, ErrInvalidKey) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
+	}
+	return checkKey(key, maxLen)
 }

@@ -101,6 +101,9 @@ func TestMiddlewareKeys(t *testing.T) {
 	}
 	custom := (&ratelimit.Middleware{Limiter: l, Key: headerKey, MaxKeyLength: 4,
 		KeyError: func(w http.ResponseWriter, _ *http.Request, err error) {
+			if !errors.Is(err, ratelimit.ErrInvalidKey) {
+				t.Errorf("KeyError's error %v does not wrap ErrInvalidKey", err)
+			}
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 		}}).Wrap(ok)
 	if w := serve(custom, ""); w.Code != http.StatusUnauthorized {

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"time"
 )
 
 // ContextLimiter limits calls whose key comes from their context alone, as gRPC
-// interceptors see a call: its Limit method is the Limiter of go-grpc-middleware's
-// interceptors/ratelimit (Limit(ctx) error), which answers codes.ResourceExhausted with
-// the error's text when Limit returns one, and passes the call on otherwise:
+// interceptors see a call: Limit decides one, and an interceptor answers its error as
+// gRPC's conventions say:
 //
 //	limit := &ratelimit.ContextLimiter{
 //		Limiter: limiter,
@@ -23,7 +23,25 @@ import (
 //			return "", errors.New("no x-api-key")
 //		},
 //	}
-//	grpc.NewServer(grpc.ChainUnaryInterceptor(grpcratelimit.UnaryServerInterceptor(limit)))
+//	unary := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+//		var denied *ratelimit.DeniedError
+//		switch err := limit.Limit(ctx); {
+//		case errors.As(err, &denied): // ResourceExhausted, the wait in RetryInfo and the pushback trailer
+//			wait := denied.RetryAfter()
+//			grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(wait.Milliseconds(), 10)))
+//			st, _ := status.New(codes.ResourceExhausted, err.Error()).WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)})
+//			return nil, st.Err()
+//		case errors.Is(err, ratelimit.ErrInvalidKey): // no key: not a rate limit
+//			return nil, status.Error(codes.Unauthenticated, err.Error())
+//		case err != nil:
+//			return nil, status.Error(codes.Unavailable, err.Error())
+//		}
+//		return next(ctx, req)
+//	}
+//
+// Limit is also the Limiter of go-grpc-middleware's interceptors/ratelimit, which answers
+// every error ResourceExhausted with a text of its own: a call without a key among them,
+// and no retry delay a client's retry policy could act on.
 //
 // It needs nothing but the standard library; examples/grpcservice has a whole service,
 // with ContextInFlight's interceptors beside it. Shadow, OnDecision and Logger are as in
@@ -63,10 +81,7 @@ func (c *ContextLimiter) Limit(ctx context.Context) error {
 		return errors.New("ratelimit: ContextLimiter without a Limiter or a Key function")
 	}
 	key, err := c.Key(ctx)
-	if err == nil {
-		err = checkKey(key, cmp.Or(max(0, c.MaxKeyLength), defaultMaxKeyLength))
-	}
-	if err != nil {
+	if err = keyOf(key, err, cmp.Or(max(0, c.MaxKeyLength), defaultMaxKeyLength)); err != nil {
 		return err
 	}
 	if c.Priority != nil {
@@ -139,10 +154,7 @@ func (c *ContextInFlight) Acquire(ctx context.Context) (release func(), err erro
 		return nil, errors.New("ratelimit: ContextInFlight without an InFlight limiter or a Key function")
 	}
 	key, err := c.Key(ctx)
-	if err == nil {
-		err = checkKey(key, cmp.Or(max(0, c.MaxKeyLength), defaultMaxKeyLength))
-	}
-	if err != nil {
+	if err = keyOf(key, err, cmp.Or(max(0, c.MaxKeyLength), defaultMaxKeyLength)); err != nil {
 		return nil, err
 	}
 	if c.Priority != nil {
@@ -177,10 +189,23 @@ func (c *ContextInFlight) Acquire(ctx context.Context) (release func(), err erro
 }
 
 // DeniedError is the error of a call a limit denied: its Decision says when to retry.
+// gRPC's conventions carry that wait in the status details, as google.rpc.RetryInfo's
+// retry_delay, and in the grpc-retry-pushback-ms trailer (gRFC A6), which clients with a
+// retry policy honour; RetryAfter is the value for both (examples/grpcservice sets
+// them). A call refused for want of a key is not denied: its error wraps ErrInvalidKey.
 type DeniedError struct {
 	Decision Decision
 	// InFlight says that the in-flight limit denied it: every lease of its key is held.
 	InFlight bool
+}
+
+// RetryAfter is when the call may be retried: the Decision's RetryAfter, or a second for
+// an in-flight limit (a lease may come back at any moment), at least a millisecond.
+func (e *DeniedError) RetryAfter() time.Duration {
+	if e.InFlight {
+		return time.Second
+	}
+	return max(time.Millisecond, e.Decision.RetryAfter)
 }
 
 func (e *DeniedError) Error() string {

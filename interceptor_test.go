@@ -38,14 +38,20 @@ func TestContextLimiter(t *testing.T) {
 	}
 	err := c.Limit(withKey("a"))
 	var denied *ratelimit.DeniedError
-	if !errors.As(err, &denied) || denied.Decision.RetryAfter != 500*time.Millisecond || err.Error() != "rate limit exceeded; retry after 1s" {
+	if !errors.As(err, &denied) || denied.Decision.RetryAfter != 500*time.Millisecond || denied.RetryAfter() != 500*time.Millisecond ||
+		err.Error() != "rate limit exceeded; retry after 1s" {
 		t.Fatalf("the third call: %v", err)
 	}
 	if err := c.Limit(withKey("b")); err != nil {
 		t.Errorf("another key: %v", err)
 	}
-	if err := c.Limit(context.Background()); err == nil || err.Error() != "no key" {
-		t.Errorf("no key: %v", err)
+	// a key that cannot be found is no rate limit: ErrInvalidKey, with the Key function's error
+	if err := c.Limit(context.Background()); !errors.Is(err, ratelimit.ErrInvalidKey) || errors.As(err, &denied) ||
+		err.Error() != "ratelimit: no valid key: no key" {
+		t.Errorf("no key: %v; want ErrInvalidKey, no DeniedError", err)
+	}
+	if err := c.Limit(withKey(strings.Repeat("k", 300))); !errors.Is(err, ratelimit.ErrInvalidKey) {
+		t.Errorf("a key of 300 bytes: %v; want ErrInvalidKey", err)
 	}
 	events := log.take()
 	if len(events) != 4 || events[2].Decision.Allowed || events[2].Policy != "calls" || events[3].Key != "b" {

@@ -1,16 +1,16 @@
-// Grpcservice is a gRPC service limited per API key, the way a Go team wires one: the rate
-// limit through go-grpc-middleware's interceptors/ratelimit (the library's
-// ratelimit.ContextLimiter is its Limiter), and an in-flight limit through interceptors
-// of its own, for unary and streaming calls alike.
+// Grpcservice is a gRPC service limited per API key: a rate limit (ratelimit.ContextLimiter)
+// and an in-flight limit (ratelimit.ContextInFlight), each through interceptors for unary
+// and streaming calls alike, answering as gRPC's conventions say.
 //
 //	go run ./examples/grpcservice
 //
 // serves grpc.testing.TestService (the service of gRPC's own interop tests, whose
 // generated client any Go program has) on :8083, and /metrics on :8084. A call carries
-// its key in the x-api-key metadata; a call without one is Unauthenticated. Each key may
-// make -rate calls (20 per second, burst 40) and hold -inflight calls in progress at once
-// (10): a call over either limit is ResourceExhausted, with the time to retry in its
-// message. Decisions are made on Redis as in the gateway (-redis, -redis-cluster,
+// its key in the x-api-key metadata; a call without one is Unauthenticated, for that is
+// no rate limit. Each key may make -rate calls (20 per second, burst 40) and hold
+// -inflight calls in progress at once (10): a call over either limit is
+// ResourceExhausted, with the time to retry in google.rpc.RetryInfo (the status details)
+// and in the grpc-retry-pushback-ms trailer, which a client's retry policy honours. Decisions are made on Redis as in the gateway (-redis, -redis-cluster,
 // -instances, -timeout; an embedded miniredis by default), behind the fallback store, and
 // counted in ratelimit_decisions_total by policy, outcome and the store that decided.
 package main
@@ -28,7 +28,6 @@ import (
 	"syscall"
 	"time"
 
-	grpcratelimit "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -81,14 +80,6 @@ func apiKey(ctx context.Context) (string, error) {
 	return "", errors.New("a call needs one x-api-key")
 }
 
-// authenticate refuses a call without a key before any limit counts it.
-func authenticate(ctx context.Context) error {
-	if _, err := apiKey(ctx); err != nil {
-		return status.Error(codes.Unauthenticated, err.Error())
-	}
-	return nil
-}
-
 // run serves until ctx ends; ready, when set, gets the addresses it listens on.
 func run(ctx context.Context, c config, log *slog.Logger, ready func(grpcAddr, httpAddr string)) error {
 	reg := prometheus.NewRegistry()
@@ -108,24 +99,8 @@ func run(ctx context.Context, c config, log *slog.Logger, ready func(grpcAddr, h
 		return err
 	}
 	limit := &ratelimit.ContextLimiter{Limiter: rate, Key: apiKey, Policy: "calls", OnDecision: record, Logger: log}
-	unary := []grpc.UnaryServerInterceptor{
-		func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-			if err := authenticate(ctx); err != nil {
-				return nil, err
-			}
-			return next(ctx, req)
-		},
-		grpcratelimit.UnaryServerInterceptor(limit),
-	}
-	stream := []grpc.StreamServerInterceptor{
-		func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
-			if err := authenticate(ss.Context()); err != nil {
-				return err
-			}
-			return next(srv, ss)
-		},
-		grpcratelimit.StreamServerInterceptor(limit),
-	}
+	unary := []grpc.UnaryServerInterceptor{limitUnary(limit)}
+	stream := []grpc.StreamServerInterceptor{limitStream(limit)}
 	if c.inflight > 0 {
 		inflight, err := ratelimit.NewInFlight(store, c.inflight, c.lease, ratelimit.WithNamespace("grpc-inflight"))
 		if err != nil {

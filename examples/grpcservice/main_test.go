@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -68,9 +70,9 @@ func call(c testpb.TestServiceClient, ctx context.Context, body string) error {
 	return err
 }
 
-// The rate limit, through go-grpc-middleware's interceptor: a key's calls past its rule
-// are ResourceExhausted with the time to retry; other keys are apart; a call without a
-// key is Unauthenticated, and counts nowhere.
+// The rate limit: a key's calls past its rule are ResourceExhausted with the time to
+// retry in RetryInfo and the grpc-retry-pushback-ms trailer; other keys are apart; a call
+// without a key is Unauthenticated, and counts nowhere.
 func TestRateLimit(t *testing.T) {
 	client, metrics := start(t, config{rate: ratelimit.PerMinute(3), inflight: 5})
 	for i := range 3 {
@@ -78,9 +80,15 @@ func TestRateLimit(t *testing.T) {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
-	err := call(client, withKey("a"), "")
+	var trailer metadata.MD
+	_, err := client.UnaryCall(withKey("a"), &testpb.SimpleRequest{}, grpc.Trailer(&trailer))
 	if s := status.Convert(err); s.Code() != codes.ResourceExhausted || !strings.Contains(s.Message(), "rate limit exceeded; retry after 20s") {
 		t.Fatalf("the fourth call: %v", err)
+	}
+	// 3 a minute: the next call in 20s, less the time the three calls took
+	if got := retryDelay(err); got <= 19*time.Second || got > 20*time.Second ||
+		len(trailer.Get("grpc-retry-pushback-ms")) != 1 || trailer.Get("grpc-retry-pushback-ms")[0] != strconv.FormatInt(got.Milliseconds(), 10) {
+		t.Errorf("the fourth call: RetryInfo %v, trailer %v; want about 20s in both", got, trailer)
 	}
 	stream, err := client.StreamingOutputCall(withKey("a"), &testpb.StreamingOutputCallRequest{})
 	if err == nil {
@@ -92,8 +100,8 @@ func TestRateLimit(t *testing.T) {
 	if err := call(client, withKey("b"), ""); err != nil {
 		t.Errorf("another key: %v", err)
 	}
-	if err := call(client, context.Background(), ""); status.Code(err) != codes.Unauthenticated {
-		t.Errorf("no key: %v", err)
+	if err := call(client, context.Background(), ""); status.Code(err) != codes.Unauthenticated || retryDelay(err) != 0 {
+		t.Errorf("no key: %v; want Unauthenticated, with no retry delay", err)
 	}
 	body := get(t, metrics)
 	for _, want := range []string{
@@ -125,8 +133,11 @@ func TestInFlight(t *testing.T) {
 		errs <- err
 	})
 	refused := func(key string) bool {
-		s := status.Convert(call(client, withKey(key), ""))
-		return s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "2 calls of this key are in progress")
+		var trailer metadata.MD
+		_, err := client.UnaryCall(withKey(key), &testpb.SimpleRequest{ResponseSize: 3}, grpc.Trailer(&trailer))
+		s := status.Convert(err)
+		return s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "2 calls of this key are in progress") &&
+			retryDelay(err) == time.Second && len(trailer.Get("grpc-retry-pushback-ms")) == 1 && trailer.Get("grpc-retry-pushback-ms")[0] == "1000"
 	}
 	<-entered // both held calls are in their handlers, each holding a lease
 	<-entered
@@ -180,4 +191,14 @@ func TestResponseSizeBounded(t *testing.T) {
 	if _, err := client.UnaryCall(withKey("a"), &testpb.SimpleRequest{ResponseSize: 64 << 10}); err != nil {
 		t.Errorf("a response of 64 KiB: %v", err)
 	}
+}
+
+// retryDelay is the google.rpc.RetryInfo in err's status details, or 0.
+func retryDelay(err error) time.Duration {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return 0
 }
