@@ -98,20 +98,24 @@ var spread = traffic{"2,500/s over 100 keys", func(seconds float64, decide func(
 // measure of time, which other work on the machine takes from (go test runs packages side
 // by side; the race detector slows every round trip several times over): the shares are
 // held where the machine is quiet, with RATELIMIT_EXACT_TIMING=1 (.ci/run runs this test
-// so, alone and without the race detector), and only logged elsewhere. What does not
-// depend on the machine's speed is held everywhere: no decision fails, and the
-// connections stay within the pool.
+// so, alone and without the race detector), and only logged elsewhere. Even there a
+// moment of the machine's own (a collection, another process) makes a batch late, and
+// one late batch of the 8 callers is 2% of a run: the bounds sit below what two such
+// moments cost, and above what the faults they guard against cost (a timeout that does
+// not follow the round trip, a breaker that opens on late replies: from a few percent to
+// every decision on the shares). What does not depend on the machine's speed is held
+// everywhere: no decision fails, and the connections stay within the pool.
 func TestRedisFarAway(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: 25s of paced traffic")
 	}
 	srv := redistest.Start(t)
 	for _, n := range []network{
-		{name: "1ms", delay: time.Millisecond, wantByRedis: 0.99},
-		{name: "2.5ms", delay: 2500 * time.Microsecond, wantByRedis: 0.99},
-		{name: "4ms", delay: 4 * time.Millisecond, wantByRedis: 0.95},
-		{name: "2.5ms+-1.5ms", delay: 2500 * time.Microsecond, jitter: 1500 * time.Microsecond, wantByRedis: 0.97},
-		{name: "2.5ms, 1 reply in 100 held 50ms", delay: 2500 * time.Microsecond, heldEvery: 100, heldFor: 50 * time.Millisecond, wantByRedis: 0.97},
+		{name: "1ms", delay: time.Millisecond, wantByRedis: 0.95},
+		{name: "2.5ms", delay: 2500 * time.Microsecond, wantByRedis: 0.95},
+		{name: "4ms", delay: 4 * time.Millisecond, wantByRedis: 0.90},
+		{name: "2.5ms+-1.5ms", delay: 2500 * time.Microsecond, jitter: 1500 * time.Microsecond, wantByRedis: 0.93},
+		{name: "2.5ms, 1 reply in 100 held 50ms", delay: 2500 * time.Microsecond, heldEvery: 100, heldFor: 50 * time.Millisecond, wantByRedis: 0.93},
 	} {
 		for _, tr := range []traffic{together, spread} {
 			t.Run(n.name+", "+tr.name, func(t *testing.T) {
