@@ -172,6 +172,16 @@ func (l *AlgorithmLimiter) takeSpec(ctx context.Context, rule Rule, n int64) (*S
 	return spec, err
 }
 
+// specUnder is the Spec of a take under rule at ctx's priority, and the Decisions' Limit
+// under it; the error of a rule l's algorithm refuses.
+func (l *AlgorithmLimiter) specUnder(ctx context.Context, rule Rule) (*Spec, int64, error) {
+	p := l.priority(ctx)
+	if rule == l.rule {
+		return l.takes[p], l.limit, nil
+	}
+	return l.rules.get(l, rule, p)
+}
+
 // fits is the error for n events that a request of ctx's priority, which must leave
 // reserve percent of an allowance of limit, can never take: more than the allowance less
 // its reserve; nil when it can.

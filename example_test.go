@@ -176,6 +176,39 @@ func ExampleMiddleware_policies() {
 	// 429 "per-key";q=20;w=1, "export";q=3;w=60 | "export";r=0;t=60
 }
 
+// A tenant's monthly quota beside a rate per (tenant, route): the quota on the tenant's
+// own key (Policy.For), the rate on the Middleware's, all or none. X-RateLimit-* and
+// RateLimit are the binding policy's: here the quota, once it is the tighter.
+func ExamplePolicy_For() {
+	clk := clock.NewFake(time.Date(2026, 1, 31, 23, 0, 0, 0, time.UTC)) // an hour before the month ends
+	store := localstore.New(localstore.WithClock(clk))
+	rate, _ := tokenbucket.New(store, ratelimit.PerSecond(20), ratelimit.WithNamespace("rate"))
+	month, _ := fixedwindow.NewQuota(store, fixedwindow.Quota{Limit: 2, Per: fixedwindow.Month})
+	tenant := func(r *http.Request) string { return r.Header.Get("X-Tenant") }
+	mw := &ratelimit.Middleware{
+		Key: func(r *http.Request) (string, error) { return tenant(r) + ":" + r.URL.Path, nil },
+		Policies: []ratelimit.Policy{
+			{Name: "rate", Limiter: rate},
+			{Name: "month", Limiter: month, For: func(r *http.Request) (ratelimit.PolicyLimit, error) {
+				return ratelimit.PolicyLimit{Key: tenant(r)}, nil
+			}},
+		},
+	}
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for _, path := range []string{"/orders", "/invoices", "/orders"} {
+		r := httptest.NewRequest("GET", path, nil)
+		r.Header.Set("X-Tenant", "shop-a")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Header().Get("X-RateLimit-Limit"), w.Header().Get("X-RateLimit-Remaining"),
+			w.Header().Get("X-RateLimit-Reset"), "|", w.Header().Get("RateLimit"))
+	}
+	// Output:
+	// 200 2 1 3600 | "month";r=1;t=3600
+	// 200 2 0 3600 | "month";r=0;t=3600
+	// 429 2 0 3600 | "month";r=0;t=3600
+}
+
 // A new limit tried on live traffic: Shadow counts and reports, denies no one; the
 // health check is exempt; OnDecision sees each decision (here printed; a metric in
 // production).

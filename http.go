@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -40,8 +41,9 @@ import (
 // Fields left nil have the defaults written beside them. A Middleware must not be changed
 // once Wrap has been called; it is safe for concurrent use.
 type Middleware struct {
-	// Limiter decides each request, with n = 1. Required unless Decide, Policies or
-	// InFlight is set.
+	// Limiter decides each request, with n = 1: the one limit of the simple case (for
+	// several, or a key or a rule chosen per request, see Policies). Required unless
+	// Policies, Decide or InFlight is set.
 	Limiter Limiter
 
 	// Key is the limiter key of a request: a client IP (see ClientIP), an API key, a
@@ -52,32 +54,28 @@ type Middleware struct {
 	// itself a fresh key per request by padding one.
 	Key func(r *http.Request) (string, error)
 
-	// Decide, when set, decides a request instead of Limiter: for a rule chosen per
-	// request (AlgorithmLimiter.AllowRule, a tenant's plan). It returns the rule the
-	// decision was made under, for the RateLimit-Policy header (a zero Rule leaves that
-	// header out). For several limits decided together use Policies, whose headers name
-	// each limit: the Decision of several limits has no one rule.
-	Decide func(r *http.Request, key string) (Decision, Rule, error)
-
 	// Policies, when set, decides each request under several limits at once, all or none
-	// (as AllowAll: a request one limit denies consumes nothing from the others), each a
-	// named limiter of an algorithm package on one store, applied to the requests it
-	// matches, all with the request's key. RateLimit-Policy lists every policy that took
-	// part, and RateLimit names the one that bounds the client now: the denying one with
-	// the longest RetryAfter, or else the one with the least remaining. X-RateLimit-* are
-	// the combined Decision's (AllowAll). A request no policy matches is not limited.
-	// Wrap panics on a policy without a limiter of an algorithm package, with a name that
-	// is not a valid header string (see PolicyName) or the name of another, or on
-	// limiters of different stores.
+	// (as AllowAll: a request one limit denies consumes nothing from the others): each a
+	// named limiter of an algorithm package, all on one store, applied to the requests it
+	// matches, with the request's Key or a key of its own, under the limiter's rule or one
+	// chosen per request (Policy.For: a tenant's monthly quota beside its route's rate),
+	// at the request's priority (a limiter's WithReserves keep their part back), and with
+	// a Cost of its own. RateLimit-Policy lists every policy that took part, and RateLimit
+	// and X-RateLimit-* are the one policy's that bounds the client now: the denying one
+	// with the longest RetryAfter, or else the one with the least remaining (never a
+	// limit from one policy beside a reset from another). A request no policy matches is
+	// not limited. Wrap panics on a policy without a limiter of an algorithm package (or
+	// For), with a name that is not a valid header string (see PolicyName) or the name of
+	// another, or on limiters of different stores.
 	Policies []Policy
 
-	// DecidePolicies, when set, decides a request under several limits chosen per request
-	// (a tenant's monthly quota beside its route's rate, from a rule table), all or none
-	// (ApplyAll), and returns each limit's part, in order, for the headers: as with
-	// Policies, RateLimit-Policy lists them and RateLimit names the binding one, and
-	// X-RateLimit-* are the parts' Decisions combined as AllowAll combines them. An error
-	// goes to Error, as Decide's does.
-	DecidePolicies func(r *http.Request, key string) ([]PolicyDecision, error)
+	// Decide, when set, decides a request instead of Limiter or Policies: for a decision
+	// made outside this library's limiters (a remote rate limit service, Envoy's
+	// descriptors). It returns the rule the decision was made under, for the
+	// RateLimit-Policy header (a zero Rule leaves that header out). A decision of the
+	// library's limiters, however many, and whatever rule and key each request has, is
+	// Policies'.
+	Decide func(r *http.Request, key string) (Decision, Rule, error)
 
 	// Cost, when set, is what a request costs Limiter when it is known only once the
 	// request is served (see Cost): the request is admitted on its estimate, and charged
@@ -176,13 +174,13 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		panic("ratelimit: Middleware.Wrap of a nil handler")
 	case m.Key == nil:
 		panic("ratelimit: Middleware without a Key function")
-	case m.Limiter == nil && m.Decide == nil && m.DecidePolicies == nil && m.Policies == nil && m.InFlight == nil:
-		panic("ratelimit: Middleware without a Limiter, a Decide or DecidePolicies function, Policies or an InFlight limiter")
+	case m.Limiter == nil && m.Decide == nil && m.Policies == nil && m.InFlight == nil:
+		panic("ratelimit: Middleware without a Limiter, Policies, a Decide function or an InFlight limiter")
 	}
 	if err := checkPolicies(m.Policies); err != nil {
 		panic(err.Error())
 	}
-	if m.Cost != nil && (m.Limiter == nil || m.Decide != nil || m.Policies != nil || m.DecidePolicies != nil) {
+	if m.Cost != nil && (m.Limiter == nil || m.Decide != nil || m.Policies != nil) {
 		panic("ratelimit: Middleware.Cost is charged to its Limiter, and it has none, or decides otherwise (a Policy has a Cost of its own)")
 	}
 	if err := checkCost("Middleware", m.Limiter, m.Cost); err != nil {
@@ -202,22 +200,22 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	key, err := m.Key(r)
 	if err = keyOf(key, err, m.MaxKeyLength); err != nil {
-		if m.KeyError != nil {
-			m.KeyError(w, r, err)
-		} else {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-		}
+		m.keyError(w, r, err)
 		return
 	}
 	if m.Priority != nil {
 		r = r.WithContext(WithPriority(r.Context(), m.Priority(r)))
 	}
-	if m.Limiter == nil && m.Decide == nil && m.DecidePolicies == nil && m.Policies == nil {
+	if m.Limiter == nil && m.Decide == nil && m.Policies == nil {
 		m.serveInFlight(w, r, key, next)
 		return
 	}
 	var one [1]policy // the usual decision, under one policy, without an allocation
 	ps, shadows, d, err := m.decideReported(r, key, one[:0])
+	if errors.Is(err, ErrInvalidKey) { // a policy's own key: no limit's failure
+		m.keyError(w, r, err)
+		return
+	}
 	if err != nil {
 		if m.passes(w, r, err) {
 			m.serveInFlight(w, r, key, next)
@@ -232,7 +230,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.serveCharged(w, r, key, next, charges(ps, d.Allowed, shadows))
 		return
 	}
-	setHeaders(w.Header(), ps, d)
+	setHeaders(w.Header(), ps)
 	if !d.Allowed {
 		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
 		if m.Denied != nil {
@@ -247,6 +245,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return // the client left while its request was held
 	}
 	m.serveCharged(w, r, key, next, charges(ps, true, shadows))
+}
+
+// keyError answers a request without a valid key.
+func (m *Middleware) keyError(w http.ResponseWriter, r *http.Request, err error) {
+	if m.KeyError != nil {
+		m.KeyError(w, r, err)
+	} else {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+	}
 }
 
 // serveInFlight serves r holding one of key's leases, when there is an in-flight limit.

@@ -67,10 +67,13 @@ func CostHeader(name string) func(r *http.Request, a Answer) int64 {
 	}
 }
 
-// charge is one limit's charge after a request's answer: the limiter, the events it
-// admitted the request on, the estimate and the Cost.
+// charge is one limit's charge after a request's answer: the limiter, the key and the
+// Spec the request was admitted under, the events it was admitted on, the estimate and
+// the Cost.
 type charge struct {
 	l        *AlgorithmLimiter
+	key      string
+	spec     *Spec
 	cost     *Cost
 	admitted int64
 	estimate int64
@@ -94,20 +97,22 @@ func checkCost(what string, l Limiter, cost *Cost) error {
 	return nil
 }
 
-// admit is the charge of r under l and cost, with the events to admit r on: its estimate,
-// at least 1, at most what l ever admits at ctx's priority.
-func admit(ctx context.Context, r *http.Request, l *AlgorithmLimiter, cost *Cost) charge {
+// admit is the charge of r on key under l's spec (whose rule's Limit is limit) and cost,
+// with the events to admit r on: its estimate, at least 1, at most what the rule ever
+// admits at the request's reserve.
+func admit(r *http.Request, l *AlgorithmLimiter, key string, spec *Spec, limit int64, cost *Cost) charge {
 	est := int64(1)
 	if cost.Estimate != nil {
 		est = max(1, cost.Estimate(r))
 	}
-	most := l.limit - mathx.Keep(l.limit, l.takes[l.priority(ctx)].Reserve)
-	return charge{l: l, cost: cost, admitted: max(1, min(est, most)), estimate: est}
+	most := limit - mathx.Keep(limit, spec.Reserve)
+	return charge{l: l, key: key, spec: spec, cost: cost, admitted: max(1, min(est, most)), estimate: est}
 }
 
-// settle charges key what the request cost beyond or below what it was admitted on, once
-// its handler has returned; a failure is logged (the key keeps the estimate).
-func (c charge) settle(ctx context.Context, o observer, key string, r *http.Request, a Answer) {
+// settle charges the key what the request cost beyond or below what it was admitted on,
+// under the rule it was admitted under, once its handler has returned; a failure is
+// logged (the key keeps the estimate).
+func (c charge) settle(ctx context.Context, o observer, r *http.Request, a Answer) {
 	cost := c.estimate
 	switch {
 	case c.cost.Actual == nil:
@@ -122,14 +127,13 @@ func (c charge) settle(ctx context.Context, o observer, key string, r *http.Requ
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseTimeout)
 	defer cancel()
-	var err error
-	if cost > c.admitted {
-		_, err = c.l.Debit(ctx, key, min(cost-c.admitted, mathx.MaxExact))
-	} else {
-		_, err = c.l.Refund(ctx, key, c.admitted-cost)
+	req := Request{Key: c.key, N: min(cost-c.admitted, mathx.MaxExact), Spec: withOp(c.spec, "debit")}
+	if cost < c.admitted { // given back, as a Refund gives, whatever the reserve
+		req.N, req.Spec = c.admitted-cost, withOp(c.spec, "refund")
+		req.Spec.Reserve = 0
 	}
-	if err != nil {
-		o.warn(ctx, "charging a request's cost", key, errors.Join(fmt.Errorf("%d events, admitted on %d", cost, c.admitted), err))
+	if _, err := c.l.store.Apply(ctx, req); err != nil {
+		o.warn(ctx, "charging a request's cost", c.key, errors.Join(fmt.Errorf("%d events, admitted on %d", cost, c.admitted), err))
 	}
 }
 
@@ -180,6 +184,6 @@ func (m *Middleware) serveCharged(w http.ResponseWriter, r *http.Request, key st
 	m.serveInFlight(aw, r, key, next)
 	a := aw.answer()
 	for _, c := range charges {
-		c.settle(r.Context(), m.observer(), key, r, a)
+		c.settle(r.Context(), m.observer(), r, a)
 	}
 }

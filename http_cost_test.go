@@ -194,3 +194,23 @@ func mustInFlight(t *testing.T) *ratelimit.InFlightLimiter {
 	}
 	return l
 }
+
+// TestPolicyCostUnderItsRule: a policy whose rule is chosen per request is charged under
+// that rule: 150 tokens on a plan of 100 a minute leave the key 50 in debt, 30s to wait
+// for one more.
+func TestPolicyCostUnderItsRule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tpm, _ := tokenbucket.New(localstore.New(), ratelimit.PerMinute(1000), ratelimit.WithNamespace("tokens"))
+		plan := ratelimit.PerMinute(100)
+		h := (&ratelimit.Middleware{Key: headerKey, Policies: []ratelimit.Policy{{Name: "tokens", Limiter: tpm,
+			Cost: &ratelimit.Cost{Actual: ratelimit.CostHeader("X-Tokens")},
+			For:  func(*http.Request) (ratelimit.PolicyLimit, error) { return ratelimit.PolicyLimit{Rule: plan}, nil },
+		}}}).Wrap(completion)
+		if w := ask(h, "a", 1, 150); w.Code != 200 || w.Header().Get("X-Ratelimit-Limit") != "100" {
+			t.Fatalf("%d %v; want admitted under the plan of 100", w.Code, w.Header())
+		}
+		if d, err := tpm.AllowRule(context.Background(), "a", plan, 1); err != nil || d.Allowed || d.RetryAfter != 30600*time.Millisecond {
+			t.Errorf("under the plan after 150 of 100: %+v, %v; want 51 tokens to earn, 30.6s", d, err)
+		}
+	})
+}

@@ -12,16 +12,17 @@ import (
 // rateHeaders are the headers setHeaders sets.
 var rateHeaders = [...]string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit"}
 
-// setHeaders sets the de facto X-RateLimit-* headers from d, the combined Decision, and
-// the IETF draft's RateLimit-Policy (each policy's quota and the seconds a full quota takes
-// to come back) and RateLimit (the binding policy's remaining and reset) from ps
-// (draft-ietf-httpapi-ratelimit-headers). A name that is not an RFC 8941 string leaves
-// the draft's two out.
-func setHeaders(h http.Header, ps []policy, d Decision) {
+// setHeaders sets the IETF draft's RateLimit-Policy (each policy's quota and the seconds
+// a full quota takes to come back) and RateLimit (draft-ietf-httpapi-ratelimit-headers),
+// and the de facto X-RateLimit-*, from the policies ps: RateLimit and X-RateLimit-* both
+// from the one policy that binds, never a limit of one beside a reset of another. A name
+// that is not an RFC 8941 string leaves the draft's two out.
+func setHeaders(h http.Header, ps []policy) {
+	b := binding(ps)
+	d := ps[b].d
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
 	h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
 	h.Set("X-RateLimit-Reset", strconv.FormatInt(resetSeconds(d), 10))
-	b := binding(ps)
 	var bname string
 	var list strings.Builder
 	list.Grow(48 * len(ps))

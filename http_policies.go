@@ -1,18 +1,12 @@
 package ratelimit
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
 )
-
-// PolicyDecision is one limit's part in a decision of Middleware.DecidePolicies.
-type PolicyDecision struct {
-	Name     string // names the limit in RateLimit and RateLimit-Policy (see Middleware.PolicyName)
-	Rule     Rule   // its q and w in RateLimit-Policy; a zero Rule leaves the limit out of that header
-	Decision Decision
-}
 
 // Policy is one of a Middleware's Policies: a limit with a name for the headers.
 type Policy struct {
@@ -20,11 +14,18 @@ type Policy struct {
 	// Middleware.PolicyName for the characters it may hold). Required.
 	Name string
 	// Limiter is a limiter of an algorithm package (AlgorithmLimiter); every policy's
-	// limiter is on the same store. Required.
+	// limiter is on the same store. Required unless For chooses one for every request.
 	Limiter Limiter
 	// Match says whether the policy applies to r (an export route's limit, say); nil
 	// applies it to every request.
 	Match func(r *http.Request) bool
+	// For, when set, chooses the policy's limit for each request it applies to: its own
+	// key (a tenant's monthly quota beside the Middleware's key of a tenant and a route),
+	// its rule (a tenant's plan, from a rule table), its limiter (of the rule's algorithm,
+	// on the policies' store) or its name in the headers (a route's). What it leaves zero
+	// is the Policy's own. Its error is a request without a key: KeyError's answer, as the
+	// Key function's.
+	For func(r *http.Request) (PolicyLimit, error)
 	// Shadow decides and counts the policy without enforcing it (see
 	// Middleware.Shadow): it is decided alone, after the policies it does not shadow
 	// have admitted the request, and is left out of the headers.
@@ -33,6 +34,16 @@ type Policy struct {
 	// request is served (see Cost): the policy admits the request on its estimate, and
 	// is charged the rest, or refunded, after the answer. Nil: 1 event a request.
 	Cost *Cost
+}
+
+// PolicyLimit is a Policy's limit for one request, as Policy.For chooses it; each field
+// left zero is the Policy's own (its name, the Middleware's Key, its limiter, the
+// limiter's rule).
+type PolicyLimit struct {
+	Name    string
+	Key     string
+	Limiter Limiter
+	Rule    Rule
 }
 
 // decideReported is decide, reported to the hook: the decision, then each shadowed
@@ -48,13 +59,14 @@ func (m *Middleware) decideReported(r *http.Request, key string, ps []policy) ([
 	if len(ps) > 0 || err != nil {
 		e := Event{Key: key, Decision: d, Shadowed: m.Shadow, Err: err}
 		if len(ps) > 0 {
-			e.Policy = ps[binding(ps)].name
+			b := ps[binding(ps)]
+			e.Policy, e.Key = b.name, cmp.Or(b.key, key)
 		}
 		o.report(ctx, rec, start, e)
 	}
 	for _, s := range shadows {
 		if o.hook != nil {
-			o.hook(ctx, Event{Key: key, Policy: s.name, Decision: s.d, Shadowed: true, Source: rec.Source(), Latency: s.latency,
+			o.hook(ctx, Event{Key: cmp.Or(s.key, key), Policy: s.name, Decision: s.d, Shadowed: true, Source: rec.Source(), Latency: s.latency,
 				Priority: PriorityFrom(ctx)})
 		}
 	}
@@ -65,6 +77,7 @@ func (m *Middleware) decideReported(r *http.Request, key string, ps []policy) ([
 // for the charge after the answer when it has a Cost (c.l is nil otherwise).
 type policy struct {
 	name string
+	key  string // its own key, when not the Middleware's
 	rule Rule
 	d    Decision
 	c    charge
@@ -74,6 +87,7 @@ type policy struct {
 // answer when it has a Cost and admitted the request.
 type shadowed struct {
 	name    string
+	key     string
 	d       Decision
 	latency time.Duration
 	c       charge
@@ -114,66 +128,77 @@ func (m *Middleware) decide(r *http.Request, key string, ps []policy) ([]policy,
 		d, rule, err := m.Decide(r, key)
 		return append(ps, policy{name: name, rule: rule, d: d}), nil, d, err
 	}
-	if m.DecidePolicies != nil {
-		pds, err := m.DecidePolicies(r, key)
-		if err != nil {
-			return nil, nil, Decision{}, err
-		}
-		ds := make([]Decision, len(pds))
-		for i, pd := range pds {
-			ps = append(ps, policy{name: pd.Name, rule: pd.Rule, d: pd.Decision})
-			ds[i] = pd.Decision
-		}
-		if len(ds) == 0 { // no limit applies
-			return nil, nil, Decision{Allowed: true}, nil
-		}
-		return ps, nil, combine(ds), nil
-	}
 	var rule Rule
 	if rl, ok := m.Limiter.(interface{ Rule() Rule }); ok {
 		rule = rl.Rule()
 	}
 	if m.Cost != nil { // checked by Wrap: a limiter of an algorithm package
 		l := m.Limiter.(algorithmBased).base()
-		c := admit(r.Context(), r, l, m.Cost)
+		c := admit(r, l, key, l.takes[l.priority(r.Context())], l.limit, m.Cost)
 		d, err := l.AllowN(r.Context(), key, c.admitted)
-		return append(ps, policy{name, rule, d, c}), nil, d, err
+		return append(ps, policy{name: name, rule: rule, d: d, c: c}), nil, d, err
 	}
 	d, err := m.Limiter.Allow(r.Context(), key)
 	return append(ps, policy{name: name, rule: rule, d: d}), nil, d, err
 }
 
-// decidePolicies takes one event of key under every enforced policy that matches r, all
-// or none, and then, if they admit it, under each shadowed one alone.
+// decidePolicies takes one event (or a Cost's estimate) under every enforced policy
+// that applies to r, each with its key and rule, at r's priority, all or none, and then,
+// if they admit it, under each shadowed one alone.
 func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []shadowed, Decision, error) {
 	var ps []policy
 	var reqs, shadowReqs []Request
-	var shadowNames []string
-	var shadowCharges []charge
+	var shadows []shadowed
 	var store Store
+	ctx := r.Context()
 	for _, p := range m.Policies {
 		if p.Match != nil && !p.Match(r) {
 			continue
 		}
-		l := p.Limiter.(algorithmBased).base() // checked by Wrap
-		store = l.store
-		req := Request{Key: key, N: 1, Spec: l.takes[l.priority(r.Context())]}
+		lim := PolicyLimit{Name: p.Name, Key: key, Limiter: p.Limiter}
+		if p.For != nil {
+			chosen, err := p.For(r)
+			if err = keyOf(chosen.Key, err, max(m.MaxKeyLength, defaultMaxKeyLength)); err != nil {
+				return nil, nil, Decision{}, fmt.Errorf("policy %q: %w", p.Name, err)
+			}
+			lim.Name, lim.Key = cmp.Or(chosen.Name, lim.Name), cmp.Or(chosen.Key, key)
+			lim.Limiter, lim.Rule = cmp.Or(chosen.Limiter, lim.Limiter), chosen.Rule
+		}
+		b, ok := lim.Limiter.(algorithmBased)
+		if !ok || b.base() == nil {
+			return nil, nil, Decision{}, fmt.Errorf("ratelimit: Middleware policy %q: %T is not a limiter of an algorithm package", lim.Name, lim.Limiter)
+		}
+		l := b.base()
+		if store == nil {
+			store = l.store
+		} else if !sameStore(store, l.store) {
+			return nil, nil, Decision{}, fmt.Errorf("ratelimit: Middleware policy %q: its limiter is on another store than the other policies'", lim.Name)
+		}
+		rule := cmp.Or(lim.Rule, l.rule)
+		spec, limit, err := l.specUnder(ctx, rule)
+		if err != nil {
+			return nil, nil, Decision{}, fmt.Errorf("ratelimit: Middleware policy %q: %w", lim.Name, err)
+		}
+		req := Request{Key: lim.Key, N: 1, Spec: spec}
 		var c charge
 		if p.Cost != nil {
-			c = admit(r.Context(), r, l, p.Cost)
+			if l.alg.Debit == nil {
+				return nil, nil, Decision{}, fmt.Errorf("ratelimit: Middleware policy %q has a Cost, and %s takes no debts", lim.Name, l.alg.Name)
+			}
+			c = admit(r, l, lim.Key, spec, limit, p.Cost)
 			req.N = c.admitted
 		}
 		if p.Shadow {
-			shadowReqs, shadowNames = append(shadowReqs, req), append(shadowNames, p.Name)
-			shadowCharges = append(shadowCharges, c)
+			shadowReqs = append(shadowReqs, req)
+			shadows = append(shadows, shadowed{name: lim.Name, key: lim.Key, c: c})
 			continue
 		}
-		ps = append(ps, policy{name: p.Name, rule: l.rule, c: c})
+		ps = append(ps, policy{name: lim.Name, key: lim.Key, rule: rule, c: c})
 		reqs = append(reqs, req)
 	}
 	var d Decision
 	if len(reqs) > 0 {
-		ds, err := ApplyAll(r.Context(), store, reqs)
+		ds, err := ApplyAll(ctx, store, reqs)
 		if err != nil {
 			return nil, nil, Decision{}, err
 		}
@@ -185,21 +210,22 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 			return ps, nil, d, nil // a request the enforced policies deny counts in no shadow
 		}
 	}
-	var shadows []shadowed
+	decided := shadows[:0]
 	for i, req := range shadowReqs {
 		start := time.Now()
-		so, err := store.Apply(r.Context(), req)
+		so, err := store.Apply(ctx, req)
 		if err != nil { // a shadow's failure never touches the request
-			m.observer().warn(r.Context(), "a shadowed policy failed", key, err)
+			m.observer().warn(ctx, "a shadowed policy failed", req.Key, err)
 			continue
 		}
-		sh := shadowed{name: shadowNames[i], d: so.Decision(), latency: time.Since(start)}
-		if so.Allowed() {
-			sh.c = shadowCharges[i]
+		sh := shadows[i]
+		sh.d, sh.latency = so.Decision(), time.Since(start)
+		if !so.Allowed() {
+			sh.c = charge{}
 		}
-		shadows = append(shadows, sh)
+		decided = append(decided, sh)
 	}
-	return ps, shadows, d, nil
+	return ps, decided, d, nil
 }
 
 // checkPolicies is why policies cannot be decided together, or nil.
@@ -212,18 +238,25 @@ func checkPolicies(policies []Policy) error {
 	spaces := make(map[space]string, len(policies))
 	var store Store
 	for i, p := range policies {
+		if p.Limiter == nil && p.For != nil { // chosen per request: checked then
+			if err := checkPolicyName(i, p.Name, names); err != nil {
+				return err
+			}
+			if p.Cost != nil {
+				if _, ok := sfString(p.Cost.Unit); !ok {
+					return fmt.Errorf("ratelimit: Middleware policy %q: the Cost's unit %q is not a header string (printable ASCII)", p.Name, p.Cost.Unit)
+				}
+			}
+			continue
+		}
 		b, ok := p.Limiter.(algorithmBased)
 		if !ok || b.base() == nil {
 			return fmt.Errorf("ratelimit: Middleware policy %d (%q): %T is not a limiter of an algorithm package", i, p.Name, p.Limiter)
 		}
 		l := b.base()
-		if _, ok := sfString(p.Name); !ok || p.Name == "" {
-			return fmt.Errorf("ratelimit: Middleware policy %d: the name %q is not a header string (printable ASCII)", i, p.Name)
+		if err := checkPolicyName(i, p.Name, names); err != nil {
+			return err
 		}
-		if names[p.Name] {
-			return fmt.Errorf("ratelimit: Middleware policy %d: the name %q is another policy's", i, p.Name)
-		}
-		names[p.Name] = true
 		if err := checkCost(fmt.Sprintf("Middleware policy %q", p.Name), p.Limiter, p.Cost); err != nil {
 			return err
 		}
@@ -231,12 +264,25 @@ func checkPolicies(policies []Policy) error {
 			return fmt.Errorf("ratelimit: Middleware policies %q and %q count the same keys (one algorithm and namespace): give one a namespace of its own", other, p.Name)
 		}
 		spaces[space{l.alg, l.namespace}] = p.Name
-		if i == 0 {
+		if store == nil {
 			store = l.store
 		} else if !sameStore(store, l.store) {
 			return fmt.Errorf("ratelimit: Middleware policy %q has another store than policy %q", p.Name, policies[0].Name)
 		}
 	}
+	return nil
+}
+
+// checkPolicyName is why policy i cannot be named name beside the names before it, or
+// nil; it adds name to them.
+func checkPolicyName(i int, name string, names map[string]bool) error {
+	if _, ok := sfString(name); !ok || name == "" {
+		return fmt.Errorf("ratelimit: Middleware policy %d: the name %q is not a header string (printable ASCII)", i, name)
+	}
+	if names[name] {
+		return fmt.Errorf("ratelimit: Middleware policy %d: the name %q is another policy's", i, name)
+	}
+	names[name] = true
 	return nil
 }
 

@@ -95,7 +95,12 @@ func ApplyAll(ctx context.Context, store Store, reqs []Request) ([]Decision, err
 	}
 	var os []Outcome
 	var err error
-	if bs, ok := store.(BatchStore); ok {
+	if len(reqs) == 1 { // one limit: the store's Apply, its own fastest path (hotkey.Leases' from a lease)
+		var o Outcome
+		if o, err = store.Apply(ctx, reqs[0]); err == nil {
+			os = []Outcome{o}
+		}
+	} else if bs, ok := store.(BatchStore); ok {
 		os, err = bs.ApplyAll(ctx, reqs)
 	}
 	if os == nil && (err == nil || errors.Is(err, errors.ErrUnsupported)) {

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -128,49 +129,96 @@ func TestContextPriority(t *testing.T) {
 	}
 }
 
-// DecidePolicies: limits chosen per request, all or none, each named in the headers; a
-// request no limit applies to passes without them.
-func TestMiddlewareDecidePolicies(t *testing.T) {
+// Policies, each with its own key and rule: a tenant's monthly quota beside a rate per
+// (tenant, route) whose rule is the tenant's plan, at the request's priority, all or
+// none; the headers are the binding policy's alone; a request without a tenant gets
+// KeyError's answer and counts nowhere; one no policy matches passes without headers.
+func TestMiddlewarePolicyFor(t *testing.T) {
 	clk := clock.NewFake(time.Date(2027, 1, 31, 23, 59, 0, 0, time.UTC))
 	store := localstore.New(localstore.WithClock(clk))
-	quota, err := fixedwindow.NewQuota(store, fixedwindow.Quota{Limit: 1, Per: fixedwindow.Month})
+	quota, err := fixedwindow.NewQuota(store, fixedwindow.Quota{Limit: 3, Per: fixedwindow.Month})
 	if err != nil {
 		t.Fatal(err)
 	}
-	qalg, err := quota.Quota().Algorithm()
-	if err != nil {
-		t.Fatal(err)
+	rate, _ := tokenbucket.New(store, ratelimit.PerSecond(20), ratelimit.WithNamespace("rate"), ratelimit.WithReserves(0, 50))
+	tenant := func(r *http.Request) (string, error) {
+		if t := r.Header.Get("X-Tenant"); t != "" {
+			return t, nil
+		}
+		return "", errors.New("no X-Tenant")
 	}
-	rate, _ := tokenbucket.New(store, ratelimit.PerSecond(20), ratelimit.WithNamespace("rate"))
+	free := func(r *http.Request) bool { return r.URL.Path != "/free" }
 	h := (&ratelimit.Middleware{
-		Key: func(*http.Request) (string, error) { return "tenant", nil },
-		DecidePolicies: func(r *http.Request, key string) ([]ratelimit.PolicyDecision, error) {
-			if r.URL.Path == "/free" {
-				return nil, nil
+		Key: func(r *http.Request) (string, error) { t, err := tenant(r); return t + ":" + r.URL.Path, err },
+		Priority: func(r *http.Request) ratelimit.Priority {
+			if r.Header.Get("X-Priority") == "normal" {
+				return ratelimit.Normal
 			}
-			ds, err := ratelimit.ApplyAll(r.Context(), store, []ratelimit.Request{
-				{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: rate.Namespace(), Rule: rate.Rule()}},
-				{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: qalg, Namespace: quota.Namespace(), Rule: quota.Rule()}}})
-			if err != nil {
-				return nil, err
-			}
-			return []ratelimit.PolicyDecision{{Name: "rate", Rule: rate.Rule(), Decision: ds[0]}, {Name: "plan", Rule: quota.Rule(), Decision: ds[1]}}, nil
+			return ratelimit.Critical
+		},
+		Policies: []ratelimit.Policy{
+			{Name: "rate", Limiter: rate, Match: free, For: func(r *http.Request) (ratelimit.PolicyLimit, error) {
+				if r.Header.Get("X-Plan") == "small" {
+					return ratelimit.PolicyLimit{Rule: ratelimit.PerSecond(2)}, nil
+				}
+				return ratelimit.PolicyLimit{}, nil // the limiter's own rule, the Middleware's key
+			}},
+			{Name: "quota", Limiter: quota, Match: free, For: func(r *http.Request) (ratelimit.PolicyLimit, error) {
+				t, err := tenant(r)
+				return ratelimit.PolicyLimit{Key: t}, err
+			}},
+		},
+		KeyError: func(w http.ResponseWriter, r *http.Request, err error) {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
 		},
 	}).Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	get := func(path string) *httptest.ResponseRecorder {
+	get := func(path string, header ...string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", path, nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			r.Header.Set(header[i], header[i+1])
+		}
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+		h.ServeHTTP(w, r)
 		return w
 	}
-	if w := get("/"); w.Code != http.StatusOK || w.Header().Get("RateLimit") != `"plan";r=0;t=60` {
-		t.Errorf("the first: %d %v", w.Code, w.Header())
+	headers := func(w *httptest.ResponseRecorder) string {
+		h := w.Header()
+		return fmt.Sprint(w.Code, " ", h.Get("X-RateLimit-Limit"), "/", h.Get("X-RateLimit-Remaining"), "/", h.Get("X-RateLimit-Reset"),
+			" ", h.Get("RateLimit"), " retry ", h.Get("Retry-After"))
 	}
-	w := get("/")
-	if w.Code != http.StatusTooManyRequests || w.Header().Get("RateLimit-Policy") != `"rate";q=20;w=1, "plan";q=1;w=2592000` ||
-		w.Header().Get("Retry-After") != "60" {
-		t.Errorf("the second: %d %v", w.Code, w.Header())
+	// the tenant's quota counts across its routes; each route's rate apart
+	for i, want := range []string{
+		`200 3/2/60 "quota";r=2;t=60 retry `,
+		`200 3/1/60 "quota";r=1;t=60 retry `,
+		`200 3/0/60 "quota";r=0;t=60 retry `,
+		`429 3/0/60 "quota";r=0;t=60 retry 60`, // the quota's numbers, never the rate's 20
+	} {
+		w := get([]string{"/a", "/b", "/c", "/d"}[i], "X-Tenant", "t")
+		if got := headers(w); got != want {
+			t.Errorf("tenant t's request %d: %s; want %s", i+1, got, want)
+		}
+		if i == 0 && w.Header().Get("RateLimit-Policy") != `"rate";q=20;w=1, "quota";q=3;w=2592000` {
+			t.Errorf("RateLimit-Policy %q", w.Header().Get("RateLimit-Policy"))
+		}
 	}
-	if w := get("/free"); w.Code != http.StatusOK || w.Header().Get("RateLimit") != "" {
-		t.Errorf("a request no limit applies to: %d %v", w.Code, w.Header())
+	if d, _ := rate.PeekN(context.Background(), "t:/d", 1); d.Remaining != 19 {
+		t.Errorf("the rate of t:/d has %d left after the quota denied its request; want 20, untouched", d.Remaining+1)
+	}
+	// a rule per request: the small plan's 2 a second; a Normal request leaves the half
+	// the reserve keeps (and is told what is left above it)
+	for i, c := range []struct{ priority, want string }{
+		{"normal", `200 2/0/1 "rate";r=0;t=1 retry `},
+		{"normal", `429 2/0/1 "rate";r=0;t=1 retry 1`}, // 1 left, kept for critical requests
+		{"critical", `200 2/0/1 "rate";r=0;t=1 retry `},
+	} {
+		if got := headers(get("/a", "X-Tenant", "u", "X-Plan", "small", "X-Priority", c.priority)); got != c.want {
+			t.Errorf("tenant u's request %d (%s): %s; want %s", i+1, c.priority, got, c.want)
+		}
+	}
+	if w := get("/a"); w.Code != http.StatusUnauthorized {
+		t.Errorf("no tenant: %d; want KeyError's 401", w.Code)
+	}
+	if w := get("/free", "X-Tenant", "t"); w.Code != http.StatusOK || w.Header().Get("RateLimit") != "" {
+		t.Errorf("a request no policy matches: %d %v", w.Code, w.Header())
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"unicode"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 )
@@ -42,6 +44,7 @@ type limit struct {
 	once     sync.Once
 	handler  http.Handler
 	limiters sync.Map // *ratelimit.Algorithm -> *ratelimit.AlgorithmLimiter
+	quotas   sync.Map // quotaNamespace + a quota's text -> *fixedwindow.QuotaLimiter
 }
 
 // namespace keeps the gateway's keys apart from any other limiter on the same Redis.
@@ -122,9 +125,11 @@ func (m *limit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					"retry_after_seconds": 1,
 				})
 			},
-			Key:            m.key,
-			DecidePolicies: m.decidePolicies,
-			Priority:       m.priority,
+			Key:        m.key,
+			Policies:   m.policies(),
+			Decide:     m.decideEnvoy(),
+			OnDecision: m.record,
+			Priority:   m.priority,
 			KeyError: func(w http.ResponseWriter, r *http.Request, err error) {
 				status := http.StatusBadRequest
 				switch {
@@ -149,8 +154,12 @@ func (m *limit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			},
 		}).Wrap(m.next)
 	})
-	m.handler.ServeHTTP(w, r)
+	// the route, for the metrics of the decision hook, which sees the request's context
+	m.handler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, m.route(r))))
 }
+
+// routeKey is the context key of a request's route.
+type routeKey struct{}
 
 // canonicalPath makes r's path the one the upstream will see and the routes match: its
 // dot segments and repeated slashes resolved (path.Clean, a trailing slash kept), and
@@ -245,60 +254,75 @@ func (m *limit) key(r *http.Request) (string, error) {
 	return redisstore.TaggedKey(t, m.route(r)), nil
 }
 
-// decidePolicies decides under the (tenant, route) rule, with the limiter of its
-// algorithm, and under the rule's quota, if it has one, all or none: the headers name
-// the route's rate and "quota".
-func (m *limit) decidePolicies(r *http.Request, key string) ([]ratelimit.PolicyDecision, error) {
-	t, _ := tenant(r) // key has checked it
-	route := m.route(r)
-	start := time.Now()
-	pds, err := m.decideUnder(r, key, t, route)
-	m.metrics.latency.Observe(time.Since(start).Seconds())
-	if err == nil {
-		outcome := "allowed"
-		for _, pd := range pds {
-			if !pd.Decision.Allowed {
-				outcome = "denied"
-			}
-		}
-		if outcome == "denied" {
-			m.metrics.denials.Record(key, 1)
-		}
-		m.metrics.decisions.WithLabelValues(route, outcome).Inc()
+// policies are the gateway's limits (unless -envoy-rules decides): the (tenant, route)'s
+// rule, with the limiter of its algorithm, named after the route in the headers; and the
+// tenant's quota, on the tenant's own key, where its rule has one. The Middleware
+// decides them all or none, at the request's priority.
+func (m *limit) policies() []ratelimit.Policy {
+	if m.envoy != nil {
+		return nil
 	}
-	return pds, err
+	ruleOf := func(r *http.Request) policy {
+		t, _ := tenant(r) // the key has checked it
+		return m.rules.Load().policy(t, m.route(r))
+	}
+	return []ratelimit.Policy{
+		{Name: "rate", For: func(r *http.Request) (ratelimit.PolicyLimit, error) {
+			p := ruleOf(r)
+			l, err := m.limiter(p.alg)
+			return ratelimit.PolicyLimit{Name: m.route(r), Limiter: l, Rule: p.rule}, err
+		}},
+		{Name: "quota", Match: func(r *http.Request) bool { return ruleOf(r).quota != nil }, For: func(r *http.Request) (ratelimit.PolicyLimit, error) {
+			t, _ := tenant(r)
+			q := ruleOf(r).quota
+			l, err := m.quotaLimiter(q.Quota)
+			// the tenant's key, on the same hash tag as its routes' keys: one script on a cluster
+			return ratelimit.PolicyLimit{Key: redisstore.TaggedKey(t), Limiter: l}, err
+		}},
+	}
 }
 
-// decideUnder decides r under the Envoy rules, when there are, or else under the rule
-// of (tenant, route), with the limiter of its algorithm, and the tenant's quota beside.
-func (m *limit) decideUnder(r *http.Request, key, tenant, route string) ([]ratelimit.PolicyDecision, error) {
-	if m.envoy != nil {
-		d, rule, err := m.envoy.decide(r, tenant, route)
-		return []ratelimit.PolicyDecision{{Name: route, Rule: rule, Decision: d}}, err
+// decideEnvoy decides under the Envoy rules, with -envoy-rules; nil otherwise.
+func (m *limit) decideEnvoy() func(r *http.Request, key string) (ratelimit.Decision, ratelimit.Rule, error) {
+	if m.envoy == nil {
+		return nil
 	}
-	p := m.rules.Load().policy(tenant, route)
-	l, err := m.limiter(p.alg)
+	return func(r *http.Request, key string) (ratelimit.Decision, ratelimit.Rule, error) {
+		t, _ := tenant(r) // the key has checked it
+		return m.envoy.decide(r, t, m.route(r))
+	}
+}
+
+// record counts a rate decision by route and outcome, its latency, and a denial's key
+// for /denied; the in-flight limit's and the failures are counted where they are
+// answered.
+func (m *limit) record(ctx context.Context, e ratelimit.Event) {
+	if e.InFlight || e.Err != nil {
+		return
+	}
+	route, _ := ctx.Value(routeKey{}).(string)
+	m.metrics.latency.Observe(e.Latency.Seconds())
+	outcome := "allowed"
+	if !e.Decision.Allowed {
+		outcome = "denied"
+		m.metrics.denials.Record(e.Key, 1)
+	}
+	m.metrics.decisions.WithLabelValues(route, outcome).Inc()
+}
+
+// quotaLimiter is the gateway's limiter of q: one per quota, in a namespace of its
+// text, apart from the rates'.
+func (m *limit) quotaLimiter(q fixedwindow.Quota) (*fixedwindow.QuotaLimiter, error) {
+	name := quotaNamespace + q.String()
+	if l, ok := m.quotas.Load(name); ok {
+		return l.(*fixedwindow.QuotaLimiter), nil
+	}
+	l, err := fixedwindow.NewQuota(m.store, q, ratelimit.WithNamespace(name), ratelimit.WithReserves(m.reserves...))
 	if err != nil {
 		return nil, err
 	}
-	if p.quota == nil {
-		d, err := l.AllowRule(r.Context(), key, p.rule, 1)
-		return []ratelimit.PolicyDecision{{Name: route, Rule: p.rule, Decision: d}}, err
-	}
-	reserve := int64(0)
-	if len(m.reserves) > 0 {
-		reserve = m.reserves[min(int(ratelimit.PriorityFrom(r.Context())), len(m.reserves)-1)]
-	}
-	q := p.quota
-	ds, err := ratelimit.ApplyAll(r.Context(), m.store, []ratelimit.Request{
-		{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: p.alg, Namespace: l.Namespace(), Rule: p.rule, Reserve: reserve}},
-		// the tenant's, on the same hash tag as its routes' keys: one script on a cluster
-		{Key: redisstore.TaggedKey(tenant), N: 1, Spec: &ratelimit.Spec{Algorithm: q.alg, Namespace: quotaNamespace + q.String(), Rule: q.Rule(), Reserve: reserve}},
-	})
-	if err != nil {
-		return nil, err
-	}
-	return []ratelimit.PolicyDecision{{Name: route, Rule: p.rule, Decision: ds[0]}, {Name: "quota", Rule: q.Rule(), Decision: ds[1]}}, nil
+	got, _ := m.quotas.LoadOrStore(name, l)
+	return got.(*fixedwindow.QuotaLimiter), nil
 }
 
 // limiter is the gateway's limiter of alg: one per algorithm, in the gateway's
