@@ -14,7 +14,10 @@
 // Decision: Limit is the queue size; Remaining is the free places; RetryAfter is the time
 // until enough places free; ResetAfter is the time until the queue is empty.
 //
-// Refund takes requests out of the queue, down to empty.
+// Refund takes requests out of the queue, down to empty. It takes no debts: a debit (a
+// cost known after the answer, ratelimit.AlgorithmLimiter.Debit) would queue requests
+// that are already served, so it is refused with errors.ErrUnsupported; charge such
+// costs to a token bucket or a window.
 //
 // State: Level is the queued work in units of 1/Unit request, Aux is that Unit. When a
 // rule changes the unit, queued requests are kept whole, at most the new queue size.

@@ -9,7 +9,10 @@
 // RetryAfter is the time until enough events age out; ResetAfter the time until the log
 // is empty.
 //
-// Refund removes the newest events.
+// Refund removes the newest events. It takes no debts: a debit (a cost known after the
+// answer, ratelimit.AlgorithmLimiter.Debit) would put events in the log that never
+// happened, so it is refused with errors.ErrUnsupported; charge such costs to a token
+// bucket or a window.
 //
 // State: Log holds the admitted events, merged per instant; Level is their sum.
 package slidinglog
