@@ -155,45 +155,21 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 		if p.Match != nil && !p.Match(r) {
 			continue
 		}
-		lim := PolicyLimit{Name: p.Name, Key: key, Limiter: p.Limiter}
-		if p.For != nil {
-			chosen, err := p.For(r)
-			if err = keyOf(chosen.Key, err, max(m.MaxKeyLength, defaultMaxKeyLength)); err != nil {
-				return nil, nil, Decision{}, fmt.Errorf("policy %q: %w", p.Name, err)
-			}
-			lim.Name, lim.Key = cmp.Or(chosen.Name, lim.Name), cmp.Or(chosen.Key, key)
-			lim.Limiter, lim.Rule = cmp.Or(chosen.Limiter, lim.Limiter), chosen.Rule
+		pol, l, req, err := m.policyRequest(r, key, p)
+		if err != nil {
+			return nil, nil, Decision{}, err
 		}
-		b, ok := lim.Limiter.(algorithmBased)
-		if !ok || b.base() == nil {
-			return nil, nil, Decision{}, fmt.Errorf("ratelimit: Middleware policy %q: %T is not a limiter of an algorithm package", lim.Name, lim.Limiter)
-		}
-		l := b.base()
 		if store == nil {
 			store = l.store
 		} else if !sameStore(store, l.store) {
-			return nil, nil, Decision{}, fmt.Errorf("ratelimit: Middleware policy %q: its limiter is on another store than the other policies'", lim.Name)
-		}
-		rule := cmp.Or(lim.Rule, l.rule)
-		spec, limit, err := l.specUnder(ctx, rule)
-		if err != nil {
-			return nil, nil, Decision{}, fmt.Errorf("ratelimit: Middleware policy %q: %w", lim.Name, err)
-		}
-		req := Request{Key: lim.Key, N: 1, Spec: spec}
-		var c charge
-		if p.Cost != nil {
-			if l.alg.Debit == nil {
-				return nil, nil, Decision{}, fmt.Errorf("ratelimit: Middleware policy %q has a Cost, and %s takes no debts", lim.Name, l.alg.Name)
-			}
-			c = admit(r, l, lim.Key, spec, limit, p.Cost)
-			req.N = c.admitted
+			return nil, nil, Decision{}, fmt.Errorf("ratelimit: Middleware policy %q: its limiter is on another store than the other policies'", pol.name)
 		}
 		if p.Shadow {
 			shadowReqs = append(shadowReqs, req)
-			shadows = append(shadows, shadowed{name: lim.Name, key: lim.Key, c: c})
+			shadows = append(shadows, shadowed{name: pol.name, key: pol.key, c: pol.c})
 			continue
 		}
-		ps = append(ps, policy{name: lim.Name, key: lim.Key, rule: rule, c: c})
+		ps = append(ps, pol)
 		reqs = append(reqs, req)
 	}
 	var d Decision
@@ -226,6 +202,40 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 		decided = append(decided, sh)
 	}
 	return ps, decided, d, nil
+}
+
+// policyRequest is p's part in the decision of r: its limit (For's choice over p's own),
+// its limiter, and its take, on its key under its rule at r's priority, of one event or
+// a Cost's estimate.
+func (m *Middleware) policyRequest(r *http.Request, key string, p Policy) (policy, *AlgorithmLimiter, Request, error) {
+	lim := PolicyLimit{Name: p.Name, Key: key, Limiter: p.Limiter}
+	if p.For != nil {
+		chosen, err := p.For(r)
+		if err = keyOf(chosen.Key, err, max(m.MaxKeyLength, defaultMaxKeyLength)); err != nil {
+			return policy{}, nil, Request{}, fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+		lim.Name, lim.Key = cmp.Or(chosen.Name, lim.Name), cmp.Or(chosen.Key, key)
+		lim.Limiter, lim.Rule = cmp.Or(chosen.Limiter, lim.Limiter), chosen.Rule
+	}
+	b, ok := lim.Limiter.(algorithmBased)
+	if !ok || b.base() == nil {
+		return policy{}, nil, Request{}, fmt.Errorf("ratelimit: Middleware policy %q: %T is not a limiter of an algorithm package", lim.Name, lim.Limiter)
+	}
+	l := b.base()
+	rule := cmp.Or(lim.Rule, l.rule)
+	spec, limit, err := l.specUnder(r.Context(), rule)
+	if err != nil {
+		return policy{}, nil, Request{}, fmt.Errorf("ratelimit: Middleware policy %q: %w", lim.Name, err)
+	}
+	pol, req := policy{name: lim.Name, key: lim.Key, rule: rule}, Request{Key: lim.Key, N: 1, Spec: spec}
+	if p.Cost != nil {
+		if l.alg.Debit == nil {
+			return policy{}, nil, Request{}, fmt.Errorf("ratelimit: Middleware policy %q has a Cost, and %s takes no debts", lim.Name, l.alg.Name)
+		}
+		pol.c = admit(r, l, lim.Key, spec, limit, p.Cost)
+		req.N = pol.c.admitted
+	}
+	return pol, l, req, nil
 }
 
 // checkPolicies is why policies cannot be decided together, or nil.

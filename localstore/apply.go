@@ -137,8 +137,7 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 		if e != nil {
 			e.expires = dead
 			t.keys.del(h, req.Key)
-			sh.size--
-			sh.bytes -= cost(req.Key)
+			sh.forget(req.Key)
 			e = nil
 		}
 	case "debit": // then a peek of 1 at the request's reserve

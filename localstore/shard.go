@@ -134,10 +134,7 @@ func (sh *shard) sweep(now int64) {
 				return true
 			}
 			return false
-		}, func(k string) {
-			sh.size--
-			sh.bytes -= cost(k)
-		})
+		}, sh.forget)
 	})
 	for k, recs := range sh.loans {
 		if ended(recs, now) {
@@ -188,8 +185,13 @@ func (sh *shard) evict(h uint64, now int64) bool {
 	e := largest.at(victim)
 	e.expires = dead
 	e.mu.Unlock()
-	sh.size--
-	sh.bytes -= cost(e.key)
+	sh.forget(e.key)
 	largest.removeAt(victim)
 	return true
+}
+
+// forget takes a key removed from the shard's index out of its size and bytes.
+func (sh *shard) forget(key string) {
+	sh.size--
+	sh.bytes -= cost(key)
 }
