@@ -77,21 +77,7 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 			holders++
 		}
 	}
-	peek := core.Clone(*st)
-	one := a
-	one.N = 1
-	o := alg.Step(&peek, now, one)
-	var lent int64
-	if l.Want > 0 && o.Allowed() {
-		lent = min(l.Want, (o.Remaining+1)/max(l.Share, holders))
-	}
-	if lent > 0 {
-		take := a
-		take.N = lent
-		if o = alg.Step(st, now, take); !o.Allowed() { // cannot be: lent is no more than is left
-			lent = 0
-		}
-	}
+	lent, o := takeUpTo(alg, st, now, a, l.Want, max(l.Share, holders))
 	mine.Out += lent
 	var until int64
 	if mine.Out > 0 {
@@ -105,22 +91,30 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 // partial takes what l wants of what the key has left, at most, as a take would (keeping
 // its reserve), and keeps no record.
 func partial(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a ratelimit.Args, l ratelimit.Loan) ratelimit.Lent {
+	lent, o := takeUpTo(alg, st, now, a, l.Want, max(l.Share, 1))
+	return ratelimit.Lent{Outcome: o, N: lent}
+}
+
+// takeUpTo takes from st at most want events, and at most a share of what it has left
+// (as a take of a would leave it, keeping its reserve), and returns how many with the
+// Outcome: the take's, or a peek's of 1 when it took none.
+func takeUpTo(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a ratelimit.Args, want, share int64) (int64, ratelimit.Outcome) {
 	peek := core.Clone(*st)
 	one := a
 	one.N = 1
 	o := alg.Step(&peek, now, one)
 	var lent int64
-	if l.Want > 0 && o.Allowed() {
-		lent = min(l.Want, (o.Remaining+1)/max(l.Share, 1))
+	if want > 0 && o.Allowed() {
+		lent = min(want, (o.Remaining+1)/share)
 	}
 	if lent > 0 {
 		take := a
 		take.N = lent
-		if o = alg.Step(st, now, take); !o.Allowed() { // cannot be: no more was taken than is left
+		if o = alg.Step(st, now, take); !o.Allowed() { // cannot be: no more is taken than is left
 			lent = 0
 		}
 	}
-	return ratelimit.Lent{Outcome: o, N: lent}
+	return lent, o
 }
 
 // take removes from recs the records that ended by now or were lent under a rule other
