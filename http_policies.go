@@ -117,7 +117,7 @@ func charges(ps []policy, admitted bool, shadows []shadowed) []charge {
 //
 // The policies are appended to ps.
 func (m *Middleware) decide(r *http.Request, key string, ps []policy) ([]policy, []shadowed, Decision, error) {
-	if m.Policies != nil {
+	if m.Decide == nil && m.Policies != nil {
 		return m.decidePolicies(r, key)
 	}
 	name := "default"
