@@ -381,3 +381,42 @@ func ExampleCost() {
 	// 200 remaining=100 retry-after=""
 	// 429 remaining=0 retry-after="42"
 }
+
+// A batch consumer takes what is left, up to its batch; a job charges its cost once done,
+// past zero if need be: the next take waits until the debt is repaid.
+func ExampleAlgorithmLimiter_AllowAtMost() {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, _ := tokenbucket.New(localstore.New(localstore.WithClock(clk)), ratelimit.PerSecond(10), ratelimit.WithNamespace("rows"))
+	ctx := context.Background()
+	for range 2 {
+		granted, d, _ := limiter.AllowAtMost(ctx, "exporter", 8)
+		fmt.Println("granted", granted, "of 8, remaining", d.Remaining)
+	}
+	d, _ := limiter.Debit(ctx, "exporter", 15) // the rows a query scanned, known after it ran
+	fmt.Println("after a debit of 15:", d.Allowed, d.RetryAfter)
+	// Output:
+	// granted 8 of 8, remaining 2
+	// granted 2 of 8, remaining 0
+	// after a debit of 15: false 1.6s
+}
+
+// Who is being limited right now: Denials as the Middleware's hook, read from an admin
+// endpoint.
+func ExampleDenials() {
+	denials := &ratelimit.Denials{}
+	limiter, _ := tokenbucket.New(localstore.New(), ratelimit.PerHour(1))
+	mw := &ratelimit.Middleware{Limiter: limiter, Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Api-Key"), nil },
+		OnDecision: denials.Observe}
+	h := mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, key := range []string{"a", "a", "a", "b", "b", "c"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Api-Key", key)
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	for _, d := range denials.Top(10) {
+		fmt.Println(d.Key, d.Count)
+	}
+	// Output:
+	// a 2
+	// b 1
+}

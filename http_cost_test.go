@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -213,4 +214,36 @@ func TestPolicyCostUnderItsRule(t *testing.T) {
 			t.Errorf("under the plan after 150 of 100: %+v, %v; want 51 tokens to earn, 30.6s", d, err)
 		}
 	})
+}
+
+// TestCostFromTrailer: a streamed answer (flushed as it goes) reports its cost in a
+// trailer once it is done, as a model's stream reports its usage last.
+func TestCostFromTrailer(t *testing.T) {
+	tpm, _ := tokenbucket.New(localstore.New(), ratelimit.PerMinute(1000))
+	h := (&ratelimit.Middleware{Limiter: tpm, Key: headerKey, Cost: &ratelimit.Cost{Actual: ratelimit.CostHeader("X-Tokens")}}).Wrap(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for range 3 {
+				w.Write([]byte("data: a token\n\n"))
+				if err := http.NewResponseController(w).Flush(); err != nil {
+					t.Errorf("flushing through the Middleware: %v", err)
+				}
+			}
+			w.Header().Set(http.TrailerPrefix+"X-Tokens", "250")
+		}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	req, _ := http.NewRequest("POST", srv.URL, nil)
+	req.Header.Set("X-Api-Key", "a")
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.Trailer.Get("X-Tokens") != "250" || strings.Count(string(body), "data:") != 3 {
+		t.Fatalf("trailer %v, body %q", res.Trailer, body)
+	}
+	if got := tokensLeft(t, tpm, "a"); got != 750 {
+		t.Errorf("after a stream of 250 tokens: %d left; want 750", got)
+	}
 }
