@@ -112,46 +112,40 @@ func Single(alg *ratelimit.Algorithm) string {
 // Coalesced is the batch script of calls of algs (coalesced.lua), the step of algs[i]
 // its (i+1)-th; on a cluster, with its keys in several slots of a node.
 func Coalesced(algs []*ratelimit.Algorithm, cluster bool) string {
-	var b strings.Builder
-	if cluster {
-		b.WriteString(clusterHead)
-	} else {
-		b.WriteString(serverHead)
-	}
-	b.WriteString(prelude)
-	for _, a := range algs {
-		writeStep(&b, a)
-	}
-	b.WriteString(coalesced)
-	return b.String()
+	return compose(head(cluster), algs, coalesced)
 }
 
 // AllOrNone is the script of requests of algs decided all or none (all.lua), the step of
 // algs[i] its (i+1)-th.
 func AllOrNone(algs []*ratelimit.Algorithm) string {
-	var b strings.Builder
-	b.WriteString(prelude)
-	for _, a := range algs {
-		writeStep(&b, a)
-	}
-	b.WriteString(all)
-	return b.String()
+	return compose("", algs, all)
 }
 
 // Lend is the script of loans (ratelimit.Lender) of algs (lend.lua), the step of algs[i]
 // its (i+1)-th; on a cluster, with the keys of its loans in several slots of a node.
 func Lend(algs []*ratelimit.Algorithm, cluster bool) string {
-	var b strings.Builder
+	return compose(head(cluster), algs, lendScript)
+}
+
+// head is what a script of calls to one node starts with: on a cluster, what lets it
+// reach keys in several slots of the node.
+func head(cluster bool) string {
 	if cluster {
-		b.WriteString(clusterHead)
-	} else {
-		b.WriteString(serverHead)
+		return clusterHead
 	}
+	return serverHead
+}
+
+// compose is a script of several steps: head, the prelude, the steps of algs in order,
+// and tail, which calls them.
+func compose(head string, algs []*ratelimit.Algorithm, tail string) string {
+	var b strings.Builder
+	b.WriteString(head)
 	b.WriteString(prelude)
 	for _, a := range algs {
 		writeStep(&b, a)
 	}
-	b.WriteString(lendScript)
+	b.WriteString(tail)
 	return b.String()
 }
 
