@@ -133,8 +133,8 @@ type Spec struct {
 	// peek must leave for more important requests (see WithReserves): it is admitted only
 	// if the key could admit N more than that part of Decision.Limit (rounded down), and
 	// takes N: a request of more than Limit less that part is never admitted (a limiter
-	// refuses it with ErrInvalidN). A debit takes N whatever it, and answers by it; a
-	// refund, a reset or an extension ignores it.
+	// refuses it with ErrInvalidN). A debit takes N whatever the part, and its Outcome is
+	// a peek at it; a refund, a reset or an extension ignores it.
 	Reserve int64
 }
 
