@@ -114,8 +114,7 @@ func (m *limit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.handler = (&ratelimit.Middleware{
 			InFlight: m.inflight,
 			InFlightLimit: func(r *http.Request) int64 {
-				t, _ := tenant(r) // the key has checked it
-				return m.rules.Load().policy(t, m.route(r)).inFlight
+				return m.ruleOf(r).inFlight
 			},
 			InFlightDenied: func(w http.ResponseWriter, r *http.Request, d ratelimit.Decision) {
 				route := m.route(r)
@@ -154,12 +153,27 @@ func (m *limit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			},
 		}).Wrap(m.next)
 	})
-	// the route, for the metrics of the decision hook, which sees the request's context
-	m.handler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, m.route(r))))
+	route := m.route(r)
+	t, _ := tenant(r) // the key checks it
+	f := &found{route: route, rule: m.rules.Load().policy(t, route)}
+	m.handler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), foundKey{}, f)))
 }
 
-// routeKey is the context key of a request's route.
-type routeKey struct{}
+// found is a request's route and the rule of its (tenant, route), found once, before the
+// Middleware: its policies, its in-flight limit and the decision hook read them from the
+// request's context, and decide under one rule however the rules are reloaded meanwhile.
+type found struct {
+	route string
+	rule  policy
+}
+
+type foundKey struct{}
+
+// foundOf is what ServeHTTP found of the request in ctx; nil before it.
+func foundOf(ctx context.Context) *found {
+	f, _ := ctx.Value(foundKey{}).(*found)
+	return f
+}
 
 // canonicalPath makes r's path the one the upstream will see and the routes match: its
 // dot segments and repeated slashes resolved (path.Clean, a trailing slash kept), and
@@ -235,7 +249,19 @@ func tenantChar(c rune) bool {
 }
 
 func (m *limit) route(r *http.Request) string {
+	if f := foundOf(r.Context()); f != nil {
+		return f.route
+	}
 	return m.rules.Load().route(r.Method, r.URL.Path)
+}
+
+// ruleOf is the rule of r's (tenant, route).
+func (m *limit) ruleOf(r *http.Request) policy {
+	if f := foundOf(r.Context()); f != nil {
+		return f.rule
+	}
+	t, _ := tenant(r) // the key has checked it
+	return m.rules.Load().policy(t, m.route(r))
 }
 
 // key is redisstore.TaggedKey(tenant, route): one hash tag per tenant, so a tenant's keys
@@ -262,19 +288,15 @@ func (m *limit) policies() []ratelimit.Policy {
 	if m.envoy != nil {
 		return nil
 	}
-	ruleOf := func(r *http.Request) policy {
-		t, _ := tenant(r) // the key has checked it
-		return m.rules.Load().policy(t, m.route(r))
-	}
 	return []ratelimit.Policy{
 		{Name: "rate", For: func(r *http.Request) (ratelimit.PolicyLimit, error) {
-			p := ruleOf(r)
+			p := m.ruleOf(r)
 			l, err := m.limiter(p.alg)
 			return ratelimit.PolicyLimit{Name: m.route(r), Limiter: l, Rule: p.rule}, err
 		}},
-		{Name: "quota", Match: func(r *http.Request) bool { return ruleOf(r).quota != nil }, For: func(r *http.Request) (ratelimit.PolicyLimit, error) {
+		{Name: "quota", Match: func(r *http.Request) bool { return m.ruleOf(r).quota != nil }, For: func(r *http.Request) (ratelimit.PolicyLimit, error) {
 			t, _ := tenant(r)
-			q := ruleOf(r).quota
+			q := m.ruleOf(r).quota
 			l, err := m.quotaLimiter(q.Quota)
 			// the tenant's key, on the same hash tag as its routes' keys: one script on a cluster
 			return ratelimit.PolicyLimit{Key: redisstore.TaggedKey(t), Limiter: l}, err
@@ -300,7 +322,10 @@ func (m *limit) record(ctx context.Context, e ratelimit.Event) {
 	if e.InFlight || e.Err != nil {
 		return
 	}
-	route, _ := ctx.Value(routeKey{}).(string)
+	var route string
+	if f := foundOf(ctx); f != nil {
+		route = f.route
+	}
 	m.metrics.latency.Observe(e.Latency.Seconds())
 	outcome := "allowed"
 	if !e.Decision.Allowed {
