@@ -8,11 +8,15 @@ import (
 // FuzzInFlight checks the in-flight steps against a model, a map from lease id to
 // expiry, on any sequence of acquires, releases, extensions and peeks at times that
 // move forward (and sometimes back): never more leases alive than the limit; a lease
-// alive until its expiry, and not after; a release or an extension touching its own lease
-// only; and every Decision's numbers.
+// alive until its expiry, and not after; a release or an extension renewing or dropping
+// its own lease only; and every Decision's numbers. After a clock step back, every
+// operation brings each lease's expiry to at most a lease duration from now (the root
+// doc's Time: a lease never lasts more than its duration from now), an extension that
+// finds its lease gone included.
 func FuzzInFlight(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}, uint8(3), uint8(10))
 	f.Add([]byte{0, 0, 0, 0, 0x41, 0x81, 0xc1, 0x20, 0x20, 0x02}, uint8(1), uint8(2))
+	f.Add([]byte("A\x9f0"), uint8(0), uint8(2)) // an extension of a lease not held, after a step back
 	f.Fuzz(func(t *testing.T, ops []byte, limit, period uint8) {
 		a := Args{N: 1, Limit: int64(limit%8) + 1, Period: (int64(period%50) + 1) * 1000}
 		var st State
@@ -24,9 +28,11 @@ func FuzzInFlight(f *testing.F) {
 				now -= 3000 // a clock that steps back
 			}
 			a.Lease = int64(op&7) + 1
-			for id, exp := range model { // the model's expiry
+			for id, exp := range model { // the model's expiry, and the clock rule
 				if exp <= now {
 					delete(model, id)
+				} else {
+					model[id] = min(exp, now+a.Period)
 				}
 			}
 			_, held := model[a.Lease]
