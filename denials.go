@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"container/heap"
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 // Denials answers "who is being limited right now": the keys denied most over the last
@@ -52,7 +54,8 @@ const (
 
 // denialSlot is one slot's Space-Saving sketch: the counted keys, in a min-heap by count.
 type denialSlot struct {
-	epoch int64 // the slot's span since the Unix epoch, in denialSpan; 0: never used
+	epoch int64 // the slot's span since the Unix epoch, in denialSpan (negative before 1970)
+	used  bool
 	index map[string]*denialEntry
 	heap  denialHeap
 }
@@ -71,17 +74,18 @@ func (d *Denials) Observe(_ context.Context, e Event) {
 	}
 }
 
-// Record counts n denials of key now (a gRPC interceptor's, say).
+// Record counts n denials of key now (a gRPC interceptor's, say). A count that would pass
+// the largest int64 stays there.
 func (d *Denials) Record(key string, n int64) {
 	if n <= 0 {
 		return
 	}
-	epoch := d.now() / int64(denialSpan)
+	epoch := d.epoch()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := &d.slots[epoch%denialSlots]
-	if s.epoch != epoch { // a slot a minute old: start it again
-		s.epoch = epoch
+	s := &d.slots[slotOf(epoch)]
+	if !s.used || s.epoch != epoch { // a slot a minute old: start it again
+		s.epoch, s.used = epoch, true
 		clear(s.index)
 		s.heap = s.heap[:0]
 	}
@@ -89,7 +93,7 @@ func (d *Denials) Record(key string, n int64) {
 		s.index = make(map[string]*denialEntry)
 	}
 	if e := s.index[key]; e != nil {
-		e.count += n
+		e.count = addSat(e.count, n)
 		heap.Fix(&s.heap, e.at)
 		return
 	}
@@ -104,7 +108,7 @@ func (d *Denials) Record(key string, n int64) {
 	e := s.heap[0]
 	delete(s.index, e.key)
 	e.key, e.error = key, e.count
-	e.count += n
+	e.count = addSat(e.count, n)
 	s.index[key] = e
 	heap.Fix(&s.heap, 0)
 }
@@ -112,12 +116,12 @@ func (d *Denials) Record(key string, n int64) {
 // Top is at most n of the keys denied most over the last minute, the most denied first
 // (ties by key).
 func (d *Denials) Top(n int) []Denied {
-	epoch := d.now() / int64(denialSpan)
+	epoch := d.epoch()
 	sum := map[string]*Denied{}
 	d.mu.Lock()
 	for i := range d.slots {
 		s := &d.slots[i]
-		if s.epoch == 0 || s.epoch <= epoch-denialSlots || s.epoch > epoch {
+		if !s.used || s.epoch <= epoch-denialSlots || s.epoch > epoch {
 			continue
 		}
 		for _, e := range s.heap {
@@ -126,8 +130,8 @@ func (d *Denials) Top(n int) []Denied {
 				t = &Denied{Key: e.key}
 				sum[e.key] = t
 			}
-			t.Count += e.count
-			t.Error += e.error
+			t.Count = addSat(t.Count, e.count)
+			t.Error = addSat(t.Error, e.error)
 		}
 	}
 	d.mu.Unlock()
@@ -151,11 +155,27 @@ func (d *Denials) capacity() int {
 	return 256
 }
 
-func (d *Denials) now() int64 {
-	if d.Clock == nil {
-		return time.Now().UnixNano()
+// epoch is the span of now since the Unix epoch, in denialSpan, rounded down: negative
+// before 1970, and defined for every time.Time (in seconds, which do not overflow).
+func (d *Denials) epoch() int64 {
+	now := time.Now()
+	if d.Clock != nil {
+		now = d.Clock.Now()
 	}
-	return clock.UnixNano(d.Clock)
+	return mathx.FloorDiv(now.Unix(), int64(denialSpan/time.Second))
+}
+
+// slotOf is the slot of an epoch, for any epoch.
+func slotOf(epoch int64) int64 {
+	return (epoch%denialSlots + denialSlots) % denialSlots
+}
+
+// addSat is a + b for counts, both at least 0, held at the largest int64.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // denialHeap is a min-heap of entries by count.

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -79,5 +80,30 @@ func TestDenialsObserve(t *testing.T) {
 	}
 	if got := denials.Top(1); len(got) != 1 || got[0].Key != "a" {
 		t.Errorf("the top one: %+v", got)
+	}
+}
+
+// TestDenialsAnyClock: a clock before 1970, at the zero time or far in the future counts
+// as any other (no panic), a minute still forgets, and counts that would overflow stay at
+// the largest int64.
+func TestDenialsAnyClock(t *testing.T) {
+	for _, start := range []time.Time{{}, time.Date(1969, 12, 31, 23, 59, 55, 0, time.UTC),
+		time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		clk := clock.NewFake(start)
+		d := &ratelimit.Denials{Clock: clk}
+		d.Record("a", 1<<62)
+		d.Record("a", 1<<62)
+		clk.Advance(10 * time.Second) // the next slot
+		d.Record("a", 1<<62)
+		d.Record("b", 3)
+		top := d.Top(2)
+		want := []ratelimit.Denied{{Key: "a", Count: math.MaxInt64}, {Key: "b", Count: 3}}
+		if fmt.Sprint(top) != fmt.Sprint(want) {
+			t.Errorf("from %v: %+v; want %+v", start, top, want)
+		}
+		clk.Advance(time.Minute)
+		if top := d.Top(2); len(top) != 0 {
+			t.Errorf("from %v, a minute later: %+v; want none", start, top)
+		}
 	}
 }
