@@ -349,6 +349,25 @@ func CommandCalls(t testing.TB, c *redis.Client, cmd string) int {
 	return 0
 }
 
+// BlockedClients is how many clients c's server holds in a blocking command (BLPOP),
+// from INFO clients: a client counts from the moment it blocks, on Redis and on Valkey
+// alike (whose commandstats count a blocking command only once it returns).
+func BlockedClients(t testing.TB, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "clients").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "blocked_clients:"); ok {
+			var n int
+			fmt.Sscan(rest, &n)
+			return n
+		}
+	}
+	return 0
+}
+
 // ScriptCalls is how many scripts c's server has run (EVALSHA and EVAL).
 func ScriptCalls(t testing.TB, c *redis.Client) int {
 	return CommandCalls(t, c, "evalsha") + CommandCalls(t, c, "eval")
