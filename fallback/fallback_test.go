@@ -113,6 +113,32 @@ func TestLend(t *testing.T) {
 	}
 }
 
+// TestPartialTakeFallsBack: AllowAtMost is a decision, as a take is: a primary that fails
+// while the breaker is still closed (Redis just killed) sends it to the share, never its
+// error; a healthy one decides it, mirrored on the share.
+func TestPartialTakeFallsBack(t *testing.T) {
+	clk := clock.NewFake(limitertest.Start)
+	lp := &lending{primary: newPrimary()}
+	s := fallback.New(lp, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk), fallback.WithInstances(2))
+	l, err := tokenbucket.New(s, ratelimit.PerSecond(10), ratelimit.WithNamespace("atmost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	got, d, err := l.AllowAtMost(ctx, "k", 3)
+	if err != nil || got != 3 || d.Remaining != 7 {
+		t.Fatalf("on a healthy primary: %d granted, %+v, %v; want 3 of 10", got, d, err)
+	}
+	lp.fail(errDown)
+	got, d, err = l.AllowAtMost(ctx, "k", 9)
+	if err != nil || s.BreakerState() != fallback.Closed {
+		t.Fatalf("the primary failing, the breaker %v: %v; want the share's answer, no error", s.BreakerState(), err)
+	}
+	if got != 2 || d.Limit != 5 { // the share holds 5, of which the mirror took 3
+		t.Errorf("on the share: %d granted, %+v; want 2 of a share of 5", got, d)
+	}
+}
+
 // lending is a primary that lends (from its store in memory), and counts its loans.
 type lending struct {
 	*primary
@@ -121,6 +147,9 @@ type lending struct {
 
 func (l *lending) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
 	l.lends.Add(1)
+	if err := l.err.Load(); err != nil {
+		return nil, *err
+	}
 	return l.local.(ratelimit.Lender).Lend(ctx, loans)
 }
 

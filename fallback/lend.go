@@ -6,40 +6,113 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/trace"
 )
 
 var _ ratelimit.Lender = (*Store)(nil)
 
-// Lend lends from the primary, when it is a ratelimit.Lender and the breaker is closed.
-// A loan waits for the primary as long as ctx allows (a refill of leases, not a
-// decision: no timeout of the store's applies), and never falls back to the secondary:
-// the events lent are the primary's, which every instance shares, while the secondary's
-// shares are this instance's alone. While the breaker is open, and for a primary that
-// does not lend, it returns an error wrapping ratelimit.ErrUnavailable: the holders'
-// leases then run out by themselves, and their requests are decided here, on the
-// shares.
+// Lend lends from the primary, when it is a ratelimit.Lender and the breaker lets a call
+// through. Loans to a holder (the refills of hotkey.Leases) wait for the primary as long
+// as ctx allows (a refill, not a decision: no timeout of the store's applies), and never
+// fall back to the secondary: the events lent are the primary's, which every instance
+// shares, while the secondary's shares are this instance's alone. When the primary
+// cannot lend (the breaker is open, it fails, or it is no Lender), they fail with an
+// error wrapping ratelimit.ErrUnavailable: the holders' leases then run out by
+// themselves, and their requests are decided here, on the shares.
 //
 // Partial takes (loans without a holder: AlgorithmLimiter.AllowAtMost) are decisions of
-// their own: while the primary cannot lend, they take from this instance's share on the
-// secondary, as a take would.
+// their own, decided as Apply decides a take: on the primary within the timeout, and
+// mirrored onto this instance's share; when the primary cannot (the breaker is open, it
+// fails, it does not answer in time, it does not lend), on the share, by the policy.
+// Like Apply, they never return the primary's errors.
 func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !allPartial(loans) {
+		return s.lendHeld(ctx, loans)
+	}
+	for _, l := range loans { // the caller's mistakes, before either store is asked
+		if l.Spec == nil || l.Spec.Algorithm == nil {
+			return nil, fmt.Errorf("fallback: a loan without an algorithm")
+		}
+		if _, err := (ratelimit.Request{Key: l.Key, N: 1, Spec: l.Spec}).Args(); err != nil {
+			return nil, err
+		}
+	}
+	if l, ok := s.primary.(ratelimit.Lender); ok {
+		if ok, probe := s.breaker.allow(); ok {
+			lent, err := askPrimary(ctx, s, probe, len(loans), func(pctx context.Context) ([]ratelimit.Lent, error) {
+				return l.Lend(pctx, loans)
+			}, nil)
+			if err == nil && s.policy == LocalShare {
+				for i, loan := range loans {
+					s.mirror(ctx, ratelimit.Request{Key: loan.Key, N: max(1, lent[i].N), Spec: loan.Spec}, lent[i].Outcome)
+				}
+			}
+			if err == nil || ctx.Err() != nil {
+				return lent, err
+			}
+		}
+	}
+	return s.lendLocally(ctx, loans)
+}
+
+// lendHeld lends to holders, from the primary alone.
+func (s *Store) lendHeld(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
 	l, ok := s.primary.(ratelimit.Lender)
 	if !ok {
 		return nil, fmt.Errorf("fallback: the primary (%T) does not lend: %w", s.primary, ratelimit.ErrUnavailable)
 	}
-	b := s.BreakerState()
-	if b == Closed {
-		return l.Lend(ctx, loans)
+	if b := s.BreakerState(); b != Closed {
+		return nil, fmt.Errorf("fallback: the primary is unavailable (the breaker is %v): %w", b, ratelimit.ErrUnavailable)
 	}
-	if local, partial := s.secondary.(ratelimit.Lender); partial && s.policy == LocalShare && allPartial(loans) {
-		shared := make([]ratelimit.Loan, len(loans))
-		for i, loan := range loans {
-			shared[i] = loan
-			shared[i].Spec = core.WithRule(loan.Spec, core.Share(loan.Spec.Rule, s.n()))
+	lent, err := l.Lend(ctx, loans)
+	if err != nil && ctx.Err() == nil {
+		return nil, fmt.Errorf("fallback: the primary could not lend: %w: %v", ratelimit.ErrUnavailable, err)
+	}
+	return lent, err
+}
+
+// lendLocally decides partial takes by the policy while the primary cannot: on this
+// instance's share of each rule, on the secondary.
+func (s *Store) lendLocally(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	lent := make([]ratelimit.Lent, len(loans))
+	switch s.policy {
+	case FailOpen, FailClosed:
+		for i, l := range loans {
+			req := ratelimit.Request{Key: l.Key, N: 1, Spec: l.Spec}
+			a, _ := req.Args() // checked by Lend
+			o, err := s.decideLocally(ctx, req, a.Limit)
+			if err != nil {
+				return nil, err
+			}
+			lent[i].Outcome = o
+			if o.Allowed() {
+				lent[i].N = l.Want
+			}
 		}
-		return local.Lend(ctx, shared)
+		return lent, nil
 	}
-	return nil, fmt.Errorf("fallback: the primary is unavailable (the breaker is %v): %w", b, ratelimit.ErrUnavailable)
+	local, ok := s.secondary.(ratelimit.Lender)
+	if !ok {
+		return nil, fmt.Errorf("fallback: neither the primary nor the secondary (%T) can grant part of a request: %w", s.secondary, ratelimit.ErrUnavailable)
+	}
+	shared := make([]ratelimit.Loan, len(loans))
+	for i, l := range loans {
+		shared[i] = l
+		shared[i].Spec = core.WithRule(l.Spec, s.share(ratelimit.Request{Key: l.Key, N: 1, Spec: l.Spec}))
+	}
+	lent, err := local.Lend(ctx, shared)
+	if err == nil {
+		trace.Set(ctx, Secondary.String())
+		if s.hooks.OnDecision != nil {
+			for range loans {
+				s.hooks.OnDecision(Secondary, 0)
+			}
+		}
+	}
+	return lent, err
 }
 
 // allPartial reports whether every loan is a partial take (no holder).

@@ -2,6 +2,8 @@ package hotkey
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,4 +148,31 @@ func (bl *block) unblock() {
 	bl.by = bl.by[:0]
 	bl.held.Store(false)
 	bl.gen++
+}
+
+var _ ratelimit.Lender = (*BlockCache)(nil)
+
+// Lend lends on the next store, a ratelimit.Lender, so that a limiter over a BlockCache
+// grants part of a request (ratelimit.AlgorithmLimiter.AllowAtMost) and Leases lend
+// through it, as without it. Events granted end the key's blocks, as an admission does;
+// a next store that does not lend is an error wrapping errors.ErrUnsupported.
+func (b *BlockCache) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	l, ok := b.next.(ratelimit.Lender)
+	if !ok {
+		return nil, fmt.Errorf("hotkey: BlockCache over %T, which does not lend: %w", b.next, errors.ErrUnsupported)
+	}
+	lent, err := l.Lend(ctx, loans)
+	if err != nil {
+		return lent, err
+	}
+	now := clock.UnixNano(b.cfg.clock)
+	for i, loan := range loans {
+		if lent[i].N > 0 && loan.Spec != nil {
+			bl := b.blocked.get(algKey{loan.Spec.Algorithm, loan.Spec.Namespace, loan.Key}, now)
+			bl.mu.Lock()
+			bl.unblock()
+			bl.mu.Unlock()
+		}
+	}
+	return lent, nil
 }

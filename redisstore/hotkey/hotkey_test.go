@@ -280,3 +280,64 @@ func TestShardInvalidShare(t *testing.T) {
 		t.Errorf("n above one shard's capacity: %v; want ErrInvalidN", err)
 	}
 }
+
+// TestShardDebit: a debit through a Shard is owed by every shard, so the key denies as
+// it does unsharded. Capacity 10 at 2 a second over two shards (5 at 1 a second each): a
+// debit of 15 on a full key leaves both in debt (-3 and -2), and no request of the next
+// ten is admitted at once (one debited shard alone let the other admit 5); 3s later the
+// shard that owed 2 admits one.
+func TestShardDebit(t *testing.T) {
+	clk := clock.NewFake(limitertest.Start)
+	s := hotkey.NewShard(localstore.New(localstore.WithClock(clk)), 2)
+	l, err := tokenbucket.New(s, ratelimit.Rule{Limit: 2, Period: time.Second, Burst: 10}, ratelimit.WithNamespace("debt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	d, err := l.Debit(ctx, "k", 15)
+	if err != nil || d.Allowed || d.Remaining != 0 {
+		t.Fatalf("a debit of 15 on a full key: %+v, %v; want a denial, none left", d, err)
+	}
+	for i := range 10 {
+		if d, err := l.Allow(ctx, "k"); err != nil || d.Allowed {
+			t.Fatalf("request %d after the debit: %+v, %v; want denied", i, d, err)
+		}
+	}
+	clk.Advance(3 * time.Second)
+	admitted := 0
+	for range 4 {
+		if d, _ := l.Allow(ctx, "k"); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 1 {
+		t.Errorf("3s later: %d admitted; want 1 (-2 and -3 earned back to 1 and 0)", admitted)
+	}
+}
+
+// TestDecoratorsGrantPart: AllowAtMost through a Shard and a BlockCache grants what the
+// key has left, as without them.
+func TestDecoratorsGrantPart(t *testing.T) {
+	clk := clock.NewFake(limitertest.Start)
+	for name, s := range map[string]ratelimit.Store{
+		"shard":       hotkey.NewShard(localstore.New(localstore.WithClock(clk)), 2),
+		"block cache": hotkey.NewBlockCache(localstore.New(localstore.WithClock(clk)), hotkey.WithClock(clk)),
+	} {
+		l, err := tokenbucket.New(s, ratelimit.PerMinute(10), ratelimit.WithNamespace("part"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, d, err := l.AllowAtMost(context.Background(), "k", 7)
+		if err != nil || got != 7 || !d.Allowed || d.Limit != 10 {
+			t.Errorf("%s: the first 7 of 10: %d, %+v, %v", name, got, d, err)
+		}
+		got, d, err = l.AllowAtMost(context.Background(), "k", 7)
+		if err != nil || got != 3 || !d.Allowed {
+			t.Errorf("%s: 7 more: %d, %+v, %v; want the 3 left", name, got, d, err)
+		}
+		got, d, err = l.AllowAtMost(context.Background(), "k", 1)
+		if err != nil || got != 0 || d.Allowed || d.RetryAfter <= 0 {
+			t.Errorf("%s: one more: %d, %+v, %v; want none, and a wait", name, got, d, err)
+		}
+	}
+}

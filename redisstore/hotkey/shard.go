@@ -2,8 +2,10 @@ package hotkey
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
@@ -43,24 +45,18 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 		return s.next.Apply(ctx, req)
 	}
 	n := req.N
-	if req.Spec.Op == "debit" { // a cost of any size, taken on one shard
+	if req.Spec.Op == "debit" { // a cost of any size, spread over every shard
+		if _, err := req.Args(); err != nil {
+			return ratelimit.Outcome{}, err
+		}
 		n = 1
 	}
-	whole, err := req.Spec.Algorithm.Prepare(req.Spec.Rule, n)
+	whole, shareSpec, err := s.split(req.Spec, n)
 	if err != nil {
 		return ratelimit.Outcome{}, err
 	}
-	share := core.Share(req.Spec.Rule, s.shards)
-	one, err := req.Spec.Algorithm.Prepare(share, 1)
-	if err != nil {
-		return ratelimit.Outcome{}, fmt.Errorf("hotkey: shard: %v over %d shards is %v each: %w", req.Spec.Rule, s.shards, share, err)
-	}
-	if n > one.Limit {
-		return ratelimit.Outcome{}, fmt.Errorf("hotkey: shard: n = %d, one of %d shards holds %d: %w",
-			req.N, s.shards, one.Limit, ratelimit.ErrInvalidN)
-	}
-	shareSpec := core.WithRule(req.Spec, share)
-	if req.Spec.Op == "reset" { // every shard
+	switch req.Spec.Op {
+	case "reset": // every shard
 		var d ratelimit.Outcome
 		for i := range uint64(s.shards) {
 			sub := req
@@ -70,6 +66,8 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 			}
 		}
 		return whole.Outcome(d.Allowed(), min(whole.Limit, d.Remaining*s.shards), d.Wait, d.Reset), nil
+	case "debit":
+		return s.debit(ctx, req, whole, shareSpec)
 	}
 	first := s.turn.Add(1) // a take, or a peek or refund of the next shard in turn
 	var best ratelimit.Outcome
@@ -90,9 +88,123 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	return whole.Outcome(best.Allowed(), min(whole.Limit, best.Remaining*s.shards), best.Wait, best.Reset), nil
 }
 
+// split is the Args of a request of n under spec's whole rule, and the Spec of each
+// shard's part: 1/shards of the rule. The error of a rule the algorithm refuses, or of an
+// n more than one shard ever admits.
+func (s *Shard) split(spec *ratelimit.Spec, n int64) (ratelimit.Args, *ratelimit.Spec, error) {
+	whole, err := spec.Algorithm.Prepare(spec.Rule, n)
+	if err != nil {
+		return ratelimit.Args{}, nil, err
+	}
+	share := core.Share(spec.Rule, s.shards)
+	one, err := spec.Algorithm.Prepare(share, 1)
+	if err != nil {
+		return ratelimit.Args{}, nil, fmt.Errorf("hotkey: shard: %v over %d shards is %v each: %w", spec.Rule, s.shards, share, err)
+	}
+	if n > one.Limit {
+		return ratelimit.Args{}, nil, fmt.Errorf("hotkey: shard: n = %d, one of %d shards holds %d: %w",
+			n, s.shards, one.Limit, ratelimit.ErrInvalidN)
+	}
+	return whole, core.WithRule(spec, share), nil
+}
+
+// debit spreads a debit of req.N over every shard, as evenly as whole events allow (the
+// first N mod shards take one more), so that the key owes it whichever shard its next
+// requests reach. The Outcome is the key's after it: allowed if any shard would admit
+// a request of 1, Remaining the shards' sum, the shortest wait of a denial and the
+// longest reset.
+func (s *Shard) debit(ctx context.Context, req ratelimit.Request, whole ratelimit.Args, shareSpec *ratelimit.Spec) (ratelimit.Outcome, error) {
+	each, extra := req.N/s.shards, req.N%s.shards
+	allowed, remaining, wait, reset := false, int64(0), time.Duration(-1), time.Duration(0)
+	for i := range s.shards {
+		sub := req
+		sub.Key, sub.Spec, sub.N = shardKey(req.Key, uint64(i)), shareSpec, each
+		if i < extra {
+			sub.N++
+		}
+		if sub.N == 0 { // a debit smaller than the shards: the others owe nothing, and are asked as they stand
+			sub.N, sub.Spec = 1, core.WithOp(shareSpec, "peek")
+		}
+		d, err := s.next.Apply(ctx, sub)
+		if err != nil {
+			return ratelimit.Outcome{}, err
+		}
+		allowed = allowed || d.Allowed()
+		remaining += d.Remaining
+		if !d.Allowed() && (wait < 0 || d.Wait < wait) {
+			wait = d.Wait
+		}
+		reset = max(reset, d.Reset)
+	}
+	if allowed {
+		wait = 0
+	}
+	return whole.Outcome(allowed, min(whole.Limit, remaining), max(0, wait), reset), nil
+}
+
 // shardKey is the key of shard i of key: a hash tag of its own (the key's digest and
 // the shard), so that redisstore keeps it and the cluster spreads the shards; then the
 // key itself, so that distinct keys stay distinct.
 func shardKey(key string, i uint64) string {
 	return redisx.Shard(key, i)
+}
+
+var _ ratelimit.Lender = (*Shard)(nil)
+
+// Lend grants part of a request (a loan without a holder: AlgorithmLimiter.AllowAtMost)
+// from the shards in turn, as a take tries them: up to WithRetries more shards while it
+// has granted less than it wants, each with 1/shards of the rule. Its Outcome reports the
+// whole rule's Limit, and Remaining as the last shard's times shards (an estimate). Loans
+// to a holder (Leases) are refused with an error wrapping errors.ErrUnsupported: put
+// Leases under the Shard, or the Shard under Leases' next store. A next store that does
+// not lend is such an error too.
+func (s *Shard) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	l, ok := s.next.(ratelimit.Lender)
+	if !ok {
+		return nil, fmt.Errorf("hotkey: Shard over %T, which does not lend: %w", s.next, errors.ErrUnsupported)
+	}
+	out := make([]ratelimit.Lent, len(loans))
+	for i, loan := range loans {
+		if loan.Spec == nil || loan.Spec.Algorithm == nil {
+			return nil, errors.New("hotkey: shard: a loan without an algorithm")
+		}
+		if !s.cfg.handles(ratelimit.Request{Key: loan.Key, N: 1, Spec: loan.Spec}) {
+			got, err := l.Lend(ctx, loans[i:i+1])
+			if err != nil {
+				return nil, err
+			}
+			out[i] = got[0]
+			continue
+		}
+		if loan.Holder != 0 {
+			return nil, fmt.Errorf("hotkey: a Shard lends no leases (holder %d): %w", loan.Holder, errors.ErrUnsupported)
+		}
+		whole, shareSpec, err := s.split(loan.Spec, 1)
+		if err != nil {
+			return nil, err
+		}
+		first := s.turn.Add(1)
+		var granted int64
+		var last ratelimit.Outcome
+		for j := range min(int64(s.cfg.retries)+1, s.shards) {
+			sub := loan
+			sub.Key, sub.Spec, sub.Want = shardKey(loan.Key, (first+uint64(j))%uint64(s.shards)), shareSpec, loan.Want-granted
+			got, err := l.Lend(ctx, []ratelimit.Loan{sub})
+			if err != nil {
+				return nil, err
+			}
+			granted += got[0].N
+			if j == 0 || got[0].N > 0 || got[0].Wait < last.Wait {
+				last = got[0].Outcome
+			}
+			if granted >= loan.Want {
+				break
+			}
+		}
+		out[i] = ratelimit.Lent{N: granted, Outcome: whole.Outcome(granted > 0, min(whole.Limit, last.Remaining*s.shards), last.Wait, last.Reset)}
+		if granted > 0 {
+			out[i].Outcome = whole.Outcome(true, min(whole.Limit, last.Remaining*s.shards), 0, last.Reset)
+		}
+	}
+	return out, nil
 }
