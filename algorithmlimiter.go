@@ -272,13 +272,92 @@ func (l *AlgorithmLimiter) PeekN(ctx context.Context, key string, n int64) (Deci
 	return l.do(ctx, key, n, "peek")
 }
 
-// Refund gives back n events taken for key before (a request the upstream failed, say),
-// never above the key's full allowance; the Decision is Peek's after it. What is given back
-// depends on the algorithm: tokens to a token bucket, places in a leaky bucket's queue,
-// events off a window's current count (not off a past window's), the newest events of a
-// sliding log.
-func (l *AlgorithmLimiter) Refund(ctx context.Context, key string, n int64) (Decision, error) {
-	return l.do(ctx, key, n, "refund")
+// Charge admits n events for key as AllowN does, and, when it admits them, returns their
+// Charge, to settle once the request's real cost is known: a completion's tokens, the
+// rows a query scanned, nothing for a request the upstream failed. Admit on an estimate,
+// then Settle the truth:
+//
+//	c, d, err := tokens.Charge(ctx, apiKey, estimate)
+//	if err != nil || c == nil {
+//		// denied (d.RetryAfter says when to come back), or the store failed
+//	}
+//	... // serve the request
+//	c.Settle(ctx, used) // debits what it cost beyond the estimate, refunds what it did not use
+//
+// The Charge is nil when the events were denied (its Settle does nothing). Errors are
+// AllowN's.
+func (l *AlgorithmLimiter) Charge(ctx context.Context, key string, n int64) (*Charge, Decision, error) {
+	return l.charge(ctx, key, l.rule, n)
+}
+
+func (l *AlgorithmLimiter) charge(ctx context.Context, key string, rule Rule, n int64) (*Charge, Decision, error) {
+	spec, err := l.takeSpec(ctx, rule, n)
+	if err != nil { // the store is not asked
+		return nil, Decision{}, err
+	}
+	receipt := &Receipt{}
+	o, err := l.store.Apply(ctx, Request{Key: key, N: n, Spec: spec, Receipt: receipt})
+	if err != nil {
+		return nil, Decision{}, err
+	}
+	d := o.Decision()
+	if !d.Allowed {
+		return nil, d, nil
+	}
+	return &Charge{store: l.store, key: key, spec: spec, receipt: receipt, n: n}, d, nil
+}
+
+// Charge is events a limiter admitted for a key (AlgorithmLimiter.Charge), until their
+// real cost is settled. It is safe for concurrent use; a nil Charge holds nothing.
+type Charge struct {
+	store   Store
+	key     string
+	spec    *Spec // of the take
+	receipt *Receipt
+	n       int64
+	settled atomic.Bool
+}
+
+// Settle charges the key what the request really cost, once: a cost above the events
+// admitted takes the rest as a debit (AlgorithmLimiter.Debit: the key may go into debt,
+// and then denies until it is repaid), a cost below them gives the difference back, and
+// the same cost changes nothing. A refund never creates allowance: it gives back only
+// what the key would still hold had the take been smaller from the start (see Receipt,
+// and each algorithm's package for what that is: nothing of a window that is over,
+// nothing once a bucket has been full since). The Decision is the key's after it, for a
+// request of 1 (a debit's, or a peek's after a refund).
+//
+// cost must be at least 0 and at most 2^52, or the error wraps ErrInvalidN and nothing
+// is settled; a Charge settled already returns an error, and so does a debit on an
+// algorithm that takes none (the leaky bucket, the sliding log: errors.ErrUnsupported).
+// With a store that fails, the charge stays unsettled and may be settled again.
+func (c *Charge) Settle(ctx context.Context, cost int64) (Decision, error) {
+	if c == nil {
+		return Decision{}, nil
+	}
+	if cost < 0 || cost > mathx.MaxExact {
+		return Decision{}, fmt.Errorf("%s: settling a cost of %d: %w: want 0 to %d", c.spec.Algorithm.Name, cost, ErrInvalidN, int64(mathx.MaxExact))
+	}
+	if cost > c.n && c.spec.Algorithm.Debit == nil {
+		return Decision{}, fmt.Errorf("%s: a cost of %d above the %d admitted: %w: it takes no debts", c.spec.Algorithm.Name, cost, c.n, errors.ErrUnsupported)
+	}
+	if !c.settled.CompareAndSwap(false, true) {
+		return Decision{}, fmt.Errorf("%s: a charge of key %q settled twice", c.spec.Algorithm.Name, c.key)
+	}
+	req := Request{Key: c.key, Spec: withOp(c.spec, "debit"), N: cost - c.n}
+	switch {
+	case cost == c.n:
+		req.Spec, req.N = withOp(c.spec, "peek"), 1
+	case cost < c.n:
+		req.Spec, req.N, req.Receipt = withOp(c.spec, "refund"), c.n-cost, c.receipt
+		req.Spec.Reserve = 0
+	}
+	o, err := c.store.Apply(ctx, req)
+	if err != nil {
+		c.settled.Store(false)
+		return Decision{}, err
+	}
+	return o.Decision(), nil
 }
 
 // Debit takes n events from key whatever it has left, even past zero: the cost of a

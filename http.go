@@ -112,8 +112,11 @@ type Middleware struct {
 	// of its key's leases while the handler serves it, extended every half lease duration
 	// while it runs and released when it returns, even if it panics. A request that finds
 	// every lease held gets InFlightDenied's answer; a failure of InFlight's store goes to
-	// Error, as the rate limit's does. The rate limit has counted a request that is then
-	// denied for being one too many in progress.
+	// Error, as the rate limit's does. A request refused for being one too many in
+	// progress costs the rate limits nothing: with limiters of the algorithm packages
+	// (Limiter or Policies) they decide first, and give back what they took (their Cost's
+	// estimate included, as far as each key would still hold it: see Receipt); with a
+	// Limiter of another kind, or Decide, the in-flight limit decides first.
 	InFlight *InFlightLimiter
 
 	// InFlightLimit, when set, is the in-flight limit of a request (a route's, say)
@@ -207,8 +210,19 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		r = r.WithContext(WithPriority(r.Context(), m.Priority(r)))
 	}
 	if m.Limiter == nil && m.Decide == nil && m.Policies == nil {
-		m.serveInFlight(w, r, key, next)
+		m.serveAdmitted(w, r, key, next, nil, nil, nil)
 		return
+	}
+	// A request refused for being one too many in progress costs its rate limits nothing:
+	// it gives back what they took, or, where they cannot give it back (a Limiter of
+	// another kind, Decide), the in-flight limit is decided before them.
+	var h *held
+	if m.InFlight != nil && !m.givesBack() {
+		var ok bool
+		if h, ok = m.acquire(w, r, key); !ok {
+			return
+		}
+		defer h.release()
 	}
 	var one [1]policy // the usual decision, under one policy, without an allocation
 	ps, shadows, d, err := m.decideReported(r, key, one[:0])
@@ -218,16 +232,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	if err != nil {
 		if m.passes(w, r, err) {
-			m.serveInFlight(w, r, key, next)
+			m.serveAdmitted(w, r, key, next, h, nil, nil)
 		}
 		return
 	}
 	if len(ps) == 0 { // no enforced policy applies
-		m.serveCharged(w, r, key, next, charges(nil, false, shadows))
+		m.serveAdmitted(w, r, key, next, h, nil, charges(nil, false, shadows))
 		return
 	}
 	if m.Shadow { // decided and counted, never enforced: no headers, and on it goes
-		m.serveCharged(w, r, key, next, charges(ps, d.Allowed, shadows))
+		m.serveAdmitted(w, r, key, next, h, nil, charges(ps, d.Allowed, shadows))
 		return
 	}
 	setHeaders(w.Header(), ps)
@@ -244,7 +258,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if d.Delay > 0 && sleep(r.Context(), d.Delay) != nil {
 		return // the client left while its request was held
 	}
-	m.serveCharged(w, r, key, next, charges(ps, true, shadows))
+	m.serveAdmitted(w, r, key, next, h, takes(ps), charges(ps, true, shadows))
 }
 
 // keyError answers a request without a valid key.
@@ -256,54 +270,91 @@ func (m *Middleware) keyError(w http.ResponseWriter, r *http.Request, err error)
 	}
 }
 
-// serveInFlight serves r holding one of key's leases, when there is an in-flight limit.
-func (m *Middleware) serveInFlight(w http.ResponseWriter, r *http.Request, key string, next http.Handler) {
-	if m.InFlight == nil {
+// serveAdmitted serves r, which the rate limits admitted, holding one of key's leases of
+// the in-flight limit: h, taken before them, or one taken now; a request refused now
+// gives back what the rate limits took (taken). Once the handler has returned, each limit
+// of charges is charged what r cost.
+func (m *Middleware) serveAdmitted(w http.ResponseWriter, r *http.Request, key string, next http.Handler, h *held, taken, charges []charge) {
+	if h == nil {
+		var ok bool
+		if h, ok = m.acquire(w, r, key); !ok {
+			for _, c := range taken { // refused after all: it costs nothing
+				c.giveBack(r.Context(), m.observer())
+			}
+			return
+		}
+		defer h.release()
+	}
+	if h.limit > 0 && !m.Shadow {
+		hd := w.Header()
+		if list := hd.Get("RateLimit-Policy"); list != "" {
+			hd.Set("RateLimit-Policy", list+", "+inFlightPolicy(h.limit))
+		} else {
+			hd.Set("RateLimit-Policy", inFlightPolicy(h.limit))
+		}
+	}
+	if len(charges) == 0 {
 		next.ServeHTTP(w, r)
 		return
+	}
+	aw := &answerWriter{ResponseWriter: w}
+	next.ServeHTTP(aw, r)
+	a := aw.answer()
+	for _, c := range charges {
+		c.settle(r.Context(), m.observer(), r, a)
+	}
+}
+
+// held is a request's hold on one of its key's leases of the in-flight limit: limit is
+// the in-flight limit it was taken under, 0 when none applies (or none was taken: a
+// shadow, a store that failed open).
+type held struct {
+	limit int64
+	give  func() // gives the lease back; nil for none
+}
+
+// release gives the lease back, if one is held.
+func (h *held) release() {
+	if h.give != nil {
+		h.give()
+	}
+}
+
+// acquire takes one of key's in-flight leases for r, when an in-flight limit applies; ok
+// false when it answered r instead: every lease held (429, or InFlightDenied), or the
+// store failed and Error said not to go on.
+func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, key string) (h *held, ok bool) {
+	if m.InFlight == nil {
+		return &held{}, true
 	}
 	limit := m.InFlight.Rule().Limit
 	if m.InFlightLimit != nil {
 		if limit = m.InFlightLimit(r); limit <= 0 {
-			next.ServeHTTP(w, r)
-			return
+			return &held{}, true
 		}
 	}
 	release, d, err := m.observer().hold(r.Context(), m.InFlight, key, limit, m.Shadow)
 	switch {
 	case err != nil:
-		if m.passes(w, r, err) {
-			next.ServeHTTP(w, r)
-		}
-		return
+		return &held{}, m.passes(w, r, err)
 	case release == nil && m.Shadow:
-		next.ServeHTTP(w, r)
-		return
+		return &held{}, true
 	case release == nil:
-		h := w.Header()
+		hd := w.Header()
 		for _, name := range rateHeaders {
-			h.Del(name)
+			hd.Del(name)
 		}
-		h.Set("RateLimit-Policy", inFlightPolicy(limit))
-		h.Set("RateLimit", `"in-flight";r=0`)
-		h.Set("Retry-After", "1")
+		hd.Set("RateLimit-Policy", inFlightPolicy(limit))
+		hd.Set("RateLimit", `"in-flight";r=0`)
+		hd.Set("Retry-After", "1")
 		if m.InFlightDenied != nil {
 			m.InFlightDenied(w, r, d)
 		} else {
 			http.Error(w, "too many requests in progress; retry after 1s", http.StatusTooManyRequests)
 		}
-		return
+		return nil, false
 	}
-	defer release()
-	if !m.Shadow {
-		h := w.Header()
-		if list := h.Get("RateLimit-Policy"); list != "" {
-			h.Set("RateLimit-Policy", list+", "+inFlightPolicy(limit))
-		} else {
-			h.Set("RateLimit-Policy", inFlightPolicy(limit))
-		}
-	}
-	next.ServeHTTP(w, r)
+	return &held{limit: limit, give: release}, true
 }
 
 // inFlightPolicy is an in-flight limit in RateLimit-Policy: its quota of requests in

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,13 @@ type Cost struct {
 	// for bytes). Any other unit (a model's "tokens") must be a valid header string; the
 	// draft lets a service name its own, which clients that do not know it ignore.
 	Unit string
+
+	// Max bounds what one request is charged, whatever Actual says (an upstream that
+	// reports a cost of 2^63, by mistake or not): a cost above it is charged as Max, and
+	// logged at Warn with the cost reported. 0 means ten times the limit's Limit (a debt
+	// of ten periods at most: a minute's budget of 1,000 tokens charges a request at most
+	// 10,000), or the request's estimate if that is more; below 0 is refused by Wrap.
+	Max int64
 }
 
 // Answer is what a handler wrote: its status, the bytes of its body, and its header
@@ -51,32 +59,46 @@ type Answer struct {
 }
 
 // CostHeader is a Cost.Actual that reads the cost from the response header or trailer
-// name the handler (an upstream behind a reverse proxy) sets: a decimal count. A
-// response without it, or with anything else in it, keeps the estimate.
+// name the handler (an upstream behind a reverse proxy) sets: one decimal count. A
+// response without it, or with anything but one count in it (the header given twice, a
+// list, a sign, a space), keeps the estimate: an answer that says two costs says none.
 func CostHeader(name string) func(r *http.Request, a Answer) int64 {
 	return func(_ *http.Request, a Answer) int64 {
-		v := a.Header.Get(name)
-		if v == "" {
-			v = a.Header.Get(http.TrailerPrefix + name)
+		vs := a.Header.Values(name)
+		if len(vs) == 0 {
+			vs = a.Header.Values(http.TrailerPrefix + name)
+		}
+		if len(vs) != 1 {
+			return -1
+		}
+		v := vs[0]
+		for i := 0; i < len(v); i++ {
+			if v[i] < '0' || v[i] > '9' {
+				return -1
+			}
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
+		if err != nil {
 			return -1
 		}
 		return n
 	}
 }
 
-// charge is one limit's charge after a request's answer: the limiter, the key and the
-// Spec the request was admitted under, the events it was admitted on, the estimate and
-// the Cost.
+// charge is one limit's take of a request, with the receipt of it, for what follows the
+// answer: the store, the key, the Spec the request was admitted under and its Receipt,
+// the events it was admitted on, the estimate, and the Cost to settle (nil: a
+// take of one event, given back only if the request is refused after all, for being one
+// too many in progress); the zero charge is none.
 type charge struct {
-	l        *AlgorithmLimiter
+	store    Store
 	key      string
 	spec     *Spec
+	receipt  *Receipt
 	cost     *Cost
 	admitted int64
 	estimate int64
+	limit    int64 // the rule's Limit, Cost.Max's default
 }
 
 // checkCost is why cost cannot be charged to l, or nil.
@@ -91,27 +113,41 @@ func checkCost(what string, l Limiter, cost *Cost) error {
 	if b.base().alg.Debit == nil {
 		return fmt.Errorf("ratelimit: %s has a Cost, and %s takes no debts", what, b.base().alg.Name)
 	}
+	return checkCostFields(what, cost)
+}
+
+// checkCostFields is why cost's own fields are invalid, or nil.
+func checkCostFields(what string, cost *Cost) error {
 	if _, ok := sfString(cost.Unit); !ok {
 		return fmt.Errorf("ratelimit: %s: the Cost's unit %q is not a header string (printable ASCII)", what, cost.Unit)
+	}
+	if cost.Max < 0 {
+		return fmt.Errorf("ratelimit: %s: the Cost's Max is %d; want 0 (the limit's Limit) or more", what, cost.Max)
 	}
 	return nil
 }
 
-// admit is the charge of r on key under l's spec (whose rule's Limit is limit) and cost,
-// with the events to admit r on: its estimate, at least 1, at most what the rule ever
-// admits at the request's reserve.
+// admit is the charge of r on key under l's spec (whose rule's Limit is limit) and cost
+// (nil: one event), with the events to admit r on: its estimate, at least 1, at most what
+// the rule ever admits at the request's reserve. Its take writes a receipt.
 func admit(r *http.Request, l *AlgorithmLimiter, key string, spec *Spec, limit int64, cost *Cost) charge {
 	est := int64(1)
-	if cost.Estimate != nil {
+	if cost != nil && cost.Estimate != nil {
 		est = max(1, cost.Estimate(r))
 	}
 	most := limit - mathx.Keep(limit, spec.Reserve)
-	return charge{l: l, key: key, spec: spec, cost: cost, admitted: max(1, min(est, most)), estimate: est}
+	return charge{store: l.store, key: key, spec: spec, receipt: &Receipt{}, cost: cost, admitted: max(1, min(est, most)),
+		estimate: est, limit: limit}
+}
+
+// request is the charge's take.
+func (c charge) request() Request {
+	return Request{Key: c.key, N: c.admitted, Spec: c.spec, Receipt: c.receipt}
 }
 
 // settle charges the key what the request cost beyond or below what it was admitted on,
-// under the rule it was admitted under, once its handler has returned; a failure is
-// logged (the key keeps the estimate).
+// under the rule it was admitted under, once its handler has returned: at most Cost.Max
+// (logged past it); a failure is logged (the key keeps the estimate).
 func (c charge) settle(ctx context.Context, o observer, r *http.Request, a Answer) {
 	cost := c.estimate
 	switch {
@@ -122,17 +158,32 @@ func (c charge) settle(ctx context.Context, o observer, r *http.Request, a Answe
 			cost = n
 		}
 	}
+	if most := cmp.Or(c.cost.Max, max(min(10*c.limit, mathx.MaxExact), c.estimate)); cost > most {
+		o.warn(ctx, "a request's cost above its bound (Cost.Max) is charged the bound", c.key,
+			fmt.Errorf("a cost of %d, charged %d", cost, most))
+		cost = most
+	}
+	c.charge(ctx, o, cost)
+}
+
+// giveBack gives back everything the charge took: its request was refused after all.
+func (c charge) giveBack(ctx context.Context, o observer) { c.charge(ctx, o, 0) }
+
+// charge charges the key cost events in all, of the admitted: the rest as a debit, or
+// the difference back (whatever the reserve, as far as the key would still hold it: see
+// Receipt).
+func (c charge) charge(ctx context.Context, o observer, cost int64) {
 	if cost == c.admitted {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseTimeout)
 	defer cancel()
 	req := Request{Key: c.key, N: min(cost-c.admitted, mathx.MaxExact), Spec: withOp(c.spec, "debit")}
-	if cost < c.admitted { // given back, as a Refund gives, whatever the reserve
-		req.N, req.Spec = c.admitted-cost, withOp(c.spec, "refund")
+	if cost < c.admitted {
+		req.N, req.Spec, req.Receipt = c.admitted-cost, withOp(c.spec, "refund"), c.receipt
 		req.Spec.Reserve = 0
 	}
-	if _, err := c.l.store.Apply(ctx, req); err != nil {
+	if _, err := c.store.Apply(ctx, req); err != nil {
 		o.warn(ctx, "charging a request's cost", c.key, errors.Join(fmt.Errorf("%d events, admitted on %d", cost, c.admitted), err))
 	}
 }
@@ -172,18 +223,4 @@ func (w *answerWriter) answer() Answer {
 		status = http.StatusOK
 	}
 	return Answer{Status: status, Bytes: w.bytes, Header: w.Header()}
-}
-
-// serveCharged serves r and then charges each limit in charges what r cost.
-func (m *Middleware) serveCharged(w http.ResponseWriter, r *http.Request, key string, next http.Handler, charges []charge) {
-	if len(charges) == 0 {
-		m.serveInFlight(w, r, key, next)
-		return
-	}
-	aw := &answerWriter{ResponseWriter: w}
-	m.serveInFlight(aw, r, key, next)
-	a := aw.answer()
-	for _, c := range charges {
-		c.settle(r.Context(), m.observer(), r, a)
-	}
 }

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
 	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
@@ -169,10 +171,11 @@ func TestCostMisconfigured(t *testing.T) {
 	leaky, _ := leakybucket.New(localstore.New(), ratelimit.PerSecond(10))
 	tb, _ := tokenbucket.New(localstore.New(), ratelimit.PerSecond(10))
 	for name, m := range map[string]*ratelimit.Middleware{
-		"a leaky bucket": {Limiter: leaky, Key: headerKey, Cost: &ratelimit.Cost{}},
-		"no limiter":     {InFlight: mustInFlight(t), Key: headerKey, Cost: &ratelimit.Cost{}},
-		"a policy's":     {Key: headerKey, Policies: []ratelimit.Policy{{Name: "p", Limiter: leaky, Cost: &ratelimit.Cost{}}}},
-		"a bad unit":     {Limiter: tb, Key: headerKey, Cost: &ratelimit.Cost{Unit: "tok\nens"}},
+		"a leaky bucket":  {Limiter: leaky, Key: headerKey, Cost: &ratelimit.Cost{}},
+		"no limiter":      {InFlight: mustInFlight(t), Key: headerKey, Cost: &ratelimit.Cost{}},
+		"a policy's":      {Key: headerKey, Policies: []ratelimit.Policy{{Name: "p", Limiter: leaky, Cost: &ratelimit.Cost{}}}},
+		"a bad unit":      {Limiter: tb, Key: headerKey, Cost: &ratelimit.Cost{Unit: "tok\nens"}},
+		"a bound below 0": {Limiter: tb, Key: headerKey, Cost: &ratelimit.Cost{Max: -1}},
 		"decided by hand": {Limiter: tb, Key: headerKey, Cost: &ratelimit.Cost{}, Decide: func(*http.Request, string) (ratelimit.Decision, ratelimit.Rule, error) {
 			return ratelimit.Decision{}, ratelimit.Rule{}, nil
 		}},
@@ -246,4 +249,98 @@ func TestCostFromTrailer(t *testing.T) {
 	if got := tokensLeft(t, tpm, "a"); got != 750 {
 		t.Errorf("after a stream of 250 tokens: %d left; want 750", got)
 	}
+}
+
+// TestCostBounded: an upstream's cost is charged no more than Cost.Max (by default ten
+// times the limit's Limit, or the estimate if more), and the excess is logged; a cost
+// given twice, or as a list, is no cost: the estimate stands.
+func TestCostBounded(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		max    int64
+		header []string
+		left   int64 // of 1000 a minute after the request, estimated at 100
+		logged bool
+	}{
+		{"2^63-1, by default", 0, []string{"9223372036854775807"}, -9000, true},
+		{"2^63-1, Max 1500", 1500, []string{"9223372036854775807"}, -500, true},
+		{"within Max", 1500, []string{"1200"}, -200, false},
+		{"two headers", 0, []string{"100000", "1"}, 900, false},
+		{"a list", 0, []string{"100000,1"}, 900, false},
+		{"a sign", 0, []string{"+5"}, 900, false},
+		{"a space", 0, []string{" 5"}, 900, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tpm, _ := tokenbucket.New(localstore.New(), ratelimit.PerMinute(1000))
+			var log strings.Builder
+			h := (&ratelimit.Middleware{Limiter: tpm, Key: headerKey, Logger: slog.New(slog.NewTextHandler(&log, nil)),
+				Cost: &ratelimit.Cost{Estimate: estimateHeader, Actual: ratelimit.CostHeader("X-Tokens"), Max: c.max}}).Wrap(
+				http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					for _, v := range c.header {
+						w.Header().Add("X-Tokens", v)
+					}
+				}))
+			ask(h, "a", 100, 0)
+			d, err := tpm.PeekN(context.Background(), "a", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			left := d.Remaining + 1
+			if !d.Allowed { // in debt: the tokens to earn before one is left, from the wait (60ms each)
+				left = 1 - int64((d.RetryAfter+30*time.Millisecond)/(60*time.Millisecond))
+			}
+			if left != c.left {
+				t.Errorf("%d left after the request (%+v); want %d", left, d, c.left)
+			}
+			if got := strings.Contains(log.String(), "Cost.Max"); got != c.logged {
+				t.Errorf("logged %v: %q", got, log.String())
+			}
+		})
+	}
+}
+
+// TestInFlightRefusalCostsNothing: a request refused for being one too many in progress
+// gives back what the rate limits took of it, its estimate included: a request rate and a
+// daily token budget charged after the answer, as Policies, with an in-flight limit of 1.
+func TestInFlightRefusalCostsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := localstore.New()
+		rps, _ := tokenbucket.New(store, ratelimit.PerMinute(10), ratelimit.WithNamespace("requests"))
+		daily, _ := fixedwindow.New(store, ratelimit.PerDay(10_000), ratelimit.WithNamespace("tokens"))
+		inflight, _ := ratelimit.NewInFlight(store, 1, time.Minute)
+		g := newGate()
+		h := (&ratelimit.Middleware{Key: headerKey, InFlight: inflight, Policies: []ratelimit.Policy{
+			{Name: "requests", Limiter: rps},
+			{Name: "tokens", Limiter: daily, Cost: &ratelimit.Cost{Estimate: estimateHeader, Actual: ratelimit.CostHeader("X-Tokens")}},
+		}}).Wrap(g)
+		send := func(path string) *httptest.ResponseRecorder {
+			r := httptest.NewRequest("POST", path, nil)
+			r.Header.Set("X-Api-Key", "a")
+			r.Header.Set("X-Estimate", "1000")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			return w
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if w := send("/slow"); w.Code != 200 {
+				t.Errorf("the slow request: %d", w.Code)
+			}
+		}()
+		<-g.started
+		for i := range 5 {
+			if w := send("/"); w.Code != http.StatusTooManyRequests || w.Header().Get("RateLimit") != `"in-flight";r=0` {
+				t.Errorf("request %d beside the slow one: %d, RateLimit %q; want refused as in progress", i, w.Code, w.Header().Get("RateLimit"))
+			}
+		}
+		if got := tokensLeft(t, rps, "a"); got != 9 {
+			t.Errorf("requests: %d left; want 9, the slow one's alone", got)
+		}
+		if got := tokensLeft(t, daily, "a"); got != 9000 {
+			t.Errorf("tokens: %d left; want 9000, the slow one's estimate alone", got)
+		}
+		close(g.release)
+		<-done
+	})
 }

@@ -73,8 +73,10 @@ func (m *Middleware) decideReported(r *http.Request, key string, ps []policy) ([
 	return ps, shadows, d, err
 }
 
-// policy is one limit that took part in a request's decision, for the headers, and
-// for the charge after the answer when it has a Cost (c.l is nil otherwise).
+// policy is one limit that took part in a request's decision, for the headers, and for
+// what follows the answer: its charge (c.cost when it has a Cost), or, when the request
+// may yet be refused for being one too many in progress, its take to give back (c.store
+// is nil when there is neither).
 type policy struct {
 	name string
 	key  string // its own key, when not the Middleware's
@@ -99,13 +101,25 @@ type shadowed struct {
 func charges(ps []policy, admitted bool, shadows []shadowed) []charge {
 	var cs []charge
 	for _, p := range ps {
-		if admitted && p.c.l != nil {
+		if admitted && p.c.cost != nil {
 			cs = append(cs, p.c)
 		}
 	}
 	for _, s := range shadows {
-		if s.c.l != nil {
+		if s.c.cost != nil {
 			cs = append(cs, s.c)
+		}
+	}
+	return cs
+}
+
+// takes are what the enforced policies ps took of an admitted request, to give back if
+// it is refused after all (for being one too many in progress).
+func takes(ps []policy) []charge {
+	var cs []charge
+	for _, p := range ps {
+		if p.c.store != nil {
+			cs = append(cs, p.c)
 		}
 	}
 	return cs
@@ -132,14 +146,34 @@ func (m *Middleware) decide(r *http.Request, key string, ps []policy) ([]policy,
 	if rl, ok := m.Limiter.(interface{ Rule() Rule }); ok {
 		rule = rl.Rule()
 	}
-	if m.Cost != nil { // checked by Wrap: a limiter of an algorithm package
-		l := m.Limiter.(algorithmBased).base()
+	if b, ok := m.Limiter.(algorithmBased); ok && b.base() != nil && (m.Cost != nil || m.InFlight != nil) {
+		// a take with a receipt: to settle, or to give back (Wrap checked a Cost's limiter)
+		l := b.base()
 		c := admit(r, l, key, l.takes[l.priority(r.Context())], l.limit, m.Cost)
-		d, err := l.AllowN(r.Context(), key, c.admitted)
+		o, err := l.store.Apply(r.Context(), c.request())
+		d := o.Decision()
+		if err != nil {
+			d = Decision{}
+		}
 		return append(ps, policy{name: name, rule: rule, d: d, c: c}), nil, d, err
 	}
 	d, err := m.Limiter.Allow(r.Context(), key)
 	return append(ps, policy{name: name, rule: rule, d: d}), nil, d, err
+}
+
+// givesBack reports whether every limit of the Middleware can give back what a request
+// took (limiters of the algorithm packages, alone or as Policies), so that the in-flight
+// limit is decided after them, and a request it refuses gives back what they took;
+// otherwise (a Limiter of another kind, Decide) the in-flight limit is decided first.
+func (m *Middleware) givesBack() bool {
+	if m.Decide != nil {
+		return false
+	}
+	if m.Policies != nil {
+		return true
+	}
+	b, ok := m.Limiter.(algorithmBased)
+	return ok && b.base() != nil
 }
 
 // decidePolicies takes one event (or a Cost's estimate) under every enforced policy
@@ -228,12 +262,12 @@ func (m *Middleware) policyRequest(r *http.Request, key string, p Policy) (polic
 		return policy{}, nil, Request{}, fmt.Errorf("ratelimit: Middleware policy %q: %w", lim.Name, err)
 	}
 	pol, req := policy{name: lim.Name, key: lim.Key, rule: rule}, Request{Key: lim.Key, N: 1, Spec: spec}
-	if p.Cost != nil {
-		if l.alg.Debit == nil {
-			return policy{}, nil, Request{}, fmt.Errorf("ratelimit: Middleware policy %q has a Cost, and %s takes no debts", lim.Name, l.alg.Name)
-		}
+	if p.Cost != nil && l.alg.Debit == nil {
+		return policy{}, nil, Request{}, fmt.Errorf("ratelimit: Middleware policy %q has a Cost, and %s takes no debts", lim.Name, l.alg.Name)
+	}
+	if p.Cost != nil || (m.InFlight != nil && !p.Shadow) { // a take with a receipt: to settle, or to give back
 		pol.c = admit(r, l, lim.Key, spec, limit, p.Cost)
-		req.N = pol.c.admitted
+		req = pol.c.request()
 	}
 	return pol, l, req, nil
 }
@@ -253,8 +287,8 @@ func checkPolicies(policies []Policy) error {
 				return err
 			}
 			if p.Cost != nil {
-				if _, ok := sfString(p.Cost.Unit); !ok {
-					return fmt.Errorf("ratelimit: Middleware policy %q: the Cost's unit %q is not a header string (printable ASCII)", p.Name, p.Cost.Unit)
+				if err := checkCostFields(fmt.Sprintf("Middleware policy %q", p.Name), p.Cost); err != nil {
+					return err
 				}
 			}
 			continue

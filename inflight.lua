@@ -31,12 +31,13 @@ end
 
 local until_, wrote, extended = now + period, false, 0
 if op == REFUND or op == EXTEND then -- then answer as a peek of a new lease
-  local at = alive(lease)
-  if at and op == REFUND then
+  local expires = alive(lease)
+  if expires and op == REFUND then
     redis.call('ZREM', key, lease)
-  elseif at then
+    gave = 1
+  elseif expires then
     extended = 1
-    if until_ > at then
+    if until_ > expires then
       redis.call('ZADD', key, int(until_), lease)
       wrote = true
     end
@@ -46,11 +47,11 @@ end
 
 -- a take (a peek when dry): renew the lease held, or add it if there is room
 local held = redis.call('ZCOUNT', key, after, '+inf')
-local at = alive(lease)
+local expires = alive(lease)
 local added = false
-if at then
+if expires then
   allowed = 1
-  if not dry and until_ > at then
+  if not dry and until_ > expires then
     redis.call('ZADD', key, int(until_), lease)
     wrote = true
   end
@@ -68,7 +69,7 @@ if wrote then
   redis.call('PEXPIRE', key, max(1, -floor(-(latest - now) / 1000)))
 end
 if added then held = held + 1 end
-if added or at then latest = max(latest or 0, until_) end
+if added or expires then latest = max(latest or 0, until_) end
 if allowed == 0 and held > 0 then -- until enough leases expire that one fits with keep
   local first = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', held + keep - limit, 1)
   retry = min(tonumber(first[2]), horizon) - now

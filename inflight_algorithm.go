@@ -112,13 +112,16 @@ func renew(log *eventlog.Log, i int, at int64) {
 	log.Set(i, e)
 }
 
-// releaseLease drops the lease a.Lease, if held.
-func releaseLease(st *State, now int64, a Args) {
+// releaseLease drops the lease a.Lease, if held, and says whether it was.
+func releaseLease(st *State, now int64, a Args) int64 {
 	expireLeases(st, now, a.Period)
+	released := int64(0)
 	if i := findLease(st.Log, a.Lease); i >= 0 {
 		st.Log.Remove(i)
+		released = 1
 	}
 	st.Level = int64(st.Log.Len())
+	return released
 }
 
 // extendLease renews the lease a.Lease, if held, to expire a.Period after now.

@@ -141,17 +141,23 @@ func distinct(reqs []Request) error {
 }
 
 // applyEach takes reqs one by one on store and, when one is denied, refunds those taken
-// before it: all or none in the end, but not atomic.
+// before it, each with the receipt of its take: all or none in the end, but not atomic.
+// A request that carries a Receipt of its own keeps it.
 func applyEach(ctx context.Context, store Store, reqs []Request) ([]Outcome, error) {
 	ds := make([]Outcome, len(reqs))
+	taken := make([]Request, len(reqs))
 	for i, r := range reqs {
+		if r.Receipt == nil {
+			r.Receipt = &Receipt{}
+		}
+		taken[i] = r
 		d, err := store.Apply(ctx, r)
 		if err == nil && d.Allowed() {
 			ds[i] = d
 			continue
 		}
 		for j := range i { // give back what was taken
-			back := reqs[j]
+			back := taken[j]
 			back.Spec = withOp(back.Spec, "refund")
 			if _, rerr := store.Apply(context.WithoutCancel(ctx), back); rerr != nil && err == nil {
 				err = rerr

@@ -23,11 +23,17 @@ import (
 type bytesStore struct {
 	clk    clock.Clock
 	mu     sync.Mutex
-	states map[string][]byte
+	states map[string]stored
+}
+
+// stored is a state's bytes, and when they are worth no more than a fresh key's.
+type stored struct {
+	b       []byte
+	expires int64
 }
 
 func newBytesStore(clk clock.Clock) *bytesStore {
-	return &bytesStore{clk: clk, states: map[string][]byte{}}
+	return &bytesStore{clk: clk, states: map[string]stored{}}
 }
 
 func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
@@ -51,18 +57,15 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var st ratelimit.State
-	if b, ok := s.states[id]; ok {
-		if err := st.UnmarshalBinary(b); err != nil {
+	if v, ok := s.states[id]; ok && v.expires > now {
+		if err := st.UnmarshalBinary(v.b); err != nil {
 			return ratelimit.Outcome{}, err
 		}
 	}
+	keep := int64(0) // what a reset leaves must be kept that long (Algorithm.Void)
 	save := func(d ratelimit.Outcome) error {
-		if d.Reset <= 0 { // worth no more than a fresh key
-			delete(s.states, id)
-			return nil
-		}
 		b, err := st.MarshalBinary()
-		s.states[id] = b
+		s.states[id] = stored{b: b, expires: now + max(d.Reset.Microseconds(), keep)}
 		return err
 	}
 	after := a
@@ -78,6 +81,9 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	switch req.Spec.Op {
 	case "":
 		d := alg.Step(&st, now, a)
+		if r := req.Receipt; r != nil && d.Allowed() {
+			r.At = st.Time
+		}
 		return d, save(d)
 	case "peek":
 		after.N, after.Lease, after.Keep = a.N, a.Lease, a.Keep
@@ -91,7 +97,11 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		alg.Debit(&st, now, a)
 		after.Keep = a.Keep // whether the debit left the key in debt, or in the reserve
 	case "reset":
-		st = ratelimit.State{}
+		if _, held := s.states[id]; held && alg.Void != nil {
+			keep = alg.Void(&st, now, a)
+		} else {
+			st = ratelimit.State{}
+		}
 	case "extend":
 		held := alg.Extend(&st, now, a)
 		d := peek()

@@ -87,8 +87,8 @@ type BatchStore interface {
 }
 
 // Request is one decision asked of a Store: N events of Key, decided as its Spec says.
-// It is three words and a pointer, so that it goes to a Store in registers; what a
-// limiter's requests share is behind the pointer, made once.
+// It is three words and two pointers, so that it goes to a Store in registers; what a
+// limiter's requests share is behind the Spec, made once.
 type Request struct {
 	// Key is any string, the empty one included; two different strings never share state.
 	Key string
@@ -97,6 +97,12 @@ type Request struct {
 	// Spec is what the request does, and under which limit. Never nil, and never changed
 	// once a request has carried it: stores may remember what they derive from it.
 	Spec *Spec
+	// Receipt, on a take, asks the store that decides it to write how it did (see
+	// Receipt), so that it can be refunded later; a refund of a rate algorithm's events
+	// carries the Receipt of the take that took them, and gives back no more than the
+	// key would still hold of them (an in-flight limit's names its lease instead). Nil
+	// for the others.
+	Receipt *Receipt
 }
 
 // Spec is what a request does to its key, and under which limit: the part of a Request
@@ -138,6 +144,25 @@ type Spec struct {
 	Reserve int64
 }
 
+// Receipt is the record of one take, written by the stores that decide it, for the
+// refund of its events later (Request.Receipt). A refund never creates allowance: it gives
+// back only what the key would still hold had the take been smaller from the start.
+// Each algorithm's package says what that is: a window's events of its current window,
+// a sliding log's events while they are in the log, no more than the least a bucket has
+// lacked of full since the take; and nothing for a take of the key before a reset of
+// it, or before a clock stepped back by more than a period. A Receipt is not safe for
+// concurrent use; a store writes it before its Apply returns.
+type Receipt struct {
+	// At is the instant the store decided the take at, in microseconds since the Unix
+	// epoch, on its clock (localstore's clock, Redis's TIME); 0 until it is decided.
+	At int64
+	// Via and Next are a decorator store's (fallback, hotkey's Shard and Leases): which
+	// way it sent the take (the primary or the secondary, a shard, a lease), and the
+	// Receipt its next store wrote, for the refund to go the same way.
+	Via  int64
+	Next *Receipt
+}
+
 // Args validates r and derives the integers its decision needs, as every store does
 // before it touches any state: its Algorithm's Prepare of its Rule and N, then its
 // Lease, and for a take or a peek the part of Limit its Reserve keeps back (Args.Keep).
@@ -167,7 +192,25 @@ func (r Request) Args() (Args, error) {
 	if sp.Reserve != 0 && (sp.Op == "" || sp.Op == "peek" || sp.Op == "debit") {
 		a.Keep = mathx.Keep(a.Limit, sp.Reserve)
 	}
+	if a.Taken, err = r.taken(); err != nil {
+		return Args{}, err
+	}
 	return a, nil
+}
+
+// taken is Args.Taken of r, or the error of a refund without the receipt of its take.
+func (r Request) taken() (int64, error) {
+	sp := r.Spec
+	switch {
+	case sp.Op == "" && r.Receipt != nil:
+		return -1, nil // internal/core's TakenNow
+	case sp.Op == "refund" && sp.Algorithm.Extend == nil: // a rate algorithm's: of the take it names
+		if r.Receipt == nil || r.Receipt.At <= 0 {
+			return 0, fmt.Errorf("%s: a refund without the Receipt of its take: %w: what it gives back must be known to have been taken", sp.Algorithm.Name, ErrInvalidN)
+		}
+		return r.Receipt.At, nil
+	}
+	return 0, nil
 }
 
 // withOp is a copy of s that does op, for a request of another kind under the same limit
@@ -222,9 +265,19 @@ type Algorithm struct {
 	// copy of the state; a reset is the zero State.
 	Step func(st *State, now int64, a Args) Outcome
 
-	// Refund gives a.N events back to st at now, never above its full allowance. For an
-	// algorithm of leases, it releases the lease a.Lease.
-	Refund func(st *State, now int64, a Args)
+	// Refund gives back to st at now the a.N events of the take made at a.Taken (its
+	// Receipt's instant), as far as st would still hold them (see Receipt), never above
+	// its full allowance, and returns how many it gave back (whole events, rounded down).
+	// For an algorithm of leases, it releases the lease a.Lease (1 if it was held).
+	Refund func(st *State, now int64, a Args) (gave int64)
+
+	// Void, when set, leaves st as a reset of the key at now leaves it: as a key never
+	// seen, but for what makes the receipts of its takes before now give back nothing
+	// (Receipt), and returns how long (microseconds) that must be kept; 0 when st held
+	// nothing a receipt could name (a full bucket, an empty window: it decides as a key
+	// never seen), and the store forgets the key. Without it, a reset leaves the zero
+	// State.
+	Void func(st *State, now int64, a Args) (keep int64)
 
 	// Debit, set by an algorithm that takes debts (the token bucket, the fixed window,
 	// the sliding window counter, the calendar quotas), takes a.N events from st at now
@@ -279,11 +332,19 @@ type Args struct {
 	// for a refund, a reset or an extension). Every Step admits N only if N more than Keep
 	// could be admitted, and reports Remaining above it.
 	Keep int64
+
+	// Taken is the receipt of a rate algorithm's request, set by the store after Prepare:
+	// for a refund, the instant of the take it gives back (Receipt.At), whose events
+	// Refund gives back only as far as the key would still hold them; -1 for a take that
+	// carries a Receipt, after which the algorithm keeps what a refund of it needs (a
+	// bucket, the record of its deficits); else 0.
+	Taken int64
 }
 
 // State is one key's state as a Store keeps it for Step. The zero State is a key never
 // seen, and a state whose last Decision had ResetAfter 0 is worth no more than the zero
-// State, so a store may drop it. The meaning of the fields is the algorithm's; a store
+// State, so a store may drop it; but what a reset leaves (Algorithm.Void) is kept as long
+// as Void says, or later refunds could give back what the reset forgave. The meaning of the fields is the algorithm's; a store
 // copies a State whole and never looks into Log. A store that keeps states outside the
 // process (a database, a cache server) saves them with MarshalBinary and loads them with
 // UnmarshalBinary.

@@ -49,8 +49,9 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		return nil, err
 	}
 	if ok, probe := s.breaker.allow(); ok {
+		preqs := core.InnerReceipts(reqs)
 		ds, err := askPrimary(ctx, s, probe, len(reqs), func(pctx context.Context) ([]ratelimit.Outcome, error) {
-			return applyAll(pctx, s.primary, reqs)
+			return applyAll(pctx, s.primary, preqs)
 		}, nil)
 		if err == nil && s.policy == LocalShare {
 			all := true
@@ -59,16 +60,21 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 			}
 			for i, d := range ds {
 				if all || !d.Allowed() { // when one is denied, none of the others was counted
-					s.mirror(ctx, reqs[i], d)
+					s.mirror(ctx, preqs[i], d)
 				}
 			}
+		}
+		if err == nil {
+			core.WireReceipts(reqs, preqs, ds, int64(Primary), 0)
 		}
 		if err == nil || ctx.Err() != nil || errors.Is(err, errors.ErrUnsupported) {
 			return ds, err // the primary cannot batch these keys: the caller takes them one by one
 		}
 	}
-	ds, err := s.decideAllLocally(ctx, reqs, capacities)
+	lreqs := core.InnerReceipts(reqs)
+	ds, err := s.decideAllLocally(ctx, lreqs, capacities)
 	if err == nil {
+		core.WireReceipts(reqs, lreqs, ds, int64(Secondary), max(1, s.clock.Now().UnixMicro()))
 		trace.Set(ctx, Secondary.String())
 		if s.hooks.OnDecision != nil {
 			for range reqs {

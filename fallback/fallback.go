@@ -200,20 +200,76 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	if err != nil {
 		return ratelimit.Outcome{}, err // the caller's mistake, not the primary's
 	}
+	if req.Receipt != nil && req.Spec.Op == "refund" && !core.OfLeases(req.Spec.Algorithm) {
+		return s.refund(ctx, req, a)
+	}
+	return s.decide(ctx, req, a)
+}
+
+// decide decides req (of Args a) on the primary, or on the secondary when the primary
+// cannot. A take's Receipt says which store took it (Via), and holds that store's own
+// (Next): each store gets a Receipt of its own, so that a late answer of the primary
+// writes none the caller reads.
+func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.Args) (ratelimit.Outcome, error) {
+	outer := req.Receipt
+	if req.Spec.Op != "" || core.OfLeases(req.Spec.Algorithm) {
+		outer = nil
+	}
 	if ok, probe := s.breaker.allow(); ok {
 		decisions := 0
 		if req.Spec.Op == "" {
 			decisions = 1
 		}
+		preq := req
+		if outer != nil {
+			preq.Receipt = &ratelimit.Receipt{}
+		}
 		d, err := askPrimary(ctx, s, probe, decisions, func(pctx context.Context) (ratelimit.Outcome, error) {
-			return s.primary.Apply(pctx, req)
-		}, func(pctx context.Context, d ratelimit.Outcome) { s.release(pctx, req, d) })
+			return s.primary.Apply(pctx, preq)
+		}, func(pctx context.Context, d ratelimit.Outcome) { s.release(pctx, preq, d) })
 		if err == nil && s.policy == LocalShare {
-			s.mirror(ctx, req, d)
+			s.mirror(ctx, preq, d)
 		}
 		if err == nil || ctx.Err() != nil {
+			if err == nil && outer != nil && d.Allowed() {
+				outer.At, outer.Via, outer.Next = preq.Receipt.At, int64(Primary), preq.Receipt
+			}
 			return d, err
 		}
+	}
+	if outer != nil {
+		req.Receipt = &ratelimit.Receipt{}
+	}
+	d, err := s.decideLocally(ctx, req, a.Limit)
+	if err == nil && outer != nil && d.Allowed() {
+		outer.At, outer.Via, outer.Next = req.Receipt.At, int64(Secondary), req.Receipt
+		if outer.At <= 0 { // admitted, and taken nowhere (FailOpen): nothing to give back
+			outer.At, outer.Next = max(1, s.clock.Now().UnixMicro()), nil
+		}
+	}
+	return d, err
+}
+
+// refund gives back a take's events where its receipt says it was taken: on the primary,
+// or on this instance's share of the secondary. A take of the primary's is given back
+// only while the primary answers (what the share mirrored of it stays spent), and one
+// taken nowhere (FailOpen) gives nothing back; the answer is then the share's peek.
+func (s *Store) refund(ctx context.Context, req ratelimit.Request, a ratelimit.Args) (ratelimit.Outcome, error) {
+	r := req.Receipt
+	req.Receipt = r.Next
+	if r.Next != nil && r.Via == int64(Primary) {
+		if ok, probe := s.breaker.allow(); ok {
+			d, err := askPrimary(ctx, s, probe, 0, func(pctx context.Context) (ratelimit.Outcome, error) {
+				return s.primary.Apply(pctx, req)
+			}, nil)
+			if err == nil || ctx.Err() != nil {
+				return d, err
+			}
+		}
+	}
+	if r.Next == nil || r.Via != int64(Secondary) { // nothing to give back here: a peek of 1
+		req.N, req.Receipt = 1, nil
+		req.Spec = core.WithOp(req.Spec, "peek")
 	}
 	return s.decideLocally(ctx, req, a.Limit)
 }

@@ -22,15 +22,17 @@ func (s *Store) release(ctx context.Context, req ratelimit.Request, d ratelimit.
 // mirror applies to the secondary, on this instance's share, what the primary decided
 // for it, so that when the primary fails the share has already spent what the cluster
 // has: an admission of n takes n from the share if it holds them, a denial (the key is
-// spent cluster-wide) empties it, and a refund or a reset gives back. Without it the
+// spent cluster-wide) empties it, and a reset resets it (a refund of a rate algorithm's
+// take gives nothing back to the share: it never took those events with a receipt). Without it the
 // primary and the shares each admit a full allowance whenever the breaker flaps. The
 // leases of an in-flight limit are mirrored one by one, with their ids, so that a
 // release or an extension finds its lease on the share too; a denial leaves the share's
 // leases alone.
 func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.Outcome) {
-	if req.Spec.Op == "peek" {
-		return
+	if req.Spec.Op == "peek" || req.Spec.Op == "refund" && !core.OfLeases(req.Spec.Algorithm) {
+		return // a refund of the share's own takes alone: what it mirrored stays spent
 	}
+	req.Receipt = nil // the primary's, not the share's
 	req.Spec = core.WithRule(req.Spec, s.share(req))
 	if req.Spec.Op == "extend" && !d.Allowed() {
 		return // a lease the primary no longer holds: the share's copy expires by itself

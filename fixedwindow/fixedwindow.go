@@ -10,12 +10,16 @@
 // Decision: Limit is the window's limit; Remaining is what is left of it; RetryAfter and
 // ResetAfter are the time until the window ends.
 //
-// Refund takes events off the current window's count (events of a past window are
-// gone already). A debit (a cost known after the answer: AlgorithmLimiter.Debit) counts
-// events whatever the window holds, even past its limit: the key denies until the
-// window ends, and the next window starts at 0.
+// A refund (of a take with its Receipt: AlgorithmLimiter.Charge) takes the take's events
+// off the count when the take was of the current window: 100 a minute, 100 admitted at
+// 0:59 on an estimate and refunded at 1:10, give nothing back (they counted in a window
+// that is over), and minute 1 admits its 100, no more. A debit (a cost known after the
+// answer: AlgorithmLimiter.Debit) counts events whatever the window holds, even past its
+// limit: the key denies until the window ends, and the next window starts at 0.
 //
-// State: Level is the events counted in the window that contains Time.
+// State: Level is the events counted in the window that contains Time, kept (with Time)
+// while the window lasts. A reset leaves a floor in Log until the window ends: the
+// receipts of the takes before it give nothing back.
 //
 // Quotas (Quota, NewQuota) are fixed windows of the calendar instead: a day, an ISO week,
 // a month or a year of a time zone ("10000 per month in America/New_York", from the 1st
@@ -46,12 +50,14 @@ func New(store ratelimit.Store, rule ratelimit.Rule, opts ...ratelimit.Option) (
 // Algorithm is the fixed window as stores see it.
 func Algorithm() *ratelimit.Algorithm { return algorithm }
 
-// advance brings st to now, or to the latest instant it has seen while it counts events,
+// advance brings st to now, or to the latest instant it has seen while it is kept,
 // empties a window that has passed, and returns the index of the window of st.Time.
 func advance(st *ratelimit.State, now int64, a ratelimit.Args) (window int64) {
-	core.Rewind(st, now, a.Period)
+	if by := core.Rewind(st, now, a.Period); by > 0 {
+		core.SetFloor(st, st.Time+by) // the count moved back: the takes before are of another moment
+	}
 	t := now
-	if st.Level > 0 {
+	if st.Level > 0 || st.Time != 0 {
 		t = max(st.Time, now)
 	}
 	window = mathx.FloorDiv(t, a.Period)
@@ -91,10 +97,30 @@ func debit(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 	return end - now
 }
 
-// refund takes n events off the current window's count, down to 0.
-func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
+// refund takes n events off the count, down to 0, when the take at a.Taken was of the
+// current window (and after the key's floor).
+func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+	window := advance(st, now, a)
+	if a.Taken <= core.Floor(st) || a.Taken > st.Time || mathx.FloorDiv(a.Taken, a.Period) != window {
+		return 0
+	}
+	gave := min(a.N, max(0, st.Level))
+	st.Level -= gave
+	return gave
+}
+
+// void leaves a reset key empty, with a floor at its latest instant until the window
+// ends: the takes before it, counted in the window, give nothing back. A window empty
+// already keeps nothing.
+func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 	advance(st, now, a)
-	st.Level = max(0, st.Level-a.N)
+	t := st.Time
+	if st.Level == 0 && core.Floor(st) < t {
+		return 0
+	}
+	*st = ratelimit.State{Time: t}
+	core.SetFloor(st, t)
+	return (mathx.FloorDiv(t, a.Period)+1)*a.Period - now
 }
 
 // prepare checks rule and n: at most Limit events counted per Period.
@@ -106,7 +132,7 @@ const name = "fixedwindow"
 
 // algorithm is the algorithm of fixedwindow as Algorithm returns it: its step in Go above,
 // in Lua in fixedwindow.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Lendable: true, Windowed: true}
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Void: void, Lendable: true, Windowed: true}
 
 //go:embed fixedwindow.lua
 var script string

@@ -170,11 +170,14 @@ func (q Quota) Algorithm() (*ratelimit.Algorithm, error) {
 		Step: func(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 			return quotaStep(st, now, a, window(now))
 		},
-		Refund: func(st *ratelimit.State, now int64, a ratelimit.Args) {
-			refundQuota(st, now, a, window(now))
+		Refund: func(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+			return refundQuota(st, now, a, window(now))
 		},
 		Debit: func(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 			return debitQuota(st, now, a, window(now))
+		},
+		Void: func(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+			return voidQuota(st, now, a, window(now))
 		},
 		Window:   window,
 		Lendable: true,
@@ -219,10 +222,11 @@ func quotaEnd(w ratelimit.Window, t int64) int64 {
 func advanceQuota(st *ratelimit.State, now, period int64, w ratelimit.Window) (end int64) {
 	rewound := st.Time-now > period // calendar windows are not periodic: back to now's
 	if rewound {
+		core.SetFloor(st, st.Time) // the count moves to now's window: the takes before are of another
 		st.Time = now
 	}
 	t := now
-	if st.Level > 0 {
+	if st.Level > 0 || st.Time != 0 {
 		t = max(st.Time, now)
 	}
 	if end = quotaEnd(w, t); end == 0 {
@@ -245,11 +249,34 @@ func quotaStep(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Win
 	return count(st, now, end, a)
 }
 
-// refundQuota takes n events off the current window's count, down to 0.
-func refundQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) {
-	if advanceQuota(st, now, a.Period, w) != 0 {
-		st.Level = max(0, st.Level-a.N)
+// refundQuota takes n events off the count, down to 0, when the take at a.Taken was of
+// the current window (and after the key's floor).
+func refundQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) int64 {
+	end := advanceQuota(st, now, a.Period, w)
+	if end == 0 || a.Taken <= core.Floor(st) || a.Taken > st.Time || quotaEnd(w, a.Taken) != end {
+		return 0
 	}
+	gave := min(a.N, max(0, st.Level))
+	st.Level -= gave
+	return gave
+}
+
+// voidQuota leaves a reset key empty, with a floor at its latest instant until its
+// window ends (see the fixed window's void).
+func voidQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) int64 {
+	if advanceQuota(st, now, a.Period, w) == 0 {
+		return 0
+	}
+	t := st.Time
+	if st.Level == 0 && core.Floor(st) < t {
+		return 0
+	}
+	*st = ratelimit.State{Time: t}
+	core.SetFloor(st, t)
+	if end := quotaEnd(w, t); end > now {
+		return end - now
+	}
+	return 0
 }
 
 // debitQuota counts n events in the current window whatever it holds (up to

@@ -14,13 +14,18 @@
 // Decision: Limit is the queue size; Remaining is the free places; RetryAfter is the time
 // until enough places free; ResetAfter is the time until the queue is empty.
 //
-// Refund takes requests out of the queue, down to empty. It takes no debts: a debit (a
-// cost known after the answer, ratelimit.AlgorithmLimiter.Debit) would queue requests
-// that are already served, so it is refused with errors.ErrUnsupported; charge such
-// costs to a token bucket or a window.
+// A refund (of a take with its Receipt: AlgorithmLimiter.Charge) takes the take's
+// requests out of the queue as far as the queue still holds them: never more than the
+// least work the queue has held since the take (a queue that emptied since holds none of
+// it). It takes no debts: a debit (a cost known after the answer,
+// ratelimit.AlgorithmLimiter.Debit) would queue requests that are already served, so it
+// is refused with errors.ErrUnsupported; charge such costs to a token bucket or a window.
 //
 // State: Level is the queued work in units of 1/Unit request, Aux is that Unit. When a
-// rule changes the unit, queued requests are kept whole, at most the new queue size.
+// rule changes the unit, queued requests are kept whole, at most the new queue size, and
+// no earlier take is refunded. Log, from a take with a Receipt until the queue is next
+// forgotten, is the record of the least work it has held since each instant
+// (internal/core's record of deficits).
 package leakybucket
 
 import (
@@ -53,16 +58,29 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 	switch st.Aux {
 	case a.Unit:
 		st.Level = min(st.Level, full)
-	case 0: // a key never seen: an empty queue
-		st.Level, st.Time, st.Aux = 0, now, a.Unit
+	case 0: // a key never seen, or reset (whose time is the reset's): an empty queue
+		st.Level, st.Aux = 0, a.Unit
+		if st.Time == 0 {
+			st.Time = now
+		}
 	default: // the rule's unit changed: keep the queued requests whole
 		st.Level = min(mathx.CeilDiv(st.Level, st.Aux), a.Limit) * a.Unit
 		st.Aux = a.Unit
+		st.Log = nil // the work of another unit: no earlier take is refunded
 	}
-	core.Rewind(st, now, a.Period)
+	if by := core.Rewind(st, now, a.Period); by > 0 && core.Recording(st) {
+		core.VoidDeficits(st, st.Time+by) // the takes before are of another moment
+	}
 	t := max(st.Time, now)
 	if elapsed := t - st.Time; elapsed > 0 {
 		st.Level = full - mathx.AddCapped(full-st.Level, elapsed, a.Rate, full)
+		st.Time = t
+	}
+	if st.Level == 0 {
+		core.ForgetDeficits(st, t)
+	}
+	if a.Taken == core.TakenNow {
+		t = core.ReceiptAt(st, t)
 		st.Time = t
 	}
 	return t - now
@@ -75,6 +93,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	need := (a.N + a.Keep) * a.Unit  // the slots it takes, and those it must leave
 	if st.Level+need <= full {
 		allowed, wait = true, lag+mathx.CeilDiv(st.Level, a.Rate)
+		core.NoteRise(st, st.Time, st.Level)
 		st.Level += a.N * a.Unit
 	} else {
 		wait = lag + mathx.CeilDiv(st.Level+need-full, a.Rate)
@@ -86,11 +105,31 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	return a.Outcome(allowed, max(0, (full-st.Level)/a.Unit-a.Keep), mathx.Micros(wait), mathx.Micros(reset))
 }
 
-// refund takes n requests' work out of the queue (they did not go after all), down to
-// an empty queue.
-func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
+// refund takes the n requests of the take at a.Taken out of the queue (they did not go
+// after all), as far as the queue still holds their work: no more than the least it has
+// held since.
+func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 	advance(st, now, a)
-	st.Level = max(0, st.Level-a.N*a.Unit)
+	give := min(a.N*a.Unit, core.LeastDeficit(st, a.Taken, st.Level))
+	if give <= 0 {
+		return 0
+	}
+	st.Level -= give
+	core.NoteFall(st, st.Time, st.Level)
+	return give / a.Unit
+}
+
+// void leaves a reset queue empty, with a record that gives nothing back to the takes
+// before, for a period (see the token bucket's); a queue empty already keeps nothing.
+func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+	advance(st, now, a)
+	if st.Level == 0 && !core.Recording(st) {
+		return 0
+	}
+	t := st.Time
+	*st = ratelimit.State{Time: t}
+	core.VoidDeficits(st, t)
+	return a.Period
 }
 
 // prepare rejects a rule whose queue in units of 1/Unit request exceeds 2^52, as the
@@ -103,7 +142,7 @@ const name = "leakybucket"
 
 // algorithm is the algorithm of leakybucket as Algorithm returns it: its step in Go above,
 // in Lua in leakybucket.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund}
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Void: void}
 
 //go:embed leakybucket.lua
 var script string

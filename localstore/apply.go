@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // Apply decides req against the key's state in memory: it takes, peeks, refunds, resets
@@ -19,6 +20,9 @@ import (
 func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Outcome{}, err
+	}
+	if req.Spec != nil && req.Spec.Op != "" {
+		return s.applyOp(req)
 	}
 	k := s.specs.find(req.Spec)
 	if k == nil {
@@ -41,9 +45,6 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	h := s.hash.sum(req.Key) // chooses the shard, and finds the key in it
 	sh := &s.shards[h&s.mask]
 	sp := k.space
-	if req.Spec.Op != "" {
-		return s.other(sh, sp, h, &req, k.args, now)
-	}
 	if sp.ord < fewSpaces && sh.sweptBy(now, s.sweepEvery) { // without the shard's lock
 		if t := sh.tables[sp.ord].Load(); t != nil {
 			e := t.keys.atHome(h, req.Key)
@@ -51,18 +52,19 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 				e = t.keys.get(h, req.Key)
 			}
 			if e != nil {
-				if o, ok := e.take(sp.alg, now, &k.args, req.N, req.Spec.Lease); ok {
+				if o, ok := e.take(sp.alg, now, &k.args, req.N, req.Spec.Lease, req.Receipt); ok {
 					return o, nil
 				}
 			}
 		}
 	}
-	return s.takeLocked(sh, k, h, req.Key, req.N, req.Spec.Lease, now)
+	return s.takeLocked(sh, k, h, req.Key, req.N, req.Spec.Lease, req.Receipt, now)
 }
 
-// take decides args with n and lease on e, unless e was removed since it was found (ok false: look
-// again under the shard's lock).
-func (e *entry) take(alg *ratelimit.Algorithm, now int64, args *ratelimit.Args, n, lease int64) (o ratelimit.Outcome, ok bool) {
+// take decides args with n and lease on e, unless e was removed since it was found (ok
+// false: look again under the shard's lock); an admitted take writes the instant it was
+// decided at (the key's, after it) into its receipt, when it carries one.
+func (e *entry) take(alg *ratelimit.Algorithm, now int64, args *ratelimit.Args, n, lease int64, receipt *ratelimit.Receipt) (o ratelimit.Outcome, ok bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock() // deferred: a third party's Step may panic
 	if e.expires == dead {
@@ -73,14 +75,20 @@ func (e *entry) take(alg *ratelimit.Algorithm, now int64, args *ratelimit.Args, 
 	}
 	a := *args
 	a.N, a.Lease = n, lease
+	if receipt != nil {
+		a.Taken = core.TakenNow
+	}
 	o = alg.Step(&e.state, now, a)
 	e.expires = now + expiry(o.Reset)
+	if receipt != nil && o.Allowed() {
+		receipt.At = e.state.Time
+	}
 	return o, true
 }
 
 // takeLocked is a take under the shard's lock: for a new key, a sweep due, or a key
 // removed while Apply looked for it.
-func (s *Store) takeLocked(sh *shard, k *known, h uint64, key string, n, lease, now int64) (ratelimit.Outcome, error) {
+func (s *Store) takeLocked(sh *shard, k *known, h uint64, key string, n, lease int64, receipt *ratelimit.Receipt, now int64) (ratelimit.Outcome, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock() // deferred: a third party's Step that panics must not leave the shard locked
 	t := sh.table(k.space)
@@ -89,8 +97,24 @@ func (s *Store) takeLocked(sh *shard, k *known, h uint64, key string, n, lease, 
 	if e == nil {
 		e = s.add(sh, &t.keys, h, key, now, &entry{})
 	}
-	o, _ := e.take(k.space.alg, now, &k.args, n, lease) // an entry in the index under its shard's lock is not dead
+	o, _ := e.take(k.space.alg, now, &k.args, n, lease, receipt) // an entry in the index under its shard's lock is not dead
 	return o, nil
+}
+
+// applyOp is Apply for a peek, a refund, a reset, an extension or a debit: each request
+// validated whole (a refund's receipt too), without the cache of a Spec's Args that
+// takes use.
+func (s *Store) applyOp(req ratelimit.Request) (ratelimit.Outcome, error) {
+	a, err := req.Args()
+	if err != nil {
+		return ratelimit.Outcome{}, err
+	}
+	sp, err := s.space(req.Spec.Algorithm, req.Spec.Namespace)
+	if err != nil {
+		return ratelimit.Outcome{}, err
+	}
+	h := s.hash.sum(req.Key)
+	return s.other(&s.shards[h&s.mask], sp, h, &req, a, s.now())
 }
 
 // other is Apply for a peek, a refund, a reset, an extension or a debit, under the
@@ -134,6 +158,12 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 			alg.Refund(&e.state, now, args) // the key is full no later than before: expires stays
 		}
 	case "reset":
+		if e != nil && alg.Void != nil { // forgotten, but for what voids the receipts of its takes
+			if keep := alg.Void(&e.state, now, args); keep > 0 {
+				e.expires = now + expiry(time.Duration(keep)*time.Microsecond) // as Redis keeps it
+				break
+			}
+		}
 		if e != nil {
 			e.expires = dead
 			t.keys.del(h, req.Key)

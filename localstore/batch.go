@@ -125,6 +125,9 @@ func (b *batch) commit(now int64) []ratelimit.Outcome {
 		}
 		e.state = b.states[i]
 		e.expires = now + expiry(b.ds[i].Reset)
+		if rc := r.Receipt; rc != nil {
+			rc.At = e.state.Time
+		}
 	}
 	return b.ds
 }

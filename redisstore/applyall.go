@@ -67,17 +67,36 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		}
 		return nil, fmt.Errorf("redisstore: batch: %w", err)
 	}
+	const each = script.Outcome + 1 // and the instant of the take
 	vals, ok := reply.([]any)
-	if !ok || len(vals) != 5*len(reqs) {
+	if !ok || len(vals) != each*len(reqs) {
 		return nil, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
 	}
 	ds := make([]ratelimit.Outcome, len(reqs))
-	for i := range reqs {
-		if ds[i], err = decodeVals(vals[5*i:5*i+5], limits[i]); err != nil {
+	for i, r := range reqs {
+		if ds[i], err = decodeVals(vals[each*i:each*i+script.Outcome], limits[i]); err != nil {
+			return nil, err
+		}
+		if err := writeReceipt(r, ds[i], vals[each*i+script.Outcome]); err != nil {
 			return nil, err
 		}
 	}
 	return ds, nil
+}
+
+// writeReceipt writes into req's Receipt, if it carries one, the instant its script
+// decided its take at, when it was admitted.
+func writeReceipt(req ratelimit.Request, o ratelimit.Outcome, at any) error {
+	r := req.Receipt
+	if r == nil || req.Spec.Op != "" || !o.Allowed() {
+		return nil
+	}
+	v, ok := at.(int64)
+	if !ok || v <= 0 {
+		return fmt.Errorf("%w: the instant of a take: %v", ErrUnexpectedReply, at)
+	}
+	r.At = v
+	return nil
 }
 
 // encodeAll is the keys, the algorithms, the Limits and the arguments (but each step's
@@ -107,7 +126,7 @@ func (s *Store) encodeAll(reqs []ratelimit.Request) (names []string, algs []*rat
 		w := s.window(alg)
 		v := script.Values{script.N: a.N, script.Limit: a.Limit, script.Period: a.Period, script.Unit: a.Unit,
 			script.Rate: a.Rate, script.Now: now, script.Op: script.Take, script.Lease: 0, script.Keep: a.Keep,
-			script.WindowStart: w[0], script.WindowEnd: w[1], script.WindowNext: w[2]}
+			script.WindowStart: w[0], script.WindowEnd: w[1], script.WindowNext: w[2], script.Taken: a.Taken}
 		tail = append(tail, 0, len(alg.ScriptKeys)) // the index of its step, filled in later
 		tail = append(tail, v[:]...)
 	}

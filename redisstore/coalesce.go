@@ -69,6 +69,7 @@ type call struct {
 	window [3]any // a windowed algorithm's window (Store.window); "" for others
 
 	d    ratelimit.Outcome
+	at   int64 // the instant a take with a receipt was decided at (Receipt.At)
 	err  error
 	done chan struct{} // gets a value when d and err are set (a call that waits for a batch)
 }
@@ -82,8 +83,13 @@ func (c *call) values() script.Values {
 	v[script.N], v[script.Limit], v[script.Period], v[script.Unit], v[script.Rate] = c.a.N, c.ra.limit, c.ra.period, c.ra.unit, c.ra.rate
 	v[script.Now], v[script.Op], v[script.Lease], v[script.Keep] = c.now, c.op, c.a.Lease, c.a.Keep
 	v[script.WindowStart], v[script.WindowEnd], v[script.WindowNext] = c.window[0], c.window[1], c.window[2]
+	v[script.Taken] = c.a.Taken
 	return v
 }
+
+// receipt reports whether c is a take with a receipt, whose answer carries the instant
+// it was decided at.
+func (c *call) receipt() bool { return c.a.Taken == script.TakenNow }
 
 // errAlone marks a batch that must be decided one by one: a key moved, a node without
 // script flags.
@@ -179,6 +185,7 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Outcome, error
 		return ratelimit.Outcome{}, s.ended(ctx, c)
 	}
 	d, err := w.d, w.err
+	c.at = w.at
 	*w = call{done: w.done}
 	waitingCalls.Put(w)
 	if errors.Is(err, errAlone) {
@@ -309,7 +316,7 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 	if len(live) == 1 {
 		c := live[0]
 		sctx, cancel := sendContext(c.ctx)
-		c.d, c.err = s.safeSingle(sctx, c)
+		c.d, c.err = s.safeSingle(sctx, c) // writes c.at
 		cancel()
 		if errors.Is(c.err, context.Canceled) && c.ctx.Err() == nil && core.Unsendable(c.ctx, time.Now()) {
 			c.err = fmt.Errorf("redisstore: %w", core.ErrNotSent) // it waited for a connection until its send-by time
@@ -337,7 +344,7 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 		case err != nil:
 			c.err = err
 		default:
-			c.d, c.err = ds[i].d, ds[i].err
+			c.d, c.at, c.err = ds[i].d, ds[i].at, ds[i].err
 		}
 		c.done <- struct{}{}
 	}

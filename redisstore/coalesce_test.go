@@ -22,10 +22,45 @@ import (
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
-// step is one decision of a key's sequence in TestCoalescedParity.
+// step is one decision of a key's sequence in TestCoalescedParity: a refund gives back
+// the take of step of; a take with a receipt writes one.
 type step struct {
-	req ratelimit.Request
-	d   ratelimit.Outcome
+	req     ratelimit.Request
+	receipt bool
+	of      int
+	d       ratelimit.Outcome
+	at      int64 // the take's receipt, in localstore
+}
+
+// run applies the steps of one key's sequence to s, each take with a receipt on a Spec of
+// its own, each refund with the receipt its take got in this run; it returns the
+// decisions and the receipts' instants.
+func run(s ratelimit.Store, seq []step) ([]ratelimit.Outcome, []int64, error) {
+	ds, ats := make([]ratelimit.Outcome, len(seq)), make([]int64, len(seq))
+	receipts := make([]*ratelimit.Receipt, len(seq))
+	for i, st := range seq {
+		req := st.req
+		switch {
+		case st.receipt:
+			receipts[i] = &ratelimit.Receipt{}
+			req.Receipt = receipts[i]
+		case req.Spec.Op == "refund" && receipts[st.of].At == 0: // its take was denied: nothing to refund
+			spec := *req.Spec
+			spec.Op, req.N = "peek", 1
+			req.Spec = &spec
+		case req.Spec.Op == "refund":
+			req.Receipt = receipts[st.of]
+		}
+		d, err := s.Apply(context.Background(), req)
+		if err != nil {
+			return nil, nil, fmt.Errorf("step %d (%s %v n %d op %q): %w", i, req.Spec.Algorithm.Name, req.Spec.Rule, req.N, req.Spec.Op, err)
+		}
+		ds[i] = d
+		if receipts[i] != nil {
+			ats[i] = receipts[i].At
+		}
+	}
+	return ds, ats, nil
 }
 
 // TestCoalescedParity: many keys, each driven by its own goroutine through a random
@@ -49,7 +84,8 @@ func TestCoalescedParity(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	for k := range seqs {
 		kind := limitertest.Kinds[k%len(limitertest.Kinds)]
-		for range steps {
+		var takes []int // the steps of takes with a receipt, to refund
+		for i := range steps {
 			rule := rules[rng.IntN(len(rules))]
 			a, err := kind.Algorithm.Prepare(rule, 1)
 			if err != nil {
@@ -60,17 +96,29 @@ func TestCoalescedParity(t *testing.T) {
 				req.N = 1
 			}
 			req.Spec.Reserve = []int64{0, 0, 20, 50}[rng.IntN(4)] // calls of several reserves share batches
-			seqs[k] = append(seqs[k], step{req: req})
+			st := step{req: req}
+			switch {
+			case req.Spec.Op == "" && rng.IntN(2) == 0:
+				st.receipt = true
+				takes = append(takes, i)
+			case req.Spec.Op == "refund" && len(takes) == 0:
+				st.req.Spec.Op = "peek"
+			case req.Spec.Op == "refund":
+				st.of = takes[rng.IntN(len(takes))]
+				st.req.N, st.req.Spec.Reserve = 1+rng.Int64N(seqs[k][st.of].req.N), 0
+				st.req.Spec.Rule = seqs[k][st.of].req.Spec.Rule
+			}
+			seqs[k] = append(seqs[k], st)
 		}
 	}
 	local := localstore.New(localstore.WithClock(clk))
 	for k := range seqs {
+		ds, ats, err := run(local, seqs[k])
+		if err != nil {
+			t.Fatal(err)
+		}
 		for i := range seqs[k] {
-			d, err := local.Apply(context.Background(), seqs[k][i].req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seqs[k][i].d = d
+			seqs[k][i].d, seqs[k][i].at = ds[i], ats[i]
 		}
 	}
 	calls := map[string]int{}
@@ -80,11 +128,15 @@ func TestCoalescedParity(t *testing.T) {
 			var wg sync.WaitGroup
 			for k := range seqs {
 				wg.Go(func() {
+					ds, ats, err := run(s, seqs[k])
+					if err != nil {
+						t.Errorf("key %d: %v", k, err)
+						return
+					}
 					for i, st := range seqs[k] {
-						d, err := s.Apply(context.Background(), st.req)
-						if err != nil || d != st.d {
-							t.Errorf("key %d, step %d (%s %v n %d op %q): %+v, %v; localstore %+v",
-								k, i, st.req.Spec.Algorithm.Name, st.req.Spec.Rule, st.req.N, st.req.Spec.Op, d, err, st.d)
+						if ds[i] != st.d || ats[i] != st.at {
+							t.Errorf("key %d, step %d (%s %v n %d op %q): %+v at %d; localstore %+v at %d",
+								k, i, st.req.Spec.Algorithm.Name, st.req.Spec.Rule, st.req.N, st.req.Spec.Op, ds[i], ats[i], st.d, st.at)
 							return
 						}
 					}

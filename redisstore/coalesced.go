@@ -28,6 +28,7 @@ type profile struct {
 
 type result struct {
 	d   ratelimit.Outcome
+	at  int64 // a take with a receipt: the instant it was decided at
 	err error
 }
 
@@ -64,13 +65,27 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 		}
 		return nil, s.failed("batch", err)
 	}
+	// per call, its Outcome, and the instant of a take with a receipt
+	size := 0
+	for _, c := range calls {
+		size += script.Outcome
+		if c.receipt() {
+			size++
+		}
+	}
 	vals, ok := reply.([]any)
-	if !ok || len(vals) != 5*len(calls) {
+	if !ok || len(vals) != size {
 		return nil, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
 	}
 	out := make([]result, len(calls))
+	at := 0
 	for i, c := range calls {
-		out[i].d, out[i].err = decodeVals(vals[5*i:5*i+5], c.a.Limit)
+		out[i].d, out[i].err = decodeVals(vals[at:at+script.Outcome], c.a.Limit)
+		at += script.Outcome
+		if c.receipt() {
+			out[i].at, _ = vals[at].(int64)
+			at++
+		}
 	}
 	return out, nil
 }

@@ -25,22 +25,24 @@ func TestWithPrefixDropsBraces(t *testing.T) {
 }
 
 func TestDecode(t *testing.T) {
-	d, err := decode([]any{int64(1), int64(4), int64(0), int64(1500), int64(250)}, 5)
+	d, at, err := decode([]any{int64(1), int64(4), int64(0), int64(1500), int64(250), int64(1767225600000000), int64(0)}, 5)
 	want := ratelimit.Args{Limit: 5}.Outcome(true, 4, 250*time.Microsecond, 1500*time.Microsecond)
-	if err != nil || d != want {
-		t.Errorf("decode = %+v, %v; want %+v", d, err, want)
+	if err != nil || d != want || at != 1767225600000000 {
+		t.Errorf("decode = %+v, %d, %v; want %+v at 1767225600000000", d, at, err, want)
 	}
 	for _, bad := range []any{
 		nil, "OK", int64(1), []any{},
-		[]any{int64(1), int64(4), int64(0), int64(0)},
+		[]any{int64(1), int64(4), int64(0), int64(0), int64(0)},
 		[]any{int64(1), int64(4), int64(0), int64(0), int64(0), int64(0)},
-		[]any{"1", int64(4), int64(0), int64(0), int64(0)},
-		[]any{int64(2), int64(4), int64(0), int64(0), int64(0)},
-		[]any{int64(0), int64(-1), int64(0), int64(0), int64(0)},
-		[]any{int64(0), int64(4), int64(-5), int64(0), int64(0)},
-		[]any{int64(0), int64(4), 1.5, int64(0), int64(0)},
+		[]any{int64(1), int64(4), int64(0), int64(0), int64(0), int64(0), int64(0), int64(0)},
+		[]any{"1", int64(4), int64(0), int64(0), int64(0), int64(0), int64(0)},
+		[]any{int64(2), int64(4), int64(0), int64(0), int64(0), int64(0), int64(0)},
+		[]any{int64(0), int64(-1), int64(0), int64(0), int64(0), int64(0), int64(0)},
+		[]any{int64(0), int64(4), int64(-5), int64(0), int64(0), int64(0), int64(0)},
+		[]any{int64(0), int64(4), 1.5, int64(0), int64(0), int64(0), int64(0)},
+		[]any{int64(0), int64(4), int64(0), int64(0), int64(0), nil, int64(0)},
 	} {
-		if _, err := decode(bad, 5); !errors.Is(err, ErrUnexpectedReply) {
+		if _, _, err := decode(bad, 5); !errors.Is(err, ErrUnexpectedReply) {
 			t.Errorf("decode(%#v) = %v; want ErrUnexpectedReply", bad, err)
 		}
 	}

@@ -307,6 +307,9 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	if err != nil && c.a.Lease != 0 && req.Spec.Op == "" && !errors.Is(err, core.ErrNotSent) {
 		s.releaseLater(req, c.a.Period) // it may have taken a lease that nobody holds (see orphans)
 	}
+	if err == nil && c.receipt() {
+		err = writeReceipt(req, d, c.at)
+	}
 	return d, err
 }
 
@@ -324,7 +327,24 @@ func (s *Store) single(ctx context.Context, c *call) (ratelimit.Outcome, error) 
 	if err != nil {
 		return ratelimit.Outcome{}, s.failed(c.sc.alg, err)
 	}
-	return decode(reply, c.a.Limit)
+	var d ratelimit.Outcome
+	d, c.at, err = decode(reply, c.a.Limit)
+	return d, err
+}
+
+// decode checks the shape of a script's reply (script.Reply): its Outcome (see
+// decodeVals), the instant its take was decided at, and what a refund gave back.
+func decode(reply any, limit int64) (ratelimit.Outcome, int64, error) {
+	vals, ok := reply.([]any)
+	if !ok || len(vals) != script.Reply {
+		return ratelimit.Outcome{}, 0, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
+	}
+	at, ok := vals[script.Outcome].(int64)
+	if _, ok2 := vals[script.Outcome+1].(int64); !ok || !ok2 {
+		return ratelimit.Outcome{}, 0, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
+	}
+	d, err := decodeVals(vals[:script.Outcome], limit)
+	return d, at, err
 }
 
 // failed wraps an error of the client, with ratelimit.ErrUnavailable when Redis cannot
@@ -349,17 +369,9 @@ func (s *Store) nodeFailed() {
 	}
 }
 
-// decode checks the shape of a script's reply: five integers, durations in microseconds.
-func decode(reply any, limit int64) (ratelimit.Outcome, error) {
-	vals, ok := reply.([]any)
-	if !ok {
-		return ratelimit.Outcome{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
-	}
-	return decodeVals(vals, limit)
-}
-
-// decodeVals is decode of a reply's values; a batch's replies are cut from one, and
-// passing each as an any would cost an allocation per decision.
+// decodeVals checks the shape of a step's reply and decodes its Outcome: five integers,
+// durations in microseconds. A batch's replies are cut from one, and passing each as an
+// any would cost an allocation per decision.
 func decodeVals(vals []any, limit int64) (ratelimit.Outcome, error) {
 	if len(vals) != 5 {
 		return ratelimit.Outcome{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)

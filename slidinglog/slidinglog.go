@@ -9,12 +9,15 @@
 // RetryAfter is the time until enough events age out; ResetAfter the time until the log
 // is empty.
 //
-// Refund removes the newest events. It takes no debts: a debit (a cost known after the
-// answer, ratelimit.AlgorithmLimiter.Debit) would put events in the log that never
-// happened, so it is refused with errors.ErrUnsupported; charge such costs to a token
-// bucket or a window.
+// A refund (of a take with its Receipt: AlgorithmLimiter.Charge) removes the take's own
+// events, those logged at its instant, while they are in the log. It takes no debts: a
+// debit (a cost known after the answer, ratelimit.AlgorithmLimiter.Debit) would put
+// events in the log that never happened, so it is refused with errors.ErrUnsupported;
+// charge such costs to a token bucket or a window.
 //
-// State: Log holds the admitted events, merged per instant; Level is their sum.
+// State: Log holds the admitted events, merged per instant; Level is their sum; Time is
+// the latest instant, kept while the state is. Aux is the floor: the receipts of takes
+// at or before it (a reset, a clock stepped back) give nothing back.
 package slidinglog
 
 import (
@@ -48,10 +51,11 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
 		st.Log = &eventlog.Log{}
 	}
 	if by := core.Rewind(st, now, a.Period); by > 0 {
-		st.Log.Shift(-by) // every event keeps its age
+		st.Log.Shift(-by)     // every event keeps its age
+		st.Aux = st.Time + by // and the takes before are of another moment
 	}
 	t := now
-	if st.Log.Len() > 0 {
+	if st.Log.Len() > 0 || st.Time != 0 {
 		t = max(st.Time, now)
 	}
 	for st.Log.Len() > 0 && t-st.Log.Oldest().At >= a.Period {
@@ -97,10 +101,41 @@ func agedOut(log *eventlog.Log, excess, never, now, period int64) int64 {
 	}
 }
 
-// refund removes up to n of the newest events.
-func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
+// refund removes up to n of the events logged at a.Taken, the take's own instant.
+func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 	advance(st, now, a)
-	st.Level -= st.Log.TrimNewest(a.N)
+	if a.Taken <= st.Aux || a.Taken > st.Time {
+		return 0
+	}
+	for i := st.Log.Len() - 1; i >= 0; i-- {
+		e := st.Log.At(i)
+		if e.At < a.Taken {
+			break
+		}
+		if e.At == a.Taken {
+			gave := min(a.N, e.N)
+			st.Level -= gave
+			if e.N -= gave; e.N > 0 {
+				st.Log.Set(i, e)
+			} else {
+				st.Log.Remove(i)
+			}
+			return gave
+		}
+	}
+	return 0
+}
+
+// void leaves a reset key's log empty, with a floor at its latest instant for a period:
+// the takes before it give nothing back. A key with an empty log keeps nothing.
+func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+	advance(st, now, a)
+	t := st.Time
+	if st.Log.Len() == 0 && st.Aux < t {
+		return 0
+	}
+	*st = ratelimit.State{Time: t, Aux: t}
+	return t + a.Period - now
 }
 
 // prepare checks rule and n: at most Limit events counted per Period.
@@ -112,7 +147,7 @@ const name = "slidinglog"
 
 // algorithm is the algorithm of slidinglog as Algorithm returns it: its step in Go above,
 // in Lua in slidinglog.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state", "log"}, Prepare: prepare, Step: step, Refund: refund}
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state", "log"}, Prepare: prepare, Step: step, Refund: refund, Void: void}
 
 //go:embed slidinglog.lua
 var script string

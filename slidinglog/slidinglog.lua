@@ -1,11 +1,13 @@
 -- The sliding log, as step in slidinglog.go: KEYS[2] is the log, a list of pairs
--- (instant, count) oldest first; L is the sum of the counts.
+-- (instant, count) oldest first; L is the sum of the counts; A is the floor of the
+-- receipts it refunds.
 local log = KEYS[2]
 local entries = redis.call('LLEN', log) / 2
 if entries == 0 then L = 0 end
 -- the events of a rewound key keep their ages (core.Rewind): moved back in the list, or,
 -- when nothing is written, by off wherever an instant is read
 local off = 0
+if rewound > 0 then A = T + rewound end -- the takes before are of another moment
 if rewound > 0 and entries > 0 then
   if dry then
     off = rewound
@@ -17,7 +19,7 @@ if rewound > 0 and entries > 0 then
   end
 end
 local t = now
-if entries > 0 then t = max(T, now) end
+if entries > 0 or T ~= 0 then t = max(T, now) end
 -- the oldest entries that have aged out: trimmed, or only skipped when nothing is written
 local skip = 0
 while skip < entries do
@@ -32,22 +34,45 @@ if skip > 0 then
 end
 entries = entries - skip
 T = t
+if op == RESET then -- void: an empty log keeps nothing; else empty, with a floor at its instant
+  redis.call('DEL', KEYS[1], log)
+  if entries > 0 or A >= t then voided = t end
+  entries, L = 0, 0
+end
 
-if op == REFUND then -- take back up to n of the newest events (a refund is never dry)
-  local left = n
-  while left > 0 and entries > 0 do
-    local newest = redis.call('LRANGE', log, -2, -1)
-    local count = tonumber(newest[2])
-    local take = min(left, count)
-    if take == count then
-      redis.call('RPOP', log, 2)
-      entries = entries - 1
-    else
-      redis.call('LSET', log, -1, int(count - take))
+if op == REFUND then -- take back up to n of the events of the take's instant (a refund is never dry)
+  if taken > A and taken <= T then
+    -- the entry of that instant, searched from the newest, a page at a time
+    local last, found = entries - 1, false
+    while last >= 0 and not found do
+      local first = max(0, last - 127)
+      local page = redis.call('LRANGE', log, base + 2 * first, base + 2 * last + 1)
+      for i = #page - 1, 1, -2 do
+        local at_ = tonumber(page[i]) - off
+        if at_ == taken then
+          local count = tonumber(page[i + 1])
+          gave = min(n, count)
+          local index = base + 2 * (first + (i - 1) / 2)
+          if gave == count then
+            redis.call('LSET', log, index, 'x')
+            redis.call('LSET', log, index + 1, 'x')
+            redis.call('LREM', log, 2, 'x')
+            entries = entries - 1
+          else
+            redis.call('LSET', log, index + 1, int(count - gave))
+          end
+          L = L - gave
+          found = true
+          break
+        elseif at_ < taken then
+          found = true -- older than the take: its events are gone
+          break
+        end
+      end
+      last = first - 1
     end
-    left, L = left - take, L - take
   end
-  n, dry = refunded(KEYS[1], state, dry, T, L, A)
+  n, dry = refunded(KEYS[1], state, dry, T, L, A, H)
 end
 
 local newestAt = false
@@ -88,4 +113,6 @@ if newestAt then
     redis.call('PEXPIRE', log, int(max(1, -floor(-reset / 1000))))
   end
 end
-save(KEYS[1], dry, T, L, A, reset)
+save(KEYS[1], dry, T, L, A, reset, H)
+at = T
+if voided then voided_state(KEYS[1], voided, 0, voided, '', period + voided - now) end

@@ -18,12 +18,16 @@
 // is the exact time until the estimate has room for n; ResetAfter the time until the
 // estimate is 0.
 //
-// Refund takes events off the current window's count; a debit (a cost known after the
-// answer) counts past what the estimate allows, up to Limit in the current window: the
-// key denies until the estimate has room again.
+// A refund (of a take with its Receipt: AlgorithmLimiter.Charge) takes the take's events
+// off the count of the window it was counted in, the current one or the previous one
+// (whose weight then falls with it); a take two windows old gives nothing back. A debit
+// (a cost known after the answer) counts past what the estimate allows, up to Limit in
+// the current window: the key denies until the estimate has room again.
 //
 // State: Level is the current window's count, Aux the previous window's, Time the latest
-// instant; counts above a lowered Limit are capped at it.
+// instant, kept while the state is; counts above a lowered Limit are capped at it. A
+// reset leaves a floor in Log until the next window ends: the receipts of the takes
+// before it give nothing back.
 package slidingwindow
 
 import (
@@ -57,10 +61,12 @@ func Algorithm() *ratelimit.Algorithm { return algorithm }
 // one division, where telling the windows of both instants apart took two.
 func advance(st *ratelimit.State, now int64, a ratelimit.Args) (start int64) {
 	st.Level, st.Aux = min(st.Level, a.Limit), min(st.Aux, a.Limit)
-	core.Rewind(st, now, a.Period)
+	if by := core.Rewind(st, now, a.Period); by > 0 {
+		core.SetFloor(st, st.Time+by) // the counts moved back: the takes before are of another moment
+	}
 	counts := st.Level > 0 || st.Aux > 0
 	t := now
-	if counts {
+	if counts || st.Time != 0 {
 		t = max(st.Time, now)
 	}
 	start = mathx.FloorDiv(t, a.Period) * a.Period
@@ -126,11 +132,38 @@ func debit(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 	return start + 2*a.Period - now
 }
 
-// refund takes n events off the current window's count, down to 0 (the previous
-// window's count stays: those events are history).
-func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
+// refund takes n events off the count of the window the take at a.Taken was counted in,
+// the current one or the previous one, down to 0 (and none for a take before the key's
+// floor).
+func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+	start := advance(st, now, a)
+	if a.Taken <= core.Floor(st) || a.Taken > st.Time {
+		return 0
+	}
+	var gave int64
+	switch taken := mathx.FloorDiv(a.Taken, a.Period) * a.Period; taken {
+	case start:
+		gave = min(a.N, max(0, st.Level))
+		st.Level -= gave
+	case start - a.Period:
+		gave = min(a.N, max(0, st.Aux))
+		st.Aux -= gave
+	}
+	return gave
+}
+
+// void leaves a reset key empty, with a floor at its latest instant until the next
+// window ends: a take before it may be counted in the current window or, then, the
+// previous one. A key that counts nothing keeps nothing.
+func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 	advance(st, now, a)
-	st.Level = max(0, st.Level-a.N)
+	t := st.Time
+	if st.Level == 0 && st.Aux == 0 && core.Floor(st) < t {
+		return 0
+	}
+	*st = ratelimit.State{Time: t}
+	core.SetFloor(st, t)
+	return (mathx.FloorDiv(t, a.Period)+2)*a.Period - now
 }
 
 // retryAt is the first instant at which a request denied in the window starting at start
@@ -175,7 +208,7 @@ const name = "slidingwindow"
 
 // algorithm is the algorithm of slidingwindow as Algorithm returns it: its step in Go above,
 // in Lua in slidingwindow.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Lendable: true, Windowed: true}
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Void: void, Lendable: true, Windowed: true}
 
 //go:embed slidingwindow.lua
 var script string

@@ -1,21 +1,40 @@
 -- The sliding window counter, as step in slidingwindow.go: L is the current window's
--- count, A the previous window's; unit is the tick in which elapsed time is weighed.
+-- count, A the previous window's; unit is the tick in which elapsed time is weighed; H,
+-- after a reset, the floor of the receipts it refunds (":floor:0").
 L, A = min(L, limit), min(A, limit)
+if rewound > 0 then H = format(':%d:0', T + rewound) end -- the takes before are of another moment
 local t = now
+if L > 0 or A > 0 or T ~= 0 then t = max(T, now) end
 if L > 0 or A > 0 then
-  t = max(T, now)
   local windows = floor(t / period) - floor(T / period)
   if windows == 1 then A, L = L, 0 elseif windows > 1 then A, L = 0, 0 end
 end
 T = t
-if op == REFUND then
-  L = max(0, L - n)
-  n, dry = refunded(KEYS[1], state, dry, T, L, A)
+if op == RESET then -- void: a key that counts nothing keeps nothing; else empty, with a floor at its instant
+  redis.call('DEL', KEYS[1])
+  if L == 0 and A == 0 and floorOf(H) < t then
+    T, t, H = 0, now, ''
+  else
+    voided, L, A, H = t, 0, 0, format(':%d:0', t)
+  end
 end
 local start = floor(t / period) * period
+if op == REFUND or op == PROBE then
+  if taken > floorOf(H) and taken <= T then
+    local from = floor(taken / period) * period
+    if from == start then
+      gave = min(n, max(0, L))
+      L = L - gave
+    elseif from == start - period then
+      gave = min(n, max(0, A))
+      A = A - gave
+    end
+  end
+  n, dry = refunded(KEYS[1], state, dry, T, L, A, H)
+end
 if op == DEBIT then
   L = min(L + n, limit)
-  n, dry = debited(KEYS[1], T, L, A, start + 2 * period - now)
+  n, dry = debited(KEYS[1], T, L, A, start + 2 * period - now, H)
 end
 local ticks = floor(period / unit)
 local elapsed = floor((t - start) / unit)
@@ -43,4 +62,6 @@ if L > 0 then
 elseif A > 0 then
   reset = start + period - now
 end
-save(KEYS[1], dry, T, L, A, reset)
+save(KEYS[1], dry, T, L, A, reset, H)
+at = T
+if voided then voided_state(KEYS[1], voided, 0, 0, format(':%d:0', voided), (floor(voided / period) + 2) * period - now) end

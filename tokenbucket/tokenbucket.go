@@ -10,14 +10,21 @@
 // Decision: Limit is the capacity; Remaining is the whole tokens left;
 // RetryAfter = (n - tokens) / rate; ResetAfter = (capacity - tokens) / rate; Delay is 0.
 //
-// Refund puts tokens back, never above the capacity. A debit (a cost known after the
-// answer: AlgorithmLimiter.Debit) takes tokens whatever the bucket holds, even below
-// empty: with 10 a second and a debit of 25 on a full bucket of 10, the bucket holds -15,
-// and a request of 1 is told to retry after 1.6s, when it has earned 16 back.
+// A refund (of a take with its Receipt: AlgorithmLimiter.Charge) puts the take's tokens
+// back as far as the bucket would still hold them: never above the capacity, and never
+// more than the least the bucket has lacked of full since the take. Capacity 100 at 100
+// a minute, 100 taken at 0:00 and refunded at 1:00: the bucket was full again at 1:00,
+// so nothing comes back, and the 100 it admits then are all it admits. A debit (a cost
+// known after the answer: AlgorithmLimiter.Debit) takes tokens whatever the bucket
+// holds, even below empty: with 10 a second and a debit of 25 on a full bucket of 10,
+// the bucket holds -15, and a request of 1 is told to retry after 1.6s, when it has
+// earned 16 back.
 //
 // State: Level is the tokens in units of 1/Unit token (below 0 after a debit), Aux is
 // that Unit. When a rule changes the unit, the whole tokens are kept and the fraction
-// dropped (a debt's rounded up).
+// dropped (a debt's rounded up), and no earlier take is refunded. Log, from a take with a
+// Receipt until the bucket is next forgotten, is the record of the least it has lacked of
+// full since each instant (internal/core's record of deficits).
 package tokenbucket
 
 import (
@@ -50,16 +57,29 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 	switch st.Aux {
 	case a.Unit:
 		st.Level = min(st.Level, full)
-	case 0: // a key never seen: a full bucket
-		st.Level, st.Time, st.Aux = full, now, a.Unit
+	case 0: // a key never seen, or reset (whose time is the reset's): a full bucket
+		st.Level, st.Aux = full, a.Unit
+		if st.Time == 0 {
+			st.Time = now
+		}
 	default: // the rule's unit changed: keep the whole tokens
 		st.Level = min(mathx.FloorDiv(st.Level, st.Aux), a.Limit) * a.Unit // a debt's fraction rounded down
 		st.Aux = a.Unit
+		st.Log = nil // the deficits of another unit: no earlier take is refunded
 	}
-	core.Rewind(st, now, a.Period)
+	if by := core.Rewind(st, now, a.Period); by > 0 && core.Recording(st) {
+		core.VoidDeficits(st, st.Time+by) // the takes before are of another moment
+	}
 	t := max(st.Time, now)
 	if elapsed := t - st.Time; elapsed > 0 {
 		st.Level = mathx.AddCapped(st.Level, elapsed, a.Rate, full)
+		st.Time = t
+	}
+	if st.Level == full {
+		core.ForgetDeficits(st, t)
+	}
+	if a.Taken == core.TakenNow {
+		t = core.ReceiptAt(st, t)
 		st.Time = t
 	}
 	return t - now
@@ -68,7 +88,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	full := a.Limit * a.Unit
 	level, t := st.Level, st.Time
-	if st.Aux == a.Unit && t < now { // the common case: advance as advance does, on locals
+	if st.Aux == a.Unit && t < now && st.Log == nil && a.Taken == 0 { // the common case: advance as advance does, on locals
 		level = mathx.AddCapped(min(level, full), now-t, a.Rate, full)
 		t = now
 	} else {
@@ -80,6 +100,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 	allowed, retry := false, int64(0)
 	take := a.N * a.Unit
 	if need := take + a.Keep*a.Unit; level >= need {
+		core.NoteRise(st, t, full-level)
 		level -= take
 		allowed = true
 	} else {
@@ -105,14 +126,38 @@ func debit(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 	if a.N <= take/a.Unit {
 		take = a.N * a.Unit
 	}
+	core.NoteRise(st, st.Time, a.Limit*a.Unit-st.Level)
 	st.Level = max(st.Level-take, -mathx.MaxExact)
 	return lag + mathx.CeilDiv(a.Limit*a.Unit-st.Level, a.Rate)
 }
 
-// refund puts n tokens back, up to the capacity.
-func refund(st *ratelimit.State, now int64, a ratelimit.Args) {
+// refund puts back the n tokens of the take at a.Taken, as far as the bucket would still
+// hold them: no more than the least it has lacked of full since.
+func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 	advance(st, now, a)
-	st.Level = min(a.Limit*a.Unit, st.Level+a.N*a.Unit)
+	lack := a.Limit*a.Unit - st.Level
+	give := min(a.N*a.Unit, core.LeastDeficit(st, a.Taken, lack))
+	if give <= 0 {
+		return 0
+	}
+	st.Level += give
+	core.NoteFall(st, st.Time, lack-give)
+	return give / a.Unit
+}
+
+// void leaves a reset bucket full, with a record of deficits that gives nothing back to
+// the takes before, for a period (a take with a receipt in the same microsecond, on a
+// clock that stands still, would otherwise start a record that counts older receipts as
+// its own); a bucket full already keeps nothing.
+func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+	advance(st, now, a)
+	if st.Level == a.Limit*a.Unit && !core.Recording(st) {
+		return 0
+	}
+	t := st.Time
+	*st = ratelimit.State{Time: t}
+	core.VoidDeficits(st, t)
+	return a.Period
 }
 
 // prepare rejects a rule whose capacity in units of 1/Unit token exceeds 2^52: with
@@ -126,7 +171,7 @@ const name = "tokenbucket"
 
 // algorithm is the algorithm of tokenbucket as Algorithm returns it: its step in Go above,
 // in Lua in tokenbucket.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Lendable: true}
+var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Void: void, Lendable: true}
 
 //go:embed tokenbucket.lua
 var script string

@@ -20,6 +20,12 @@ type Record struct {
 	Until  int64 // when the record ends, in microseconds since the Unix epoch
 	Limit  int64 // the Args.Limit and Period of the rule the events were lent under
 	Period int64
+	// Back is how many of the events out the key would still hold were they given back
+	// as of Since, the instant of the holder's latest loan (or give): what it gives back
+	// goes back no further, and Refund, as of Since (ratelimit.Receipt), bounds it by
+	// what the key lacked since. At each loan Back is brought up to date, and Since to now.
+	Back  int64
+	Since int64
 }
 
 // Check is the error of a loan no store decides: its key's algorithm does not lend, it
@@ -59,12 +65,15 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 	a.Keep = 0
 	mine := Record{Holder: l.Holder, Limit: a.Limit, Period: a.Period}
 	kept, recs := take(recs, &mine, now, a)
-	if kept && l.Give > 0 {
-		give := min(l.Give, mine.Out)
-		if give > 0 {
-			g := a
-			g.N = give
-			alg.Refund(st, now, g)
+	if kept {
+		mine.Back = refundable(alg, st, now, a, mine)
+		if give := min(l.Give, mine.Out); give > 0 {
+			if back := min(give, mine.Back); back > 0 {
+				g := a
+				g.N, g.Taken = back, mine.Since
+				alg.Refund(st, now, g)
+				mine.Back -= back
+			}
 			mine.Out -= give
 		}
 	}
@@ -77,8 +86,13 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 			holders++
 		}
 	}
+	a.Taken = core.TakenNow // a loan may be given back
 	lent, o := takeUpTo(alg, st, now, a, l.Want, max(l.Share, holders))
 	mine.Out += lent
+	mine.Back = min(mine.Back+lent, mine.Out)
+	if lent > 0 || !kept {
+		mine.Since = st.Time // the loan's instant, after all the key has seen before it
+	}
 	var until int64
 	if mine.Out > 0 {
 		until = End(alg, now, a.Period, l.TTL)
@@ -86,6 +100,18 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 		recs = append(recs, mine)
 	}
 	return ratelimit.Lent{Outcome: o, N: lent, For: time.Duration(max(0, until-now)) * time.Microsecond, Kept: kept}, recs
+}
+
+// refundable is how many of r's events out st would still hold now, were they given
+// back: r.Back, as far as a refund of them as of r.Since gives back (a refund on a copy).
+func refundable(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a ratelimit.Args, r Record) int64 {
+	if r.Back <= 0 {
+		return 0
+	}
+	probe := core.Clone(*st)
+	g := a
+	g.N, g.Taken = r.Back, r.Since
+	return alg.Refund(&probe, now, g)
 }
 
 // partial takes what l wants of what the key has left, at most, as a take would (keeping
@@ -101,7 +127,7 @@ func partial(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a ratelim
 func takeUpTo(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a ratelimit.Args, want, share int64) (int64, ratelimit.Outcome) {
 	peek := core.Clone(*st)
 	one := a
-	one.N = 1
+	one.N, one.Taken = 1, 0
 	o := alg.Step(&peek, now, one)
 	var lent int64
 	if want > 0 && o.Allowed() {
@@ -127,7 +153,7 @@ func take(recs []Record, mine *Record, now int64, a ratelimit.Args) (bool, []Rec
 		switch {
 		case r.Until <= now || r.Limit != a.Limit || r.Period != a.Period:
 		case r.Holder == mine.Holder:
-			mine.Out, kept = r.Out, true
+			mine.Out, mine.Back, mine.Since, kept = r.Out, r.Back, r.Since, true
 		default:
 			live = append(live, r)
 		}

@@ -6,7 +6,8 @@
 -- call sends its own, and a time of '*' when each call sends its own, from the store's
 -- clock, or '' for Redis's, read once for the batch); then per call the index of its
 -- profile (only when there are several), its lease and its time if it has its own, and
--- its keys' names. The state of each call's first key is read ahead, for the steps that
+-- its keys' names. It returns, per call, its Outcome's five numbers, and for a take with
+-- a receipt (taken TAKENNOW) the instant it was decided at. The state of each call's first key is read ahead, for the steps that
 -- read it (readsAhead): with one MGET on a single server; on a cluster (touchFirst: see
 -- cluster.lua), where one command may not span slots, with one MGET per key in a pass
 -- that touches every key first, so that a key the node does not hold fails the script
@@ -24,8 +25,9 @@ for p = 1, tonumber(ARGV[1]) do
   end
   profiles[p] = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
     tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), now, tonumber(ARGV[a + 8]), ARGV[a + 9],
-    tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11]), tonumber(ARGV[a + 12]), tonumber(ARGV[a + 13])}
-  a = a + 14
+    tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11]), tonumber(ARGV[a + 12]), tonumber(ARGV[a + 13]),
+    tonumber(ARGV[a + 14])}
+  a = a + 15
 end
 local only = #profiles == 1 and profiles[1] -- the usual batch: no index per call
 local distinct = ARGV[2] == '1'
@@ -40,6 +42,7 @@ if only and distinct and not touchFirst and only[2] > 0 then
   if ownLease then off = off + 1 end
   if ownNow then off = off + 1 end
   local stride = off + nk
+  local receipt = p[15] == TAKENNOW -- each call's answer carries the instant of its take
   local states = {}
   if readsAhead[p[1]] then
     if stride == 1 then
@@ -52,19 +55,25 @@ if only and distinct and not touchFirst and only[2] > 0 then
   end
   -- out and argv made at their sizes: a table grown one entry at a time is rehashed at
   -- every power of two
-  local out = {unpack(ARGV, 1, 5 * (last - a + 1) / stride)}
-  local step, o, keys, argv, i = steps[p[1]], 0, {}, {false, false, false, false, false, false, false, false, false, false, false, false, false}, 0
+  local each = 5
+  if receipt then each = 6 end
+  local out = {unpack(ARGV, 1, each * (last - a + 1) / stride)}
+  local step, o, keys, argv, i = steps[p[1]], 0, {}, {false, false, false, false, false, false, false, false, false, false, false, false, false, false}, 0
   local lease, now = p[10], p[8]
-  argv[9], argv[10], argv[11], argv[12] = p[11], p[12], p[13], p[14] -- the profile's keep and window, once
+  argv[9], argv[10], argv[11], argv[12], argv[13] = p[11], p[12], p[13], p[14], p[15] -- the profile's keep, window and taken, once
   for from = a, last, stride do
     i = i + 1
     if ownLease then lease = ARGV[from] end
     if ownNow then now = tonumber(ARGV[from + off - 1]) end
     for j = 1, nk do keys[j] = ARGV[from + off + j - 1] end
-    argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[13] =
+    argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[14] =
       p[3], p[4], p[5], p[6], p[7], now, p[9], lease, states[i]
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = step(keys, argv)
-    o = o + 5
+    if receipt then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = step(keys, argv)
+    else
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = step(keys, argv)
+    end
+    o = o + each
   end
   return out
 end
@@ -123,9 +132,14 @@ for i = 1, nc do
   for j = 1, p[2] do keys[j] = ARGV[from + j - 1] end
   for j = p[2] + 1, nk do keys[j] = nil end
   nk = p[2]
-  argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[9], argv[10], argv[11], argv[12], argv[13] =
-    p[3], p[4], p[5], p[6], p[7], nows[i], p[9], leases[i], p[11], p[12], p[13], p[14], pre[i]
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = steps[p[1]](keys, argv)
-  o = o + 5
+  argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[9], argv[10], argv[11], argv[12], argv[13], argv[14] =
+    p[3], p[4], p[5], p[6], p[7], nows[i], p[9], leases[i], p[11], p[12], p[13], p[14], p[15], pre[i]
+  if p[15] == TAKENNOW then
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = steps[p[1]](keys, argv)
+    o = o + 6
+  else
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = steps[p[1]](keys, argv)
+    o = o + 5
+  end
 end
 return out

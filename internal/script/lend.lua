@@ -1,22 +1,22 @@
 -- Lend's script (redisstore, ratelimit.Lender): each loan decided in turn, as
 -- internal/lend's Decide decides it in Go (a test holds the two the same). ARGV, per loan
--- (stride 21): the index of its step; a step's arguments (decode.lua's, with n 1, op
--- take, the holder as the lease and keep 0); then give, want, share, ttl (us), revoke
--- ('1' or '0') and its window (0: none; a period: the period-aligned window of now; -1:
--- the calendar window of its arguments); then the names of its state key and of its
--- record of loans, a hash of holder -> "out:until:limit:period". The time, where a
--- loan's is empty, is the one instant of Redis's clock the script reads. Per loan it
--- returns the key's allowed, remaining, retry, reset and delay after the loan (a take of
--- what was lent, or a peek of one), then lent, for (us) and kept (1 or 0).
-local stride, clock, out, o = 21, nil, {}, 0
+-- (stride 22): the index of its step; a step's arguments (decode.lua's, with n 1, op
+-- take, the holder as the lease, keep 0 and taken 0); then give, want, share, ttl (us),
+-- revoke ('1' or '0') and its window (0: none; a period: the period-aligned window of
+-- now; -1: the calendar window of its arguments); then the names of its state key and of
+-- its record of loans, a hash of holder -> "out:until:limit:period:back:since". The
+-- time, where a loan's is empty, is the one instant of Redis's clock the script reads.
+-- Per loan it returns the key's allowed, remaining, retry, reset and delay after the loan
+-- (a take of what was lent, or a peek of one), then lent, for (us) and kept (1 or 0).
+local stride, clock, out, o = 22, nil, {}, 0
 if touchFirst then -- every key before any write, so that a key the node does not hold fails the script first
   for a = 1, #ARGV, stride do
-    redis.call('EXISTS', ARGV[a + 19], ARGV[a + 20])
+    redis.call('EXISTS', ARGV[a + 20], ARGV[a + 21])
   end
 end
 for a = 1, #ARGV, stride do
   local step, argv = steps[tonumber(ARGV[a])], {}
-  for j = 1, 12 do
+  for j = 1, 13 do
     if j == 8 then argv[j] = ARGV[a + j] else argv[j] = tonumber(ARGV[a + j]) end
   end
   if not argv[6] then
@@ -24,10 +24,10 @@ for a = 1, #ARGV, stride do
     argv[6] = clock
   end
   local now, limit, period, holder = argv[6], argv[2], argv[3], argv[8]
-  local give, want, share = tonumber(ARGV[a + 13]), tonumber(ARGV[a + 14]), tonumber(ARGV[a + 15])
-  local ttl, revoke, win = tonumber(ARGV[a + 16]), ARGV[a + 17] == '1', tonumber(ARGV[a + 18])
-  local keys, book = {ARGV[a + 19]}, ARGV[a + 20]
-  argv[8] = 0 -- the step's lease: none
+  local give, want, share = tonumber(ARGV[a + 14]), tonumber(ARGV[a + 15]), tonumber(ARGV[a + 16])
+  local ttl, revoke, win = tonumber(ARGV[a + 17]), ARGV[a + 18] == '1', tonumber(ARGV[a + 19])
+  local keys, book = {ARGV[a + 20]}, ARGV[a + 21]
+  argv[8], argv[13] = 0, 0 -- the step's lease, and taken: none
   -- the records: those that ended or were lent under another rule dropped, every other
   -- holder's for a revoke (and the holder's own below), the holder's own taken out
   local recs, partial = {}, holder == '0' -- a partial take: no record, and its reserve kept
@@ -35,26 +35,36 @@ for a = 1, #ARGV, stride do
     recs = redis.call('HGETALL', book)
     argv[9] = 0
   end
-  local mine, kept, holders = 0, false, 1
+  local mine, back, since, kept, holders = 0, 0, 0, false, 1
   for i = 1, #recs, 2 do
-    local r, u, l, p = string.match(recs[i + 1], '^(%d+):(%d+):(%d+):(%d+)$')
+    local r, u, l, p, b, s = string.match(recs[i + 1], '^(%d+):(%d+):(%d+):(%d+):(%d+):(-?%d+)$')
     r, u, l, p = tonumber(r), tonumber(u), tonumber(l), tonumber(p)
     if not r or u <= now or l ~= limit or p ~= period then
       redis.call('HDEL', book, recs[i])
     elseif recs[i] == holder then
-      mine, kept = r, true
+      mine, back, since, kept = r, tonumber(b), tonumber(s), true
     elseif revoke then
       redis.call('HDEL', book, recs[i])
     elseif r > 0 then
       holders = holders + 1
     end
   end
-  if kept and give > 0 then
+  if kept then
+    if back > 0 then -- what the key would still hold of the events out, as of since
+      local pr = {unpack(argv)}
+      pr[1], pr[7], pr[13] = back, PROBE, since
+      local _, _, _, _, _, _, g = step(keys, pr)
+      back = g
+    end
     give = min(give, mine)
     if give > 0 then
-      local g = {unpack(argv)}
-      g[1], g[7] = give, REFUND
-      step(keys, g)
+      local b = min(give, back)
+      if b > 0 then
+        local g = {unpack(argv)}
+        g[1], g[7], g[13] = b, REFUND, since
+        step(keys, g)
+        back = back - b
+      end
       mine = mine - give
     end
   end
@@ -69,10 +79,17 @@ for a = 1, #ARGV, stride do
   if lent > 0 then
     local t = {unpack(argv)}
     t[1], t[7] = lent, TAKE
-    allowed, remaining, retry, reset, delay = step(keys, t)
-    if allowed ~= 1 then lent = 0 end -- cannot be: no more was lent than is left
+    if not partial then t[13] = TAKENNOW end -- a loan may be given back
+    local took
+    allowed, remaining, retry, reset, delay, took = step(keys, t)
+    if allowed ~= 1 then -- cannot be: no more was lent than is left
+      lent = 0
+    else
+      since = took
+    end
   end
   mine = mine + lent
+  back = min(back + lent, mine)
   local ends = now
   if mine > 0 and not partial then
     ends = now + max(1, ttl)
@@ -81,7 +98,7 @@ for a = 1, #ARGV, stride do
     elseif win < 0 then
       ends = min(ends, windowEnd(now, argv[10], argv[11], argv[12]))
     end
-    redis.call('HSET', book, holder, format('%d:%d:%d:%d', mine, ends, limit, period))
+    redis.call('HSET', book, holder, format('%d:%d:%d:%d:%d:%d', mine, ends, limit, period, back, since))
     local need = -floor(-(ends - now) / 1000)
     if redis.call('PTTL', book) < need then redis.call('PEXPIRE', book, need) end
   elseif kept then

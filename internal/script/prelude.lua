@@ -4,8 +4,12 @@
 -- 2^53; every quantity here is below 2^52 (mathx.MaxExact).
 local floor, max, min, tonumber, format = math.floor, math.max, math.min, tonumber, string.format
 
--- the operations, as package script's Op codes
-local TAKE, PEEK, REFUND, RESET, EXTEND, DEBIT = 0, 1, 2, 3, 4, 5
+-- the operations, as package script's Op codes (PROBE: a refund that writes nothing)
+local TAKE, PEEK, REFUND, RESET, EXTEND, DEBIT, PROBE = 0, 1, 2, 3, 4, 5, 6
+
+-- taken of a take with a receipt (ratelimit.TakenNow); the bound of the record of a
+-- bucket's deficits (core's deficitsMax); an instant before every receipt's
+local TAKENNOW, DEFICITS, MININSTANT = -1, 8, -4611686018427387904
 
 -- the deepest a debit takes a key, in its Level's units (mathx.MaxExact): a debt the
 -- scripts and Go count alike
@@ -27,24 +31,25 @@ local function int(x)
   return format('%d', x)
 end
 
--- save writes the state back with a TTL of reset, the microseconds until the key is back
--- to full (and worth nothing), rounded up to a whole millisecond; a state worth nothing
--- already (reset 0: a full bucket, an empty window) is deleted, as a key never seen.
-local function save(key, dry, T, L, A, reset)
+-- save writes the state back, with its tail H, with a TTL of reset, the microseconds
+-- until the key is back to full (and worth nothing), rounded up to a whole millisecond;
+-- a state worth nothing already (reset 0: a full bucket, an empty window) is deleted, as
+-- a key never seen.
+local function save(key, dry, T, L, A, reset, H)
   if dry then return end
   if reset <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, format('%d:%d:%d', T, L, A), 'PX', int(-floor(-reset / 1000)))
+    redis.call('SET', key, format('%d:%d:%d', T, L, A) .. H, 'PX', int(-floor(-reset / 1000)))
   end
 end
 
 -- refunded writes a refunded state, keeping its TTL (a refund only brings the key's full
 -- allowance nearer); the rest of the step then answers as a peek of 1: it returns the new
 -- n and dry.
-local function refunded(key, state, dry, T, L, A)
+local function refunded(key, state, dry, T, L, A, H)
   if state and not dry then
-    redis.call('SET', key, format('%d:%d:%d', T, L, A), 'KEEPTTL')
+    redis.call('SET', key, format('%d:%d:%d', T, L, A) .. H, 'KEEPTTL')
   end
   return 1, true
 end
@@ -52,9 +57,90 @@ end
 -- debited writes a debited state, with the TTL of reset, the microseconds until it is
 -- back to full (a debit may take a key never seen); the rest of the step then answers
 -- as a peek of 1, at the request's reserve: it returns the new n and dry.
-local function debited(key, T, L, A, reset)
-  redis.call('SET', key, format('%d:%d:%d', T, L, A), 'PX', int(max(1, -floor(-reset / 1000))))
+local function debited(key, T, L, A, reset, H)
+  redis.call('SET', key, format('%d:%d:%d', T, L, A) .. H, 'PX', int(max(1, -floor(-reset / 1000))))
   return 1, true
+end
+
+-- voided writes what a reset of the key at t keeps (the algorithm's Void): the state
+-- "t:L:A" and its tail H, for keep microseconds (rounded up to a millisecond).
+local function voided_state(key, t, L, A, H, keep)
+  if keep > 0 then
+    redis.call('SET', key, format('%d:%d:%d', t, L, A) .. H, 'PX', int(max(1, -floor(-keep / 1000))))
+  end
+end
+
+-- floorOf is the floor of a window's tail H (":floor:0" after a reset), or MININSTANT.
+local function floorOf(H)
+  if H == '' then return MININSTANT end
+  return tonumber(string.match(H, '^:(-?%d+):')) or MININSTANT
+end
+
+-- The record of a bucket's deficits (internal/core's receipts.go, in Go), kept in its
+-- state's tail as ":instant:deficit" pairs, the instants never decreasing and the deficits
+-- rising, the first the floor: read into two arrays, and written back.
+local function hread(H)
+  local ht, hm, k = {}, {}, 0
+  for t, m in string.gmatch(H, ':(-?%d+):(-?%d+)') do
+    k = k + 1
+    ht[k], hm[k] = tonumber(t), tonumber(m)
+  end
+  return ht, hm
+end
+
+local function hwrite(ht, hm)
+  local parts = {}
+  for i = 1, #ht do parts[i] = format(':%d:%d', ht[i], hm[i]) end
+  return table.concat(parts)
+end
+
+-- hnote adds the deficit m seen at t to a running record (core's note).
+local function hnote(ht, hm, t, m)
+  local k = #ht
+  if k == 0 then return end
+  t = max(t, ht[k])
+  while k > 0 and hm[k] >= m do
+    ht[k], hm[k] = nil, nil
+    k = k - 1
+  end
+  k = k + 1
+  ht[k], hm[k] = t, m
+  if k > DEFICITS then -- the neighbours closest in proportion merge, the later instant with the smaller deficit
+    local at, best = 1, -1
+    for i = 1, k - 1 do
+      local r = hm[i] / hm[i + 1]
+      if r > best then at, best = i, r end
+    end
+    hm[at + 1] = hm[at]
+    table.remove(ht, at)
+    table.remove(hm, at)
+  end
+end
+
+-- hleast is the least deficit since a take at taken, the key's now being deficit at T
+-- (core's LeastDeficit).
+local function hleast(ht, hm, taken, deficit, T)
+  if #ht == 0 or taken <= 0 or taken <= ht[1] or taken > T then return 0 end
+  for i = 2, #ht do
+    if ht[i] >= taken then return min(hm[i], deficit) end
+  end
+  return max(0, deficit)
+end
+
+-- hforget is the tail of a bucket full (its deficit 0) at t: no record, but a floor at t
+-- or later (a reset in this microsecond) (core's ForgetDeficits).
+local function hforget(H, t)
+  if H == '' then return H end
+  local f = tonumber(string.match(H, '^:(-?%d+):'))
+  if f and f >= t then return format(':%d:0', f) end
+  return ''
+end
+
+-- hreceipt starts the record for a take with a receipt at t, unless it runs, and returns
+-- the instant the take is decided at (core's ReceiptAt).
+local function hreceipt(ht, hm, t)
+  if #ht == 0 then ht[1], hm[1] = t - 1, 0 end
+  return max(t, ht[#ht] + 1)
 end
 
 -- count admits n events to the window that ends at ending, whose count is L, if they fit

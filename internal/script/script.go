@@ -38,17 +38,19 @@ const (
 	WindowStart // the calendar window around the store's time, and the next (Algorithm.Window); "" for none
 	WindowEnd
 	WindowNext
+	Taken  // ratelimit.Args.Taken: a refund's take, or TakenNow for a take with a receipt
 	Fields // how many
 )
 
 // Names are the fields' names in Lua, as decode.lua declares them.
 var Names = [Fields]string{"n", "limit", "period", "unit", "rate", "now", "op", "lease", "keep",
-	"window_start", "window_end", "window_next"}
+	"window_start", "window_end", "window_next", "taken"}
 
 // Values are a step's arguments, by Field.
 type Values [Fields]any
 
-// The codes of the operations (ratelimit.Spec.Op), as prelude.lua names them.
+// The codes of the operations (ratelimit.Spec.Op), as prelude.lua names them; Probe is
+// lend.lua's own, a refund that writes nothing (to learn what a refund would give back).
 const (
 	Take = iota
 	Peek
@@ -56,10 +58,23 @@ const (
 	Reset
 	Extend
 	Debit
+	Probe
 )
+
+// Reply is how many values a step returns (step.lua), in this order: allowed (0 or 1),
+// remaining, retry, reset and delay (microseconds), the instant it decided a take at
+// (the key's latest, after it: a Receipt's At), and what a refund gave back.
+const Reply = 7
+
+// Outcome is how many of a step's values make its Outcome: the first five.
+const Outcome = 5
 
 // OpNames are the operations by code, as ratelimit.Spec.Op names them.
 var OpNames = [...]string{Take: "", Peek: "peek", Refund: "refund", Reset: "reset", Extend: "extend", Debit: "debit"}
+
+// TakenNow is Taken's value for a take with a receipt, as core.TakenNow and
+// prelude.lua's TAKENNOW.
+const TakenNow = -1
 
 // OpCode is the code of op, and whether it is one of ratelimit.Spec.Op's.
 func OpCode(op string) (int, bool) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
@@ -34,14 +35,21 @@ func TestDecodeNamesTheFields(t *testing.T) {
 
 // The operations have the same codes on both sides, and every Spec.Op has one.
 func TestOpCodes(t *testing.T) {
-	m := regexp.MustCompile(`local TAKE, PEEK, REFUND, RESET, EXTEND, DEBIT = (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)`).FindStringSubmatch(prelude)
+	m := regexp.MustCompile(`local TAKE, PEEK, REFUND, RESET, EXTEND, DEBIT, PROBE = (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)`).FindStringSubmatch(prelude)
 	if m == nil {
 		t.Fatal("prelude.lua names no operations")
 	}
-	for i, want := range []int{Take, Peek, Refund, Reset, Extend, Debit} {
+	for i, want := range []int{Take, Peek, Refund, Reset, Extend, Debit, Probe} {
 		if got, _ := strconv.Atoi(m[i+1]); got != want {
-			t.Errorf("operation %q: Lua %d, Go %d", OpNames[want], got, want)
+			t.Errorf("operation %d: Lua %d, Go %d", i, got, want)
 		}
+	}
+	if m := regexp.MustCompile(`local TAKENNOW, DEFICITS, MININSTANT = (-?\d+), (\d+), (-?\d+)`).FindStringSubmatch(prelude); m == nil ||
+		m[1] != strconv.Itoa(TakenNow) || m[2] != strconv.Itoa(core.DeficitsMax) || m[3] != strconv.FormatInt(core.MinInstant, 10) {
+		t.Errorf("prelude.lua's TAKENNOW, DEFICITS and MININSTANT: %v; want %d, %d and %d as in Go", m, TakenNow, core.DeficitsMax, int64(core.MinInstant))
+	}
+	if TakenNow != core.TakenNow {
+		t.Errorf("script.TakenNow %d, core.TakenNow %d", TakenNow, core.TakenNow)
 	}
 	for code, op := range OpNames {
 		if got, ok := OpCode(op); !ok || got != code {

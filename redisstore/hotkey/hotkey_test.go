@@ -185,7 +185,9 @@ func TestBlockCacheRefundRace(t *testing.T) {
 	local := localstore.New(localstore.WithClock(clk))
 	rule := ratelimit.PerHour(1)
 	ctx := context.Background()
-	if d, err := local.Apply(ctx, tb("k", rule)); err != nil || !d.Allowed() { // the one token, spent
+	taken := tb("k", rule)
+	taken.Receipt = &ratelimit.Receipt{}
+	if d, err := local.Apply(ctx, taken); err != nil || !d.Allowed() { // the one token, spent
 		t.Fatal(d, err)
 	}
 	g := &gated{Store: local, reached: make(chan struct{}), release: make(chan struct{})}
@@ -197,7 +199,7 @@ func TestBlockCacheRefundRace(t *testing.T) {
 	}()
 	<-g.reached // denied by the store, not yet recorded
 	refund := tb("k", rule)
-	refund.Spec.Op = "refund"
+	refund.Spec.Op, refund.Receipt = "refund", taken.Receipt
 	if _, err := b.Apply(ctx, refund); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 type lease struct {
 	spec *ratelimit.Spec
 	key  string
+	id   int64 // names it in the receipts of its takes (Receipt.Via), never 0
 
 	tokens      atomic.Int64 // events in hand
 	until       atomic.Int64 // they may be spent before (UnixNano)
@@ -20,6 +21,7 @@ type lease struct {
 	asking      atomic.Bool  // a refill is queued or in flight
 	demand      atomic.Int64 // events asked of the lease, ever: its rate, for the refiller
 	deniedUntil atomic.Int64 // the key had less to lend than asked: what the lease lacks is denied until then (UnixNano)
+	since       atomic.Int64 // the takes it may give back were made since (UnixNano): its record last began
 	remaining   atomic.Int64 // the key's Remaining at the last refill
 	resetAt     atomic.Int64 // and its ResetAfter, as an instant (UnixNano)
 	limit       atomic.Int64 // its Limit
@@ -58,6 +60,21 @@ func (l *lease) take(p *Leases, n, now int64) (o ratelimit.Outcome, ok bool) {
 	p.ask(l)
 	return o, false
 }
+
+// giveBack puts back n events a take with a receipt took from the lease at at, while
+// the lease holds them still (it is not ended, and the take was made since its loans
+// last ran out: see lent); events of a lease that ended were spent, and come back to no
+// one.
+func (l *lease) giveBack(n, at int64) bool {
+	if l.ended.Load() || at < l.since.Load() || at >= l.until.Load() {
+		return false
+	}
+	l.tokens.Add(n)
+	return true
+}
+
+// leaseIDs numbers the leases of every Leases of the process: a receipt names its lease.
+var leaseIDs atomic.Int64
 
 // end drops the lease: what it holds is spent by no one.
 func (l *lease) end() {

@@ -68,17 +68,17 @@ type Leases struct {
 	done   chan struct{} // closed when the refiller has given back what it held
 	closed sync.Once
 
-	// what Stats reports: decisions of the next store (those of leased keys apart),
-	// the demand of the leases removed, and the refiller's calls
-	exact, exactLeased, removed atomic.Int64
-	refills, failed, revoked    atomic.Int64
+	// what Stats reports: the decisions of the next store and of leases (takes, each
+	// one decision whatever its n), and the refiller's calls
+	exact, local             atomic.Int64
+	refills, failed, revoked atomic.Int64
 }
 
 // LeasesStats is what Leases has done since it was made.
 type LeasesStats struct {
 	Leases    int           // keys leased now
 	Local     int64         // decisions from leases: admissions, and denials from memory
-	Exact     int64         // decisions of the next store (the exact path), of leased keys too
+	Exact     int64         // decisions of the next store (the exact path), of leased keys too; peeks, debits, refunds and resets aside
 	Refills   int64         // calls to the next store's Lend
 	Failed    int64         // of them, the ones that failed
 	Revoked   int64         // loans that found this instance's record gone (ended, revoked)
@@ -87,10 +87,7 @@ type LeasesStats struct {
 
 // Stats is what p has done so far.
 func (p *Leases) Stats() LeasesStats {
-	asked := p.removed.Load()
-	p.table.each(func(l *lease) { asked += l.demand.Load() })
-	exactLeased := p.exactLeased.Load()
-	return LeasesStats{Leases: p.table.size(), Local: asked - exactLeased, Exact: p.exact.Load() + exactLeased,
+	return LeasesStats{Leases: p.table.size(), Local: p.local.Load(), Exact: p.exact.Load(),
 		Refills: p.refills.Load(), Failed: p.failed.Load(), Revoked: p.revoked.Load(), RoundTrip: time.Duration(p.rtt.Load())}
 }
 
@@ -143,7 +140,15 @@ func (p *Leases) Close(ctx context.Context) error {
 func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	sp := req.Spec
 	if sp == nil || sp.Algorithm == nil || !sp.Algorithm.Lendable || sp.Reserve != 0 || !p.cfg.handles(req) {
-		p.exact.Add(req.N)
+		if sp != nil && sp.Op == "" {
+			p.exact.Add(1)
+		}
+		if sp != nil && sp.Op == "refund" && sp.Algorithm != nil && sp.Algorithm.Lendable && req.Receipt != nil {
+			return p.refund(ctx, req) // a take of the exact path or of a lease, whatever the refund's reserve
+		}
+		if sp != nil && sp.Op == "" && sp.Algorithm != nil && sp.Algorithm.Lendable {
+			return p.exactTake(ctx, req)
+		}
 		return p.next.Apply(ctx, req)
 	}
 	if sp.Op != "" {
@@ -152,15 +157,33 @@ func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 	now := clock.UnixNano(p.cfg.clock)
 	if l := p.table.get(sp, req.Key); l != nil {
 		if o, ok := l.take(p, req.N, now); ok {
+			p.local.Add(1)
 			trace.Set(ctx, Source)
+			if r := req.Receipt; r != nil && o.Allowed() { // taken from the lease: given back to it
+				r.At, r.Via, r.Next = max(1, now/1000), l.id, nil
+			}
 			return o, nil
 		}
-		p.exactLeased.Add(req.N)
+		p.exact.Add(1)
 	} else {
 		p.watch.note(sp, req.Key, req.N, now)
-		p.exact.Add(req.N)
+		p.exact.Add(1)
 	}
-	return p.next.Apply(ctx, req)
+	return p.exactTake(ctx, req)
+}
+
+// exactTake takes req on the next store; its Receipt, if any, says so, and holds the
+// next store's own.
+func (p *Leases) exactTake(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	outer := req.Receipt
+	if outer != nil {
+		req.Receipt = &ratelimit.Receipt{}
+	}
+	o, err := p.next.Apply(ctx, req)
+	if err == nil && outer != nil && o.Allowed() {
+		outer.At, outer.Via, outer.Next = req.Receipt.At, 0, req.Receipt
+	}
+	return o, err
 }
 
 // ApplyAll decides several limits at once, all or none, on the next store: the exact
@@ -174,7 +197,12 @@ func (p *Leases) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]rate
 		return nil, fmt.Errorf("hotkey: Leases over %T, which decides one request at a time: %w", p.next, errors.ErrUnsupported)
 	}
 	p.exact.Add(int64(len(reqs)))
-	return bs.ApplyAll(ctx, reqs)
+	sent := core.InnerReceipts(reqs) // the exact path's takes: their receipts say so
+	os, err := bs.ApplyAll(ctx, sent)
+	if err == nil {
+		core.WireReceipts(reqs, sent, os, 0, 0)
+	}
+	return os, err
 }
 
 // Lend lends on the next store, so that a limiter over Leases grants part of a request
@@ -185,13 +213,16 @@ func (p *Leases) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.
 
 // op is a peek, a debit, a refund or a reset. A peek or a debit goes to the next store
 // (a debit takes from the key whatever is out on loan: it is repaid before the next
-// loan). A refund or a reset
-// ends this instance's lease of the key (what it held dropped: it was taken before),
-// reaches the next store, and then revokes every other instance's, which learn it at
-// their next refill.
+// loan). A refund goes back where its take came from (see refund). A reset ends this
+// instance's lease of the key (what it held dropped: it was taken before), reaches the
+// next store, and then revokes every other instance's, which learn it at their next
+// refill.
 func (p *Leases) op(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
-	if req.Spec.Op == "peek" || req.Spec.Op == "debit" {
+	switch req.Spec.Op {
+	case "peek", "debit":
 		return p.next.Apply(ctx, req)
+	case "refund":
+		return p.refund(ctx, req)
 	}
 	for _, l := range p.table.all(req.Spec, req.Key) {
 		l.end()
@@ -205,4 +236,26 @@ func (p *Leases) op(ctx context.Context, req ratelimit.Request) (ratelimit.Outco
 		TTL: p.cfg.ttl, Revoke: true}
 	_, _ = p.lender.Lend(ctx, []ratelimit.Loan{revoke}) // the op is done either way
 	return o, nil
+}
+
+// refund gives a take's events back where its receipt says they came from: to this
+// instance's lease that lent them, while it holds them still (a lease that ended spent
+// them, and nothing comes back), or to the next store, as its receipt there says. The
+// other instances' leases go on: what they hold is theirs, and conserved. The answer is
+// a peek of 1 on the next store.
+func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	r := req.Receipt
+	if r.Via == 0 && r.Next != nil {
+		req.Receipt = r.Next
+		return p.next.Apply(ctx, req)
+	}
+	if r.Via != 0 {
+		for _, l := range p.table.all(req.Spec, req.Key) {
+			if l.id == r.Via && l.giveBack(req.N, r.At*1000) {
+				break
+			}
+		}
+	}
+	req.N, req.Receipt, req.Spec = 1, nil, core.WithOp(req.Spec, "peek")
+	return p.next.Apply(ctx, req)
 }

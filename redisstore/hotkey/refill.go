@@ -91,7 +91,7 @@ func (p *Leases) tick(now, elapsed int64) {
 		if p.table.get(k.spec, k.key) != nil { // noted by a decision that looked just before it was leased
 			continue
 		}
-		l := &lease{spec: k.spec, key: k.key, rate: k.rate}
+		l := &lease{spec: k.spec, key: k.key, id: leaseIDs.Add(1), rate: k.rate}
 		_, low := p.sizes(l)
 		l.low.Store(low)
 		l.asking.Store(true)
@@ -145,14 +145,14 @@ func (p *Leases) lend(refills, drops []*lease) {
 	if err != nil {
 		p.failed.Add(1)
 	} else {
-		rtt := clock.UnixNano(p.cfg.clock) - sent
-		p.rtt.Store((p.rtt.Load()*3 + rtt) / 4)
+		now := clock.UnixNano(p.cfg.clock)
+		p.rtt.Store((p.rtt.Load()*3 + now - sent) / 4)
 		for i, l := range refills {
 			if !got[i].Kept && l.out > 0 {
 				p.revoked.Add(1)
 			}
 			dry := got[i].N < loans[i].Want
-			l.lent(got[i], gives[i], sent, dry, int64(p.cfg.refill/ticks))
+			l.lent(got[i], gives[i], sent, now, dry, int64(p.cfg.refill/ticks))
 		}
 	}
 	for _, l := range refills {
@@ -160,13 +160,8 @@ func (p *Leases) lend(refills, drops []*lease) {
 	}
 }
 
-// remove drops ls from the table, keeping what they were asked for Stats.
-func (p *Leases) remove(ls []*lease) {
-	for _, l := range ls {
-		p.removed.Add(l.demand.Load())
-	}
-	p.table.remove(ls)
-}
+// remove drops ls from the table.
+func (p *Leases) remove(ls []*lease) { p.table.remove(ls) }
 
 // giveOut takes up to n events out of what l holds, to give back, and returns how many.
 func (l *lease) giveOut(n int64) int64 {
@@ -179,17 +174,18 @@ func (l *lease) giveOut(n int64) int64 {
 	}
 }
 
-// lent applies what the next store lent l, asked at sent, which gave back give; dry says
-// it lent less than asked, and so the lease denies what it lacks until the next refill,
-// at the refiller's next look, an interval later.
-func (l *lease) lent(r ratelimit.Lent, give, sent int64, dry bool, interval int64) {
+// lent applies what the next store lent l, asked at sent and answered at now, which gave
+// back give; dry says it lent less than asked, and so the lease denies what it lacks
+// until the next refill, at the refiller's next look, an interval later.
+func (l *lease) lent(r ratelimit.Lent, give, sent, now int64, dry bool, interval int64) {
 	l.limit.Store(r.Limit())
 	l.remaining.Store(r.Remaining)
 	l.resetAt.Store(sent + int64(r.Reset))
 	if r.Kept {
 		l.tokens.Add(r.N)
 		l.out += r.N - give
-	} else { // the record was gone (ended, revoked): what l held went with it
+	} else { // the record was gone (ended, revoked): what l held went with it, and the takes of it give nothing back
+		l.since.Store(now)
 		l.tokens.Store(r.N)
 		l.out = r.N
 	}

@@ -21,8 +21,9 @@ import (
 //
 // Decisions report the whole rule's Limit, and Remaining as the shard's times shards (an
 // estimate). A request for more than one shard's capacity is an error wrapping
-// ratelimit.ErrInvalidN. A peek, a refund or a debit goes to the next shard in turn; a
-// reset to every shard.
+// ratelimit.ErrInvalidN. A peek goes to the next shard in turn, a refund to the shard
+// its receipt names (the one that took its events), a debit is spread over every shard,
+// and a reset goes to every shard.
 type Shard struct {
 	next   ratelimit.Store
 	shards int64
@@ -55,6 +56,9 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	if err != nil {
 		return ratelimit.Outcome{}, err
 	}
+	if req.Spec.Op == "refund" && req.Receipt != nil && !core.OfLeases(req.Spec.Algorithm) {
+		return s.refund(ctx, req, whole, shareSpec)
+	}
 	switch req.Spec.Op {
 	case "reset": // every shard
 		var d ratelimit.Outcome
@@ -69,11 +73,15 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	case "debit":
 		return s.debit(ctx, req, whole, shareSpec)
 	}
-	first := s.turn.Add(1) // a take, or a peek or refund of the next shard in turn
+	first := s.turn.Add(1) // a take, or a peek of the next shard in turn
 	var best ratelimit.Outcome
 	for i := range min(int64(s.cfg.retries)+1, s.shards) {
+		shard := (first + uint64(i)) % uint64(s.shards)
 		sub := req
-		sub.Key, sub.Spec = shardKey(req.Key, (first+uint64(i))%uint64(s.shards)), shareSpec
+		sub.Key, sub.Spec = shardKey(req.Key, shard), shareSpec
+		if req.Receipt != nil && req.Spec.Op == "" { // the receipt says which shard took it, and holds that shard's
+			sub.Receipt = &ratelimit.Receipt{}
+		}
 		d, err := s.next.Apply(ctx, sub)
 		if err != nil {
 			return ratelimit.Outcome{}, err
@@ -81,11 +89,31 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 		if d.Allowed() || i == 0 || d.Wait < best.Wait {
 			best = d
 		}
+		if d.Allowed() && req.Receipt != nil && req.Spec.Op == "" {
+			req.Receipt.At, req.Receipt.Via, req.Receipt.Next = sub.Receipt.At, int64(shard), sub.Receipt
+		}
 		if d.Allowed() || req.Spec.Op != "" {
 			break
 		}
 	}
 	return whole.Outcome(best.Allowed(), min(whole.Limit, best.Remaining*s.shards), best.Wait, best.Reset), nil
+}
+
+// refund gives a take's events back to the shard its receipt names, as far as that shard
+// would still hold them; a receipt of no shard of this key gives nothing back (a peek).
+func (s *Shard) refund(ctx context.Context, req ratelimit.Request, whole ratelimit.Args, shareSpec *ratelimit.Spec) (ratelimit.Outcome, error) {
+	r := req.Receipt
+	sub := req
+	sub.Spec, sub.Receipt = shareSpec, r.Next
+	if r.Next == nil || r.Via < 0 || r.Via >= s.shards {
+		sub.Spec, sub.N, sub.Receipt, r = core.WithOp(shareSpec, "peek"), 1, nil, &ratelimit.Receipt{}
+	}
+	sub.Key = shardKey(req.Key, uint64(r.Via))
+	d, err := s.next.Apply(ctx, sub)
+	if err != nil {
+		return ratelimit.Outcome{}, err
+	}
+	return whole.Outcome(d.Allowed(), min(whole.Limit, d.Remaining*s.shards), d.Wait, d.Reset), nil
 }
 
 // split is the Args of a request of n under spec's whole rule, and the Spec of each

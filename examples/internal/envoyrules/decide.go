@@ -18,6 +18,8 @@ type Status struct {
 	Remaining  uint32        // what the limit has left; math.MaxUint32 when unlimited
 	ResetAfter time.Duration // until the limit is whole again
 	Hits       Hits          // what this decision adds to the rule's metrics
+
+	receipt *ratelimit.Receipt // of its take, for the refund of a request denied after all
 }
 
 // Hits are the service's counters of one rule, for one decision: every hit, and those
@@ -122,7 +124,7 @@ func (dc *Decider) Decide(ctx context.Context, d *Domain, descriptors [][]Entry,
 		if over == len(quota) { // every quota descriptor is over: the request is, and gives back
 			ok = false
 			for _, i := range taken {
-				if err := dc.decide(ctx, &Status{Match: res.Statuses[i].Match}, n, "refund"); err != nil {
+				if err := dc.decide(ctx, &Status{Match: res.Statuses[i].Match, receipt: res.Statuses[i].receipt}, n, "refund"); err != nil {
 					return Result{}, err
 				}
 			}
@@ -169,7 +171,8 @@ func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64)
 			reqs[r].N += n
 		} else {
 			seen[c], of[j] = len(reqs), len(reqs)
-			reqs = append(reqs, ratelimit.Request{Key: m.Key, N: n, Spec: &ratelimit.Spec{Algorithm: m.Algorithm, Namespace: m.namespace, Rule: m.Rule}})
+			reqs = append(reqs, ratelimit.Request{Key: m.Key, N: n, Spec: &ratelimit.Spec{Algorithm: m.Algorithm, Namespace: m.namespace, Rule: m.Rule},
+				Receipt: &ratelimit.Receipt{}})
 		}
 	}
 	for j, i := range idx {
@@ -220,6 +223,7 @@ func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64)
 		}
 		s.record(d, n, dc.ratio())
 		if all {
+			s.receipt = reqs[of[j]].Receipt // two descriptors of one counter share its take
 			taken = append(taken, i)
 		}
 	}
@@ -251,6 +255,13 @@ func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op string) er
 		return nil
 	}
 	req := ratelimit.Request{Key: m.Key, N: n, Spec: &ratelimit.Spec{Algorithm: m.Algorithm, Namespace: m.namespace, Rule: m.Rule, Op: op}}
+	switch op {
+	case "": // a take, which a request denied after all gives back
+		s.receipt = &ratelimit.Receipt{}
+		req.Receipt = s.receipt
+	case "refund":
+		req.Receipt = s.receipt
+	}
 	d, err := decision(ctx, dc.Store, req)
 	if err != nil || op == "refund" {
 		return err

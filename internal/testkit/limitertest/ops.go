@@ -2,6 +2,7 @@ package limitertest
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -10,25 +11,25 @@ import (
 	"github.com/ratelimit-go/ratelimit/clock"
 )
 
-// opsLimiter is a limiter with Peek, Refund and Reset: every algorithm's is.
-type opsLimiter interface {
-	ratelimit.Limiter
-	PeekN(ctx context.Context, key string, n int64) (ratelimit.Decision, error)
-	Refund(ctx context.Context, key string, n int64) (ratelimit.Decision, error)
-	Reset(ctx context.Context, key string) error
+// setupOps is an algorithm's limiter with its Peek, Charge and Reset.
+func setupOps(t *testing.T, newStore NewStore, k Kind, rule ratelimit.Rule, clk *clock.Fake) *ratelimit.AlgorithmLimiter {
+	t.Helper()
+	l, _ := setupOpsOn(t, newStore(t, clk), k, rule)
+	return l
 }
 
-func setupOps(t *testing.T, newStore NewStore, k Kind, rule ratelimit.Rule, clk *clock.Fake) opsLimiter {
+// setupOpsOn is setupOps on store, which it returns too.
+func setupOpsOn(t *testing.T, store ratelimit.Store, k Kind, rule ratelimit.Rule) (*ratelimit.AlgorithmLimiter, ratelimit.Store) {
 	t.Helper()
-	l, err := k.New(newStore(t, clk), rule)
+	l, err := k.New(store, rule)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ol, ok := l.(opsLimiter)
+	al, ok := l.(*ratelimit.AlgorithmLimiter)
 	if !ok {
-		t.Fatalf("%s's limiter has no Peek, Refund and Reset", k.Name)
+		t.Fatalf("%s's limiter (%T) is no AlgorithmLimiter", k.Name, l)
 	}
-	return ol
+	return al, store
 }
 
 // testPeek: a limiter that peeks at random makes the same decisions as a twin that never
@@ -64,11 +65,12 @@ func testPeek(t *testing.T, newStore NewStore, k Kind) {
 	}
 }
 
-// testResetAndRefund: Reset makes a key full; Refund gives back what was taken, never
-// above the full allowance.
+// testResetAndRefund: Reset makes a key full; a Charge settled below what it took gives
+// the difference back, never above the full allowance, never what a key no longer holds
+// (after a reset, or once a window is over or a bucket was full again), and once.
 func testResetAndRefund(t *testing.T, newStore NewStore, k Kind) {
 	clk := clock.NewFake(Start)
-	l := setupOps(t, newStore, k, ratelimit.PerMinute(7), clk)
+	l, store := setupOpsOn(t, newStore(t, clk), k, ratelimit.PerMinute(7))
 	ctx := context.Background()
 	if d, err := l.AllowN(ctx, "k", 7); err != nil || !d.Allowed {
 		t.Fatalf("AllowN(7) = %+v, %v", d, err)
@@ -83,31 +85,70 @@ func testResetAndRefund(t *testing.T, newStore NewStore, k Kind) {
 		t.Errorf("Reset of a key never seen: %v", err)
 	}
 
-	if d, err := l.AllowN(ctx, "r", 7); err != nil || !d.Allowed {
-		t.Fatalf("AllowN(7) = %+v, %v", d, err)
+	c, d, err := l.Charge(ctx, "r", 7)
+	if err != nil || c == nil || !d.Allowed {
+		t.Fatalf("Charge(7) = %v, %+v, %v", c, d, err)
 	}
-	d, err := l.Refund(ctx, "r", 3)
+	d, err = c.Settle(ctx, 4)
 	if err != nil || !d.Allowed || d.Remaining != 2 {
-		t.Errorf("Refund(3) of 7 taken = %+v, %v; want a peek of 1 with 2 left", d, err)
+		t.Errorf("7 settled at 4 = %+v, %v; want 3 back: a peek of 1 with 2 left", d, err)
+	}
+	if _, err := c.Settle(ctx, 0); err == nil {
+		t.Error("a charge settled twice: no error")
 	}
 	if d, _ := l.AllowN(ctx, "r", 3); !d.Allowed {
-		t.Errorf("AllowN(3) after refunding 3: %+v", d)
+		t.Errorf("AllowN(3) after 3 came back: %+v", d)
 	}
 	if d, _ := l.Allow(ctx, "r"); d.Allowed {
-		t.Errorf("Allow after the refund was spent: %+v", d)
+		t.Errorf("Allow after they were spent: %+v", d)
+	}
+	denied, d, err := l.Charge(ctx, "r", 1)
+	if err != nil || denied != nil || d.Allowed {
+		t.Errorf("a Charge denied = %v, %+v, %v; want no Charge", denied, d, err)
+	}
+	if d, err := denied.Settle(ctx, 0); err != nil || d != (ratelimit.Decision{}) {
+		t.Errorf("settling no Charge = %+v, %v; want nothing", d, err)
 	}
 
-	// never above the full allowance
-	if _, err := l.Refund(ctx, "fresh", 5); err != nil {
+	// never what the key no longer holds: its take before a reset, and once the key was
+	// back to full (a window over, a bucket full again)
+	c, _, err = l.Charge(ctx, "reset", 5)
+	if err != nil || c == nil {
+		t.Fatal(c, err)
+	}
+	if err := l.Reset(ctx, "reset"); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := l.AllowN(ctx, "fresh", 7); !d.Allowed {
-		t.Errorf("AllowN(7) after refunding a full key: %+v", d)
+	if d, _ := l.AllowN(ctx, "reset", 7); !d.Allowed {
+		t.Errorf("AllowN(7) after the reset: %+v", d)
 	}
-	if d, _ := l.Allow(ctx, "fresh"); d.Allowed {
-		t.Errorf("a refund to a full key raised it above its allowance: %+v", d)
+	if _, err := c.Settle(ctx, 0); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := l.Refund(ctx, "fresh", 8); err == nil {
-		t.Error("Refund(8) of a rule of 7: no error")
+	if d, _ := l.Allow(ctx, "reset"); d.Allowed {
+		t.Errorf("a refund of a take before a reset gave back what the reset forgave: %+v", d)
+	}
+	c, _, err = l.Charge(ctx, "full", 5)
+	if err != nil || c == nil {
+		t.Fatal(c, err)
+	}
+	clk.Advance(2 * time.Minute) // a sliding window weighs the window before
+	if d, _ := l.AllowN(ctx, "full", 7); !d.Allowed {
+		t.Errorf("AllowN(7) two minutes later: %+v", d)
+	}
+	if _, err := c.Settle(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Allow(ctx, "full"); d.Allowed {
+		t.Errorf("a refund of a take the key had earned back raised it above its allowance: %+v", d)
+	}
+
+	if _, err := c.Settle(ctx, -1); !errors.Is(err, ratelimit.ErrInvalidN) {
+		t.Errorf("Settle(-1): %v; want ErrInvalidN", err)
+	}
+	// a store refuses a refund without the receipt of its take
+	req := ratelimit.Request{Key: "r", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: ratelimit.PerMinute(7), Op: "refund"}}
+	if _, err := store.Apply(ctx, req); !errors.Is(err, ratelimit.ErrInvalidN) {
+		t.Errorf("a refund without a receipt: %v; want ErrInvalidN", err)
 	}
 }

@@ -17,20 +17,56 @@ import (
 )
 
 // same applies req to both stores, local first, and fails the test unless they decide
-// alike; what says which step it was.
+// alike; what says which step it was. A take with a Receipt is sent to each store with a
+// Receipt of its own, and both must write the same instant, which req's Receipt then
+// holds (for a refund of it later, to both).
 func same(t *testing.T, stores []ratelimit.Store, req ratelimit.Request, what func() string) {
 	t.Helper()
-	local, err := stores[0].Apply(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
+	var got [2]ratelimit.Outcome
+	var at [2]int64
+	for i, s := range stores {
+		r := req
+		if req.Receipt != nil && req.Spec.Op == "" {
+			r.Receipt = &ratelimit.Receipt{}
+		}
+		var err error
+		if got[i], err = s.Apply(context.Background(), r); err != nil {
+			t.Fatalf("%s: %v", what(), err)
+		}
+		if r.Receipt != req.Receipt {
+			at[i] = r.Receipt.At
+		}
 	}
-	remote, err := stores[1].Apply(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
+	if got[0] != got[1] || at[0] != at[1] {
+		t.Fatalf("%s:\n localstore %+v at %d\n     redis %+v at %d", what(), got[0], at[0], got[1], at[1])
 	}
-	if local != remote {
-		t.Fatalf("%s:\n localstore %+v\n     redis %+v", what(), local, remote)
+	if req.Receipt != nil && req.Spec.Op == "" {
+		req.Receipt.At = at[0]
 	}
+}
+
+// receipts are the takes of a parity run that wrote a receipt, per key, for refunds of
+// them later.
+type receipts map[string][]ratelimit.Request
+
+// note keeps req, when it is an admitted take with a receipt.
+func (rs receipts) note(req ratelimit.Request) {
+	if r := req.Receipt; r != nil && req.Spec.Op == "" && r.At > 0 {
+		rs[req.Key] = append(rs[req.Key], req)
+	}
+}
+
+// refund is a refund of one of key's takes with a receipt, up to what it took; ok false
+// when key has none.
+func (rs receipts) refund(rng *rand.Rand, key string) (req ratelimit.Request, ok bool) {
+	ts := rs[key]
+	if len(ts) == 0 {
+		return req, false
+	}
+	tk := ts[rng.IntN(len(ts))]
+	spec := *tk.Spec
+	spec.Op, spec.Reserve = "refund", 0
+	return ratelimit.Request{Key: key, N: 1 + rng.Int64N(tk.N), Spec: &spec, Receipt: tk.Receipt}, true
 }
 
 // reserves are the reserves the parity tests draw from: none, most often.
@@ -48,6 +84,7 @@ func ParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store, rules 
 			rng := rand.New(rand.NewPCG(1, uint64(len(k.Name))))
 			clk := clock.NewFake(limitertest.Start)
 			stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore(clk)}
+			rs := receipts{}
 			for i := range steps {
 				if rng.IntN(3) > 0 {
 					clk.Advance(time.Duration(rng.IntN(40)) * step)
@@ -66,13 +103,23 @@ func ParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store, rules 
 					req.N = 1
 				}
 				req.Spec.Reserve = reserves[rng.IntN(len(reserves))] // a priority's, often none
-				if k.Algorithm.Debit != nil && rng.IntN(8) == 0 {    // a cost after the answer, past the limit too
+				switch {
+				case k.Algorithm.Debit != nil && rng.IntN(8) == 0: // a cost after the answer, past the limit too
 					req.Spec.Op, req.N = "debit", 1+rng.Int64N(3*a.Limit)
+				case rng.IntN(3) == 0: // a take with a receipt, to refund later
+					req.Receipt = &ratelimit.Receipt{}
+				case rng.IntN(5) == 0: // a refund of one of them, any time later
+					if r, ok := rs.refund(rng, req.Key); ok {
+						req = r
+					}
+				case rng.IntN(40) == 0:
+					req.Spec.Op, req.N = "reset", 1
 				}
 				same(t, stores, req, func() string {
-					return fmt.Sprintf("step %d, %s %v op %q n %d reserve %d%% at %v", i, req.Key, rule, req.Spec.Op, req.N,
+					return fmt.Sprintf("step %d, %s %v op %q n %d reserve %d%% at %v", i, req.Key, req.Spec.Rule, req.Spec.Op, req.N,
 						req.Spec.Reserve, clk.Now().Sub(limitertest.Start))
 				})
+				rs.note(req)
 			}
 		})
 	}

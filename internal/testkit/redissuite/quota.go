@@ -46,6 +46,7 @@ func QuotaParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store) {
 	clk := clock.NewFake(time.Date(2027, 3, 21, 0, 0, 0, 0, time.UTC))
 	stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore(clk)}
 	ops := []string{"", "", "", "", "peek", "refund"}
+	rs := receipts{}
 	for i := range 3000 {
 		clk.Advance(time.Duration(rng.Int64N(int64(5 * time.Hour))))
 		q := qs[rng.IntN(len(qs))]
@@ -54,12 +55,20 @@ func QuotaParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store) {
 			t.Fatal(err)
 		}
 		req := ratelimit.Request{Key: "tenant", N: 1 + rng.Int64N(2), Spec: &ratelimit.Spec{Algorithm: alg, Namespace: q.String(), Rule: q.Rule(), Op: ops[rng.IntN(len(ops))], Reserve: reserves[rng.IntN(len(reserves))]}}
-		if rng.IntN(300) == 0 {
+		switch {
+		case rng.IntN(300) == 0:
 			req.Spec.Op = "reset"
+		case req.Spec.Op == "refund": // of one of the takes with a receipt, or a take that writes one
+			if r, ok := rs.refund(rng, req.Key); ok && r.Spec.Algorithm == alg {
+				req = r
+			} else {
+				req.Spec.Op, req.Receipt = "", &ratelimit.Receipt{}
+			}
 		}
 		same(t, stores, req, func() string {
 			return fmt.Sprintf("step %d, %v op %q n %d reserve %d%% at %v", i, q, req.Spec.Op, req.N, req.Spec.Reserve, clk.Now())
 		})
+		rs.note(req)
 	}
 }
 
