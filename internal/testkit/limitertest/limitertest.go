@@ -69,6 +69,7 @@ func Run(t *testing.T, newStore NewStore) {
 			t.Run("concurrent", func(t *testing.T) { testConcurrent(t, newStore, k) })
 			t.Run("clock goes back", func(t *testing.T) { testClockBack(t, newStore, k) })
 			t.Run("clock goes back, per key", func(t *testing.T) { testClockBackPerKey(t, newStore, k) })
+			t.Run("clock goes back after a refund", func(t *testing.T) { testClockBackAfterRefund(t, newStore, k) })
 			t.Run("retry and reset", func(t *testing.T) { testRetryAndReset(t, newStore, k) })
 			t.Run("cancelled context", func(t *testing.T) { testCancelled(t, newStore, k) })
 			t.Run("peek", func(t *testing.T) { testPeek(t, newStore, k) })
@@ -301,6 +302,34 @@ func testClockBack(t *testing.T, newStore NewStore, k Kind) {
 		if d, err := l.AllowN(ctx, key, 10); err != nil || d.Allowed {
 			t.Errorf("clock %v back: 10 more at once: %+v, %v; want denied, no allowance created", back, d, err)
 		}
+	}
+}
+
+// testClockBackAfterRefund: a key emptied by a refund keeps its latest instant, as any
+// key it holds: 1 a minute, taken and refunded at 1:00, then asked at 0:59 and again at
+// 1:00 admits one, as a clock that stands still would (0:59 decides as at 1:00).
+func testClockBackAfterRefund(t *testing.T, newStore NewStore, k Kind) {
+	clk := clock.NewFake(Start.Add(time.Minute))
+	l, _ := setupOpsOn(t, newStore(t, clk), k, ratelimit.PerMinute(1))
+	ctx := context.Background()
+	c, d, err := l.Charge(ctx, "k", 1)
+	if err != nil || c == nil {
+		t.Fatalf("Charge(1) = %+v, %v", d, err)
+	}
+	if _, err := c.Settle(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for _, at := range []time.Duration{59 * time.Second, time.Minute} {
+		clk.Set(Start.Add(at))
+		if d, err := l.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		} else if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 1 {
+		t.Errorf("after a refund, at 0:59 and 1:00: %d admitted; want 1, as at 1:00 alone", admitted)
 	}
 }
 
