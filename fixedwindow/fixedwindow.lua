@@ -1,6 +1,6 @@
 -- The fixed window, as step in fixedwindow.go: L is the count of the window holding T;
 -- H, after a reset, the floor of the receipts it refunds (":floor:0").
-if rewound > 0 then H = format(':%d:0', T + rewound) end -- the takes before are of another moment
+if rewound > 0 then H = format(':%d:0', max(T + rewound, floorOf(H))) end -- the takes before are of another moment
 local t = now
 if L > 0 or T ~= 0 then t = max(T, now) end
 if L > 0 and floor(T / period) ~= floor(t / period) then L = 0 end
@@ -10,7 +10,7 @@ if op == RESET then -- void: an empty window keeps nothing; else empty, with a f
   if L == 0 and floorOf(H) < t then
     T, t, H = 0, now, ''
   else
-    voided, L, H = t, 0, format(':%d:0', t)
+    voided, L, H = t, 0, format(':%d:0', max(t, floorOf(H)))
   end
 end
 if op == REFUND or op == PROBE then
@@ -29,4 +29,4 @@ end
 L, allowed, remaining, retry, reset = count(L, n, keep, limit, ending, now)
 save(KEYS[1], dry, T, L, A, reset, H)
 at = T
-if voided then voided_state(KEYS[1], voided, 0, 0, format(':%d:0', voided), (floor(voided / period) + 1) * period - now) end
+if voided then voided_state(KEYS[1], voided, 0, 0, H, (floor(voided / period) + 1) * period - now) end

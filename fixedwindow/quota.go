@@ -271,8 +271,9 @@ func voidQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Win
 	if st.Level == 0 && core.Floor(st) < t {
 		return 0
 	}
+	floor := core.Floor(st)
 	*st = ratelimit.State{Time: t}
-	core.SetFloor(st, t)
+	core.SetFloor(st, max(t, floor))
 	if end := quotaEnd(w, t); end > now {
 		return end - now
 	}

@@ -7,7 +7,7 @@ if not (window_start and window_end and window_next and window_start < window_en
   error('quota: no calendar window')
 end
 if rewound > 0 then -- calendar windows are not periodic: back to now's, and the takes before are of another moment
-  H = format(':%d:0', T + rewound)
+  H = format(':%d:0', max(T + rewound, floorOf(H)))
   T = now
 end
 local t = now
@@ -21,7 +21,7 @@ if op == RESET then -- void: an empty window keeps nothing; else empty, with a f
     T, A, t, H = 0, 0, now, ''
     ending = windowEnd(t, window_start, window_end, window_next)
   else
-    voided, L, H = t, 0, format(':%d:0', t)
+    voided, L, H = t, 0, format(':%d:0', max(t, floorOf(H)))
   end
 end
 if op == REFUND or op == PROBE then
@@ -39,5 +39,5 @@ L, allowed, remaining, retry, reset = count(L, n, keep, limit, ending, now)
 save(KEYS[1], dry, T, L, A, reset, H)
 at = T
 if voided and windowEnd(voided, window_start, window_end, window_next) > now then
-  voided_state(KEYS[1], voided, 0, 0, format(':%d:0', voided), windowEnd(voided, window_start, window_end, window_next) - now)
+  voided_state(KEYS[1], voided, 0, 0, H, windowEnd(voided, window_start, window_end, window_next) - now)
 end

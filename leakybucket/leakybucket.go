@@ -68,7 +68,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 		st.Aux = a.Unit
 		st.Log = nil // the work of another unit: no earlier take is refunded
 	}
-	if by := core.Rewind(st, now, a.Period); by > 0 && core.Recording(st) {
+	if by := core.Rewind(st, now, a.Period); by > 0 {
 		core.VoidDeficits(st, st.Time+by) // the takes before are of another moment
 	}
 	t := max(st.Time, now)
@@ -126,9 +126,12 @@ func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 	if st.Level == 0 && !core.Recording(st) {
 		return 0
 	}
-	t := st.Time
+	t, floor := st.Time, int64(core.MinInstant)
+	if core.Recording(st) {
+		floor = st.Log.Oldest().At
+	}
 	*st = ratelimit.State{Time: t}
-	core.VoidDeficits(st, t)
+	core.VoidDeficits(st, max(t, floor))
 	return a.Period
 }
 

@@ -11,7 +11,7 @@ else -- the rule's unit changed: keep the queued requests whole, and no record
   L = min(-floor(-L / A), limit) * unit
   A, H = unit, ''
 end
-if rewound > 0 and H ~= '' then H = format(':%d:0', T + rewound) end -- the takes before are of another moment
+if rewound > 0 then H = format(':%d:0', max(T + rewound, floorOf(H))) end -- the takes before are of another moment
 local t = max(T, now)
 local elapsed = t - T
 if elapsed > 0 then
@@ -19,12 +19,13 @@ if elapsed > 0 then
   T = t
 end
 if L == 0 then H = hforget(H, t) end
+local vfloor = 0
 if op == RESET then -- void: an empty queue keeps nothing; else empty, with a floor at its instant
   redis.call('DEL', KEYS[1])
   if L == 0 and H == '' then
     T, t = now, now
   else
-    voided, L, H = T, 0, ''
+    voided, vfloor, L, H = T, max(T, floorOf(H)), 0, ''
   end
 end
 local ht, hm = false, false
@@ -63,4 +64,4 @@ end
 if ht and not dry then H = hwrite(ht, hm) end
 save(KEYS[1], dry, T, L, A, reset, H)
 at = T
-if voided then voided_state(KEYS[1], voided, 0, 0, format(':%d:0', voided), period) end
+if voided then voided_state(KEYS[1], voided, 0, 0, format(':%d:0', vfloor), period) end

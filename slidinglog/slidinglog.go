@@ -51,8 +51,8 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
 		st.Log = &eventlog.Log{}
 	}
 	if by := core.Rewind(st, now, a.Period); by > 0 {
-		st.Log.Shift(-by)     // every event keeps its age
-		st.Aux = st.Time + by // and the takes before are of another moment
+		st.Log.Shift(-by)                // every event keeps its age
+		st.Aux = max(st.Aux, st.Time+by) // and the takes before are of another moment
 	}
 	t := now
 	if st.Log.Len() > 0 || st.Time != 0 {
@@ -134,7 +134,7 @@ func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 	if st.Log.Len() == 0 && st.Aux < t {
 		return 0
 	}
-	*st = ratelimit.State{Time: t, Aux: t}
+	*st = ratelimit.State{Time: t, Aux: max(t, st.Aux)}
 	return t + a.Period - now
 }
 

@@ -7,7 +7,7 @@ if entries == 0 then L = 0 end
 -- the events of a rewound key keep their ages (core.Rewind): moved back in the list, or,
 -- when nothing is written, by off wherever an instant is read
 local off = 0
-if rewound > 0 then A = T + rewound end -- the takes before are of another moment
+if rewound > 0 then A = max(A, T + rewound) end -- the takes before are of another moment
 if rewound > 0 and entries > 0 then
   if dry then
     off = rewound
@@ -115,4 +115,4 @@ if newestAt then
 end
 save(KEYS[1], dry, T, L, A, reset, H)
 at = T
-if voided then voided_state(KEYS[1], voided, 0, voided, '', period + voided - now) end
+if voided then voided_state(KEYS[1], voided, 0, max(voided, A), '', period + voided - now) end

@@ -161,8 +161,9 @@ func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 	if st.Level == 0 && st.Aux == 0 && core.Floor(st) < t {
 		return 0
 	}
+	floor := core.Floor(st)
 	*st = ratelimit.State{Time: t}
-	core.SetFloor(st, t)
+	core.SetFloor(st, max(t, floor))
 	return (mathx.FloorDiv(t, a.Period)+2)*a.Period - now
 }
 

@@ -2,7 +2,7 @@
 -- count, A the previous window's; unit is the tick in which elapsed time is weighed; H,
 -- after a reset, the floor of the receipts it refunds (":floor:0").
 L, A = min(L, limit), min(A, limit)
-if rewound > 0 then H = format(':%d:0', T + rewound) end -- the takes before are of another moment
+if rewound > 0 then H = format(':%d:0', max(T + rewound, floorOf(H))) end -- the takes before are of another moment
 local t = now
 if L > 0 or A > 0 or T ~= 0 then t = max(T, now) end
 if L > 0 or A > 0 then
@@ -15,7 +15,7 @@ if op == RESET then -- void: a key that counts nothing keeps nothing; else empty
   if L == 0 and A == 0 and floorOf(H) < t then
     T, t, H = 0, now, ''
   else
-    voided, L, A, H = t, 0, 0, format(':%d:0', t)
+    voided, L, A, H = t, 0, 0, format(':%d:0', max(t, floorOf(H)))
   end
 end
 local start = floor(t / period) * period
@@ -64,4 +64,4 @@ elseif A > 0 then
 end
 save(KEYS[1], dry, T, L, A, reset, H)
 at = T
-if voided then voided_state(KEYS[1], voided, 0, 0, format(':%d:0', voided), (floor(voided / period) + 2) * period - now) end
+if voided then voided_state(KEYS[1], voided, 0, 0, H, (floor(voided / period) + 2) * period - now) end

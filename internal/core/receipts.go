@@ -20,9 +20,10 @@ import (
 //
 // Receipts of takes at or before a key's floor give back nothing: a reset voids the
 // takes before it, and so does a clock stepped back by more than a period (the state
-// moves back, and instants before the step mean another moment of the key). A bucket's
-// floor is the first entry of its record; a window's is the one entry of its Log (none
-// until a reset); a sliding log's is its Aux.
+// moves back, and the instants up to its latest before the step name takes of another
+// moment of the key: the floor stays there until the clock has passed it). A floor never
+// moves back. A bucket's floor is the first entry of its record; a window's is the one
+// entry of its Log (none until a reset or a step back); a sliding log's is its Aux.
 
 // TakenNow is ratelimit.Args.Taken of a take that carries a Receipt.
 const TakenNow = -1
@@ -40,10 +41,10 @@ const DeficitsMax = 8
 
 // ReceiptAt starts the record of st's deficits for a take with a receipt at t, unless it
 // runs already (receipts of takes before t then give back nothing), and returns the
-// instant the take is decided at: t, or just past the record's newest entry when that
-// is at t already (a refund in the same microsecond, say), so that the take's receipt
-// sees every entry after it and none before. The key's clock then moves that
-// microsecond without refill: less allowance, never more.
+// instant the take is decided at: t, or just past t when the record's newest entry is at
+// t already (a refund in the same microsecond, say), so that the take's receipt sees
+// every entry after it and none before. The key's clock then moves that microsecond
+// without refill: less allowance, never more.
 func ReceiptAt(st *ratelimit.State, t int64) int64 {
 	if st.Log == nil {
 		st.Log = &eventlog.Log{}
@@ -51,7 +52,10 @@ func ReceiptAt(st *ratelimit.State, t int64) int64 {
 	if st.Log.Len() == 0 {
 		st.Log.Append(eventlog.Event{At: t - 1, N: 0})
 	}
-	return max(t, st.Log.NewestAt()+1)
+	if st.Log.NewestAt() == t {
+		return t + 1
+	}
+	return t // an entry after t (a floor a clock stepped back left): the receipt gives back less, or nothing
 }
 
 // Recording reports whether st keeps a record of its deficits.
@@ -132,10 +136,13 @@ func ForgetDeficits(st *ratelimit.State, t int64) {
 	st.Log = nil
 }
 
-// VoidDeficits starts st's record of deficits anew with its floor at t: receipts of
-// takes at or before t give back nothing (the clock stepped back and the state with it,
-// or the key was reset).
+// VoidDeficits starts st's record of deficits anew with its floor at t, or at its floor
+// now if that is later (a floor never moves back): receipts of takes at or before it give
+// back nothing (the clock stepped back and the state with it, or the key was reset).
 func VoidDeficits(st *ratelimit.State, t int64) {
+	if Recording(st) {
+		t = max(t, st.Log.Oldest().At)
+	}
 	if st.Log == nil {
 		st.Log = &eventlog.Log{}
 	}
@@ -155,8 +162,10 @@ func Floor(st *ratelimit.State) int64 {
 // MinInstant is before every instant a receipt holds.
 const MinInstant = -1 << 62
 
-// SetFloor makes st's receipts of takes at or before t give back nothing (a reset).
+// SetFloor makes st's receipts of takes at or before t, or before its floor if that is
+// later (a floor never moves back), give back nothing (a reset, a clock stepped back).
 func SetFloor(st *ratelimit.State, t int64) {
+	t = max(t, Floor(st))
 	st.Log = &eventlog.Log{}
 	st.Log.Append(eventlog.Event{At: t, N: 0})
 }

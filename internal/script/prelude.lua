@@ -137,10 +137,12 @@ local function hforget(H, t)
 end
 
 -- hreceipt starts the record for a take with a receipt at t, unless it runs, and returns
--- the instant the take is decided at (core's ReceiptAt).
+-- the instant the take is decided at: past t when the newest entry is at t (core's
+-- ReceiptAt).
 local function hreceipt(ht, hm, t)
   if #ht == 0 then ht[1], hm[1] = t - 1, 0 end
-  return max(t, ht[#ht] + 1)
+  if ht[#ht] == t then return t + 1 end
+  return t
 end
 
 -- count admits n events to the window that ends at ending, whose count is L, if they fit

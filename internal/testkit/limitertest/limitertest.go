@@ -87,6 +87,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("calendar quotas", func(t *testing.T) { testQuotas(t, newStore) })
 	t.Run("lend", func(t *testing.T) { testLend(t, newStore) })
 	t.Run("debit", func(t *testing.T) { testDebit(t, newStore) })
+	RunAllowance(t, newStore)
 }
 
 func setup(t *testing.T, newStore NewStore, k Kind, rule ratelimit.Rule) (ratelimit.Limiter, *clock.Fake) {
