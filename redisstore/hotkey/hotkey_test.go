@@ -159,6 +159,15 @@ func TestDecoratorsConform(t *testing.T) {
 	})
 }
 
+// TestShardNothingCreatesAllowance: a Shard of 3 splits a rule in shares that together
+// admit no more than the rule, whichever shard takes, refunds (to the shard its receipt
+// names), owes a debit, or resets; a request for more than one shard holds is refused.
+func TestShardNothingCreatesAllowance(t *testing.T) {
+	limitertest.RunAllowance(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
+		return hotkey.NewShard(localstore.New(localstore.WithClock(clk)), 3)
+	})
+}
+
 // gated holds the first take that reaches it, after the store below has decided it, until
 // release is closed: a decision in flight while other calls go by.
 type gated struct {

@@ -2,6 +2,8 @@ package hotkey_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/fallback"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/redisstore"
@@ -440,4 +443,185 @@ func TestLeasesCostAfter(t *testing.T) {
 			t.Fatalf("a debit of 5 with 1 left: %+v, %v; want denied for 500ms", d, err)
 		}
 	})
+}
+
+// TestLeasesNothingCreatesAllowance: three instances on Leases over one store, asked
+// together about four times the rule of two keys, with quiet moments, charges settled
+// later at their real cost (refunds to the lease that lent them, or to the store;
+// debits), partial takes, debits, peeks, resets and changes of rule, every decision
+// counted (limitertest.Reference): no window admits more than the rule, no sliding
+// window's estimate at an admission exceeds it, and a bucket admits no more from any
+// moment on than its capacity and its rate since, plus what the instances held then
+// (spent from memory, counted when it was lent) and were given back since; beyond those,
+// only the debts, and what the instances held of a key when a reset or a change of rule
+// began anew (theirs until their next refill). Most decisions come from leases.
+func TestLeasesNothingCreatesAllowance(t *testing.T) {
+	// a bucket's burst small beside its rate, so that an event created now and then
+	// shows within a run that spends all the bucket holds
+	rules := [2]ratelimit.Rule{{Limit: 100, Period: time.Second, Burst: 20}, {Limit: 60, Period: time.Second, Burst: 10}}
+	for _, k := range limitertest.Kinds {
+		if !k.Algorithm.Lendable {
+			continue
+		}
+		t.Run(k.Name, func(t *testing.T) {
+			for seed := range uint64(3) {
+				synctest.Test(t, func(t *testing.T) { runLeasedAllowance(t, k, rules, seed) })
+			}
+		})
+	}
+}
+
+func runLeasedAllowance(t *testing.T, k limitertest.Kind, rules [2]ratelimit.Rule, seed uint64) {
+	ctx := context.Background()
+	shared := localstore.New()
+	type inst struct {
+		leases *hotkey.Leases
+		lims   [2]*ratelimit.AlgorithmLimiter
+	}
+	var ins [3]inst
+	for i := range ins {
+		p, err := hotkey.NewLeases(shared, hotkey.WithRefill(100*time.Millisecond), hotkey.WithInstanceCount(func() int { return len(ins) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close(ctx)
+		ins[i].leases = p
+		for r, rule := range rules {
+			l, err := k.New(p, rule, ratelimit.WithNamespace("api"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ins[i].lims[r] = l.(*ratelimit.AlgorithmLimiter)
+		}
+	}
+	held := func(key string) (n int64) {
+		for _, in := range ins {
+			n += in.leases.Held(key)
+		}
+		return n
+	}
+	ref := limitertest.NewReference(k.Name, rules, time.Now())
+	type pending struct {
+		charge      *ratelimit.Charge
+		key         string
+		n, cost, at int64
+		rule        int
+	}
+	var open []pending
+	rng := rand.New(rand.NewPCG(seed, 7))
+	debits := k.Algorithm.Debit != nil
+	var log []string
+	fail := func(format string, args ...any) {
+		t.Helper()
+		if len(log) > 40 {
+			log = log[len(log)-40:]
+		}
+		t.Fatalf("seed %d: "+format+"\nthe last steps:\n%s", append(append([]any{seed}, args...), strings.Join(log, "\n"))...)
+	}
+	// under puts key under rule r, as an operation under it does: a segment begins
+	under := func(key string, r int) {
+		if ref.Rule(key) != r {
+			ref.Restart(key, time.Now().UnixMicro(), r, held(key))
+		}
+	}
+	for step := range 300 {
+		pause := time.Duration(rng.IntN(20)) * time.Millisecond // the refillers run
+		if rng.IntN(40) == 0 {
+			pause = time.Duration(300+rng.IntN(1200)) * time.Millisecond // a quiet moment: leases are given back, or end
+		}
+		time.Sleep(pause)
+		synctest.Wait()
+		for _, key := range []string{"a", "b"} { // what the instances hold now, spent from memory
+			ref.Mark(key, time.Now().UnixMicro(), held(key))
+		}
+		for range 1 + rng.IntN(12) {
+			in := ins[rng.IntN(len(ins))]
+			key := []string{"a", "b"}[rng.IntN(2)]
+			r := ref.Rule(key)
+			if rng.IntN(400) == 0 { // now and then, the key's rule changes
+				r = 1 - r
+			}
+			l := in.lims[r]
+			now := time.Now().UnixMicro()
+			n := 1 + rng.Int64N(3)
+			what := ""
+			switch op := rng.IntN(100); {
+			case op < 60:
+				cost := n
+				if op >= 35 { // a debt is rare, and small: its debt is slack the property allows
+					cost = []int64{0, n / 2, 0, n / 2, n + 1}[rng.IntN(5)]
+					if !debits {
+						cost = min(cost, n)
+					}
+				}
+				c, d, err := l.Charge(ctx, key, n)
+				if err != nil {
+					fail("Charge(%d): %v", n, err)
+				}
+				under(key, r)
+				if d.Allowed {
+					ref.Admit(key, now, cost, max(0, cost-n))
+					if cost != n {
+						open = append(open, pending{c, key, n, cost, now, r})
+					}
+				}
+				what = fmt.Sprintf("take %d (costs %d): %v", n, cost, d.Allowed)
+			case op < 80 && len(open) > 0:
+				i := rng.IntN(len(open))
+				pd := open[i]
+				open = append(open[:i], open[i+1:]...)
+				if _, err := pd.charge.Settle(ctx, pd.cost); err != nil {
+					fail("Settle(%d): %v", pd.cost, err)
+				}
+				under(pd.key, pd.rule)
+				if pd.cost < pd.n { // given back, maybe to a lease, to be admitted again
+					ref.Refunded(pd.key, pd.at, pd.n-pd.cost)
+				}
+				key, what = pd.key, fmt.Sprintf("settle a take of %d at %d", pd.n, pd.cost)
+			case op < 85:
+				got, _, err := l.AllowAtMost(ctx, key, 1+rng.Int64N(20))
+				if err != nil {
+					fail("AllowAtMost: %v", err)
+				}
+				under(key, r)
+				ref.Admit(key, now, got, 0)
+				what = fmt.Sprintf("at most: %d", got)
+			case op < 90 && debits:
+				if _, err := l.Debit(ctx, key, 1+rng.Int64N(20)); err != nil {
+					fail("Debit: %v", err)
+				}
+				under(key, r)
+				what = "debit"
+			case op < 90 || rng.IntN(8) > 0:
+				if _, err := l.PeekN(ctx, key, n); err != nil {
+					fail("PeekN: %v", err)
+				}
+				what = "peek"
+			case op < 92:
+				carry := held(key)
+				if err := l.Reset(ctx, key); err != nil {
+					fail("Reset: %v", err)
+				}
+				ref.Restart(key, now, r, carry)
+				what = "reset"
+			default:
+				if _, err := l.PeekN(ctx, key, n); err != nil {
+					fail("PeekN: %v", err)
+				}
+				what = "peek"
+			}
+			log = append(log, fmt.Sprintf("  %3d at %v, key %s under %v: %s", step, time.Duration(now)*time.Microsecond, key, rules[r], what))
+			if msg := ref.Check(); msg != "" {
+				fail("%s", msg)
+			}
+		}
+	}
+	var local, exact int64
+	for _, in := range ins {
+		st := in.leases.Stats()
+		local, exact = local+st.Local, exact+st.Exact
+	}
+	if local < exact {
+		t.Errorf("seed %d: %d decisions from leases, %d exact: want most from leases", seed, local, exact)
+	}
 }

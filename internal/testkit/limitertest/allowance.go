@@ -3,6 +3,7 @@ package limitertest
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -97,6 +98,12 @@ type keyModel struct {
 type segment struct {
 	rule int
 	as   []admission
+	// for a Reference: the events the store may admit in it beyond its rule (what
+	// instances held when it began, and refunds given back to them of earlier takes), its
+	// marks (its start the first), and the admissions checked so far
+	carry   int64
+	marks   []mark
+	checked int
 }
 
 // admit records an admission counted at at, as its receipt says: an instant before the
@@ -213,6 +220,9 @@ func runAllowance(t *testing.T, newStore NewStore, k Kind, seed uint64) {
 		case op < 50: // a take, which may cost less or more than it took (settled later)
 			receipt := &ratelimit.Receipt{}
 			o, err := store.Apply(ctx, ratelimit.Request{Key: key, N: n, Spec: specs[ri], Receipt: receipt})
+			if errors.Is(err, ratelimit.ErrInvalidN) { // more than a part of the key ever admits (a Shard's): refused, as a denial is
+				err, o = nil, ratelimit.Outcome{}
+			}
 			if err != nil {
 				fail("a take of %d: %v", n, err)
 			}
@@ -272,7 +282,7 @@ func runAllowance(t *testing.T, newStore NewStore, k Kind, seed uint64) {
 			m.restart()
 			what = "reset"
 		default: // a peek, which changes nothing
-			if _, err := l.PeekN(ctx, key, n); err != nil {
+			if _, err := l.PeekN(ctx, key, n); err != nil && !errors.Is(err, ratelimit.ErrInvalidN) {
 				fail("PeekN(%d): %v", n, err)
 			}
 			what = fmt.Sprintf("peek %d", n)
@@ -291,65 +301,80 @@ func runAllowance(t *testing.T, newStore NewStore, k Kind, seed uint64) {
 func checkAllowance(name string, rules [2]ratelimit.Rule, m *keyModel) string {
 	p := rules[0].Period.Microseconds()
 	for s, sg := range m.segments {
-		seg, rule := sg.as, rules[sg.rule]
+		if msg := checkWindows(name, p, rules[sg.rule], sg.as, sg.carry); msg != "" {
+			return fmt.Sprintf("segment %d: %s", s, msg)
+		}
+		if name != "tokenbucket" && name != "leakybucket" {
+			continue
+		}
+		seg, rule := slices.Clone(sg.as), rules[sg.rule]
 		limit, capacity := rule.Limit, core.Capacity(rule)
-		switch name {
-		case "fixedwindow", "slidingwindow":
-			windows := map[int64][]admission{}
-			for _, a := range seg {
-				w := mathx.FloorDiv(a.at, p)
-				windows[w] = append(windows[w], a)
-			}
-			for w, as := range windows {
-				if sum, allowed := total(as), limit+slack(as, limit); sum > allowed {
-					return fmt.Sprintf("segment %d: %d admitted in the window starting at %v; at most %d", s, sum, time.Duration(w*p)*time.Microsecond, allowed)
-				}
-				if name != "slidingwindow" {
-					continue
-				}
-				// the estimate at each admission, of the true costs: the previous window's
-				// weighed by what is left of it, in the store's ticks
-				tick := int64(1)
-				if p%1000 == 0 {
-					tick = 1000
-				}
-				ticks, prev := p/tick, windows[w-1]
-				sofar := int64(0)
-				for _, a := range as {
-					sofar += a.cost
-					e := (a.at - w*p) / tick
-					both := append(append([]admission{}, prev...), as...)
-					if est, bound := sofar*ticks+total(prev)*(ticks-e), (limit+slack(both, limit))*ticks; est > bound {
-						return fmt.Sprintf("segment %d: an estimate of %d/%d at %v; at most %d", s, est, ticks,
-							time.Duration(a.at)*time.Microsecond, limit+slack(both, limit))
-					}
+		// the buckets: their capacity, and their rate over any interval
+		slices.SortStableFunc(seg, func(a, b admission) int { return cmp.Compare(a.at, b.at) })
+		for i := range seg {
+			for j := i; j < len(seg); j++ {
+				in := seg[i : j+1]
+				span := seg[j].at - seg[i].at
+				sum, extra := total(in), slack(in, capacity)
+				if sum*p > (capacity+extra)*p+limit*span {
+					return fmt.Sprintf("segment %d: %d admitted from %v to %v; at most %d and %d per %v over it", s, sum,
+						time.Duration(seg[i].at)*time.Microsecond, time.Duration(seg[j].at)*time.Microsecond, capacity+extra, limit, rule.Period)
 				}
 			}
-		case "slidinglog":
-			for _, a := range seg {
-				var in []admission
-				for _, b := range seg {
-					if b.at <= a.at && a.at-b.at < p {
-						in = append(in, b)
-					}
-				}
-				if sum, allowed := total(in), limit+slack(in, limit); sum > allowed {
-					return fmt.Sprintf("segment %d: %d admitted in the period up to %v; at most %d", s, sum, time.Duration(a.at)*time.Microsecond, allowed)
+		}
+	}
+	return ""
+}
+
+// checkWindows is what the admissions of one segment under rule (of period p, in
+// microseconds) break of the windowed algorithms' bounds (a fixed window's count, the
+// sliding window counter's estimate at each admission, the sliding log's any period), by
+// more than their slack and carry, or "" (and "" for the buckets).
+func checkWindows(name string, p int64, rule ratelimit.Rule, seg []admission, carry int64) string {
+	limit := rule.Limit
+	slack := func(as []admission, size int64) int64 { return slack(as, size) + carry }
+	switch name {
+	case "fixedwindow", "slidingwindow":
+		windows := map[int64][]admission{}
+		for _, a := range seg {
+			w := mathx.FloorDiv(a.at, p)
+			windows[w] = append(windows[w], a)
+		}
+		for w, as := range windows {
+			if sum, allowed := total(as), limit+slack(as, limit); sum > allowed {
+				return fmt.Sprintf("%d admitted in the window starting at %v; at most %d", sum, time.Duration(w*p)*time.Microsecond, allowed)
+			}
+			if name != "slidingwindow" {
+				continue
+			}
+			// the estimate at each admission, of the true costs: the previous window's
+			// weighed by what is left of it, in the store's ticks
+			tick := int64(1)
+			if p%1000 == 0 {
+				tick = 1000
+			}
+			ticks, prev := p/tick, windows[w-1]
+			sofar := int64(0)
+			for _, a := range as {
+				sofar += a.cost
+				e := (a.at - w*p) / tick
+				both := append(append([]admission{}, prev...), as...)
+				if est, bound := sofar*ticks+total(prev)*(ticks-e), (limit+slack(both, limit))*ticks; est > bound {
+					return fmt.Sprintf("an estimate of %d/%d at %v; at most %d", est, ticks,
+						time.Duration(a.at)*time.Microsecond, limit+slack(both, limit))
 				}
 			}
-		default: // the buckets: their capacity, and their rate over the interval
-			seg := slices.Clone(seg)
-			slices.SortStableFunc(seg, func(a, b admission) int { return cmp.Compare(a.at, b.at) })
-			for i := range seg {
-				for j := i; j < len(seg); j++ {
-					in := seg[i : j+1]
-					span := seg[j].at - seg[i].at
-					sum, extra := total(in), slack(in, capacity)
-					if sum*p > (capacity+extra)*p+limit*span {
-						return fmt.Sprintf("segment %d: %d admitted from %v to %v; at most %d and %d per %v over it", s, sum,
-							time.Duration(seg[i].at)*time.Microsecond, time.Duration(seg[j].at)*time.Microsecond, capacity+extra, limit, rule.Period)
-					}
+		}
+	case "slidinglog":
+		for _, a := range seg {
+			var in []admission
+			for _, b := range seg {
+				if b.at <= a.at && a.at-b.at < p {
+					in = append(in, b)
 				}
+			}
+			if sum, allowed := total(in), limit+slack(in, limit); sum > allowed {
+				return fmt.Sprintf("%d admitted in the period up to %v; at most %d", sum, time.Duration(a.at)*time.Microsecond, allowed)
 			}
 		}
 	}
