@@ -1,15 +1,23 @@
 // Llmproxy is a proxy in front of a language model's API, limited in tokens a minute per
 // API key: a request is admitted on an estimate (the words of its prompt, the part known
 // before the answer), passed to the upstream, and charged the tokens the upstream says
-// it used, completion included, once the answer is done. A key that used more than it had left is in debt: its next
-// requests are answered 429, with the exact Retry-After, until the debt is repaid.
+// it used, completion included, once the answer is done. A key that used more than it
+// had left is in debt: its next requests are answered 429, with the exact Retry-After,
+// until the debt is repaid.
 //
 //	go run ./examples/llmproxy          # a demo: a built-in fake upstream, one client, printed
 //	go run ./examples/llmproxy -serve   # serve on :8081 in front of the fake (or -upstream URL)
 //
-// The fake upstream answers as OpenAI's chat completions do, with the usage in the body;
-// the proxy reads it from there and hands it to the limiter in a header
-// (X-Usage-Total-Tokens), which the client sees too.
+// It speaks both APIs' formats, OpenAI's chat completions and Anthropic's messages, as
+// JSON and as streams (Server-Sent Events), and reads the usage each reports: a JSON
+// answer's usage, OpenAI's last chunk of a stream (the proxy asks for it, with
+// stream_options.include_usage, when the client did not), Anthropic's message_start and
+// message_delta. A stream that reports no usage, or is cut short (the client left, the
+// upstream failed), is charged what it produced: a token per delta of content, after its
+// input. The client sees the tokens charged in X-Usage-Total-Tokens: a header of a JSON
+// answer, a trailer of a stream. A request body over 1 MiB is refused with 413, before
+// anything is charged. The built-in fake upstream answers in both formats, streamed or
+// not.
 package main
 
 import (
@@ -21,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -28,6 +37,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -39,7 +49,8 @@ import (
 // usageHeader carries the tokens a completion used, from the proxy to the limiter.
 const usageHeader = "X-Usage-Total-Tokens"
 
-// maxBody bounds the request bodies the proxy reads for its estimate.
+// maxBody bounds the request bodies the proxy takes (a larger one is refused with 413),
+// and the JSON answers it reads for their usage.
 const maxBody = 1 << 20
 
 func main() {
@@ -72,16 +83,48 @@ func main() {
 	log.Fatal(http.ListenAndServe(*addr, proxy(u, limiter)))
 }
 
-// proxy is the limited reverse proxy to upstream.
+// proxy is the limited reverse proxy to upstream: a gate that reads the request (and
+// refuses one too large), the limiter's Middleware, and the reverse proxy, whose answers
+// a meter reads for their usage as they pass.
 func proxy(upstream *url.URL, limiter *tokenbucket.Limiter) http.Handler {
 	rp := httputil.NewSingleHostReverseProxy(upstream)
 	rp.ModifyResponse = func(resp *http.Response) error {
-		used, err := usage(resp)
-		if err != nil {
-			return err
+		x := exchangeOf(resp.Request)
+		if x == nil || resp.StatusCode != http.StatusOK {
+			return nil // a failed answer: the estimate stands
 		}
-		if used >= 0 {
-			resp.Header.Set(usageHeader, strconv.FormatInt(used, 10))
+		media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+		switch media {
+		case "text/event-stream": // read as it streams; the tokens in a trailer at its end
+			if resp.Trailer == nil {
+				resp.Trailer = http.Header{}
+			}
+			resp.Trailer[usageHeader] = nil // announced: the reverse proxy sends it after the body
+			resp.Body = newMeter(resp.Body, true, x.prompt, func(u Usage, known bool) {
+				x.settle(u, known)
+				if known {
+					resp.Trailer.Set(usageHeader, strconv.FormatInt(u.Total(), 10))
+				}
+			})
+		case "application/json": // read whole, for the tokens in a header
+			m := newMeter(resp.Body, false, x.prompt, x.settle)
+			body, err := io.ReadAll(io.LimitReader(m, maxBody+1))
+			if err != nil {
+				m.Close()
+				return err
+			}
+			if len(body) > maxBody { // too large to read whole: passed on, and its usage unread (the estimate stands)
+				resp.Body = struct {
+					io.Reader
+					io.Closer
+				}{io.MultiReader(bytes.NewReader(body), m), m}
+				return nil
+			}
+			m.Close()
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+			if u, known := x.result(); known {
+				resp.Header.Set(usageHeader, strconv.FormatInt(u.Total(), 10))
+			}
 		}
 		return nil
 	}
@@ -91,115 +134,123 @@ func proxy(upstream *url.URL, limiter *tokenbucket.Limiter) http.Handler {
 		KeyError: func(w http.ResponseWriter, r *http.Request, err error) {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 		},
-		Cost:       &ratelimit.Cost{Estimate: estimate, Actual: ratelimit.CostHeader(usageHeader), Unit: "tokens"},
+		Cost:       &ratelimit.Cost{Estimate: estimate, Actual: actual, Unit: "tokens"},
 		PolicyName: func(*http.Request) string { return "tokens-per-minute" },
 	}
-	return mw.Wrap(rp)
+	return gate(mw.Wrap(recoverAbort(rp)))
 }
 
-// apiKey is the request's bearer token.
+// exchange is what the proxy knows of one request: its estimate, and what its answer
+// cost once the meter read it.
+type exchange struct {
+	prompt int64
+	mu     sync.Mutex
+	usage  Usage
+	known  bool
+	abort  bool // the answer was cut short: the connection is aborted once it is charged
+}
+
+func (x *exchange) settle(u Usage, known bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.usage, x.known = u, known
+}
+
+func (x *exchange) result() (Usage, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.usage, x.known
+}
+
+type exchangeKey struct{}
+
+// exchangeOf is r's exchange, nil for a request that did not pass the gate.
+func exchangeOf(r *http.Request) *exchange {
+	x, _ := r.Context().Value(exchangeKey{}).(*exchange)
+	return x
+}
+
+// gate reads a request's body (up to maxBody: more is refused with 413, and nothing is
+// charged), asks a stream in OpenAI's format for its usage, and puts the request's
+// exchange in its context, for the estimate and the meter. A stream cut short is charged
+// what it produced, then its connection aborted, as the reverse proxy asked.
+func gate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > maxBody {
+			http.Error(w, fmt.Sprintf("a request body of %d bytes: at most %d", r.ContentLength, maxBody), http.StatusRequestEntityTooLarge)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+		if err != nil {
+			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if len(body) > maxBody {
+			http.Error(w, fmt.Sprintf("a request body over %d bytes", maxBody), http.StatusRequestEntityTooLarge)
+			return
+		}
+		req, body := readRequest(r.URL.Path, body)
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		x := &exchange{prompt: promptTokens(req)}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
+		if x.abort {
+			panic(http.ErrAbortHandler)
+		}
+	})
+}
+
+// recoverAbort takes the reverse proxy's abort of an answer cut short (http.ErrAbortHandler)
+// as the end of the answer, so that the Middleware charges what it cost; the gate aborts
+// the connection after.
+func recoverAbort(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				x := exchangeOf(r)
+				if v != http.ErrAbortHandler || x == nil {
+					panic(v)
+				}
+				x.abort = true
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// apiKey is the request's bearer token, or Anthropic's x-api-key.
 func apiKey(r *http.Request) (string, error) {
+	if key := r.Header.Get("X-Api-Key"); key != "" {
+		return key, nil
+	}
 	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || key == "" {
-		return "", errors.New("an API key is required: Authorization: Bearer <key>")
+		return "", errors.New("an API key is required: Authorization: Bearer <key>, or X-Api-Key")
 	}
 	return key, nil
 }
-
-// chatRequest is the part of a chat completion request the proxy reads.
-type chatRequest struct {
-	Messages []struct {
-		Content string `json:"content"`
-	} `json:"messages"`
-	MaxTokens int64 `json:"max_tokens"`
-}
-
-// defaultMaxTokens is the completion a request without max_tokens is estimated at.
-const defaultMaxTokens = 256
 
 // estimate is what a request is admitted on: its prompt's words (about its tokens), the
 // part of its cost known before the answer; a key with that much left is admitted, and
 // the completion is charged after, in debt if need be. (Admitting on the prompt and
 // max_tokens instead never leaves a key in debt, and refuses a long answer a key could
-// have afforded.) The body is read and put back for the upstream.
+// have afforded.)
 func estimate(r *http.Request) int64 {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	var req chatRequest
-	if err != nil || json.Unmarshal(body, &req) != nil {
-		return 1
+	if x := exchangeOf(r); x != nil {
+		return max(1, x.prompt)
 	}
-	return promptTokens(req)
+	return 1
 }
 
-// cmp is n, or def when n is not above 0.
-func cmp(n, def int64) int64 {
-	if n > 0 {
-		return n
-	}
-	return def
-}
-
-// promptTokens counts a request's prompt as the fake model does: a token a word.
-func promptTokens(req chatRequest) int64 {
-	var n int64
-	for _, m := range req.Messages {
-		n += int64(len(strings.Fields(m.Content)))
-	}
-	return n
-}
-
-// completion is the part of a chat completion answer the proxy reads.
-type completion struct {
-	Usage struct {
-		PromptTokens     int64 `json:"prompt_tokens"`
-		CompletionTokens int64 `json:"completion_tokens"`
-		TotalTokens      int64 `json:"total_tokens"`
-	} `json:"usage"`
-}
-
-// usage is the total tokens a successful JSON answer reports, or -1 for any other
-// answer (the estimate then stands); the body is put back for the client.
-func usage(resp *http.Response) (int64, error) {
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		return -1, nil
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return -1, err
-	}
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	var c completion
-	if json.Unmarshal(body, &c) != nil || c.Usage.TotalTokens < 0 {
-		return -1, nil
-	}
-	return c.Usage.TotalTokens, nil
-}
-
-// fakeModel answers chat completions as a model would, deterministically: a token a word
-// of the prompt, and a completion of up to max_tokens, as long as the prompt words
-// times 4 (a long question, a long answer).
-func fakeModel() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
-		var req chatRequest
-		if err := json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&req); err != nil {
-			http.Error(w, "a chat completion request in JSON, please: "+err.Error(), http.StatusBadRequest)
-			return
+// actual is what the answer cost, as its meter read it; -1 (the estimate stands) for an
+// answer that said nothing of it (a failure, a format the proxy does not read).
+func actual(r *http.Request, _ ratelimit.Answer) int64 {
+	if x := exchangeOf(r); x != nil {
+		if u, known := x.result(); known {
+			return u.Total()
 		}
-		var c completion
-		c.Usage.PromptTokens = promptTokens(req)
-		c.Usage.CompletionTokens = min(cmp(req.MaxTokens, defaultMaxTokens), 4*c.Usage.PromptTokens)
-		c.Usage.TotalTokens = c.Usage.PromptTokens + c.Usage.CompletionTokens
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{
-			"object":  "chat.completion",
-			"choices": []map[string]any{{"message": map[string]string{"role": "assistant", "content": strings.Repeat("word ", int(c.Usage.CompletionTokens))}}},
-			"usage":   c.Usage,
-		})
-	})
-	return mux
+	}
+	return -1
 }
 
 // demo runs one client against the proxy and the fake upstream, in memory on a fake
@@ -218,40 +269,52 @@ func demo(out io.Writer) error {
 	fmt.Fprintln(out, "charged what the model used, its completion included: a key that used more than it had")
 	fmt.Fprintln(out, "is in debt, and waits until it is repaid.")
 	fmt.Fprintln(out)
-	fmt.Fprintf(out, "%-8s %-32s %6s %9s %5s %10s %12s\n", "at", "request", "status", "estimate", "used", "remaining", "retry-after")
+	fmt.Fprintf(out, "%-8s %-36s %6s %9s %5s %10s %12s\n", "at", "request", "status", "estimate", "used", "remaining", "retry-after")
 	for _, step := range []struct {
 		at     time.Duration
 		prompt string
 		max    int64
+		stream bool
 	}{
-		{0, strings.Repeat("tell me a story ", 25), 1000}, // 100 words: 100 + 400 used
-		{time.Second, strings.Repeat("and another one ", 50), 1000},
-		{2 * time.Second, strings.Repeat("more ", 200), 1000},
-		{3 * time.Second, "hello there", 100},
-		{30 * time.Second, "hello there", 100},
-		{45 * time.Second, "hello there", 100},
+		{0, strings.Repeat("tell me a story ", 25), 1000, false}, // 100 words: 100 + 400 used
+		{time.Second, strings.Repeat("and another one ", 50), 1000, false},
+		{2 * time.Second, strings.Repeat("more ", 200), 1000, false},
+		{3 * time.Second, "hello there", 100, false},
+		{30 * time.Second, "hello there", 100, false},
+		{45 * time.Second, "hello there", 100, false},
+		{50 * time.Second, strings.Repeat("go on ", 50), 500, true}, // streamed, charged all the same
+		{51 * time.Second, "hello there", 100, false},
 	} {
 		clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(step.at))
-		body, _ := json.Marshal(map[string]any{"model": "fake", "max_tokens": step.max,
+		body, _ := json.Marshal(map[string]any{"model": "fake", "max_tokens": step.max, "stream": step.stream,
 			"messages": []map[string]string{{"role": "user", "content": step.prompt}}})
 		r := httptest.NewRequestWithContext(context.Background(), "POST", "/v1/chat/completions", bytes.NewReader(body))
 		r.Header.Set("Authorization", "Bearer key-1")
 		r.Header.Set("Content-Type", "application/json")
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		var req chatRequest
+		var req modelRequest
 		_ = json.Unmarshal(body, &req)
 		used := w.Header().Get(usageHeader)
 		if used == "" {
 			used = "-"
 		}
-		line := fmt.Sprintf("%-8v %-32s %6d %9d %5s %10s %12s", step.at, fmt.Sprintf("%d words, max_tokens %d", promptTokens(req), step.max),
+		line := fmt.Sprintf("%-8v %-36s %6d %9d %5s %10s %12s", step.at, describe(req),
 			w.Code, promptTokens(req), used, w.Header().Get("X-RateLimit-Remaining"), w.Header().Get("Retry-After"))
 		fmt.Fprintln(out, strings.TrimRight(line, " "))
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "RateLimit-Policy:", policyOf(h))
 	return nil
+}
+
+// describe is a request of the demo, in a few words.
+func describe(req modelRequest) string {
+	s := fmt.Sprintf("%d words, max_tokens %d", promptTokens(req), req.maxTokens())
+	if req.Stream {
+		s += ", streamed"
+	}
+	return s
 }
 
 // policyOf is the RateLimit-Policy field of a request of h by a new key.
