@@ -25,7 +25,10 @@ import (
 // the leases of a holder that crashed, or of an instance that lost its connection, come
 // back without anyone releasing them; work that may outlast the duration extends its
 // lease (Lease.Extend; Middleware does it for the requests it holds). Releasing twice, or
-// after the lease expired, changes nothing, and never frees another holder's lease.
+// after the lease expired, frees nothing, and never another holder's lease; a release of
+// a lease not held is remembered for a lease's duration, so that an acquire that reaches
+// the store after its own release (its caller gave up while Redis was stalled, and the
+// two went on different connections) takes nothing.
 //
 // Every store runs it: localstore in memory, redisstore on Redis (one script per
 // acquire, release and extend; each key's TTL follows its latest lease), and fallback,

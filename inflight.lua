@@ -1,13 +1,15 @@
--- The in-flight limit, as acquireLease, releaseLease and extendLease in inflight.go.
--- KEYS[1]: the key's leases, a sorted set of lease ids scored by their expiry (us since
--- the Unix epoch); its TTL is the latest expiry's. lease is the id of the lease a take
--- acquires, a refund releases or an extension renews, as a string; period is a lease's
--- duration (us).
-local key = KEYS[1]
+-- The in-flight limit, as acquireLease, releaseLease and extendLease in
+-- inflight_algorithm.go. KEYS[1]: the key's leases, a sorted set of lease ids scored by
+-- their expiry (us since the Unix epoch); its TTL is the latest expiry's. KEYS[2]: the
+-- leases released while not held, scored by when that is forgotten (a lease's duration
+-- after), so that an acquire that runs after its release takes nothing; its TTL is the
+-- latest of them. lease is the id of the lease a take acquires, a refund releases or an
+-- extension renews, as a string; period is a lease's duration (us).
+local key, released = KEYS[1], KEYS[2]
 local after = '(' .. int(now) -- scores after now: the leases alive
 
 if op == RESET then -- forget every lease; answer as a peek
-  redis.call('DEL', key)
+  redis.call('DEL', key, released)
   op = PEEK
 end
 local dry = op == PEEK
@@ -15,9 +17,11 @@ local dry = op == PEEK
 -- that went back, are brought to it (read so when nothing is written)
 local horizon = now + period
 if not dry then
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now))
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', key, '(' .. int(horizon), '+inf')) do
-    redis.call('ZADD', key, int(horizon), id)
+  for _, k in ipairs({key, released}) do
+    redis.call('ZREMRANGEBYSCORE', k, '-inf', int(now))
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', k, '(' .. int(horizon), '+inf')) do
+      redis.call('ZADD', k, int(horizon), id)
+    end
   end
 end
 
@@ -29,12 +33,25 @@ local function alive(id)
   return false
 end
 
+-- when the release of the lease id, while not held, is forgotten, if it is not yet, else
+-- false
+local function gone(id)
+  if id == '0' then return false end
+  local at = tonumber(redis.call('ZSCORE', released, id))
+  if at and at > now then return min(at, horizon) end -- brought to it, if a peek read it so
+  return false
+end
+
 local until_, wrote, extended = now + period, false, 0
 if op == REFUND or op == EXTEND then -- then answer as a peek of a new lease
   local expires = alive(lease)
   if expires and op == REFUND then
     redis.call('ZREM', key, lease)
     gave = 1
+  elseif op == REFUND and tonumber(lease) > 0 and not gone(lease) then -- not held: kept released
+    redis.call('ZADD', released, int(until_), lease)
+    local last = redis.call('ZREVRANGE', released, 0, 0, 'WITHSCORES')
+    redis.call('PEXPIRE', released, max(1, -floor(-(min(tonumber(last[2]), horizon) - now) / 1000)))
   elseif expires then
     extended = 1
     if until_ > expires then
@@ -48,8 +65,10 @@ end
 -- a take (a peek when dry): renew the lease held, or add it if there is room
 local held = redis.call('ZCOUNT', key, after, '+inf')
 local expires = alive(lease)
+local refused = not expires and gone(lease) -- released before this acquire ran
 local added = false
-if expires then
+if refused then
+elseif expires then
   allowed = 1
   if not dry and until_ > expires then
     redis.call('ZADD', key, int(until_), lease)
@@ -70,10 +89,11 @@ if wrote then
 end
 if added then held = held + 1 end
 if added or expires then latest = max(latest or 0, until_) end
-if allowed == 0 and held > 0 then -- until enough leases expire that one fits with keep
+if allowed == 0 and held > 0 and not refused then -- until enough leases expire that one fits with keep
   local first = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', held + keep - limit, 1)
   retry = min(tonumber(first[2]), horizon) - now
 end
 if latest then reset = latest - now end
+if refused then retry = refused - now end
 if op == EXTEND then allowed = extended end
 remaining = max(0, limit - held - keep)

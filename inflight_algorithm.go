@@ -10,16 +10,21 @@ import (
 )
 
 // InFlightAlgorithm is the in-flight limit as stores see it: an algorithm of leases (see
-// Algorithm.Extend), for redisstore.LoadScripts and third-party stores.
+// Algorithm.Extend), for redisstore.LoadScripts and third-party stores. A release
+// (a refund) of a lease not held is remembered for a lease's duration, in the key's
+// state, and an acquire of that lease meanwhile is denied, its RetryAfter until the
+// release is forgotten: the acquire of a caller that gave up, run late, after the
+// release sent for it. A store keeps a key with such a release that long.
 func InFlightAlgorithm() *Algorithm { return &inflight }
 
 // inflight is the in-flight limit. Its state: Log holds the leases, At each one's expiry
-// and N its id (unordered, at most Limit of them while the limit stays); Level is their
-// number.
+// and N its id (unordered, at most Limit of them while the limit stays), and the leases
+// released while not held, At when that is forgotten and N minus the id (lease ids are
+// above 0); Level is the number of leases.
 var inflight = Algorithm{
 	Name:       "inflight",
 	Script:     inflightScript,
-	ScriptKeys: []string{"leases"},
+	ScriptKeys: []string{"leases", "released"},
 	Prepare:    prepareInFlight,
 	Step:       acquireLease,
 	Refund:     releaseLease,
@@ -54,7 +59,8 @@ func expireLeases(st *State, now, period int64) {
 }
 
 // findLease is the index of lease id in log, or -1; the lease 0 is never found (each
-// take without an id holds a lease of its own).
+// take without an id holds a lease of its own). The record of a lease released while not
+// held is found as -id.
 func findLease(log *eventlog.Log, id int64) int {
 	if id == 0 {
 		return -1
@@ -67,40 +73,52 @@ func findLease(log *eventlog.Log, id int64) int {
 	return -1
 }
 
+// heldLeases are the expiries of the leases log holds (those of id 0 too, each a lease
+// of its own), not of the releases it remembers.
+func heldLeases(log *eventlog.Log) []int64 {
+	var at []int64
+	for i := 0; i < log.Len(); i++ {
+		if e := log.At(i); e.N >= 0 {
+			at = append(at, e.At)
+		}
+	}
+	return at
+}
+
 // acquireLease takes a lease a.Lease for a.Period, if fewer than a.Limit are held (a
-// lease held already is renewed).
+// lease held already is renewed), unless it was released before (an acquire that ran
+// after its release: see releaseLease).
 func acquireLease(st *State, now int64, a Args) Outcome {
 	expireLeases(st, now, a.Period)
 	allowed, keep := true, a.Keep
+	held, gone := heldLeases(st.Log), findLease(st.Log, -a.Lease)
 	if i := findLease(st.Log, a.Lease); i >= 0 {
 		renew(st.Log, i, now+a.Period)
-	} else if int64(st.Log.Len())+keep < a.Limit {
+	} else if gone >= 0 {
+		allowed = false
+	} else if int64(len(held))+keep < a.Limit {
 		st.Log.Append(eventlog.Event{At: now + a.Period, N: a.Lease})
 	} else {
 		allowed = false
 	}
-	st.Level = int64(st.Log.Len())
+	held = heldLeases(st.Log) // as renewed or added
+	st.Level = int64(len(held))
 	d := a.Outcome(allowed, max(0, a.Limit-st.Level-keep), 0, 0)
-	if st.Log.Len() > 0 {
-		first, last := st.Log.At(0).At, st.Log.At(0).At
-		for i := 1; i < st.Log.Len(); i++ {
-			at := st.Log.At(i).At
-			first, last = min(first, at), max(last, at)
-		}
+	if len(held) > 0 {
+		first, last := slices.Min(held), slices.Max(held)
 		// until enough leases expire that this one fits with what it keeps: the oldest,
 		// unless a lower limit per call or a reserve asks for more
 		if k := st.Level + keep - a.Limit; !allowed && k > 0 {
-			expiries := make([]int64, st.Log.Len())
-			for i := range expiries {
-				expiries[i] = st.Log.At(i).At
-			}
-			slices.Sort(expiries)
-			first = expiries[k]
+			slices.Sort(held)
+			first = held[k]
 		}
 		if !allowed {
 			d.Wait = mathx.Micros(first - now)
 		}
 		d.Reset = mathx.Micros(last - now)
+	}
+	if gone >= 0 && !allowed { // released: until that is forgotten
+		d.Wait = mathx.Micros(st.Log.At(gone).At - now)
 	}
 	return d
 }
@@ -112,22 +130,26 @@ func renew(log *eventlog.Log, i int, at int64) {
 	log.Set(i, e)
 }
 
-// releaseLease drops the lease a.Lease, if held, and says whether it was.
+// releaseLease drops the lease a.Lease, if held, and says whether it was. A lease not
+// held is kept released for a.Period: an acquire of it that runs after (sent before its
+// release, and held up in a Redis that stopped, on another connection) takes nothing.
 func releaseLease(st *State, now int64, a Args) int64 {
 	expireLeases(st, now, a.Period)
 	released := int64(0)
 	if i := findLease(st.Log, a.Lease); i >= 0 {
 		st.Log.Remove(i)
 		released = 1
+	} else if a.Lease > 0 && findLease(st.Log, -a.Lease) < 0 {
+		st.Log.Append(eventlog.Event{At: now + a.Period, N: -a.Lease})
 	}
-	st.Level = int64(st.Log.Len())
+	st.Level = int64(len(heldLeases(st.Log)))
 	return released
 }
 
 // extendLease renews the lease a.Lease, if held, to expire a.Period after now.
 func extendLease(st *State, now int64, a Args) bool {
 	expireLeases(st, now, a.Period)
-	st.Level = int64(st.Log.Len())
+	st.Level = int64(len(heldLeases(st.Log)))
 	i := findLease(st.Log, a.Lease)
 	if i >= 0 {
 		renew(st.Log, i, now+a.Period)

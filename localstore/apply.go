@@ -79,11 +79,22 @@ func (e *entry) take(alg *ratelimit.Algorithm, now int64, args *ratelimit.Args, 
 		a.Taken = core.TakenNow
 	}
 	o = alg.Step(&e.state, now, a)
-	e.expires = now + expiry(o.Reset)
+	e.keep(alg, now, o.Reset)
 	if receipt != nil && o.Allowed() {
 		receipt.At = e.state.Time
 	}
 	return o, true
+}
+
+// keep sets when e expires after a decision at now whose Outcome's Reset was reset: then,
+// or, for an algorithm of leases, no sooner than before (the releases it remembers
+// outlive its leases: see ratelimit.InFlightAlgorithm).
+func (e *entry) keep(alg *ratelimit.Algorithm, now int64, reset time.Duration) {
+	until := now + expiry(reset)
+	if alg.Extend != nil {
+		until = max(until, e.expires)
+	}
+	e.expires = until
 }
 
 // takeLocked is a take under the shard's lock: for a new key, a sweep due, or a key
@@ -118,7 +129,8 @@ func (s *Store) applyOp(req ratelimit.Request) (ratelimit.Outcome, error) {
 }
 
 // other is Apply for a peek, a refund, a reset, an extension or a debit, under the
-// shard's lock: only a debit adds a key.
+// shard's lock: only a debit adds a key, and a release of a lease (remembered when it was
+// not held).
 func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, args ratelimit.Args, now int64) (ratelimit.Outcome, error) {
 	alg := sp.alg
 	switch req.Spec.Op {
@@ -140,8 +152,8 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 	t := sh.table(sp)
 	sh.sweepIfDue(now, s.sweepEvery)
 	e := t.keys.get(h, req.Key)
-	if e == nil && req.Spec.Op == "debit" {
-		e = s.add(sh, &t.keys, h, req.Key, now, &entry{})
+	if e == nil && (req.Spec.Op == "debit" || req.Spec.Op == "refund" && alg.Extend != nil && args.Lease > 0) {
+		e = s.add(sh, &t.keys, h, req.Key, now, &entry{}) // a debt, or a lease released before its acquire ran
 	}
 	if e != nil {
 		e.mu.Lock()
@@ -156,6 +168,9 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 	case "refund":
 		if e != nil {
 			alg.Refund(&e.state, now, args) // the key is full no later than before: expires stays
+			if alg.Extend != nil {          // but a lease released while not held is remembered a lease's duration
+				e.expires = max(e.expires, now+expiry(time.Duration(args.Period)*time.Microsecond))
+			}
 		}
 	case "reset":
 		if e != nil && alg.Void != nil { // forgotten, but for what voids the receipts of its takes

@@ -124,7 +124,7 @@ func (b *batch) commit(now int64) []ratelimit.Outcome {
 			b.s.add(sh, &sh.table(b.spaces[i]).keys, b.hashes[i], r.Key, now, e)
 		}
 		e.state = b.states[i]
-		e.expires = now + expiry(b.ds[i].Reset)
+		e.keep(b.spaces[i].alg, now, b.ds[i].Reset)
 		if rc := r.Receipt; rc != nil {
 			rc.At = e.state.Time
 		}

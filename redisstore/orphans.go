@@ -15,10 +15,12 @@ import (
 // that holds packets). Such a lease would hold a slot nobody releases until it expires,
 // and turn a short stall into an outage of the lease's duration once Redis answers
 // again. Each is released in the background, again and again while Redis does not
-// answer, until a release succeeds or the lease would have expired anyway. A release
-// sent after the acquire runs after it: Redis runs a connection's commands in order,
-// and the commands that wait in its sockets while it is stopped in the order they came.
-// Releasing a lease that was never taken changes nothing.
+// answer, until a release succeeds or the lease would have expired anyway. The release
+// may run before its acquire: each goes on a connection of its own (the acquire's was
+// closed when its caller gave up), and a Redis that resumes runs the commands waiting in
+// its sockets in no order between connections. Either order ends the same: a release of
+// a lease not held is remembered for a lease's duration, and the acquire that runs after
+// it takes nothing (see ratelimit.InFlightAlgorithm).
 type orphans struct {
 	mu      sync.Mutex
 	pending []orphan

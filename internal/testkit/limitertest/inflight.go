@@ -19,6 +19,7 @@ func testInFlight(t *testing.T, newStore NewStore) {
 	t.Run("bad input", func(t *testing.T) { testInFlightBadInput(t, newStore) })
 	t.Run("keys apart", func(t *testing.T) { testInFlightKeys(t, newStore) })
 	t.Run("clock stepped back", func(t *testing.T) { testInFlightClockBack(t, newStore) })
+	t.Run("released before acquired", func(t *testing.T) { testInFlightReleasedFirst(t, newStore) })
 }
 
 // testInFlightClockBack: leases taken an hour ahead, the clock stepped back an hour: no
@@ -318,5 +319,43 @@ func testInFlightKeys(t *testing.T, newStore NewStore) {
 		if d, err := rl.Allow(context.Background(), "k"); err != nil || !d.Allowed {
 			t.Errorf("%s beside leases: %+v, %v; want allowed", k.Name, d, err)
 		}
+	}
+}
+
+// testInFlightReleasedFirst: the release of an acquire whose caller gave up can reach the
+// store before the acquire (a stalled Redis runs the commands of two connections in any
+// order): the acquire that runs after it takes nothing, for a lease duration (limit 2,
+// leases of 10s: released at 0s, twice, the acquire at 1s is denied until 10s, and the
+// key keeps both its leases for others). Another lease acquired meanwhile is held as
+// ever, and once the release is forgotten the lease's id is a lease's like any other.
+func testInFlightReleasedFirst(t *testing.T, newStore NewStore) {
+	clk := clock.NewFake(Start)
+	store := newStore(t, clk)
+	ctx := context.Background()
+	apply := func(op string, lease int64) ratelimit.Decision {
+		t.Helper()
+		sp := &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: "first",
+			Rule: ratelimit.Rule{Limit: 2, Period: 10 * time.Second}, Lease: lease, Op: op}
+		o, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: sp})
+		if err != nil {
+			t.Fatalf("%q of %d: %v", op, lease, err)
+		}
+		return o.Decision()
+	}
+	apply("refund", 77) // the release, first
+	apply("refund", 77) // and again, as the orphans' releaser may
+	clk.Advance(time.Second)
+	if d := apply("", 77); d.Allowed || d.RetryAfter != 9*time.Second {
+		t.Errorf("an acquire after its release: %+v; want denied for 9s, until the release is forgotten", d)
+	}
+	if d := apply("peek", 0); !d.Allowed || d.Remaining != 1 {
+		t.Errorf("the key after a late acquire: %+v; want both leases free (1 left after a peek's)", d)
+	}
+	if d := apply("", 78); !d.Allowed || d.Remaining != 1 {
+		t.Errorf("another acquire: %+v; want a lease, 1 left", d)
+	}
+	clk.Advance(9 * time.Second)
+	if d := apply("", 77); !d.Allowed || d.Remaining != 0 {
+		t.Errorf("an acquire of the lease once its release is forgotten: %+v; want it held, beside the other", d)
 	}
 }
