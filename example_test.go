@@ -400,6 +400,31 @@ func ExampleAlgorithmLimiter_AllowAtMost() {
 	// after a debit of 15: false 1.6s
 }
 
+// A request admitted on an estimate (a completion's max_tokens) is charged what it really
+// cost once known: what it did not use comes back, but a refund never gives back more than
+// the key still lacks: a request that ends after the key has filled up again gives back
+// nothing, whatever it did not use.
+func ExampleAlgorithmLimiter_Charge() {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	tokens, _ := tokenbucket.New(localstore.New(localstore.WithClock(clk)), ratelimit.PerMinute(1000), ratelimit.WithNamespace("tokens"))
+	ctx := context.Background()
+	left := func() int64 { d, _ := tokens.PeekN(ctx, "key-1", 1); return d.Remaining + 1 }
+
+	c, d, _ := tokens.Charge(ctx, "key-1", 800) // admitted on its max_tokens
+	fmt.Println("admitted on 800:", d.Allowed, "left", left())
+	c.Settle(ctx, 300) // it used 300
+	fmt.Println("settled at 300: left", left())
+
+	long, _, _ := tokens.Charge(ctx, "key-1", 500)
+	clk.Advance(2 * time.Minute) // a long stream: the key fills up meanwhile
+	long.Settle(ctx, 100)
+	fmt.Println("settled at 100, two minutes later: left", left())
+	// Output:
+	// admitted on 800: true left 200
+	// settled at 300: left 700
+	// settled at 100, two minutes later: left 1000
+}
+
 // Who is being limited right now: Denials as the Middleware's hook, read from an admin
 // endpoint.
 func ExampleDenials() {

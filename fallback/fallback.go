@@ -8,8 +8,10 @@
 //
 // While the primary is down, each of n instances enforces 1/n of every rule on its
 // secondary (WithInstances, or WithInstanceCount for a number learned at run time), and
-// while it decides, each instance mirrors its decisions onto its share, so that the
-// instances together never admit more than twice the rule in any interval (see Store).
+// while it decides, each instance mirrors its decisions onto its share. While all of them
+// decide on their shares, the instances together admit no more than the rule; over an
+// interval that spans the primary's going away or coming back, never more than twice the
+// rule (the bound, in Store's doc).
 // A decision waits for the primary at least the timeout (WithTimeout, 5ms by default),
 // longer while the primary answers slower (up to WithMaxTimeout): see WithTimeout for
 // the breaker and how to choose it, and New for the go-redis settings that go with it. WithHooks reports decisions by source, the

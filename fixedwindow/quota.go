@@ -40,6 +40,15 @@ func (c Calendar) String() string {
 // Quota is at most Limit events per calendar window of a time zone: an API plan's
 // "10,000 calls a month", the month being the customer's, from the 1st at 00:00 in their
 // zone. Its zero value is invalid: Limit and Per are required.
+//
+// A quota is only as durable as its store. localstore forgets it when the process
+// exits. On Redis, a month's count lives in Redis's memory: a Redis without persistence
+// that restarts (or a replica promoted before it had the latest writes) starts every
+// key's month afresh, and admits up to a whole quota again. Keep a quota's Redis with
+// its writes on disk: appendonly yes with appendfsync everysec (a second of counts at
+// risk) or always, or RDB snapshots (save 60 1000: up to the snapshot's age at risk).
+// Replication is asynchronous: a replica promoted after a failover may lack the master's
+// last writes, and those counts are lost with them.
 type Quota struct {
 	Limit int64
 	Per   Calendar

@@ -61,11 +61,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	}
 	reply, err := s.run(ctx, sc, append(args, tail...))
 	if err != nil {
-		if redisx.Unavailable(err) {
-			s.nodeFailed()
-			return nil, fmt.Errorf("redisstore: batch: %w: %w", ratelimit.ErrUnavailable, err)
-		}
-		return nil, fmt.Errorf("redisstore: batch: %w", err)
+		return nil, s.failed("batch", err)
 	}
 	const each = script.Outcome + 1 // and the instant of the take
 	vals, ok := reply.([]any)

@@ -352,9 +352,8 @@ func decode(reply any, limit int64) (ratelimit.Outcome, int64, error) {
 func (s *Store) failed(alg string, err error) error {
 	if redisx.Unavailable(err) {
 		s.nodeFailed()
-		return fmt.Errorf("redisstore: %s: %w: %w", alg, ratelimit.ErrUnavailable, err)
 	}
-	return fmt.Errorf("redisstore: %s: %w", alg, err)
+	return redisx.Failed("redisstore: "+alg, err)
 }
 
 // nodeFailed asks a cluster client to reload its slot map, once a call has failed as a

@@ -3,10 +3,12 @@ package redisx
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"syscall"
 
+	"github.com/ratelimit-go/ratelimit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -28,4 +30,22 @@ func Unavailable(err error) bool {
 		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsReadOnlyError(err) ||
 		redis.IsMaxClientsError(err) || redis.HasErrorPrefix(err, "BUSY") ||
 		redis.IsAuthError(err) || redis.IsPermissionError(err)
+}
+
+// Failed wraps err, an error of the client in what (a package and a call, as "redisstore:
+// tokenbucket"), for the caller and its logs: with ratelimit.ErrUnavailable when Redis
+// cannot decide now, and said for what it is when Redis refuses this client (Redis asks
+// an unauthenticated client's command to be sent after AUTH, and answers a large one with
+// "ERR Protocol error: unauthenticated multibulk length", which says nothing of a
+// password to whoever reads it in a log).
+func Failed(what string, err error) error {
+	switch {
+	case redis.IsAuthError(err):
+		return fmt.Errorf("%s: %w: Redis refuses this client: it asks for a password, or the client's is wrong (the client's Password and Username, or Redis's requirepass and ACL): %w", what, ratelimit.ErrUnavailable, err)
+	case redis.IsPermissionError(err):
+		return fmt.Errorf("%s: %w: Redis refuses this client the call: its ACL user lacks the permission (EVALSHA, EVAL, SCRIPT LOAD and the keys' pattern): %w", what, ratelimit.ErrUnavailable, err)
+	case Unavailable(err):
+		return fmt.Errorf("%s: %w: %w", what, ratelimit.ErrUnavailable, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }

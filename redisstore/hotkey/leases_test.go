@@ -244,6 +244,43 @@ func TestLeasesQuietKeysExact(t *testing.T) {
 	})
 }
 
+// TestLeasesStatsCountDecisions: Stats counts decisions, one a take whatever its n: takes
+// from a lease settled later at nothing (refunds to the lease) leave Local as they found
+// it, never below, and debits, peeks and refunds are no decisions of the exact path
+// (Exact counted a debit's size before).
+func TestLeasesStatsCountDecisions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		in := newInstance(t, localstore.New())
+		drive(t, "tenant", 80, 3*time.Second, []*instance{in}, []int{1}) // leased by now
+		ctx := context.Background()
+		before := in.leases.Stats()
+		var charges []*ratelimit.Charge
+		for range 10 {
+			c, d, err := in.limiter.Charge(ctx, "tenant", 3)
+			if err != nil || !d.Allowed {
+				t.Fatalf("Charge(3): %+v, %v", d, err)
+			}
+			charges = append(charges, c)
+		}
+		for _, c := range charges {
+			if _, err := c.Settle(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := in.limiter.Debit(ctx, "tenant", 50); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := in.limiter.PeekN(ctx, "tenant", 1); err != nil {
+			t.Fatal(err)
+		}
+		st := in.leases.Stats()
+		if st.Local-before.Local != 10 || st.Exact != before.Exact {
+			t.Errorf("10 takes of 3 from the lease, refunded, a debit of 50 and a peek: Local %+d, Exact %+d; want +10 and +0",
+				st.Local-before.Local, st.Exact-before.Exact)
+		}
+	})
+}
+
 // TestLeasesThroughAnOutage: under the fallback store, a lease keeps serving while Redis
 // is away, until what it holds is spent or it ends; then the fallback's shares decide.
 // No request gets an error.

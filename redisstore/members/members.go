@@ -14,7 +14,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/redisx"
@@ -137,10 +136,7 @@ func (m *Members) Beat(ctx context.Context) (int, error) {
 	}
 	n, err := beatScript.Run(ctx, m.client, []string{m.key}, m.id, now, (3 * m.every).Microseconds()).Int64()
 	if err != nil {
-		if redisx.Unavailable(err) {
-			return int(m.count.Load()), fmt.Errorf("members: %w: %w", ratelimit.ErrUnavailable, err)
-		}
-		return int(m.count.Load()), fmt.Errorf("members: %w", err)
+		return int(m.count.Load()), redisx.Failed("members", err)
 	}
 	if n < 1 {
 		return int(m.count.Load()), fmt.Errorf("%w: members counted %d", redisstore.ErrUnexpectedReply, n)
