@@ -353,7 +353,7 @@ func (s *Store) failed(alg string, err error) error {
 	if redisx.Unavailable(err) {
 		s.nodeFailed()
 	}
-	return redisx.Failed("redisstore: "+alg, err)
+	return redisx.Failed("redisstore", alg, err)
 }
 
 // nodeFailed asks a cluster client to reload its slot map, once a call has failed as a

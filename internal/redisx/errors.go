@@ -32,13 +32,17 @@ func Unavailable(err error) bool {
 		redis.IsAuthError(err) || redis.IsPermissionError(err)
 }
 
-// Failed wraps err, an error of the client in what (a package and a call, as "redisstore:
-// tokenbucket"), for the caller and its logs: with ratelimit.ErrUnavailable when Redis
+// Failed wraps err, an error of the client in pkg's call (pkg "redisstore", call
+// "tokenbucket"; "" for none), for the caller and its logs: with ratelimit.ErrUnavailable when Redis
 // cannot decide now, and said for what it is when Redis refuses this client (Redis asks
 // an unauthenticated client's command to be sent after AUTH, and answers a large one with
 // "ERR Protocol error: unauthenticated multibulk length", which says nothing of a
 // password to whoever reads it in a log).
-func Failed(what string, err error) error {
+func Failed(pkg, call string, err error) error {
+	what := pkg
+	if call != "" {
+		what += ": " + call
+	}
 	switch {
 	case redis.IsAuthError(err):
 		return fmt.Errorf("%s: %w: Redis refuses this client: it asks for a password, or the client's is wrong (the client's Password and Username, or Redis's requirepass and ACL): %w", what, ratelimit.ErrUnavailable, err)

@@ -136,7 +136,7 @@ func (m *Members) Beat(ctx context.Context) (int, error) {
 	}
 	n, err := beatScript.Run(ctx, m.client, []string{m.key}, m.id, now, (3 * m.every).Microseconds()).Int64()
 	if err != nil {
-		return int(m.count.Load()), redisx.Failed("members", err)
+		return int(m.count.Load()), redisx.Failed("members", "", err)
 	}
 	if n < 1 {
 		return int(m.count.Load()), fmt.Errorf("%w: members counted %d", redisstore.ErrUnexpectedReply, n)
