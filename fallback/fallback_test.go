@@ -865,3 +865,61 @@ func TestLateLeaseReleased(t *testing.T) {
 		}
 	})
 }
+
+// flapping is a primary that goes away and comes back: it fails the calls of every other
+// stretch of 13 calls (the breaker's probes among them), and counts how many times the
+// store that decides changed hands (limitertest.Handovers).
+type flapping struct {
+	local        *localstore.Store
+	calls, turns atomic.Int64
+	mu           sync.Mutex
+	down         bool
+}
+
+func (f *flapping) call() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	down := f.calls.Add(1)/13%2 == 1
+	if down != f.down {
+		f.down = down
+		f.turns.Add(1)
+	}
+	if down {
+		return errDown
+	}
+	return nil
+}
+
+func (f *flapping) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	if err := f.call(); err != nil {
+		return ratelimit.Outcome{}, err
+	}
+	return f.local.Apply(ctx, req)
+}
+
+func (f *flapping) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	if err := f.call(); err != nil {
+		return nil, err
+	}
+	return f.local.Lend(ctx, loans)
+}
+
+// handing is a fallback over a flapping primary, which says how often it changed hands.
+type handing struct {
+	*fallback.Store
+	primary *flapping
+}
+
+func (h handing) Handovers() int64 { return h.primary.turns.Load() }
+
+// TestNothingCreatesAllowanceFlapping: a fallback whose primary goes away and comes back,
+// again and again, runs the allowance property: one instance, so its share is the whole
+// rule, mirrored from the primary's decisions while it decides; it admits no more than
+// the rule plus one allowance per handover (the primary comes back not knowing what the
+// share admitted), the documented bound of one instance.
+func TestNothingCreatesAllowanceFlapping(t *testing.T) {
+	limitertest.RunAllowance(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
+		p := &flapping{local: localstore.New(localstore.WithClock(clk))}
+		return handing{fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk), fallback.WithTimeout(time.Minute)), p}
+	})
+}
