@@ -334,18 +334,11 @@ func TestRedisAsksForPassword(t *testing.T) {
 
 func connectionsReceived(t *testing.T, c *redis.Client) int64 {
 	t.Helper()
-	info, err := c.Info(context.Background(), "stats").Result()
+	n, err := strconv.ParseInt(redistest.Info(t, c, "Stats", "total_connections_received"), 10, 64)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("INFO stats, total_connections_received: %v", err)
 	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "total_connections_received:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	t.Fatal("no total_connections_received in INFO stats")
-	return 0
+	return n
 }
 
 type lockedWriter struct {

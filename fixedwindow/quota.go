@@ -276,14 +276,11 @@ func voidQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Win
 	if advanceQuota(st, now, a.Period, w) == 0 {
 		return 0
 	}
-	t := st.Time
-	if st.Level == 0 && core.Floor(st) < t {
+	if st.Level == 0 && core.Floor(st) < st.Time {
 		return 0
 	}
-	floor := core.Floor(st)
-	*st = ratelimit.State{Time: t}
-	core.SetFloor(st, max(t, floor))
-	if end := quotaEnd(w, t); end > now {
+	core.VoidCounts(st)
+	if end := quotaEnd(w, st.Time); end > now {
 		return end - now
 	}
 	return 0

@@ -126,12 +126,7 @@ func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 	if st.Level == 0 && !core.Recording(st) {
 		return 0
 	}
-	t, floor := st.Time, int64(core.MinInstant)
-	if core.Recording(st) {
-		floor = st.Log.Oldest().At
-	}
-	*st = ratelimit.State{Time: t}
-	core.VoidDeficits(st, max(t, floor))
+	core.VoidBucket(st)
 	return a.Period
 }
 

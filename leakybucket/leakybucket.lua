@@ -28,12 +28,10 @@ if op == RESET then -- void: an empty queue keeps nothing; else empty, with a fl
     voided, vfloor, L, H = T, max(T, floorOf(H)), 0, ''
   end
 end
-local ht, hm = false, false
-if H ~= '' or (taken == TAKENNOW and op == TAKE) then ht, hm = hread(H) end
-if taken == TAKENNOW and op == TAKE then -- a take with a receipt: after every entry of the record
-  t = hreceipt(ht, hm, t)
-  T = t
-end
+local receipt = taken == TAKENNOW and op == TAKE -- decided after every entry of the record
+local ht, hm
+ht, hm, t = hopen(H, t, receipt)
+if receipt then T = t end
 local lag = t - now
 if op == REFUND or op == PROBE then
   local give = 0

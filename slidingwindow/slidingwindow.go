@@ -157,14 +157,11 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 // previous one. A key that counts nothing keeps nothing.
 func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 	advance(st, now, a)
-	t := st.Time
-	if st.Level == 0 && st.Aux == 0 && core.Floor(st) < t {
+	if st.Level == 0 && st.Aux == 0 && core.Floor(st) < st.Time {
 		return 0
 	}
-	floor := core.Floor(st)
-	*st = ratelimit.State{Time: t}
-	core.SetFloor(st, max(t, floor))
-	return (mathx.FloorDiv(t, a.Period)+2)*a.Period - now
+	core.VoidCounts(st)
+	return (mathx.FloorDiv(st.Time, a.Period)+2)*a.Period - now
 }
 
 // retryAt is the first instant at which a request denied in the window starting at start

@@ -154,12 +154,7 @@ func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 	if st.Level == a.Limit*a.Unit && !core.Recording(st) {
 		return 0
 	}
-	t, floor := st.Time, int64(core.MinInstant)
-	if core.Recording(st) {
-		floor = st.Log.Oldest().At
-	}
-	*st = ratelimit.State{Time: t}
-	core.VoidDeficits(st, max(t, floor))
+	core.VoidBucket(st)
 	return a.Period
 }
 

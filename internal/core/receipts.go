@@ -150,6 +150,25 @@ func VoidDeficits(st *ratelimit.State, t int64) {
 	st.Log.Append(eventlog.Event{At: t, N: 0})
 }
 
+// VoidBucket leaves st, a bucket reset, with its latest instant alone and a record of
+// deficits whose floor is there, or at its floor now if that is later: the receipts of
+// the takes before give nothing back. Its other fields are the zero State's, which each
+// bucket reads as reset: a token bucket full, a leaky bucket's queue empty.
+func VoidBucket(st *ratelimit.State) {
+	t, log := st.Time, st.Log
+	*st = ratelimit.State{Time: t, Log: log}
+	VoidDeficits(st, t)
+}
+
+// VoidCounts leaves st, a window reset, with its latest instant alone and a floor there,
+// or at its floor now if that is later: the receipts of the takes before give nothing
+// back.
+func VoidCounts(st *ratelimit.State) {
+	t, log := st.Time, st.Log
+	*st = ratelimit.State{Time: t, Log: log}
+	SetFloor(st, t)
+}
+
 // Floor is the instant at or before which the receipts of a window's takes give back
 // nothing: the one entry of its Log, set by a reset; the smallest instant without one.
 func Floor(st *ratelimit.State) int64 {

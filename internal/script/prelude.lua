@@ -145,6 +145,16 @@ local function hreceipt(ht, hm, t)
   return t
 end
 
+-- hopen reads a bucket's record for a step at t, if it keeps one or the step is a take
+-- with a receipt (which starts one): the record (false, false without one), and the
+-- instant the step is decided at (hreceipt's, for such a take).
+local function hopen(H, t, receipt)
+  if H == '' and not receipt then return false, false, t end
+  local ht, hm = hread(H)
+  if receipt then t = hreceipt(ht, hm, t) end
+  return ht, hm, t
+end
+
 -- count admits n events to the window that ends at ending, whose count is L, if they fit
 -- with keep: the fixed window's decision, and a calendar quota's (count in Go). It
 -- returns the new count, and allowed, remaining, retry and reset.

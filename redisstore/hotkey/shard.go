@@ -69,7 +69,7 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 				return ratelimit.Outcome{}, err
 			}
 		}
-		return whole.Outcome(d.Allowed(), min(whole.Limit, d.Remaining*s.shards), d.Wait, d.Reset), nil
+		return s.whole(whole, d), nil
 	case "debit":
 		return s.debit(ctx, req, whole, shareSpec)
 	}
@@ -96,7 +96,7 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 			break
 		}
 	}
-	return whole.Outcome(best.Allowed(), min(whole.Limit, best.Remaining*s.shards), best.Wait, best.Reset), nil
+	return s.whole(whole, best), nil
 }
 
 // refund gives a take's events back to the shard its receipt names, as far as that shard
@@ -113,7 +113,13 @@ func (s *Shard) refund(ctx context.Context, req ratelimit.Request, whole ratelim
 	if err != nil {
 		return ratelimit.Outcome{}, err
 	}
-	return whole.Outcome(d.Allowed(), min(whole.Limit, d.Remaining*s.shards), d.Wait, d.Reset), nil
+	return s.whole(whole, d), nil
+}
+
+// whole is a shard's Outcome o as the whole key's, of Args whole: its Limit, and
+// Remaining the shard's times shards (an estimate).
+func (s *Shard) whole(whole ratelimit.Args, o ratelimit.Outcome) ratelimit.Outcome {
+	return whole.Outcome(o.Allowed(), min(whole.Limit, o.Remaining*s.shards), o.Wait, o.Reset)
 }
 
 // split is the Args of a request of n under spec's whole rule, and the Spec of each
@@ -229,10 +235,11 @@ func (s *Shard) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 				break
 			}
 		}
-		out[i] = ratelimit.Lent{N: granted, Outcome: whole.Outcome(granted > 0, min(whole.Limit, last.Remaining*s.shards), last.Wait, last.Reset)}
+		wait := last.Wait
 		if granted > 0 {
-			out[i].Outcome = whole.Outcome(true, min(whole.Limit, last.Remaining*s.shards), 0, last.Reset)
+			wait = 0
 		}
+		out[i] = ratelimit.Lent{N: granted, Outcome: whole.Outcome(granted > 0, min(whole.Limit, last.Remaining*s.shards), wait, last.Reset)}
 	}
 	return out, nil
 }

@@ -332,21 +332,25 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// Info is the field of c's server's INFO in section (its header's name: "Clients",
+// "Stats", "Commandstats"), "" when it has none.
+func Info(t testing.TB, c *redis.Client, section, field string) string {
+	t.Helper()
+	info := c.InfoMap(context.Background(), strings.ToLower(section))
+	if err := info.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return info.Item(section, field)
+}
+
 // CommandCalls reads INFO commandstats of c's server: how often it ran cmd ("evalsha").
 func CommandCalls(t testing.TB, c *redis.Client, cmd string) int {
 	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
+	var n int
+	if rest, ok := strings.CutPrefix(Info(t, c, "Commandstats", "cmdstat_"+cmd), "calls="); ok {
+		fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &n)
 	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
-			var n int
-			fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &n)
-			return n
-		}
-	}
-	return 0
+	return n
 }
 
 // BlockedClients is how many clients c's server holds in a blocking command (BLPOP),
@@ -354,18 +358,9 @@ func CommandCalls(t testing.TB, c *redis.Client, cmd string) int {
 // alike (whose commandstats count a blocking command only once it returns).
 func BlockedClients(t testing.TB, c *redis.Client) int {
 	t.Helper()
-	info, err := c.Info(context.Background(), "clients").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if rest, ok := strings.CutPrefix(line, "blocked_clients:"); ok {
-			var n int
-			fmt.Sscan(rest, &n)
-			return n
-		}
-	}
-	return 0
+	var n int
+	fmt.Sscan(Info(t, c, "Clients", "blocked_clients"), &n)
+	return n
 }
 
 // ScriptCalls is how many scripts c's server has run (EVALSHA and EVAL).
