@@ -122,7 +122,7 @@ func partial(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a ratelim
 }
 
 // takeUpTo takes from st at most want events, and at most a share of what it has left
-// (as a take of a would leave it, keeping its reserve), and returns how many with the
+// (as a take of a would leave it, keeping its reserve), but one when that share is none, and returns how many with the
 // Outcome: the take's, or a peek's of 1 when it took none.
 func takeUpTo(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a ratelimit.Args, want, share int64) (int64, ratelimit.Outcome) {
 	peek := core.Clone(*st)
@@ -130,8 +130,8 @@ func takeUpTo(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a rateli
 	one.N, one.Taken = 1, 0
 	o := alg.Step(&peek, now, one)
 	var lent int64
-	if want > 0 && o.Allowed() {
-		lent = min(want, (o.Remaining+1)/share)
+	if want > 0 && o.Allowed() { // the last few events too, one to each asker
+		lent = min(want, max(1, (o.Remaining+1)/share))
 	}
 	if lent > 0 {
 		take := a

@@ -74,7 +74,7 @@ for a = 1, #ARGV, stride do
   local allowed, remaining, retry, reset, delay = step(keys, p)
   local lent = 0
   if want > 0 and allowed == 1 then
-    lent = min(want, floor((remaining + 1) / max(share, holders)))
+    lent = min(want, max(1, floor((remaining + 1) / max(share, holders)))) -- the last few events too, one to each asker
   end
   if lent > 0 then
     local t = {unpack(argv)}
