@@ -21,44 +21,94 @@ type lease struct {
 	asking      atomic.Bool  // a refill is queued or in flight
 	demand      atomic.Int64 // events asked of the lease, ever: its rate, for the refiller
 	deniedUntil atomic.Int64 // the key had less to lend than asked: what the lease lacks is denied until then (UnixNano)
+	dry         atomic.Bool  // the last refill lent less than asked: the key is at its rule, and what the lease lacks is denied from memory
 	since       atomic.Int64 // the takes it may give back were made since (UnixNano): its record last began
 	remaining   atomic.Int64 // the key's Remaining at the last refill
 	resetAt     atomic.Int64 // and its ResetAfter, as an instant (UnixNano)
 	limit       atomic.Int64 // its Limit
-	ended       atomic.Bool  // dropped from the table: a refund or reset, or no demand
+	owes        atomic.Bool  // the key is in debt: the lease spends nothing, and gives back what it holds
+	ended       atomic.Bool  // dropped from the table: a reset, a rule change, or no demand
+
+	// A dry lease spends what its refill lent at an even pace until the next one (a
+	// trickle of the key's refill, not a lump): of paceN events lent at paceFrom, those
+	// of the part of paceOver not yet passed are held back.
+	paceFrom, paceOver, paceN atomic.Int64
 
 	// the refiller's alone
 	out        int64   // what the key's record holds for this instance, at least what it holds
 	rate       float64 // events a second asked of the lease, a moving average
 	lastDemand int64
-	quiet      int // refills in a row that found too little demand to keep the lease
+	quiet      int   // refills in a row that found too little demand to keep the lease
+	lentAt     int64 // the last refill's answer (UnixNano)
 }
 
-// take spends n events from the lease at now: an admission from what it holds, a denial
-// from memory while the key has nothing to lend; ok false when neither (the exact path
+// take spends n events from the lease at now, keeping keep of the key's Remaining for
+// more important requests (a reserve): an admission from what it holds, a denial from
+// memory while the key has nothing more to lend; ok false when neither (the exact path
 // decides). Either way the events count as asked of the lease.
-func (l *lease) take(p *Leases, n, now int64) (o ratelimit.Outcome, ok bool) {
+func (l *lease) take(p *Leases, n, keep, now int64) (o ratelimit.Outcome, ok bool) {
 	if l.ended.Load() {
 		return o, false
 	}
 	l.demand.Add(n)
 	limit := ratelimit.Args{Limit: l.limit.Load()}
-	du := l.deniedUntil.Load()
-	if now < l.until.Load() {
-		if left := l.tokens.Add(-n); left >= 0 {
+	du, live := l.deniedUntil.Load(), now < l.until.Load()
+	if live {
+		left := l.tokens.Add(-n)
+		if left >= 0 && !l.owes.Load() && left >= l.heldBack(now) && (keep == 0 || l.remaining.Load()+left >= keep) {
 			if left < l.low.Load() && now >= du {
 				p.ask(l)
 			}
 			reset := time.Duration(max(l.resetAt.Load()-now, int64(time.Microsecond)))
 			return limit.Outcome(true, min(limit.Limit, l.remaining.Load()+left), 0, reset), true
 		}
-		l.tokens.Add(n) // not enough in hand
+		l.tokens.Add(n) // not enough in hand, or not yet
 	}
-	if now < du { // the key lent less than asked: the next refill is at the next tick
-		return limit.Outcome(false, 0, time.Duration(du-now), time.Duration(max(l.resetAt.Load(), du)-now)), true
+	if now >= du {
+		p.ask(l)
+		if !l.dry.Load() { // the key had more (the lease ran low, or ran out of time): the exact path decides
+			return o, false
+		}
 	}
-	p.ask(l)
-	return o, false
+	// denied from memory: until the pace releases n, or the next refill
+	wait := max(du-now, p.rtt.Load())
+	if held := l.tokens.Load(); live && held >= n && l.remaining.Load()+held-n >= keep && !l.owes.Load() {
+		wait = l.paced(n, held, now)
+	}
+	return limit.Outcome(false, 0, time.Duration(wait), time.Duration(max(l.resetAt.Load()-now, wait))), true
+}
+
+// owe stops the lease from spending until at least until (UnixNano): its key is in debt.
+func (l *lease) owe(until int64) {
+	l.owes.Store(true)
+	l.dry.Store(true)
+	for du := l.deniedUntil.Load(); du < until && !l.deniedUntil.CompareAndSwap(du, until); du = l.deniedUntil.Load() {
+	}
+}
+
+// heldBack is how many of the events a dry refill lent the pace holds back at now: those
+// of the part of its interval not yet passed, less one (a lone request is not delayed).
+func (l *lease) heldBack(now int64) int64 {
+	n := l.paceN.Load()
+	if n == 0 {
+		return 0
+	}
+	over, passed := l.paceOver.Load(), now-l.paceFrom.Load()
+	if passed >= over || over <= 0 {
+		return 0
+	}
+	return n - 1 - int64(float64(n)*float64(passed)/float64(over))
+}
+
+// paced is how long until the pace releases n of held events, at least a microsecond.
+func (l *lease) paced(n, held, now int64) int64 {
+	pn, over := l.paceN.Load(), l.paceOver.Load()
+	if pn <= 0 || over <= 0 {
+		return int64(time.Microsecond)
+	}
+	// heldBack at t is pn-1-pn*(t-from)/over; it must fall to held-n
+	at := l.paceFrom.Load() + int64(float64(pn-1-(held-n))*float64(over)/float64(pn))
+	return max(at-now, int64(time.Microsecond))
 }
 
 // giveBack puts back n events a take with a receipt took from the lease at at, while
@@ -94,141 +144,59 @@ func (p *Leases) ask(l *lease) {
 	}
 }
 
-// leaseTable finds a key's lease by its request's Spec and its key, without a lock: two
-// maps, each replaced whole when it changes (leases come and go at the refiller's pace,
-// not the requests').
+// leaseKey is what a lease is of: a key of an algorithm in a namespace. A lease holds it
+// under one rule, its Spec's; the requests of another Spec of that rule (another
+// priority's, an op's) are decided on it too, and a request under another rule ends it
+// (lookup).
+type leaseKey struct {
+	alg *ratelimit.Algorithm
+	ns  string
+	key string
+}
+
+func keyOf(spec *ratelimit.Spec, key string) leaseKey {
+	return leaseKey{spec.Algorithm, spec.Namespace, key}
+}
+
+// leaseTable finds a key's lease without a lock (a sync.Map: read by every decision,
+// changed at the refiller's pace and by the keys that turn hot).
 type leaseTable struct {
-	specs atomic.Pointer[map[*ratelimit.Spec]*specLeases]
-	mu    sync.Mutex // held to change either map
-	n     int        // leases held; under mu
+	m sync.Map // leaseKey -> *lease
+	n atomic.Int64
 }
 
-type specLeases struct {
-	keys atomic.Pointer[map[string]*lease]
-}
-
-// get is the lease of key under spec, or nil.
+// get is the lease of key of spec's algorithm and namespace, under any rule, or nil.
 func (t *leaseTable) get(spec *ratelimit.Spec, key string) *lease {
-	specs := t.specs.Load()
-	if specs == nil {
-		return nil
-	}
-	sl := (*specs)[spec]
-	if sl == nil {
-		return nil
-	}
-	return (*sl.keys.Load())[key]
+	v, _ := t.m.Load(keyOf(spec, key))
+	l, _ := v.(*lease)
+	return l
 }
 
-// add holds ls, in one copy of each map they go into; under the refiller.
-func (t *leaseTable) add(ls []*lease) {
-	if len(ls) == 0 {
-		return
+// add holds l, unless its key has a lease already; it reports whether it did.
+func (t *leaseTable) add(l *lease) bool {
+	if _, had := t.m.LoadOrStore(keyOf(l.spec, l.key), l); had {
+		return false
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	specs := map[*ratelimit.Spec]*specLeases{}
-	if old := t.specs.Load(); old != nil {
-		specs = *old
-	}
-	bySpec := map[*ratelimit.Spec][]*lease{}
+	t.n.Add(1)
+	return true
+}
+
+// remove drops each of ls from the table, if it is still there.
+func (t *leaseTable) remove(ls ...*lease) {
 	for _, l := range ls {
-		bySpec[l.spec] = append(bySpec[l.spec], l)
-	}
-	next := specs
-	for spec, add := range bySpec {
-		sl := specs[spec]
-		if sl == nil {
-			if len(next) == len(specs) { // the first new Spec: copy the map once
-				next = make(map[*ratelimit.Spec]*specLeases, len(specs)+len(bySpec))
-				for k, v := range specs {
-					next[k] = v
-				}
-			}
-			sl = &specLeases{}
-			empty := map[string]*lease{}
-			sl.keys.Store(&empty)
-			next[spec] = sl
-		}
-		old := *sl.keys.Load()
-		keys := make(map[string]*lease, len(old)+len(add))
-		for k, v := range old {
-			keys[k] = v
-		}
-		for _, l := range add {
-			if keys[l.key] == nil {
-				t.n++
-			}
-			keys[l.key] = l
-		}
-		sl.keys.Store(&keys)
-	}
-	t.specs.Store(&next)
-}
-
-// remove drops the leases of drop from the table, in one copy of each map they are in.
-func (t *leaseTable) remove(drop []*lease) {
-	if len(drop) == 0 {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	bySpec := map[*ratelimit.Spec][]*lease{}
-	for _, l := range drop {
-		bySpec[l.spec] = append(bySpec[l.spec], l)
-	}
-	specs := *t.specs.Load()
-	for spec, ls := range bySpec {
-		sl := specs[spec]
-		old := *sl.keys.Load()
-		keys := make(map[string]*lease, len(old))
-		for k, v := range old {
-			keys[k] = v
-		}
-		for _, l := range ls {
-			if keys[l.key] == l {
-				delete(keys, l.key)
-				t.n--
-			}
-		}
-		sl.keys.Store(&keys)
-	}
-}
-
-// all is every lease of key under a Spec of spec's algorithm and namespace (a refund's
-// or a reset's Spec is not the takes').
-func (t *leaseTable) all(spec *ratelimit.Spec, key string) []*lease {
-	specs := t.specs.Load()
-	if specs == nil {
-		return nil
-	}
-	var ls []*lease
-	for s, sl := range *specs {
-		if s.Algorithm == spec.Algorithm && s.Namespace == spec.Namespace {
-			if l := (*sl.keys.Load())[key]; l != nil {
-				ls = append(ls, l)
-			}
+		if t.m.CompareAndDelete(keyOf(l.spec, l.key), l) {
+			t.n.Add(-1)
 		}
 	}
-	return ls
 }
 
 // each calls f with every lease.
 func (t *leaseTable) each(f func(*lease)) {
-	specs := t.specs.Load()
-	if specs == nil {
-		return
-	}
-	for _, sl := range *specs {
-		for _, l := range *sl.keys.Load() {
-			f(l)
-		}
-	}
+	t.m.Range(func(_, v any) bool {
+		f(v.(*lease))
+		return true
+	})
 }
 
 // size is the leases held.
-func (t *leaseTable) size() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.n
-}
+func (t *leaseTable) size() int { return int(t.n.Load()) }

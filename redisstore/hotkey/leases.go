@@ -12,6 +12,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
 	"github.com/ratelimit-go/ratelimit/internal/trace"
 )
 
@@ -29,17 +30,29 @@ import (
 // that dies takes what it held with it, no more than a lease's worth, and the key
 // refills by its rule.
 //
-// A key is leased once this instance asks of it at least about one event per round trip
-// to Redis (its demand times the round trip plus the refill interval, WithRefill); until
-// then, and for the quiet keys, every request takes the exact path: the next store
-// decides it, as without Leases. A lease holds about the instance's demand times (the
-// round trip plus the refill interval), never more than the key has left divided by the
-// live instances (WithInstanceCount) or by the holders on record; when it falls below
-// what one round trip spends, a refill goes out, coalesced with every other key's, and
-// requests spend what is left meanwhile. A key the next store has nothing to lend for
-// is denied from memory until one event could be lent (RetryAfter), as BlockCache does.
-// Each lease is renewed within half its TTL (WithLeaseTTL, 2s), and given back once its
-// key is quiet.
+// A key is leased once this instance asks it twice within a quarter of a refill
+// interval (WithRefill), at once: the lease's first loan goes out with the next
+// coalesced refill, a round trip later. Until then, and for the quiet keys, every
+// request takes the exact path: the next store decides it, as without Leases. A lease
+// holds about the instance's demand times (the round trip plus the refill interval),
+// never more than the key has left divided by the live instances (WithInstanceCount) or
+// by the holders on record (but one event, so that a key's last few are lent too); when
+// it falls below what two round trips spend, a refill goes out, coalesced with every
+// other key's, and requests spend what is left meanwhile. Each lease is renewed at least
+// once a refill interval, and given back once its key is quiet.
+//
+// A key asked more than its rule is decided from memory too, denials and admissions
+// alike: a refill that gets less than it asked (the key is at its rule) is spent at an
+// even pace until the next one, a quarter of a refill interval later, which lends what
+// the key accrued since; what the lease lacks meanwhile is denied from memory, with the
+// time until the pace or the next refill releases it.
+//
+// Several limits of one request (ApplyAll: ratelimit.AllowAll, Middleware.Policies) are
+// decided from memory, all or none, when this instance leases each of them; otherwise
+// on the next store, and the request counts towards leasing its keys, together. A
+// request that keeps a reserve for more important ones (priorities) is decided on the
+// lease of its key, keeping the reserve of the key's Remaining as the last refill
+// reported it plus what the lease holds.
 //
 // A decision from a lease reports the key's Remaining at the last refill plus what the
 // instance holds, and the ResetAfter of the last refill, less the time since. Its
@@ -47,12 +60,19 @@ import (
 //
 // The algorithms that are ratelimit.Algorithm.Lendable (the token bucket, the fixed
 // window, the sliding window counter and the calendar quotas) are leased; the others'
-// requests, peeks, and the requests that keep a reserve for more important ones take
-// the exact path. A refund or a reset of a key drops every instance's lease of it: this
-// instance's at once, the others' at their next refill (within one refill interval),
-// and so does a change of its rule. With the fallback store under it, a lease keeps
-// serving through an outage of Redis until it ends; then the key's requests take the
-// exact path, to the fallback's shares.
+// requests, and peeks, take the exact path (LeasesStats.Unleased counts the decisions
+// no lease may decide). A debit is charged to this instance's lease of the key first,
+// the rest to the next store; a debit that leaves the key in debt stops this lease from
+// spending, and the others' at their next refill, within a refill interval, where they
+// give back what they hold to pay it. A refund goes back to the lease that made its take
+// while it holds it. A reset drops every instance's lease of the key: this instance's at
+// once, the others' at their next refill. A request under another rule than its key's
+// lease (a rule change) ends that lease the moment this instance decides under the new
+// rule, what it held spent by no one, and the other instances' at their next refill:
+// the cluster admits no more than the new rule's burst plus its rate since the change.
+// With the fallback store under it, a lease keeps serving through an outage of Redis
+// until what it holds is spent or it ends; then the key's requests take the exact path,
+// to the fallback's shares.
 //
 // Leases starts a goroutine of its own: Close stops it, and gives back what it holds.
 type Leases struct {
@@ -70,7 +90,7 @@ type Leases struct {
 
 	// what Stats reports: the decisions of the next store and of leases (takes, each
 	// one decision whatever its n), and the refiller's calls
-	exact, local             atomic.Int64
+	exact, local, unleased   atomic.Int64
 	refills, failed, revoked atomic.Int64
 }
 
@@ -79,6 +99,7 @@ type LeasesStats struct {
 	Leases    int           // keys leased now
 	Local     int64         // decisions from leases: admissions, and denials from memory
 	Exact     int64         // decisions of the next store (the exact path), of leased keys too; peeks, debits, refunds and resets aside
+	Unleased  int64         // of them, the decisions of limits no lease may decide: an algorithm that does not lend, a request ForRequests leaves out
 	Refills   int64         // calls to the next store's Lend
 	Failed    int64         // of them, the ones that failed
 	Revoked   int64         // loans that found this instance's record gone (ended, revoked)
@@ -87,7 +108,7 @@ type LeasesStats struct {
 
 // Stats is what p has done so far.
 func (p *Leases) Stats() LeasesStats {
-	return LeasesStats{Leases: p.table.size(), Local: p.local.Load(), Exact: p.exact.Load(),
+	return LeasesStats{Leases: p.table.size(), Local: p.local.Load(), Exact: p.exact.Load(), Unleased: p.unleased.Load(),
 		Refills: p.refills.Load(), Failed: p.failed.Load(), Revoked: p.revoked.Load(), RoundTrip: time.Duration(p.rtt.Load())}
 }
 
@@ -110,7 +131,7 @@ func NewLeases(next ratelimit.Store, opts ...LeasesOption) (*Leases, error) {
 	p := &Leases{next: next, lender: lender, cfg: cfg, holder: newHolder(), asks: make(chan *lease, 4096),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	p.rtt.Store(int64(time.Millisecond))
-	p.watch.init(cfg.maxKeys)
+	p.watch.init(cfg.maxKeys, clock.UnixNano(cfg.clock))
 	go p.refill()
 	return p, nil
 }
@@ -139,15 +160,18 @@ func (p *Leases) Close(ctx context.Context) error {
 // Apply decides req from a lease when its key has one, else on the next store.
 func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	sp := req.Spec
-	if sp == nil || sp.Algorithm == nil || !sp.Algorithm.Lendable || sp.Reserve != 0 || !p.cfg.handles(req) {
+	if !p.leasable(req) {
 		if sp != nil && sp.Op == "" {
 			p.exact.Add(1)
+			p.unleased.Add(1)
 		}
-		if sp != nil && sp.Op == "refund" && sp.Algorithm != nil && sp.Algorithm.Lendable && req.Receipt != nil {
-			return p.refund(ctx, req) // a take of the exact path or of a lease, whatever the refund's reserve
-		}
-		if sp != nil && sp.Op == "" && sp.Algorithm != nil && sp.Algorithm.Lendable {
-			return p.exactTake(ctx, req)
+		if sp != nil && sp.Algorithm != nil && sp.Algorithm.Lendable {
+			switch {
+			case sp.Op == "":
+				return p.exactTake(ctx, req)
+			case sp.Op == "refund" && req.Receipt != nil: // a take of the exact path or of a lease, whatever selects it now
+				return p.refund(ctx, req)
+			}
 		}
 		return p.next.Apply(ctx, req)
 	}
@@ -155,8 +179,8 @@ func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 		return p.op(ctx, req)
 	}
 	now := clock.UnixNano(p.cfg.clock)
-	if l := p.table.get(sp, req.Key); l != nil {
-		if o, ok := l.take(p, req.N, now); ok {
+	if l := p.lookup(sp, req.Key); l != nil {
+		if o, ok := l.take(p, req.N, keep(sp, l), now); ok {
 			p.local.Add(1)
 			trace.Set(ctx, Source)
 			if r := req.Receipt; r != nil && o.Allowed() { // taken from the lease: given back to it
@@ -164,12 +188,58 @@ func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 			}
 			return o, nil
 		}
-		p.exact.Add(1)
-	} else {
-		p.watch.note(sp, req.Key, req.N, now)
-		p.exact.Add(1)
+	} else if hot, rate := p.watch.note(sp, req.Key, req.N, now, p.horizon(), p.rtt.Load()); hot {
+		p.leaseNow([]*ratelimit.Spec{sp}, []string{req.Key}, rate)
 	}
+	p.exact.Add(1)
 	return p.exactTake(ctx, req)
+}
+
+// leasable says whether req's key may be decided from a lease: an algorithm that lends,
+// a request ForRequests selects. A refund goes where its receipt says, and a peek to
+// the next store, whatever their Spec.
+func (p *Leases) leasable(req ratelimit.Request) bool {
+	sp := req.Spec
+	return sp != nil && sp.Algorithm != nil && sp.Algorithm.Lendable && p.cfg.handles(req)
+}
+
+// keep is what sp's reserve keeps back of the key's Remaining, under l's Limit.
+func keep(sp *ratelimit.Spec, l *lease) int64 {
+	if sp.Reserve == 0 {
+		return 0
+	}
+	return mathx.Keep(l.limit.Load(), sp.Reserve)
+}
+
+// lookup is the lease of key under sp's rule, or nil. A lease of the key under another
+// rule ends: the instance decides under the new rule from now on, and the old lease's
+// events are spent by no one (giving them back would step the key's state under the old
+// rule). The other instances' leases of the old rule end at their next refill, which
+// finds their records dropped by the new rule's loans.
+func (p *Leases) lookup(sp *ratelimit.Spec, key string) *lease {
+	l := p.table.get(sp, key)
+	if l == nil || l.spec == sp || l.spec.Rule == sp.Rule {
+		return l
+	}
+	l.end()
+	p.table.remove(l)
+	return nil
+}
+
+// leaseNow leases the keys of specs at once (a refill asked for now, coalesced with the
+// others'), each at rate events a second, as many as WithMaxKeys leaves room for.
+func (p *Leases) leaseNow(specs []*ratelimit.Spec, keys []string, rate float64) {
+	for i, sp := range specs {
+		if p.table.size() >= p.cfg.maxKeys {
+			return
+		}
+		l := &lease{spec: sp, key: keys[i], id: leaseIDs.Add(1), rate: rate}
+		_, low := p.sizes(l)
+		l.low.Store(low)
+		if p.table.add(l) {
+			p.ask(l)
+		}
+	}
 }
 
 // exactTake takes req on the next store; its Receipt, if any, says so, and holds the
@@ -186,12 +256,17 @@ func (p *Leases) exactTake(ctx context.Context, req ratelimit.Request) (ratelimi
 	return o, err
 }
 
-// ApplyAll decides several limits at once, all or none, on the next store: the exact
-// path, atomic as the next store makes it (ratelimit.BatchStore); leases decide one
-// request of one key at a time. A next store that is not a BatchStore gives an error
-// matching errors.ErrUnsupported, and ratelimit.AllowAll then takes the requests one by
-// one.
+// ApplyAll decides several limits at once, all or none: from memory when this instance
+// holds a lease of every one (each answers as it would alone; when one denies, what the
+// others took goes back to their leases), else on the next store, atomic as the next
+// store makes it (ratelimit.BatchStore). A request that takes the exact path counts
+// towards leasing its keys, and when one of them turns hot they are leased together. A
+// next store that is not a BatchStore gives an error matching errors.ErrUnsupported, and
+// ratelimit.AllowAll then takes the requests one by one.
 func (p *Leases) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
+	if os, ok := p.applyLocal(ctx, reqs); ok {
+		return os, nil
+	}
 	bs, ok := p.next.(ratelimit.BatchStore)
 	if !ok {
 		return nil, fmt.Errorf("hotkey: Leases over %T, which decides one request at a time: %w", p.next, errors.ErrUnsupported)
@@ -205,37 +280,142 @@ func (p *Leases) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]rate
 	return os, err
 }
 
+// applyLocal decides reqs from this instance's leases, all or none, when it holds one
+// for each and each can decide (ok); else it notes their demand, leases them together
+// when one turns hot, and reports not ok.
+func (p *Leases) applyLocal(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, bool) {
+	now := clock.UnixNano(p.cfg.clock)
+	ls := make([]*lease, len(reqs))
+	missing := false
+	for i, r := range reqs {
+		if !p.leasable(r) || r.Spec.Op != "" {
+			p.unleased.Add(int64(len(reqs)))
+			return nil, false
+		}
+		if ls[i] = p.lookup(r.Spec, r.Key); ls[i] == nil {
+			missing = true
+		}
+	}
+	if missing {
+		p.noteAll(reqs, ls, now)
+		return nil, false
+	}
+	os := make([]ratelimit.Outcome, len(reqs))
+	all := true
+	for i, r := range reqs {
+		o, ok := ls[i].take(p, r.N, keep(r.Spec, ls[i]), now)
+		if !ok {
+			for j := range i {
+				if os[j].Allowed() {
+					ls[j].tokens.Add(reqs[j].N)
+				}
+			}
+			return nil, false
+		}
+		os[i], all = o, all && o.Allowed()
+	}
+	for i, r := range reqs {
+		switch {
+		case !all && os[i].Allowed(): // none counted: back to its lease
+			ls[i].tokens.Add(r.N)
+		case all && r.Receipt != nil:
+			r.Receipt.At, r.Receipt.Via, r.Receipt.Next = max(1, now/1000), ls[i].id, nil
+		}
+	}
+	p.local.Add(int64(len(reqs)))
+	trace.Set(ctx, Source)
+	return os, true
+}
+
+// noteAll counts the demand of the requests whose keys have no lease (ls[i] nil), and
+// when one of them turns hot, leases them all.
+func (p *Leases) noteAll(reqs []ratelimit.Request, ls []*lease, now int64) {
+	hot, rate := false, 0.0
+	for i, r := range reqs {
+		if ls[i] == nil {
+			if h, rt := p.watch.note(r.Spec, r.Key, r.N, now, p.horizon(), p.rtt.Load()); h {
+				hot, rate = true, max(rate, rt)
+			}
+		}
+	}
+	if !hot {
+		return
+	}
+	var specs []*ratelimit.Spec
+	var keys []string
+	for i, r := range reqs {
+		if ls[i] == nil {
+			p.watch.forget(r.Spec, r.Key)
+			specs, keys = append(specs, r.Spec), append(keys, r.Key)
+		}
+	}
+	p.leaseNow(specs, keys, rate)
+}
+
 // Lend lends on the next store, so that a limiter over Leases grants part of a request
 // (ratelimit.AlgorithmLimiter.AllowAtMost, a loan of holder 0) as it would without them.
 func (p *Leases) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
 	return p.lender.Lend(ctx, loans)
 }
 
-// op is a peek, a debit, a refund or a reset. A peek or a debit goes to the next store
-// (a debit takes from the key whatever is out on loan: it is repaid before the next
-// loan). A refund goes back where its take came from (see refund). A reset ends this
-// instance's lease of the key (what it held dropped: it was taken before), reaches the
-// next store, and then revokes every other instance's, which learn it at their next
-// refill.
+// op is a peek, a debit, a refund or a reset. A peek goes to the next store. A debit is
+// charged to this instance's lease of the key first (what it holds was taken from the
+// key already), the rest to the next store; a debit that leaves the key nothing to lend
+// (a debt) stops this instance's lease from spending until the key could lend again; the
+// others' learn of the debt at their next refill, within a refill interval, and give
+// back what they hold, which pays it. A refund goes back
+// where its take came from (see refund). A reset ends this instance's lease of the key
+// (what it held dropped: it was taken before), reaches the next store, and then revokes
+// every other instance's, which learn it at their next refill, within a refill interval.
 func (p *Leases) op(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	switch req.Spec.Op {
-	case "peek", "debit":
+	case "peek":
 		return p.next.Apply(ctx, req)
 	case "refund":
 		return p.refund(ctx, req)
+	case "debit":
+		return p.debit(ctx, req)
 	}
-	for _, l := range p.table.all(req.Spec, req.Key) {
+	if l := p.table.get(req.Spec, req.Key); l != nil {
 		l.end()
+		p.table.remove(l)
 	}
 	o, err := p.next.Apply(ctx, req)
 	if err != nil {
 		return o, err
 	}
-	// a revoke that fails leaves the other leases to end by themselves, within their TTL
+	p.revoke(ctx, req)
+	return o, nil
+}
+
+// debit charges req to this instance's lease of its key first, then to the next store.
+// A debit the key cannot pay at once (its answer a denial) stops the lease from spending
+// until the key could lend again: the key owes.
+func (p *Leases) debit(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	l := p.lookup(req.Spec, req.Key)
+	now := clock.UnixNano(p.cfg.clock)
+	if l != nil && !l.ended.Load() && now < l.until.Load() {
+		req.N -= l.giveOut(req.N)
+		if req.N == 0 { // all of it from the lease: the answer is a peek of 1 on what is left
+			held, limit := l.tokens.Load(), ratelimit.Args{Limit: l.limit.Load()}
+			reset := time.Duration(max(l.resetAt.Load()-now, int64(time.Microsecond)))
+			return limit.Outcome(held >= 1, min(limit.Limit, l.remaining.Load()+max(0, held-1)), 0, reset), nil
+		}
+	}
+	o, err := p.next.Apply(ctx, req)
+	if err == nil && l != nil && !o.Allowed() {
+		l.owe(now + int64(o.Wait))
+	}
+	return o, err
+}
+
+// revoke drops every instance's record of req's key at the next store; the others learn
+// it at their next refill. One that fails leaves the other leases to end by themselves,
+// within their TTL: the op is done either way.
+func (p *Leases) revoke(ctx context.Context, req ratelimit.Request) {
 	revoke := ratelimit.Loan{Key: req.Key, Spec: core.WithOp(req.Spec, ""), Holder: p.holder, Share: 1,
 		TTL: p.cfg.ttl, Revoke: true}
-	_, _ = p.lender.Lend(ctx, []ratelimit.Loan{revoke}) // the op is done either way
-	return o, nil
+	_, _ = p.lender.Lend(ctx, []ratelimit.Loan{revoke})
 }
 
 // refund gives a take's events back where its receipt says they came from: to this
@@ -245,16 +425,15 @@ func (p *Leases) op(ctx context.Context, req ratelimit.Request) (ratelimit.Outco
 // a peek of 1 on the next store.
 func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	r := req.Receipt
+	if r == nil {
+		return p.next.Apply(ctx, req)
+	}
 	if r.Via == 0 && r.Next != nil {
 		req.Receipt = r.Next
 		return p.next.Apply(ctx, req)
 	}
-	if r.Via != 0 {
-		for _, l := range p.table.all(req.Spec, req.Key) {
-			if l.id == r.Via && l.giveBack(req.N, r.At*1000) {
-				break
-			}
-		}
+	if l := p.table.get(req.Spec, req.Key); r.Via != 0 && l != nil && l.id == r.Via {
+		l.giveBack(req.N, r.At*1000)
 	}
 	req.N, req.Receipt, req.Spec = 1, nil, core.WithOp(req.Spec, "peek")
 	return p.next.Apply(ctx, req)

@@ -256,9 +256,9 @@ func TestLeasesStatsCountDecisions(t *testing.T) {
 		before := in.leases.Stats()
 		var charges []*ratelimit.Charge
 		for range 10 {
-			c, d, err := in.limiter.Charge(ctx, "tenant", 3)
+			c, d, err := in.limiter.Charge(ctx, "tenant", 2)
 			if err != nil || !d.Allowed {
-				t.Fatalf("Charge(3): %+v, %v", d, err)
+				t.Fatalf("Charge(2): %+v, %v", d, err)
 			}
 			charges = append(charges, c)
 		}
@@ -275,7 +275,7 @@ func TestLeasesStatsCountDecisions(t *testing.T) {
 		}
 		st := in.leases.Stats()
 		if st.Local-before.Local != 10 || st.Exact != before.Exact {
-			t.Errorf("10 takes of 3 from the lease, refunded, a debit of 50 and a peek: Local %+d, Exact %+d; want +10 and +0",
+			t.Errorf("10 takes of 2 from the lease, refunded, a debit of 50 and a peek: Local %+d, Exact %+d; want +10 and +0",
 				st.Local-before.Local, st.Exact-before.Exact)
 		}
 	})
@@ -290,11 +290,12 @@ func TestLeasesThroughAnOutage(t *testing.T) {
 		store := fallback.New(primary, localstore.New(), fallback.WithInstances(2))
 		in := newInstance(t, store)
 		drive(t, "tenant", 80, 3*time.Second, []*instance{in}, []int{1}) // under the rule
+		held := in.leases.Held("tenant")
 		primary.down.Store(true)
 		before := in.leases.Stats()
 		drive(t, "tenant", 80, 500*time.Millisecond, []*instance{in}, []int{1})
-		if got := in.leases.Stats().Local - before.Local; got != 40 {
-			t.Errorf("%d of the 40 decisions of the first half second without Redis from the lease; want all", got)
+		if got := in.leases.Stats().Local - before.Local; got < min(40, held) {
+			t.Errorf("%d of the 40 decisions of the first half second without Redis from the lease, which held %d; want all it held", got, held)
 		}
 		drive(t, "tenant", 80, 3*time.Second, []*instance{in}, []int{1})
 		admitted := in.admitted
@@ -434,8 +435,9 @@ func (s *stalled) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit
 func TestLeasesNeverWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		next := &stalled{Store: localstore.New(), release: make(chan struct{})}
+		defer close(next.release)
 		in := newInstance(t, next)
-		for range 60 { // 100 a second: a lease of about a second's, and a top-up stalled
+		for range 80 { // 100 a second: a lease of about a second's, and a top-up stalled
 			in.allow(t, "busy")
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -454,7 +456,6 @@ func TestLeasesNeverWait(t *testing.T) {
 		if st := in.leases.Stats(); st.Local-before.Local != 10 {
 			t.Errorf("%+v: want the busy key's 10 requests from its lease", st)
 		}
-		close(next.release)
 	})
 }
 

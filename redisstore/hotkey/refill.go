@@ -31,7 +31,7 @@ func (p *Leases) refill() {
 			return
 		case l := <-p.asks:
 			batch := []*lease{l}
-			time.Sleep(coalesce) // the asks of the next moments ride along
+			time.Sleep(min(coalesce, time.Duration(p.rtt.Load()))) // the asks of the next moments ride along
 			for len(batch) < maxRefill {
 				select {
 				case l := <-p.asks:
@@ -60,7 +60,7 @@ func (p *Leases) horizon() float64 {
 // (nanoseconds), and refills, shrinks or ends each as it needs.
 func (p *Leases) tick(now, elapsed int64) {
 	secs, horizon := float64(elapsed)/1e9, p.horizon()
-	var refills, drops, gone []*lease
+	var refills, drops, gone, could []*lease
 	p.table.each(func(l *lease) {
 		if l.ended.Load() { // by a refund or a reset, which revoked its record
 			gone = append(gone, l)
@@ -80,25 +80,31 @@ func (p *Leases) tick(now, elapsed int64) {
 		case l.quiet >= ticks:
 			drops = append(drops, l)
 		case l.asking.Load():
-		case tokens < target*3/4 && now >= l.deniedUntil.Load(), tokens > 2*target, l.until.Load()-now < int64(p.cfg.ttl)/2:
+		case l.owes.Load() && tokens > 0, tokens < target/2 && now >= l.deniedUntil.Load(), tokens > 2*target, l.until.Load()-now < int64(p.cfg.ttl)/2,
+			now-l.lentAt >= int64(p.cfg.refill): // a debt, a revoke or a new rule reaches the lease within a refill interval
 			l.asking.Store(true)
 			refills = append(refills, l)
+		case tokens < target*3/4 && now >= l.deniedUntil.Load(), now-l.lentAt >= int64(p.cfg.refill)/2:
+			could = append(could, l)
 		}
 	})
-	p.remove(gone)
-	var added []*lease
-	for _, k := range p.watch.busy(secs, horizon, p.cfg.maxKeys-p.table.size()) {
-		if p.table.get(k.spec, k.key) != nil { // noted by a decision that looked just before it was leased
-			continue
+	if len(refills)+len(drops) > 0 { // a call goes out: the leases that would need one soon ride along
+		for _, l := range could {
+			if l.asking.CompareAndSwap(false, true) {
+				refills = append(refills, l)
+			}
 		}
+	}
+	p.table.remove(gone...)
+	for _, k := range p.watch.busy(now, secs, horizon, p.cfg.maxKeys-p.table.size()) {
 		l := &lease{spec: k.spec, key: k.key, id: leaseIDs.Add(1), rate: k.rate}
 		_, low := p.sizes(l)
 		l.low.Store(low)
 		l.asking.Store(true)
-		added = append(added, l)
+		if p.table.add(l) { // unless a decision leased it just before
+			refills = append(refills, l)
+		}
 	}
-	p.table.add(added)
-	refills = append(refills, added...)
 	p.lend(refills, drops)
 }
 
@@ -125,7 +131,10 @@ func (p *Leases) lend(refills, drops []*lease) {
 	for i, l := range refills {
 		target, _ := p.sizes(l)
 		held := l.tokens.Load()
-		if held > 2*target {
+		switch {
+		case l.owes.Load(): // all of it, to pay the key's debt
+			gives[i] = l.giveOut(held)
+		case held > 2*target:
 			gives[i] = l.giveOut(held - target)
 		}
 		loans = append(loans, ratelimit.Loan{Key: l.key, Spec: l.spec, Holder: p.holder, Give: gives[i],
@@ -136,14 +145,18 @@ func (p *Leases) lend(refills, drops []*lease) {
 		l.end()
 		loans = append(loans, ratelimit.Loan{Key: l.key, Spec: l.spec, Holder: p.holder, Give: give, Share: share, TTL: p.cfg.ttl})
 	}
-	p.remove(drops)
+	p.table.remove(drops...)
 	sent := clock.UnixNano(p.cfg.clock)
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ttl)
 	got, err := p.lender.Lend(ctx, loans)
 	cancel()
 	p.refills.Add(1)
-	if err != nil {
+	if err != nil { // what the key has is not known: the exact path decides what the leases cannot
 		p.failed.Add(1)
+		for _, l := range refills {
+			l.dry.Store(false)
+			l.owes.Store(false)
+		}
 	} else {
 		now := clock.UnixNano(p.cfg.clock)
 		p.rtt.Store((p.rtt.Load()*3 + now - sent) / 4)
@@ -153,15 +166,13 @@ func (p *Leases) lend(refills, drops []*lease) {
 			}
 			dry := got[i].N < loans[i].Want
 			l.lent(got[i], gives[i], sent, now, dry, int64(p.cfg.refill/ticks))
+			l.lentAt = now
 		}
 	}
 	for _, l := range refills {
 		l.asking.Store(false)
 	}
 }
-
-// remove drops ls from the table.
-func (p *Leases) remove(ls []*lease) { p.table.remove(ls) }
 
 // giveOut takes up to n events out of what l holds, to give back, and returns how many.
 func (l *lease) giveOut(n int64) int64 {
@@ -190,9 +201,19 @@ func (l *lease) lent(r ratelimit.Lent, give, sent, now int64, dry bool, interval
 		l.out = r.N
 	}
 	l.until.Store(sent + int64(r.For))
-	if dry {
-		l.deniedUntil.Store(sent + max(interval, int64(r.Wait)))
+	// a key that could not lend one event before the next refill owes (a debt): what the
+	// lease holds goes back to it
+	l.owes.Store(dry && r.N == 0 && int64(r.Wait) > interval)
+	l.dry.Store(dry)
+	if dry { // the key lent what it has: spent at an even pace until the next refill
+		next := sent + max(interval, int64(r.Wait))
+		l.paceN.Store(0)
+		l.paceFrom.Store(now)
+		l.paceOver.Store(next - now)
+		l.paceN.Store(l.tokens.Load())
+		l.deniedUntil.Store(next)
 	} else {
+		l.paceN.Store(0)
 		l.deniedUntil.Store(0)
 	}
 }
@@ -211,9 +232,10 @@ func (p *Leases) giveBack() {
 // demand counts what the exact path asks of each key, for the refiller to lease the
 // keys that ask enough.
 type demand struct {
-	mu   sync.Mutex
-	keys map[watchKey]*watched
-	max  int
+	mu     sync.Mutex
+	keys   map[watchKey]*watched
+	max    int
+	tickAt int64 // the last tick (UnixNano)
 }
 
 type watchKey struct {
@@ -226,35 +248,53 @@ type watched struct {
 	rate  float64 // events a second, a moving average
 }
 
-func (d *demand) init(max int) {
-	d.keys, d.max = map[watchKey]*watched{}, max
+func (d *demand) init(max int, now int64) {
+	d.keys, d.max, d.tickAt = map[watchKey]*watched{}, max, now
 }
 
-// note counts n events asked of key under spec.
-func (d *demand) note(spec *ratelimit.Spec, key string, n, now int64) {
+// note counts n events asked of key under spec at now, and reports whether the key
+// turned hot (then it is no longer watched): its rate, the moving average with what it
+// asked since the last tick (over rtt at least, nanoseconds), times horizon (seconds)
+// reaches one event, with two events asked at least.
+func (d *demand) note(spec *ratelimit.Spec, key string, n, now int64, horizon float64, rtt int64) (bool, float64) {
 	k := watchKey{spec, key}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	w := d.keys[k]
 	if w == nil {
 		if len(d.keys) >= d.max {
-			return
+			return false, 0
 		}
 		w = &watched{}
 		d.keys[k] = w
 	}
 	w.asked += n
+	secs := float64(max(now-d.tickAt, rtt, 1)) / 1e9
+	rate := (w.rate + float64(w.asked)/secs) / 2
+	if w.asked < 2 || rate*horizon < 1 {
+		return false, 0
+	}
+	delete(d.keys, k)
+	return true, rate
 }
 
-// busy measures every key's rate over secs, and returns (and stops watching) up to room
-// keys whose rate times horizon (seconds) reaches one event; it forgets the keys that
-// asked nothing.
-func (d *demand) busy(secs, horizon float64, room int) []struct {
+// forget stops watching key under spec.
+func (d *demand) forget(spec *ratelimit.Spec, key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.keys, watchKey{spec, key})
+}
+
+// busy measures every key's rate over secs to now, and returns (and stops watching) up
+// to room keys whose rate times horizon (seconds) reaches one event; it forgets the keys
+// that asked nothing.
+func (d *demand) busy(now int64, secs, horizon float64, room int) []struct {
 	watchKey
 	rate float64
 } {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.tickAt = now
 	var out []struct {
 		watchKey
 		rate float64
