@@ -18,14 +18,21 @@ import (
 var _ ratelimit.Lender = (*Store)(nil)
 
 // maxLoans is the most loans one script decides: a script runs alone on its server, and
-// one of thousands would hold every other client of Redis for the time it takes.
-const maxLoans = 100
+// one of thousands would hold every other client of Redis for the time it takes (a loan
+// takes Redis about 45 us: 20 about a millisecond).
+const maxLoans = 20
 
-// Lend decides loans (ratelimit.Lender) in one script per Redis server: on a
-// *redis.Client one call of up to 100 loans, on a *redis.ClusterClient one per master
-// (the keys of several slots in one script, with Redis 7's script flags), the calls in
-// parallel. Elsewhere (a Ring, an AutoPipeliner, a cluster without script flags) it
-// sends one call per loan. A key's record of loans is a hash beside its state, in its
+// lanes is how many calls of loans go out at once to one server, and lanesUnrouted how
+// many calls of a loan routed by the client (no server known).
+const lanes, lanesUnrouted = 2, 4
+
+// Lend decides loans (ratelimit.Lender) in scripts of up to 20 loans, two calls at a
+// time per Redis server, so that a refill holds two connections of the pool per server
+// and no script holds Redis much more than a millisecond: on a *redis.Client on its
+// server, on a *redis.ClusterClient on each master (the keys of several slots in one
+// script, with Redis 7's script flags), the masters in parallel. Elsewhere (a Ring, an
+// AutoPipeliner, a cluster without script flags) it sends one call per loan, four at
+// once. A key's record of loans is a hash beside its state, in its
 // hash slot (see Store, "Keys"), with the TTL of its latest loan.
 //
 // ctx alone bounds the calls: a refill of loans is not a decision, and no decision's
@@ -46,13 +53,34 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 	}
 	out := make([]ratelimit.Lent, len(loans))
 	errs := make([]error, len(groups))
-	var wg sync.WaitGroup
+	// two calls at a time per server (the servers in parallel), so that a refill of
+	// thousands of loans holds two connections of the pool per server, and leaves the
+	// others to decisions
+	var byLane [][]int
+	next := map[processor][]int{} // a server's lanes, by their place in byLane
 	for i, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.lendOn(ctx, g, cluster, out)
-		}()
+		n := lanes
+		if g.to == nil {
+			n = lanesUnrouted
+		}
+		ls := next[g.to]
+		if len(ls) < n {
+			ls = append(ls, len(byLane))
+			next[g.to] = ls
+			byLane = append(byLane, nil)
+		}
+		j := ls[i%len(ls)]
+		byLane[j] = append(byLane[j], i)
+	}
+	var wg sync.WaitGroup
+	for _, gs := range byLane {
+		wg.Go(func() {
+			for _, i := range gs {
+				if errs[i] = s.lendOn(ctx, groups[i], cluster, out); errs[i] != nil {
+					return
+				}
+			}
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {

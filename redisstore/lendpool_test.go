@@ -1,0 +1,100 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/script"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// lendHook watches the calls of lend.lua (the evalsha calls with a loan's values for
+// each loan): how many run at once, and the most loans one decides.
+type lendHook struct {
+	now, most, loans atomic.Int64
+}
+
+func (*lendHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lendHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		lend := cmd.Name() == "evalsha" && len(cmd.Args()) > 40 // a decision's call has far fewer arguments
+		if lend {
+			n := h.now.Add(1)
+			for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
+			}
+			defer h.now.Add(-1)
+		}
+		err := next(ctx, cmd)
+		if lend { // evalsha, its hash, 1, a key, then each loan's step index and values
+			loans := int64(len(cmd.Args())-4) / int64(1+len(script.Values{})+script.LendFields)
+			for m := h.loans.Load(); loans > m && !h.loans.CompareAndSwap(m, loans); m = h.loans.Load() {
+			}
+		}
+		return err
+	}
+}
+func (*lendHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestLendLeavesThePool: a refill of 2,000 loans (an instance with thousands of leased
+// keys) goes to Redis two calls at a time, of 20 loans at most (about a millisecond of
+// Redis each), so that it holds two connections of a pool of 3 while 8 callers decide
+// beside it, none waiting out the pool's timeout.
+func TestLendLeavesThePool(t *testing.T) {
+	client := redistest.Start(t).Client(func(o *redis.Options) { o.PoolSize, o.PoolTimeout = 3, 500*time.Millisecond })
+	hook := &lendHook{}
+	client.AddHook(hook)
+	s := redisstore.New(client)
+	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(1000)}
+	loans := make([]ratelimit.Loan, 2000)
+	for i := range loans {
+		loans[i] = ratelimit.Loan{Key: fmt.Sprintf("tenant-%d", i), Spec: spec, Holder: 7, Want: 10, Share: 1, TTL: time.Minute}
+	}
+	ctx := context.Background()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var decided atomic.Int64
+	for c := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, err := s.Apply(ctx, ratelimit.Request{Key: fmt.Sprintf("caller-%d-%d", c, i%10), N: 1, Spec: spec}); err != nil {
+					t.Errorf("a decision beside the refill: %v", err)
+					return
+				}
+				decided.Add(1)
+			}
+		})
+	}
+	for range 3 {
+		got, err := s.Lend(ctx, loans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range got {
+			if l.N != 10 {
+				t.Fatalf("loan %d lent %d; want 10", i, l.N)
+			}
+		}
+	}
+	close(done)
+	wg.Wait()
+	if most, loans := hook.most.Load(), hook.loans.Load(); most > 2 || loans > 20 || loans == 0 {
+		t.Errorf("%d calls of loans at once, of %d loans at most; want 2 at a time, of 20 at most", most, loans)
+	}
+	t.Logf("%d decisions beside 3 refills of 2,000 loans", decided.Load())
+}
