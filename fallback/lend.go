@@ -18,7 +18,11 @@ var _ ratelimit.Lender = (*Store)(nil)
 // shares, while the secondary's shares are this instance's alone. When the primary
 // cannot lend (the breaker is open, it fails, or it is no Lender), they fail with an
 // error wrapping ratelimit.ErrUnavailable: the holders' leases then run out by
-// themselves, and their requests are decided here, on the shares.
+// themselves, and their requests are decided here, on the shares. With the LocalShare
+// policy, what the primary lends a holder is taken from this instance's shares too (and
+// a key that lends less than asked empties them, as a denial does), as Apply mirrors a
+// take: what a lease spends
+// through an outage is spent from the shares, and the two together admit the rule.
 //
 // Partial takes (loans without a holder: AlgorithmLimiter.AllowAtMost) are decisions of
 // their own, decided as Apply decides a take: on the primary within the timeout, and
@@ -70,6 +74,16 @@ func (s *Store) lendHeld(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 	lent, err := l.Lend(ctx, loans)
 	if err != nil && ctx.Err() == nil {
 		return nil, fmt.Errorf("fallback: the primary could not lend: %w: %v", ratelimit.ErrUnavailable, err)
+	}
+	if err == nil && s.policy == LocalShare { // what this instance may spend from memory is spent from its shares too
+		for i, loan := range loans {
+			switch {
+			case lent[i].N < loan.Want: // the key lent less than asked: at its rule, as a denial says
+				s.mirror(ctx, ratelimit.Request{Key: loan.Key, N: 1, Spec: loan.Spec}, ratelimit.Outcome{})
+			case lent[i].N > 0:
+				s.mirror(ctx, ratelimit.Request{Key: loan.Key, N: lent[i].N, Spec: loan.Spec}, lent[i].Outcome)
+			}
+		}
 	}
 	return lent, err
 }
