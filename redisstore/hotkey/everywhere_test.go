@@ -2,6 +2,7 @@ package hotkey_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -411,6 +412,121 @@ func TestLeasesThroughAnOutageCount(t *testing.T) {
 			t.Logf("leased %v: %d admitted in the 5s of the outage, %.2f times the rule", leased, admitted, float64(admitted)/500)
 			if admitted > 550 {
 				t.Errorf("leased %v: %d admitted in the 5s of the outage; want 1.1 times the rule's 500 at most", leased, admitted)
+			}
+		})
+	}
+}
+
+// optimisticInstances are n instances with WithOptimistic over shared, each with a
+// fixed window of rule, their Leases beside.
+func optimisticInstances(t *testing.T, shared ratelimit.Store, n int, rule ratelimit.Rule) ([]*fixedwindow.Limiter, []*hotkey.Leases) {
+	t.Helper()
+	ls, ps := make([]*fixedwindow.Limiter, n), make([]*hotkey.Leases, n)
+	for i := range ls {
+		p, err := hotkey.NewLeases(shared, hotkey.WithInstanceCount(func() int { return n }), hotkey.WithOptimistic())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close(context.Background()) })
+		ps[i] = p
+		ls[i], _ = fixedwindow.New(p, rule, ratelimit.WithNamespace("api"))
+	}
+	return ls, ps
+}
+
+// TestLeasesOptimisticQuietKeys: with WithOptimistic, the quiet keys (200 tenants, each
+// asked once in 2s by one of four instances a round trip of 1ms away) are decided from
+// memory, their first request on an instance too, and every admission is charged to the
+// shared store: none waits, none is beyond the rule, and each key's count is exact.
+func TestLeasesOptimisticQuietKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := &remote{Store: localstore.New(), rtt: time.Millisecond}
+		rule := ratelimit.PerHour(1000)
+		ls, ps := optimisticInstances(t, shared, 4, rule)
+		admitted := map[string]int64{}
+		start := time.Now()
+		for i := range 1000 { // 100 a second for 10s
+			time.Sleep(time.Until(start.Add(time.Duration(i) * 10 * time.Millisecond)))
+			key := fmt.Sprintf("tenant-%d", i%200)
+			before := time.Now()
+			d, err := ls[(i/200+i)%4].Allow(context.Background(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(before); took != 0 {
+				t.Fatalf("request %d waited %v", i, took)
+			}
+			if d.Allowed {
+				admitted[key]++
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // the charges in the background land
+		var st hotkey.LeasesStats
+		for _, p := range ps {
+			s := p.Stats()
+			st.Local, st.Exact, st.Ahead, st.Excess = st.Local+s.Local, st.Exact+s.Exact, st.Ahead+s.Ahead, st.Excess+s.Excess
+		}
+		if st.Exact != 0 || st.Local != 1000 || st.Ahead != 1000 || st.Excess != 0 {
+			t.Errorf("%+v: want 1000 decisions from memory, all admitted ahead, none beyond the rule", st)
+		}
+		for i := range 200 {
+			key := fmt.Sprintf("tenant-%d", i)
+			o, err := shared.Store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1,
+				Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: rule, Op: "peek"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if admitted[key] != 5 || o.Remaining+1 != 1000-5 {
+				t.Fatalf("%s: admitted %d, %d left of 1000; want 5, each charged", key, admitted[key], o.Remaining+1)
+			}
+		}
+	})
+}
+
+// TestLeasesOptimisticBound: with WithOptimistic, a key of 40 an hour asked by four
+// instances every quarter of a millisecond, a round trip of 5ms away: each instance
+// admits at most one event ahead of Redis's answer at a time, so the cluster admits at
+// most one event per instance beyond the rule in the round trip the key runs out, and
+// LeasesStats.Excess counts them; a rule smaller than the instances (5 a minute on 20)
+// keeps the exact path and never admits more.
+func TestLeasesOptimisticBound(t *testing.T) {
+	for _, tc := range []struct {
+		rule      ratelimit.Rule
+		instances int
+	}{{ratelimit.PerHour(40), 4}, {ratelimit.PerMinute(5), 20}} {
+		synctest.Test(t, func(t *testing.T) {
+			shared := &remote{Store: localstore.New(), rtt: 5 * time.Millisecond}
+			ls, ps := optimisticInstances(t, shared, tc.instances, tc.rule)
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for _, l := range ls {
+				wg.Go(func() {
+					for range 200 {
+						d, err := l.Allow(context.Background(), "login")
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							admitted.Add(1)
+						}
+						time.Sleep(250 * time.Microsecond)
+					}
+				})
+			}
+			wg.Wait()
+			time.Sleep(10 * time.Millisecond)
+			var excess, small int64
+			for _, p := range ps {
+				excess, small = excess+p.Stats().Excess, small+p.Stats().Small
+			}
+			got, limit := admitted.Load(), tc.rule.Limit
+			t.Logf("%v on %d instances: admitted %d, excess %d, kept exact %d", tc.rule, tc.instances, got, excess, small)
+			switch {
+			case limit < int64(tc.instances) && (got > limit || small == 0):
+				t.Errorf("%v on %d instances: admitted %d (%d kept exact); want the rule's %d at most, on the exact path", tc.rule, tc.instances, got, small, limit)
+			case got > limit+int64(tc.instances) || got-excess > limit:
+				t.Errorf("%v on %d instances: admitted %d, %d of them counted beyond the rule; want %d at most, and one per instance beyond it at most", tc.rule, tc.instances, got, excess, limit)
 			}
 		})
 	}

@@ -144,24 +144,18 @@ func (p *Leases) ask(l *lease) {
 	}
 }
 
-// leaseKey is what a lease is of: a key of an algorithm in a namespace. A lease holds it
+// keyOf names what a lease is of: a key of an algorithm in a namespace. A lease holds it
 // under one rule, its Spec's; the requests of another Spec of that rule (another
 // priority's, an op's) are decided on it too, and a request under another rule ends it
 // (lookup).
-type leaseKey struct {
-	alg *ratelimit.Algorithm
-	ns  string
-	key string
-}
-
-func keyOf(spec *ratelimit.Spec, key string) leaseKey {
-	return leaseKey{spec.Algorithm, spec.Namespace, key}
+func keyOf(spec *ratelimit.Spec, key string) algKey {
+	return algKey{spec.Algorithm, spec.Namespace, key}
 }
 
 // leaseTable finds a key's lease without a lock (a sync.Map: read by every decision,
 // changed at the refiller's pace and by the keys that turn hot).
 type leaseTable struct {
-	m sync.Map // leaseKey -> *lease
+	m sync.Map // algKey -> *lease
 	n atomic.Int64
 }
 

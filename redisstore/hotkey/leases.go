@@ -31,7 +31,7 @@ import (
 // refills by its rule.
 //
 // A key is leased once this instance asks it twice within a quarter of a refill
-// interval (WithRefill), at once: the lease's first loan goes out with the next
+// interval (WithRefill), or in two quarters running, at once: the lease's first loan goes out with the next
 // coalesced refill, a round trip later. Until then, and for the quiet keys, every
 // request takes the exact path: the next store decides it, as without Leases. A lease
 // holds about the instance's demand times (the round trip plus the refill interval),
@@ -72,7 +72,11 @@ import (
 // the cluster admits no more than the new rule's burst plus its rate since the change.
 // With the fallback store under it, a lease keeps serving through an outage of Redis
 // until what it holds is spent or it ends; then the key's requests take the exact path,
-// to the fallback's shares.
+// to the fallback's shares, from which the fallback took what the lease was lent: the
+// two together admit the rule.
+//
+// With WithOptimistic, the requests of the keys without a lease are decided from memory
+// too, within the bound its doc states; without it they take the exact path.
 //
 // Leases starts a goroutine of its own: Close stops it, and gives back what it holds.
 type Leases struct {
@@ -90,7 +94,10 @@ type Leases struct {
 
 	// what Stats reports: the decisions of the next store and of leases (takes, each
 	// one decision whatever its n), and the refiller's calls
-	exact, local, unleased   atomic.Int64
+	exact, local, unleased atomic.Int64
+	aheads, excess, small  atomic.Int64
+
+	known                    table[known] // what this instance heard of the keys it holds no lease of (WithOptimistic)
 	refills, failed, revoked atomic.Int64
 }
 
@@ -100,6 +107,9 @@ type LeasesStats struct {
 	Local     int64         // decisions from leases: admissions, and denials from memory
 	Exact     int64         // decisions of the next store (the exact path), of leased keys too; peeks, debits, refunds and resets aside
 	Unleased  int64         // of them, the decisions of limits no lease may decide: an algorithm that does not lend, a request ForRequests leaves out
+	Small     int64         // of them, the decisions of rules whose Limit is less than the instances, kept exact (WithOptimistic)
+	Ahead     int64         // admissions of keys without a lease made from memory ahead of the next store's answer (WithOptimistic), in Local
+	Excess    int64         // of the events they admitted, those the next store then denied: beyond the rule
 	Refills   int64         // calls to the next store's Lend
 	Failed    int64         // of them, the ones that failed
 	Revoked   int64         // loans that found this instance's record gone (ended, revoked)
@@ -109,6 +119,7 @@ type LeasesStats struct {
 // Stats is what p has done so far.
 func (p *Leases) Stats() LeasesStats {
 	return LeasesStats{Leases: p.table.size(), Local: p.local.Load(), Exact: p.exact.Load(), Unleased: p.unleased.Load(),
+		Small: p.small.Load(), Ahead: p.aheads.Load(), Excess: p.excess.Load(),
 		Refills: p.refills.Load(), Failed: p.failed.Load(), Revoked: p.revoked.Load(), RoundTrip: time.Duration(p.rtt.Load())}
 }
 
@@ -132,6 +143,7 @@ func NewLeases(next ratelimit.Store, opts ...LeasesOption) (*Leases, error) {
 		stop: make(chan struct{}), done: make(chan struct{})}
 	p.rtt.Store(int64(time.Millisecond))
 	p.watch.init(cfg.maxKeys, clock.UnixNano(cfg.clock))
+	p.known = table[known]{max: cfg.maxKeys, expiry: func(k *known) *atomic.Int64 { return &k.expiry }}
 	go p.refill()
 	return p, nil
 }
@@ -179,7 +191,8 @@ func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 		return p.op(ctx, req)
 	}
 	now := clock.UnixNano(p.cfg.clock)
-	if l := p.lookup(sp, req.Key); l != nil {
+	l := p.lookup(sp, req.Key)
+	if l != nil {
 		if o, ok := l.take(p, req.N, keep(sp, l), now); ok {
 			p.local.Add(1)
 			trace.Set(ctx, Source)
@@ -191,8 +204,19 @@ func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 	} else if hot, rate := p.watch.note(sp, req.Key, req.N, now, p.horizon(), p.rtt.Load()); hot {
 		p.leaseNow([]*ratelimit.Spec{sp}, []string{req.Key}, rate)
 	}
+	if l == nil && p.cfg.optimistic {
+		if o, ok := p.ahead(ctx, req, now); ok {
+			p.local.Add(1)
+			trace.Set(ctx, Source)
+			return o, nil
+		}
+	}
 	p.exact.Add(1)
-	return p.exactTake(ctx, req)
+	o, err := p.exactTake(ctx, req)
+	if err == nil && p.cfg.optimistic {
+		p.heard(sp, req.Key, o, now)
+	}
+	return o, err
 }
 
 // leasable says whether req's key may be decided from a lease: an algorithm that lends,
@@ -381,6 +405,9 @@ func (p *Leases) op(ctx context.Context, req ratelimit.Request) (ratelimit.Outco
 		p.table.remove(l)
 	}
 	o, err := p.next.Apply(ctx, req)
+	if p.cfg.optimistic {
+		p.forget(req.Spec, req.Key, clock.UnixNano(p.cfg.clock))
+	}
 	if err != nil {
 		return o, err
 	}
@@ -406,6 +433,9 @@ func (p *Leases) debit(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 	if err == nil && l != nil && !o.Allowed() {
 		l.owe(now + int64(o.Wait))
 	}
+	if err == nil && l == nil && p.cfg.optimistic {
+		p.heard(req.Spec, req.Key, o, now)
+	}
 	return o, err
 }
 
@@ -424,6 +454,9 @@ func (p *Leases) revoke(ctx context.Context, req ratelimit.Request) {
 // other instances' leases go on: what they hold is theirs, and conserved. The answer is
 // a peek of 1 on the next store.
 func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	if p.cfg.optimistic { // the key has more after it than this instance heard
+		p.forget(req.Spec, req.Key, clock.UnixNano(p.cfg.clock))
+	}
 	r := req.Receipt
 	if r == nil {
 		return p.next.Apply(ctx, req)

@@ -286,8 +286,9 @@ func (d *demand) forget(spec *ratelimit.Spec, key string) {
 }
 
 // busy measures every key's rate over secs to now, and returns (and stops watching) up
-// to room keys whose rate times horizon (seconds) reaches one event; it forgets the keys
-// that asked nothing.
+// to room keys whose rate times horizon (seconds) reaches one event, asked in this tick
+// and the one before (a lone request is no demand); it forgets the keys that asked
+// nothing.
 func (d *demand) busy(now int64, secs, horizon float64, room int) []struct {
 	watchKey
 	rate float64
@@ -300,9 +301,10 @@ func (d *demand) busy(now int64, secs, horizon float64, room int) []struct {
 		rate float64
 	}
 	for k, w := range d.keys {
+		prev := w.rate
 		w.rate = (w.rate + float64(w.asked)/secs) / 2
 		switch {
-		case w.rate*horizon >= 1 && len(out) < room:
+		case w.rate*horizon >= 1 && w.asked > 0 && prev*horizon >= 1 && len(out) < room: // asked in two ticks running
 			out = append(out, struct {
 				watchKey
 				rate float64
