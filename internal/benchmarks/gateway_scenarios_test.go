@@ -19,13 +19,13 @@ import (
 // was admitted in those 5s against the rule's 500). Run it once: -benchtime 1x.
 func BenchmarkLeaseScenarios(b *testing.B) {
 	const background, hot = 2000.0, 200.0
-	for _, w := range ways[:2] { // exact, leases
+	for _, w := range ways[:3] { // exact, leases, leases-optimistic
 		b.Run("move/"+w.name, func(b *testing.B) {
 			srv := redistest.Start(b)
 			ins, _ := openGateway(b, srv, w, 2500*time.Microsecond, 0)
 			tenants, z := tenantNames(gatewayTenants+1), newZipf(gatewayTenants)
 			mover := gatewayTenants
-			r := newRun(len(tenants), 10*time.Second, gatewayInstances*gatewayWorkers)
+			r := newRun(len(tenants), 10*time.Second)
 			r.watched = mover
 			rest := spread(z, instanceSplit)
 			drive(ins, tenants, func(rng *rand.Rand, at time.Duration) (int, int) {
@@ -43,7 +43,7 @@ func BenchmarkLeaseScenarios(b *testing.B) {
 			ins, clients := openGateway(b, srv, w, 2500*time.Microsecond, 0)
 			tenants, z := tenantNames(gatewayTenants+1), newZipf(gatewayTenants)
 			victim := gatewayTenants
-			r := newRun(len(tenants), 13*time.Second, gatewayInstances*gatewayWorkers)
+			r := newRun(len(tenants), 13*time.Second)
 			rest := spread(z, []float64{0, 50, 30, 20}) // the first instance only for the victim
 			killed := time.AfterFunc(4*time.Second, func() { clients[0].Close() })
 			defer killed.Stop()
@@ -67,7 +67,7 @@ func BenchmarkLeaseScenarios(b *testing.B) {
 			srv := redistest.Start(b)
 			ins, _ := openGateway(b, srv, w, 2500*time.Microsecond, 0)
 			tenants, z := tenantNames(gatewayTenants), newZipf(gatewayTenants)
-			r := newRun(len(tenants), 12*time.Second, gatewayInstances*gatewayWorkers)
+			r := newRun(len(tenants), 12*time.Second)
 			paused := time.AfterFunc(4*time.Second, func() {
 				srv.Pause()
 				time.AfterFunc(5*time.Second, srv.Resume)

@@ -35,7 +35,6 @@ var seedRule = ratelimit.Rule{Limit: 100, Period: time.Second, Burst: 200}
 const (
 	gatewayInstances = 4
 	gatewayTenants   = 1000
-	gatewayWorkers   = 64 // per instance: requests in progress at once
 )
 
 // instanceSplit is how the load is spread over the instances, in percent.
@@ -80,6 +79,13 @@ var ways = []way{
 			opts = append(opts, hotkey.WithLeaseTTL(d))
 		}
 		p, err := hotkey.NewLeases(exactStore(c, prefix), opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return newLimiterInstance(b, p, p)
+	}},
+	{"leases-optimistic", func(b *testing.B, c *redis.Client, prefix string) gatewayInstance {
+		p, err := hotkey.NewLeases(exactStore(c, prefix), hotkey.WithInstanceCount(func() int { return gatewayInstances }), hotkey.WithOptimistic())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -249,27 +255,48 @@ func (z *zipf) share(k int) float64 {
 }
 
 // run is one run's record: every decision's time, and what each tenant was admitted, by
-// second.
+// second, and the busiest tenants' by 100ms.
 type run struct {
 	start     time.Time
 	seconds   int
 	admitted  [][]atomic.Int64 // [tenant][second]
 	watched   int              // the tenant whose admissions are also counted by 100ms
 	fine      []atomic.Int64
-	latencies [][]time.Duration
-	leased    [][]time.Duration // of the decisions made from a lease
+	busiest   [][]atomic.Int64 // the first busy tenants' admissions, [tenant][100ms]
+	shards    [64]sampleShard
 	errors    atomic.Int64
 	decisions atomic.Int64
 	shares    atomic.Int64 // decisions of the fallback's shares (Redis too slow, or away)
 }
 
-func newRun(tenants int, d time.Duration, workers int) *run {
-	r := &run{start: time.Now(), seconds: int(d/time.Second) + 2, latencies: make([][]time.Duration, workers),
-		leased: make([][]time.Duration, workers), watched: -1}
+// busyTenants is how many of the busiest tenants (the first, by Zipf) are counted by
+// 100ms, for the fewest and the most admitted in a sliding second.
+const busyTenants = 50
+
+// sample is one decision: the time it added from the instant it was due (the load
+// generator's lateness included), its tenant, and whether a lease made it.
+type sample struct {
+	took   time.Duration
+	tenant int32
+	leased bool
+}
+
+type sampleShard struct {
+	mu      sync.Mutex
+	samples []sample
+	late    []time.Duration // how late each request started after it was due
+}
+
+func newRun(tenants int, d time.Duration) *run {
+	r := &run{start: time.Now(), seconds: int(d/time.Second) + 2, watched: -1}
 	r.fine = make([]atomic.Int64, 10*r.seconds)
 	r.admitted = make([][]atomic.Int64, tenants)
 	for i := range r.admitted {
 		r.admitted[i] = make([]atomic.Int64, r.seconds)
+	}
+	r.busiest = make([][]atomic.Int64, min(tenants, busyTenants))
+	for i := range r.busiest {
+		r.busiest[i] = make([]atomic.Int64, 10*r.seconds)
 	}
 	return r
 }
@@ -294,63 +321,56 @@ func spread(z *zipf, split []float64) router {
 	}
 }
 
-// drive offers perSecond requests a second for d, routed by route, each instance's
-// taken by its workers: every decision's time into r.
+// drive offers perSecond requests a second for d, routed by route, open-loop: each
+// request starts on a goroutine of its own at the instant it is due, whatever the others
+// are doing, and its time counts from that instant (how late it started is recorded
+// apart): every decision into r.
 func drive(ins []gatewayInstance, tenants []string, route router, perSecond float64, d time.Duration, r *run) {
-	queues := make([]chan int, len(ins))
 	var wg sync.WaitGroup
-	for i := range ins {
-		queues[i] = make(chan int, 4096)
-		for w := range gatewayWorkers {
-			slot := i*gatewayWorkers + w
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for k := range queues[i] {
-					ctx, rec := trace.With(context.Background())
-					t0 := time.Now()
-					ok, err := ins[i].allow(ctx, tenants[k])
-					took := time.Since(t0)
-					r.latencies[slot] = append(r.latencies[slot], took)
-					switch rec.Source() {
-					case hotkey.Source:
-						r.leased[slot] = append(r.leased[slot], took)
-					case fallback.Secondary.String():
-						r.shares.Add(1)
-					}
-					r.decisions.Add(1)
-					if err != nil {
-						r.errors.Add(1)
-						continue
-					}
-					if ok {
-						if s := int(t0.Sub(r.start) / time.Second); s < r.seconds {
-							r.admitted[k][s].Add(1)
-						}
-						if f := int(t0.Sub(r.start) / (100 * time.Millisecond)); k == r.watched && f < len(r.fine) {
-							r.fine[f].Add(1)
-						}
-					}
-				}
-			}()
-		}
-	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	tick := time.NewTicker(time.Millisecond)
-	sent, end := 0.0, time.Now().Add(d)
-	for now := range tick.C {
-		if now.After(end) {
-			break
+	seq := 0
+	for sent, total := 0, int(perSecond*d.Seconds()); sent < total; sent++ {
+		due := r.start.Add(time.Duration(float64(sent) / perSecond * float64(time.Second)))
+		if wait := time.Until(due); wait > 500*time.Microsecond { // the timer's own granularity: those due sooner start now
+			time.Sleep(wait)
 		}
-		at := now.Sub(r.start)
-		for due := perSecond * at.Seconds(); sent < due; sent++ {
-			tenant, i := route(rng, at)
-			queues[i] <- tenant
-		}
-	}
-	tick.Stop()
-	for _, q := range queues {
-		close(q)
+		k, i := route(rng, due.Sub(r.start))
+		seq++
+		shard := &r.shards[seq%len(r.shards)]
+		wg.Go(func() {
+			started := time.Now()
+			ctx, rec := trace.With(context.Background())
+			ok, err := ins[i].allow(ctx, tenants[k])
+			from := due
+			if started.Before(due) {
+				from = started // started early: from the start
+			}
+			took := time.Since(from)
+			shard.mu.Lock()
+			shard.samples = append(shard.samples, sample{took: took, tenant: int32(k), leased: rec.Source() == hotkey.Source})
+			shard.late = append(shard.late, max(0, started.Sub(due)))
+			shard.mu.Unlock()
+			if rec.Source() == fallback.Secondary.String() {
+				r.shares.Add(1)
+			}
+			r.decisions.Add(1)
+			if err != nil {
+				r.errors.Add(1)
+				return
+			}
+			if ok {
+				if s := int(due.Sub(r.start) / time.Second); s < r.seconds {
+					r.admitted[k][s].Add(1)
+				}
+				f := int(due.Sub(r.start) / (100 * time.Millisecond))
+				if k == r.watched && f < len(r.fine) {
+					r.fine[f].Add(1)
+				}
+				if k < len(r.busiest) && f < len(r.busiest[k]) {
+					r.busiest[k][f].Add(1)
+				}
+			}
+		})
 	}
 	wg.Wait()
 }
@@ -416,7 +436,7 @@ func BenchmarkLeaseGateway(b *testing.B) {
 				tenants := tenantNames(gatewayTenants)
 				z := newZipf(gatewayTenants)
 				calls0, cpu0 := redisStats(b, direct)
-				r := newRun(gatewayTenants, d, gatewayInstances*gatewayWorkers)
+				r := newRun(gatewayTenants, d)
 				for range b.N {
 					drive(ins, tenants, spread(z, instanceSplit), perSecond, d, r)
 				}
@@ -460,34 +480,76 @@ func tenantNames(n int) []string {
 	return tenants
 }
 
-// report reports one run's figures.
+// report reports one run's figures: over every decision, and the ten busiest tenants'
+// apart.
 func report(b *testing.B, r *run, z *zipf, perSecond, calls, cpu float64, refills int64) {
-	var all, leased []time.Duration
-	for i := range r.latencies {
-		all = append(all, r.latencies[i]...)
-		leased = append(leased, r.leased[i]...)
+	var all, busiest, late []time.Duration
+	leased := 0
+	for i := range r.shards {
+		for _, s := range r.shards[i].samples {
+			all = append(all, s.took)
+			if s.tenant < 10 {
+				busiest = append(busiest, s.took)
+			}
+			if s.leased {
+				leased++
+			}
+		}
+		late = append(late, r.shards[i].late...)
 	}
 	slices.Sort(all)
-	slices.Sort(leased)
+	slices.Sort(busiest)
+	slices.Sort(late)
 	n := float64(r.decisions.Load())
 	b.ReportMetric(float64(percentile(all, 0.5).Microseconds()), "p50-µs")
 	b.ReportMetric(float64(percentile(all, 0.99).Microseconds()), "p99-µs")
 	b.ReportMetric(float64(percentile(all, 0.999).Microseconds()), "p99.9-µs")
+	b.ReportMetric(float64(percentile(busiest, 0.99).Microseconds()), "busiest10-p99-µs")
+	b.ReportMetric(float64(percentile(late, 0.99).Microseconds()), "late-p99-µs")
 	b.ReportMetric(n/float64(r.seconds-2), "decisions/s")
 	b.ReportMetric(calls/n, "redis-calls/decision")
 	b.ReportMetric(cpu/n, "redis-cpu-µs/decision")
-	if len(leased) > 0 {
-		b.ReportMetric(float64(len(leased))/n, "from-leases")
-		b.ReportMetric(float64(percentile(leased, 0.99).Microseconds()), "leased-p99-µs")
-		b.ReportMetric(float64(percentile(leased, 0.999).Microseconds()), "leased-p99.9-µs")
-		b.ReportMetric(float64(refills)/float64(len(leased)), "refills/leased-decision")
+	b.ReportMetric(float64(leased)/n, "from-memory")
+	if leased > 0 {
+		b.ReportMetric(float64(refills)/float64(leased), "refills/local-decision")
 	}
 	b.ReportMetric(float64(r.errors.Load()), "errors")
 	b.ReportMetric(float64(r.shares.Load())/n, "from-shares")
-	lo, hi := accuracy(r, func(k int) bool { return z.share(k)*perSecond >= 2*float64(seedRule.Limit) }, 2, r.seconds-2)
+	over := func(k int) bool { return z.share(k)*perSecond >= 2*float64(seedRule.Limit) }
+	lo, hi := accuracy(r, over, 2, r.seconds-2)
 	b.ReportMetric(lo, "over-rule-10s-min")
 	b.ReportMetric(hi, "over-rule-10s-max")
+	least, most := slidingSecond(r, over)
+	b.ReportMetric(least, "over-rule-1s-least/rate")
+	b.ReportMetric(most, "over-rule-1s-most/(burst+rate)")
 	b.ReportMetric(float64(mostInASecond(r)), "most-in-1s")
+}
+
+// slidingSecond is, over the busiest tenants asked selects, the fewest admitted in any
+// sliding second after the first two, against the rule's rate, and the most in any, against
+// its burst and a second's rate.
+func slidingSecond(r *run, asked func(k int) bool) (least, most float64) {
+	least = math.Inf(1)
+	for k := range r.busiest {
+		if !asked(k) {
+			continue
+		}
+		slots := r.busiest[k][:10*(r.seconds-2)]
+		for f := 0; f+10 <= len(slots); f++ {
+			sum := int64(0)
+			for i := f; i < f+10; i++ {
+				sum += slots[i].Load()
+			}
+			if f >= 20 {
+				least = min(least, float64(sum)/float64(seedRule.Limit))
+			}
+			most = max(most, float64(sum)/float64(seedRule.Burst+seedRule.Limit))
+		}
+	}
+	if math.IsInf(least, 1) {
+		least = 0
+	}
+	return least, most
 }
 
 // accuracy is the lowest and the highest, over the tenants asked selects and every 10

@@ -137,8 +137,12 @@ func (p *Leases) lend(refills, drops []*lease) {
 		case held > 2*target:
 			gives[i] = l.giveOut(held - target)
 		}
+		sh := share
+		if l.dry.Load() { // the key is at its rule: its refill goes to the instances that ask, divided by the holders
+			sh = 1
+		}
 		loans = append(loans, ratelimit.Loan{Key: l.key, Spec: l.spec, Holder: p.holder, Give: gives[i],
-			Want: max(0, target-held+gives[i]), Share: share, TTL: p.cfg.ttl})
+			Want: max(0, target-held+gives[i]), Share: sh, TTL: p.cfg.ttl})
 	}
 	for _, l := range drops {
 		give := l.tokens.Swap(0)
