@@ -410,12 +410,15 @@ func redisStats(b *testing.B, c *redis.Client) (calls, cpu float64) {
 // BenchmarkLeaseGateway: four gateway instances (50/25/15/10% of the load) deciding 1,000
 // tenants on the seed's rule, Zipf-distributed (tenant k asked 1/k as often as the
 // first), on one Redis behind a proxy that adds a round trip, each way of deciding side
-// by side at each round trip. Run it once: -benchtime 1x. Each run reports the latency a
-// decision adds (p50, p99, p99.9), Redis's script calls and CPU per decision, the
-// decisions from leases, errors, and the accuracy of the tenants asked more than their
-// rule: their admitted over the 10 seconds after the first two (the bucket's burst)
-// against the rule's 1,000, lowest and highest, and the most any tenant was admitted
-// in one second (the rule's bound: 300, a second's 100 and the burst of 200).
+// by side at each round trip, the requests arriving open-loop (see drive). Run it once:
+// -benchtime 1x. Each run reports, over every decision, the latency a decision adds (p50,
+// p99, p99.9; the ten busiest tenants' p99 apart), how late the generator started
+// requests, the share decided from memory, Redis's script calls and CPU per decision,
+// errors, and the accuracy of the tenants asked twice their rule or more: their admitted
+// over each 10 seconds after the first two (the bucket's burst) against the rule's 1,000,
+// lowest and highest, the fewest in a sliding second against its rate and the most
+// against its burst and a second's rate, and the most any tenant was admitted in one
+// second.
 func BenchmarkLeaseGateway(b *testing.B) {
 	perSecond, d := gatewayLoad()
 	srv := redistest.Start(b)
