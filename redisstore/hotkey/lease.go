@@ -1,6 +1,8 @@
 package hotkey
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,33 +146,71 @@ func (p *Leases) ask(l *lease) {
 	}
 }
 
-// keyOf names what a lease is of: a key of an algorithm in a namespace. A lease holds it
-// under one rule, its Spec's; the requests of another Spec of that rule (another
-// priority's, an op's) are decided on it too, and a request under another rule ends it
-// (lookup).
-func keyOf(spec *ratelimit.Spec, key string) algKey {
-	return algKey{spec.Algorithm, spec.Namespace, key}
+// leaseTable finds a key's lease, of an algorithm in a namespace, whatever its rule (a
+// lease holds the key under one rule, its Spec's; another Spec of that rule decides on
+// it too, and a request under another rule ends it: see lookup), without a lock or a
+// second hash of the key: its
+// leases in leaseShards maps of key -> the leases of that key (one per algorithm and
+// namespace, most often one), a shard chosen by the key's last bytes; each map is
+// replaced whole (a copy of a few entries) when a lease comes or goes, which happens at
+// the refiller's pace and as keys turn hot, not at the requests'.
+type leaseTable struct {
+	shards [leaseShards]leaseShard
+	n      atomic.Int64
 }
 
-// leaseTable finds a key's lease without a lock (a sync.Map: read by every decision,
-// changed at the refiller's pace and by the keys that turn hot).
-type leaseTable struct {
-	m sync.Map // algKey -> *lease
-	n atomic.Int64
+const leaseShards = 256
+
+type leaseShard struct {
+	m  atomic.Pointer[map[string][]*lease]
+	mu sync.Mutex // held to replace m
+}
+
+// shard is key's shard: a multiplicative hash of its last 8 bytes and its length, cheap
+// beside the map's own hash, and enough to spread keys that differ in their ends.
+func (t *leaseTable) shard(key string) *leaseShard {
+	h := uint64(len(key))
+	for i := max(0, len(key)-8); i < len(key); i++ {
+		h = h<<8 | uint64(key[i])
+	}
+	return &t.shards[(h*0x9E3779B97F4A7C15)>>56]
 }
 
 // get is the lease of key of spec's algorithm and namespace, under any rule, or nil.
 func (t *leaseTable) get(spec *ratelimit.Spec, key string) *lease {
-	v, _ := t.m.Load(keyOf(spec, key))
-	l, _ := v.(*lease)
-	return l
+	m := t.shard(key).m.Load()
+	if m == nil {
+		return nil
+	}
+	for _, l := range (*m)[key] {
+		if l.spec.Algorithm == spec.Algorithm && l.spec.Namespace == spec.Namespace {
+			return l
+		}
+	}
+	return nil
 }
 
 // add holds l, unless its key has a lease already; it reports whether it did.
 func (t *leaseTable) add(l *lease) bool {
-	if _, had := t.m.LoadOrStore(keyOf(l.spec, l.key), l); had {
+	if t.get(l.spec, l.key) != nil {
 		return false
 	}
+	sh := t.shard(l.key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var m map[string][]*lease
+	if old := sh.m.Load(); old != nil {
+		for _, o := range (*old)[l.key] {
+			if o.spec.Algorithm == l.spec.Algorithm && o.spec.Namespace == l.spec.Namespace {
+				return false
+			}
+		}
+		m = maps.Clone(*old)
+	} else {
+		m = map[string][]*lease{}
+	}
+	m[l.key] = append(slices.Clip(m[l.key]), l)
+	sh.m.Store(&m)
 	t.n.Add(1)
 	return true
 }
@@ -178,18 +218,33 @@ func (t *leaseTable) add(l *lease) bool {
 // remove drops each of ls from the table, if it is still there.
 func (t *leaseTable) remove(ls ...*lease) {
 	for _, l := range ls {
-		if t.m.CompareAndDelete(keyOf(l.spec, l.key), l) {
+		sh := t.shard(l.key)
+		sh.mu.Lock()
+		if old := sh.m.Load(); old != nil && slices.Contains((*old)[l.key], l) {
+			m := maps.Clone(*old)
+			if rest := slices.DeleteFunc(slices.Clone(m[l.key]), func(o *lease) bool { return o == l }); len(rest) > 0 {
+				m[l.key] = rest
+			} else {
+				delete(m, l.key)
+			}
+			sh.m.Store(&m)
 			t.n.Add(-1)
 		}
+		sh.mu.Unlock()
 	}
 }
 
 // each calls f with every lease.
 func (t *leaseTable) each(f func(*lease)) {
-	t.m.Range(func(_, v any) bool {
-		f(v.(*lease))
-		return true
-	})
+	for i := range t.shards {
+		if m := t.shards[i].m.Load(); m != nil {
+			for _, ls := range *m {
+				for _, l := range ls {
+					f(l)
+				}
+			}
+		}
+	}
 }
 
 // size is the leases held.
