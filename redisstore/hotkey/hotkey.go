@@ -88,11 +88,12 @@ func ForRequests(f func(ratelimit.Request) bool) Option {
 }
 
 // WithRefill sets the refill interval of Leases (1s by default; 0 or less means the
-// default): a lease holds about its key's demand over this interval and a round trip,
-// and a key is leased once it asks about an event in that time. Four times an interval
-// the refiller looks at every lease (to top it up, renew it, give back what it does not
-// need, or end it) and at the exact path's keys (to lease the busy ones), and tops up a
-// key that had less to lend than asked.
+// default): a lease holds about its key's demand over this interval and a round trip, is
+// renewed at least once in it, and a key is leased once it is asked twice in a quarter
+// of it (or in two quarters running). Four times an interval the refiller looks at every
+// lease (to top it up, renew it, give back what it does not need, or end it) and at the
+// exact path's keys (to lease the busy ones), and refills a key that had less to lend
+// than asked: what the key accrued in that quarter.
 func WithRefill(d time.Duration) LeasesOption {
 	return leasesOption(func(c *hotConfig) {
 		if d > 0 {
