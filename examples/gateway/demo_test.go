@@ -230,3 +230,45 @@ func TestLeasesDemo(t *testing.T) {
 		t.Errorf("%d admitted in %v; the rule allows %d", admitted, elapsed, most)
 	}
 }
+
+// TestOptimisticDemo: with -leases -optimistic, quiet tenants (a request each) are decided
+// from memory too, and admitted.
+func TestOptimisticDemo(t *testing.T) {
+	addr, admin := startGateway(t, config{reload: time.Hour,
+		store: backend.Config{Instances: 1, BreakerOpen: time.Second, LocalMaxKeys: 1000, LocalMaxBytes: 1 << 20, Leases: true, Optimistic: true}})
+	get := func(key string) int {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/orders", nil)
+		req.Header.Set("X-Api-Key", key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	eventually(t, "the gateway to answer", func() bool { return get("warm-up") == 200 })
+	leased := func() float64 {
+		res, err := http.Get("http://" + admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		m := regexp.MustCompile(`(?m)^ratelimit_lease_decisions_total (\S+)`).FindSubmatch(body)
+		if m == nil {
+			t.Fatalf("no ratelimit_lease_decisions_total in the metrics:\n%s", body)
+		}
+		n, _ := strconv.ParseFloat(string(m[1]), 64)
+		return n
+	}
+	before := leased()
+	for i := range 50 {
+		if code := get("quiet-" + strconv.Itoa(i)); code != 200 {
+			t.Fatalf("quiet tenant %d: %d; want 200", i, code)
+		}
+	}
+	if got := leased() - before; got < 50 {
+		t.Errorf("%.0f of 50 quiet tenants' first requests decided from memory; want all", got)
+	}
+}

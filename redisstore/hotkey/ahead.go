@@ -42,7 +42,7 @@ func (p *Leases) instances() int64 {
 func (p *Leases) ahead(ctx context.Context, req ratelimit.Request, now int64) (o ratelimit.Outcome, ok bool) {
 	sp := req.Spec
 	a, err := sp.Algorithm.Prepare(sp.Rule, req.N)
-	if err != nil || req.Receipt != nil || sp.Reserve != 0 {
+	if err != nil || sp.Reserve != 0 {
 		return o, false
 	}
 	n := p.instances()
@@ -78,8 +78,38 @@ func (p *Leases) ahead(ctx context.Context, req ratelimit.Request, now int64) (o
 	gen := k.gen
 	k.mu.Unlock()
 	p.aheads.Add(1)
+	if r := req.Receipt; r != nil { // the take's receipt is the next store's, once the charge lands
+		inner := &ratelimit.Receipt{}
+		r.At, r.Via, r.Next = max(1, now/1000), 0, inner
+		landed := make(chan struct{})
+		p.pending.Store(inner, landed)
+		req.Receipt = inner
+		go func() {
+			defer func() {
+				close(landed)
+				p.pending.Delete(inner)
+			}()
+			p.charge(context.WithoutCancel(ctx), req, k, gen)
+		}()
+		return o, true
+	}
 	go p.charge(context.WithoutCancel(ctx), req, k, gen)
 	return o, true
+}
+
+// landed waits, within ctx, for the charge of an admission made ahead whose receipt at the
+// next store is inner, if it is still in flight: a refund of it needs that receipt.
+func (p *Leases) landed(ctx context.Context, inner *ratelimit.Receipt) error {
+	v, ok := p.pending.Load(inner)
+	if !ok {
+		return nil
+	}
+	select {
+	case <-v.(chan struct{}):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // charge takes req, admitted ahead of the next store's answer, on the next store, and

@@ -531,3 +531,42 @@ func TestLeasesOptimisticBound(t *testing.T) {
 		})
 	}
 }
+
+// TestLeasesOptimisticRefund: with WithOptimistic, a take admitted ahead with a receipt (a
+// Charge, as the Middleware makes) and settled at nothing gives its events back once its
+// charge has landed: what the key has left and what the leases hold are the rule less
+// the one event kept, none lost and none created.
+func TestLeasesOptimisticRefund(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := &remote{Store: localstore.New(), rtt: time.Millisecond}
+		rule := ratelimit.PerHour(1000)
+		ls, ps := optimisticInstances(t, shared, 4, rule)
+		ctx := context.Background()
+		if d, err := ls[0].Allow(ctx, "tenant"); err != nil || !d.Allowed { // one event on trust: the key is heard of
+			t.Fatalf("Allow: %+v, %v", d, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		c, d, err := ls[0].Charge(ctx, "tenant", 5)
+		if err != nil || !d.Allowed {
+			t.Fatalf("Charge(5): %+v, %v", d, err)
+		}
+		if st := ps[0].Stats(); st.Ahead != 2 || st.Exact != 0 {
+			t.Fatalf("%+v: want both takes admitted ahead", st)
+		}
+		if _, err := c.Settle(ctx, 0); err != nil { // before its charge has landed
+			t.Fatal(err)
+		}
+		o, err := shared.Store.Apply(ctx, ratelimit.Request{Key: "tenant", N: 1,
+			Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: rule, Op: "peek"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := int64(0)
+		for _, p := range ps {
+			held += p.Held("tenant")
+		}
+		if left := o.Remaining + 1; left+held != 999 {
+			t.Errorf("%d left and %d held by leases after a take of 1 and a take of 5 settled at 0; want 999", left, held)
+		}
+	})
+}

@@ -133,9 +133,9 @@ func WithInstanceCount(count func() int) LeasesOption {
 // key of 100 a second at its rule admits at most 20 more in the round trip in which it
 // runs out (LeasesStats.Excess counts them). A rule whose Limit is less than the
 // instances (a login limit of 5 a minute on 20 instances) keeps the exact path, and so do
-// several limits at once and the takes that carry a receipt: a Charge's, and so every
-// decision of ratelimit.Middleware, which keeps a receipt to refund a refused request;
-// WithOptimistic serves the limiters' own Allow and AllowN for now.
+// several limits at once. A refund of a take admitted ahead (a Charge settled below its
+// estimate, ratelimit.Middleware refunding a request it refused) waits for the take's
+// charge to land, then gives back as the next store's receipt says.
 func WithOptimistic() LeasesOption {
 	return leasesOption(func(c *hotConfig) { c.optimistic = true })
 }

@@ -94,11 +94,12 @@ type Leases struct {
 
 	// what Stats reports: the decisions of the next store and of leases (takes, each
 	// one decision whatever its n), and the refiller's calls
-	exact, local, unleased atomic.Int64
-	aheads, excess, small  atomic.Int64
-
-	known                    table[known] // what this instance heard of the keys it holds no lease of (WithOptimistic)
+	exact, local, unleased   atomic.Int64
+	aheads, excess, small    atomic.Int64
 	refills, failed, revoked atomic.Int64
+
+	known   table[known] // what this instance heard of the keys it holds no lease of (WithOptimistic)
+	pending sync.Map     // *ratelimit.Receipt -> chan struct{}: the admissions made ahead with a receipt, closed once charged
 }
 
 // LeasesStats is what Leases has done since it was made.
@@ -462,8 +463,14 @@ func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.O
 		return p.next.Apply(ctx, req)
 	}
 	if r.Via == 0 && r.Next != nil {
-		req.Receipt = r.Next
-		return p.next.Apply(ctx, req)
+		if err := p.landed(ctx, r.Next); err != nil { // admitted ahead: its charge lands first
+			return ratelimit.Outcome{}, err
+		}
+		if r.Next.At > 0 {
+			req.Receipt = r.Next
+			return p.next.Apply(ctx, req)
+		}
+		// the charge failed, or the next store denied it: nothing of it was counted
 	}
 	if l := p.table.get(req.Spec, req.Key); r.Via != 0 && l != nil && l.id == r.Via {
 		l.giveBack(req.N, r.At*1000)

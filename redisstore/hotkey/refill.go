@@ -248,8 +248,9 @@ type watchKey struct {
 }
 
 type watched struct {
-	asked int64   // since the last tick
-	rate  float64 // events a second, a moving average
+	asked    int64   // events since the last tick
+	requests int64   // and requests
+	rate     float64 // events a second, a moving average
 }
 
 func (d *demand) init(max int, now int64) {
@@ -259,7 +260,7 @@ func (d *demand) init(max int, now int64) {
 // note counts n events asked of key under spec at now, and reports whether the key
 // turned hot (then it is no longer watched): its rate, the moving average with what it
 // asked since the last tick (over rtt at least, nanoseconds), times horizon (seconds)
-// reaches one event, with two events asked at least.
+// reaches one event, asked by two requests at least.
 func (d *demand) note(spec *ratelimit.Spec, key string, n, now int64, horizon float64, rtt int64) (bool, float64) {
 	k := watchKey{spec, key}
 	d.mu.Lock()
@@ -273,9 +274,10 @@ func (d *demand) note(spec *ratelimit.Spec, key string, n, now int64, horizon fl
 		d.keys[k] = w
 	}
 	w.asked += n
+	w.requests++
 	secs := float64(max(now-d.tickAt, rtt, 1)) / 1e9
 	rate := (w.rate + float64(w.asked)/secs) / 2
-	if w.asked < 2 || rate*horizon < 1 {
+	if w.requests < 2 || rate*horizon < 1 {
 		return false, 0
 	}
 	delete(d.keys, k)
@@ -317,7 +319,7 @@ func (d *demand) busy(now int64, secs, horizon float64, room int) []struct {
 		case w.asked == 0 && w.rate*horizon < 0.01:
 			delete(d.keys, k)
 		}
-		w.asked = 0
+		w.asked, w.requests = 0, 0
 	}
 	return out
 }
