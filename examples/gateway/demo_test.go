@@ -29,17 +29,7 @@ import (
 func TestDemoDecidesOnItsStore(t *testing.T) {
 	addr, admin := startGateway(t, config{reload: time.Hour,
 		store: backend.Config{Instances: 1, BreakerOpen: time.Second, LocalMaxKeys: 100_000, LocalMaxBytes: 64 << 20}})
-	get := func(tenant string) int {
-		req, _ := http.NewRequest("GET", "http://"+addr+"/orders", nil)
-		req.Header.Set("X-Api-Key", tenant)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res.StatusCode
-	}
+	get := func(tenant string) int { return getOrders(addr, tenant) }
 	eventually(t, "the gateway to answer", func() bool { return get("warm") == 200 })
 
 	const tenants, requests = 100, 4000
@@ -190,17 +180,7 @@ func TestServers(t *testing.T) {
 func TestLeasesDemo(t *testing.T) {
 	addr, admin := startGateway(t, config{reload: time.Hour,
 		store: backend.Config{Instances: 1, BreakerOpen: time.Second, LocalMaxKeys: 1000, LocalMaxBytes: 1 << 20, Leases: true}})
-	get := func() int {
-		req, _ := http.NewRequest("GET", "http://"+addr+"/orders", nil)
-		req.Header.Set("X-Api-Key", "busy")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res.StatusCode
-	}
+	get := func() int { return getOrders(addr, "busy") }
 	eventually(t, "the gateway to answer", func() bool { return get() == 200 })
 	start := time.Now()
 	admitted, sent := 1, 1
@@ -211,17 +191,7 @@ func TestLeasesDemo(t *testing.T) {
 		sent++
 	}
 	elapsed := time.Since(start)
-	res, err := http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	m := regexp.MustCompile(`(?m)^ratelimit_lease_decisions_total (\S+)`).FindSubmatch(body)
-	if m == nil {
-		t.Fatalf("no ratelimit_lease_decisions_total in the metrics:\n%s", body)
-	}
-	leased, _ := strconv.ParseFloat(string(m[1]), 64)
+	leased := leaseDecisions(t, admin)
 	t.Logf("%d requests in %v, %d admitted, %.0f decided from leases", sent, elapsed, admitted, leased)
 	if leased == 0 {
 		t.Errorf("no decision from a lease among %d", sent)
@@ -236,39 +206,46 @@ func TestLeasesDemo(t *testing.T) {
 func TestOptimisticDemo(t *testing.T) {
 	addr, admin := startGateway(t, config{reload: time.Hour,
 		store: backend.Config{Instances: 1, BreakerOpen: time.Second, LocalMaxKeys: 1000, LocalMaxBytes: 1 << 20, Leases: true, Optimistic: true}})
-	get := func(key string) int {
-		req, _ := http.NewRequest("GET", "http://"+addr+"/orders", nil)
-		req.Header.Set("X-Api-Key", key)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res.StatusCode
-	}
+	get := func(key string) int { return getOrders(addr, key) }
 	eventually(t, "the gateway to answer", func() bool { return get("warm-up") == 200 })
-	leased := func() float64 {
-		res, err := http.Get("http://" + admin + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		m := regexp.MustCompile(`(?m)^ratelimit_lease_decisions_total (\S+)`).FindSubmatch(body)
-		if m == nil {
-			t.Fatalf("no ratelimit_lease_decisions_total in the metrics:\n%s", body)
-		}
-		n, _ := strconv.ParseFloat(string(m[1]), 64)
-		return n
-	}
-	before := leased()
+	before := leaseDecisions(t, admin)
 	for i := range 50 {
 		if code := get("quiet-" + strconv.Itoa(i)); code != 200 {
 			t.Fatalf("quiet tenant %d: %d; want 200", i, code)
 		}
 	}
-	if got := leased() - before; got < 50 {
+	if got := leaseDecisions(t, admin) - before; got < 50 {
 		t.Errorf("%.0f of 50 quiet tenants' first requests decided from memory; want all", got)
 	}
+}
+
+// getOrders sends GET /orders as tenant to the gateway at addr, and returns its status (0
+// when it did not answer).
+func getOrders(addr, tenant string) int {
+	req, _ := http.NewRequest("GET", "http://"+addr+"/orders", nil)
+	req.Header.Set("X-Api-Key", tenant)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// leaseDecisions is ratelimit_lease_decisions_total on the admin listener at admin.
+func leaseDecisions(t *testing.T, admin string) float64 {
+	t.Helper()
+	res, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	m := regexp.MustCompile(`(?m)^ratelimit_lease_decisions_total (\S+)`).FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("no ratelimit_lease_decisions_total in the metrics:\n%s", body)
+	}
+	n, _ := strconv.ParseFloat(string(m[1]), 64)
+	return n
 }

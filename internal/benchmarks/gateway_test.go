@@ -301,9 +301,6 @@ func newRun(tenants int, d time.Duration) *run {
 	return r
 }
 
-// request is one request: its tenant, and the instance it goes to.
-type request struct{ tenant, instance int }
-
 // router chooses each request's tenant and instance, at at into the run.
 type router func(rng *rand.Rand, at time.Duration) (tenant, instance int)
 
