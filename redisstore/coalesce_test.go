@@ -353,6 +353,54 @@ func TestCoalescedCancel(t *testing.T) {
 	}
 }
 
+// TestCoalescedLoneCaller: a decision that finds its server idle, whose caller has no
+// deadline, goes out on the caller's own goroutine: a cancellation while its reply is
+// held does not end its wait, and it gets the decision that Redis made (a caller with a
+// deadline would get its context's error, and a decision counted). The callers that
+// arrive meanwhile ride batches of the store's, and each gets its own decision.
+func TestCoalescedLoneCaller(t *testing.T) {
+	srv := redistest.Start(t)
+	p := redistest.StartProxy(t, srv.Addr)
+	client := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: redisstore.MaxFlights + 2})
+	t.Cleanup(func() { client.Close() })
+	s := redisstore.New(client, redisstore.WithPrefix("lone"))
+	take := func(ctx context.Context, key string) (ratelimit.Outcome, error) {
+		return s.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerHour(1000)}})
+	}
+	if err := s.LoadScripts(context.Background(), tokenbucket.Algorithm()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := take(context.Background(), "warm"); err != nil {
+		t.Fatal(err)
+	}
+	p.HoldNext(1, 200*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	type answer struct {
+		d   ratelimit.Outcome
+		err error
+	}
+	lone := make(chan answer, 1)
+	go func() { d, err := take(ctx, "lone"); lone <- answer{d, err} }()
+	redistest.Eventually(t, "the lone call's reply held", func() bool { return p.Held() == 0 })
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			if d, err := take(context.Background(), fmt.Sprint("beside-", i)); err != nil || d.Remaining != 999 {
+				t.Errorf("a caller beside the lone one: %+v, %v; want its own decision", d, err)
+			}
+		})
+	}
+	cancel()
+	got := <-lone
+	if got.err != nil || !got.d.Allowed() || got.d.Remaining != 999 {
+		t.Errorf("the lone caller, cancelled while its reply was held: %+v, %v; want the decision Redis made", got.d, got.err)
+	}
+	wg.Wait()
+	if d, err := take(context.Background(), "lone"); err != nil || d.Remaining != 998 {
+		t.Errorf("the lone key next: %+v, %v; want 998 left (counted once)", d, err)
+	}
+}
+
 // TestCoalescedDeadlines: with the server stopped, callers whose deadlines pass while
 // their decisions wait or ride a batch get a deadline error, as a decision sent alone
 // does, and their context has ended when they get it: a fallback store tells a caller

@@ -80,14 +80,18 @@ var ErrUnexpectedReply = errors.New("redisstore: unexpected reply")
 // # Deadlines
 //
 // A call returns by the end of its context, whatever the client's options: the caller
-// waits for its reply only that long. The command itself is sent on the caller's
-// context without its deadline, from a goroutine of the store's: go-redis waits for a
-// connection (and dials one) only until the context ends, but then reads the reply
-// whenever it comes, within its own ReadTimeout, and keeps the connection. A client with
-// ContextTimeoutEnabled would otherwise close every connection whose reply came after a
-// caller's deadline, and the next decision would pay a new dial and a handshake of
-// several round trips inside its own deadline: on a Redis a few milliseconds away, with
-// a fallback's timeout of 5ms, every decision would time out from then on. The client's
+// waits for its reply only that long. (One exception spares a lone decision two goroutine
+// switches: a call that goes out alone, with a context that has no deadline, is sent on
+// its caller's goroutine, and a cancellation then ends its wait when the reply comes,
+// within the client's ReadTimeout, as go-redis's own calls do.) The command itself is
+// sent on the caller's context without its deadline, from a goroutine of the store's:
+// go-redis waits for a connection (and dials one) only until the context ends, but then
+// reads the reply whenever it comes, within its own ReadTimeout, and keeps the
+// connection. A client with ContextTimeoutEnabled would otherwise close every connection
+// whose reply came after a caller's deadline, and the next decision would pay a new dial
+// and a handshake of several round trips inside its own deadline: on a Redis a few
+// milliseconds away, with a fallback's timeout of 5ms, every decision would time out
+// from then on. The client's
 // ReadTimeout is then how long a late reply is waited for (3s by default; the fallback
 // package suggests a second).
 //
