@@ -1,10 +1,14 @@
 package benchmarks
 
 import (
+	"context"
+	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 )
 
@@ -16,13 +20,16 @@ import (
 // connection cut (kill: the tenant's admitted, cluster-wide, from 3s after, once a
 // lease's TTL and a refill have passed, against the rule); Redis stopped (SIGSTOP) for 5s
 // at 4s (stop: errors, the decisions made from leases meanwhile, and the most a tenant
-// was admitted in those 5s against the rule's 500). Run it once: -benchtime 1x.
+// was admitted in those 5s against the rule's 500); and the key changing under the
+// tenant at 5s (see changes: a rule change, a reset, Redis restarted empty), where what
+// the tenant was admitted from then on is held against the bound of the rule after the
+// change, its burst and its rate over the time since. Run it once: -benchtime 1x.
 func BenchmarkLeaseScenarios(b *testing.B) {
 	const background, hot = 2000.0, 200.0
 	for _, w := range ways[:3] { // exact, leases, leases-optimistic
 		b.Run("move/"+w.name, func(b *testing.B) {
 			srv := redistest.Start(b)
-			ins, _ := openGateway(b, srv, w, 2500*time.Microsecond, 0)
+			ins, _ := openGateway(b, srv, w, gatewayInstances, 2500*time.Microsecond, 0)
 			tenants, z := tenantNames(gatewayTenants+1), newZipf(gatewayTenants)
 			mover := gatewayTenants
 			r := newRun(len(tenants), 10*time.Second)
@@ -40,7 +47,7 @@ func BenchmarkLeaseScenarios(b *testing.B) {
 		})
 		b.Run("kill/"+w.name, func(b *testing.B) {
 			srv := redistest.Start(b)
-			ins, clients := openGateway(b, srv, w, 2500*time.Microsecond, 0)
+			ins, clients := openGateway(b, srv, w, gatewayInstances, 2500*time.Microsecond, 0)
 			tenants, z := tenantNames(gatewayTenants+1), newZipf(gatewayTenants)
 			victim := gatewayTenants
 			r := newRun(len(tenants), 13*time.Second)
@@ -63,9 +70,43 @@ func BenchmarkLeaseScenarios(b *testing.B) {
 			}
 			b.ReportMetric(float64(sum)/(5*float64(seedRule.Limit)), "after-ttl-of-rule")
 		})
+		for _, c := range changes {
+			b.Run(c.name+"/"+w.name, func(b *testing.B) {
+				srv := redistest.Start(b)
+				ins, _ := openGateway(b, srv, w, gatewayInstances, 2500*time.Microsecond, 0)
+				tenants, z := tenantNames(gatewayTenants+1), newZipf(gatewayTenants)
+				watched := gatewayTenants
+				r := newRun(len(tenants), 10*time.Second)
+				r.watched = watched
+				rest := spread(z, instanceSplit)
+				onInstance := spread(newZipf(1), instanceSplit)
+				var from atomic.Int64
+				var rule atomic.Pointer[ratelimit.Rule]
+				changed := time.AfterFunc(5*time.Second, func() {
+					got := c.change(b, srv, ins, tenants[watched])
+					rule.Store(&got)
+					from.Store(int64((time.Since(r.start) + 100*time.Millisecond - 1) / (100 * time.Millisecond)))
+				})
+				defer changed.Stop()
+				drive(ins, tenants, func(rng *rand.Rand, at time.Duration) (int, int) {
+					if rng.Float64() < hot/(background+hot) {
+						_, i := onInstance(rng, at)
+						return watched, i
+					}
+					return rest(rng, at)
+				}, background+hot, 10*time.Second, r)
+				closeAll(ins)
+				after := *rule.Load()
+				over, ofBound := beyond(r, int(from.Load()), 100, after)
+				b.ReportMetric(float64(over), "beyond-bound")
+				b.ReportMetric(ofBound, "admitted/bound")
+				b.ReportMetric(float64(over)/(10*float64(after.Limit)/after.Period.Seconds()), "beyond/10s-allowance")
+				b.ReportMetric(float64(r.errors.Load()), "errors")
+			})
+		}
 		b.Run("stop/"+w.name, func(b *testing.B) {
 			srv := redistest.Start(b)
-			ins, _ := openGateway(b, srv, w, 2500*time.Microsecond, 0)
+			ins, _ := openGateway(b, srv, w, gatewayInstances, 2500*time.Microsecond, 0)
 			tenants, z := tenantNames(gatewayTenants), newZipf(gatewayTenants)
 			r := newRun(len(tenants), 12*time.Second)
 			paused := time.AfterFunc(4*time.Second, func() {
@@ -87,6 +128,49 @@ func BenchmarkLeaseScenarios(b *testing.B) {
 			b.ReportMetric(most, "most-of-rule")
 		})
 	}
+}
+
+// changes are the scenarios of BenchmarkLeaseScenarios in which the key itself changes at
+// 5s: every instance moves to a rule of 10 a second, burst 20 (rule-change); one instance
+// resets the tenant's key (reset); Redis is killed and restarted empty (restart-empty).
+// Each returns the rule that holds after the change.
+var changes = []struct {
+	name   string
+	change func(b *testing.B, srv *redistest.Server, ins []gatewayInstance, tenant string) ratelimit.Rule
+}{
+	{"rule-change", func(_ *testing.B, _ *redistest.Server, ins []gatewayInstance, _ string) ratelimit.Rule {
+		rule := ratelimit.Rule{Limit: 10, Period: time.Second, Burst: 20}
+		for _, in := range ins {
+			in.(*limiterInstance).rule.Store(&rule)
+		}
+		return rule
+	}},
+	{"reset", func(b *testing.B, _ *redistest.Server, ins []gatewayInstance, tenant string) ratelimit.Rule {
+		if err := ins[0].(*limiterInstance).limiter.Reset(context.Background(), tenant); err != nil {
+			b.Error(err)
+		}
+		return seedRule
+	}},
+	{"restart-empty", func(_ *testing.B, srv *redistest.Server, _ []gatewayInstance, _ string) ratelimit.Rule {
+		srv.Kill()
+		srv.Restart()
+		return seedRule
+	}},
+}
+
+// beyond is the most the watched tenant of r was admitted, from the 100ms slot from on
+// up to the end of the run's load (to), beyond rule's bound: its burst and its rate over
+// the time since; and what it was admitted over those slots against the bound at their
+// end.
+func beyond(r *run, from, to int, rule ratelimit.Rule) (most int64, ofBound float64) {
+	sum, bound := int64(0), 0.0
+	rate := float64(rule.Limit) / rule.Period.Seconds()
+	for f := from; f < min(to, len(r.fine)); f++ {
+		sum += r.fine[f].Load()
+		bound = float64(rule.Burst) + rate*float64(f-from+1)/10
+		most = max(most, sum-int64(math.Floor(bound)))
+	}
+	return most, float64(sum) / bound
 }
 
 func closeAll(ins []gatewayInstance) {

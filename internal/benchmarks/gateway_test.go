@@ -59,53 +59,54 @@ type gatewayInstance interface {
 	close()
 }
 
-// way is one way of deciding, compared side by side: it opens an instance on a client
-// of its own.
+// way is one way of deciding, compared side by side: it opens one of instances on a
+// client of its own.
 type way struct {
 	name string
-	open func(b *testing.B, client *redis.Client, prefix string) gatewayInstance
+	open func(b *testing.B, client *redis.Client, prefix string, instances int) gatewayInstance
 }
 
 var ways = []way{
-	{"exact", func(b *testing.B, c *redis.Client, prefix string) gatewayInstance {
-		return newLimiterInstance(b, exactStore(c, prefix), nil)
+	{"exact", func(b *testing.B, c *redis.Client, prefix string, n int) gatewayInstance {
+		return newLimiterInstance(b, exactStore(c, prefix, n), nil)
 	}},
-	{"leases", func(b *testing.B, c *redis.Client, prefix string) gatewayInstance {
-		opts := []hotkey.LeasesOption{hotkey.WithInstanceCount(func() int { return gatewayInstances })}
+	{"leases", func(b *testing.B, c *redis.Client, prefix string, n int) gatewayInstance {
+		opts := []hotkey.LeasesOption{hotkey.WithInstanceCount(func() int { return n })}
 		if d, err := time.ParseDuration(os.Getenv("LEASE_REFILL")); err == nil {
 			opts = append(opts, hotkey.WithRefill(d))
 		}
 		if d, err := time.ParseDuration(os.Getenv("LEASE_TTL")); err == nil {
 			opts = append(opts, hotkey.WithLeaseTTL(d))
 		}
-		p, err := hotkey.NewLeases(exactStore(c, prefix), opts...)
+		p, err := hotkey.NewLeases(exactStore(c, prefix, n), opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
 		return newLimiterInstance(b, p, p)
 	}},
-	{"leases-optimistic", func(b *testing.B, c *redis.Client, prefix string) gatewayInstance {
-		p, err := hotkey.NewLeases(exactStore(c, prefix), hotkey.WithInstanceCount(func() int { return gatewayInstances }), hotkey.WithOptimistic())
+	{"leases-optimistic", func(b *testing.B, c *redis.Client, prefix string, n int) gatewayInstance {
+		p, err := hotkey.NewLeases(exactStore(c, prefix, n), hotkey.WithInstanceCount(func() int { return n }), hotkey.WithOptimistic())
 		if err != nil {
 			b.Fatal(err)
 		}
 		return newLimiterInstance(b, p, p)
 	}},
-	{"async-sync", func(b *testing.B, c *redis.Client, prefix string) gatewayInstance {
+	{"async-sync", func(b *testing.B, c *redis.Client, prefix string, _ int) gatewayInstance {
 		return newAsyncSync(c, prefix, 200*time.Millisecond)
 	}},
 }
 
-// exactStore is the gateway's store of today: Redis behind the fallback store, each
-// instance holding a quarter of every rule while Redis is away.
-func exactStore(c *redis.Client, prefix string) ratelimit.Store {
+// exactStore is the gateway's store of today: Redis behind the fallback store, each of
+// n instances holding 1/n of every rule while Redis is away.
+func exactStore(c *redis.Client, prefix string, n int) ratelimit.Store {
 	return fallback.New(redisstore.New(c, redisstore.WithPrefix(prefix)), localstore.New(),
-		fallback.WithInstances(gatewayInstances))
+		fallback.WithInstances(n))
 }
 
 type limiterInstance struct {
 	limiter *tokenbucket.Limiter
-	leases  *hotkey.Leases // nil but for leases
+	leases  *hotkey.Leases                 // nil but for leases
+	rule    atomic.Pointer[ratelimit.Rule] // the rule every decision is under from now, where it changed
 }
 
 func newLimiterInstance(b *testing.B, store ratelimit.Store, leases *hotkey.Leases) *limiterInstance {
@@ -117,6 +118,10 @@ func newLimiterInstance(b *testing.B, store ratelimit.Store, leases *hotkey.Leas
 }
 
 func (in *limiterInstance) allow(ctx context.Context, tenant string) (bool, error) {
+	if rule := in.rule.Load(); rule != nil {
+		d, err := in.limiter.AllowRule(ctx, tenant, *rule, 1)
+		return d.Allowed, err
+	}
 	d, err := in.limiter.Allow(ctx, tenant)
 	return d.Allowed, err
 }
@@ -274,11 +279,12 @@ type run struct {
 const busyTenants = 50
 
 // sample is one decision: the time it added from the instant it was due (the load
-// generator's lateness included), its tenant, and whether a lease made it.
+// generator's lateness included), the time of the limiter's call alone, its tenant, and
+// whether a lease made it.
 type sample struct {
-	took   time.Duration
-	tenant int32
-	leased bool
+	took, call time.Duration
+	tenant     int32
+	leased     bool
 }
 
 type sampleShard struct {
@@ -342,9 +348,9 @@ func drive(ins []gatewayInstance, tenants []string, route router, perSecond floa
 			if started.Before(due) {
 				from = started // started early: from the start
 			}
-			took := time.Since(from)
+			took, call := time.Since(from), time.Since(started)
 			shard.mu.Lock()
-			shard.samples = append(shard.samples, sample{took: took, tenant: int32(k), leased: rec.Source() == hotkey.Source})
+			shard.samples = append(shard.samples, sample{took: took, call: call, tenant: int32(k), leased: rec.Source() == hotkey.Source})
 			shard.late = append(shard.late, max(0, started.Sub(due)))
 			shard.mu.Unlock()
 			if rec.Source() == fallback.Secondary.String() {
@@ -417,9 +423,7 @@ func redisStats(b *testing.B, c *redis.Client) (calls, cpu float64) {
 // against its burst and a second's rate, and the most any tenant was admitted in one
 // second.
 func BenchmarkLeaseGateway(b *testing.B) {
-	perSecond, d := gatewayLoad()
 	srv := redistest.Start(b)
-	direct := srv.Client()
 	for _, rtt := range []struct {
 		name          string
 		delay, jitter time.Duration
@@ -432,42 +436,71 @@ func BenchmarkLeaseGateway(b *testing.B) {
 	} {
 		for _, w := range ways {
 			b.Run(rtt.name+"/"+w.name, func(b *testing.B) {
-				ins, _ := openGateway(b, srv, w, rtt.delay, rtt.jitter)
-				tenants := tenantNames(gatewayTenants)
-				z := newZipf(gatewayTenants)
-				calls0, cpu0 := redisStats(b, direct)
-				r := newRun(gatewayTenants, d)
-				for range b.N {
-					drive(ins, tenants, spread(z, instanceSplit), perSecond, d, r)
-				}
-				calls1, cpu1 := redisStats(b, direct)
-				var refills int64
-				for _, in := range ins {
-					if li, ok := in.(*limiterInstance); ok && li.leases != nil {
-						refills += li.leases.Stats().Refills
-					}
-					in.close()
-				}
-				report(b, r, z, perSecond, calls1-calls0, cpu1-cpu0, refills)
+				gatewayRun(b, srv, w, gatewayInstances, gatewayTenants, instanceSplit, rtt.delay, rtt.jitter)
 			})
 		}
 	}
 }
 
-// openGateway opens the instances of way w, each on a client of its own through a proxy
+// BenchmarkLeaseSeed: the seed's shape as far as this 2-core machine carries it: 20
+// instances (a client each, 5% of the load each, as a load balancer spreads it), 100,000
+// tenants on the seed's rule, Zipf, on Redis 1ms away, LEASE_LOAD requests a second
+// (8,000 by default) for LEASE_SECONDS, open-loop, with the figures of
+// BenchmarkLeaseGateway. Redis's CPU per decision says what 50,000 requests a second
+// would cost it. Run it once: -benchtime 1x.
+func BenchmarkLeaseSeed(b *testing.B) {
+	const instances, tenants = 20, 100_000
+	srv := redistest.Start(b)
+	split := make([]float64, instances)
+	for i := range split {
+		split[i] = 1
+	}
+	for _, w := range ways[:3] { // exact, leases, leases-optimistic
+		b.Run(w.name, func(b *testing.B) {
+			gatewayRun(b, srv, w, instances, tenants, split, time.Millisecond, 0)
+		})
+	}
+}
+
+// gatewayRun drives n instances of way w, on srv behind a proxy that adds delay (give or
+// take jitter), with the harness's load over tenants (Zipf), split over the instances
+// (percent), and reports the run's figures.
+func gatewayRun(b *testing.B, srv *redistest.Server, w way, n, tenants int, split []float64, delay, jitter time.Duration) {
+	perSecond, d := gatewayLoad()
+	direct := srv.Client()
+	ins, _ := openGateway(b, srv, w, n, delay, jitter)
+	names := tenantNames(tenants)
+	z := newZipf(tenants)
+	calls0, cpu0 := redisStats(b, direct)
+	r := newRun(tenants, d)
+	for range b.N {
+		drive(ins, names, spread(z, split), perSecond, d, r)
+	}
+	calls1, cpu1 := redisStats(b, direct)
+	var refills int64
+	for _, in := range ins {
+		if li, ok := in.(*limiterInstance); ok && li.leases != nil {
+			refills += li.leases.Stats().Refills
+		}
+		in.close()
+	}
+	report(b, r, z, perSecond, calls1-calls0, cpu1-cpu0, refills)
+}
+
+// openGateway opens n instances of way w, each on a client of its own through a proxy
 // that adds delay (give or take jitter) to Redis's replies; the instances close with b.
-func openGateway(b *testing.B, srv *redistest.Server, w way, delay, jitter time.Duration) ([]gatewayInstance, []*redis.Client) {
+func openGateway(b *testing.B, srv *redistest.Server, w way, n int, delay, jitter time.Duration) ([]gatewayInstance, []*redis.Client) {
 	proxy := redistest.StartProxy(b, srv.Addr)
 	proxy.SetDelay(delay)
 	proxy.SetJitter(jitter)
 	prefix := fmt.Sprintf("gw%d", rand.Int64())
-	ins := make([]gatewayInstance, gatewayInstances)
-	clients := make([]*redis.Client, gatewayInstances)
+	ins := make([]gatewayInstance, n)
+	clients := make([]*redis.Client, n)
 	for i := range ins {
 		c := redis.NewClient(&redis.Options{Addr: proxy.Addr, PoolSize: 32, MaxRetries: -1,
 			ReadTimeout: time.Second, WriteTimeout: time.Second})
 		b.Cleanup(func() { c.Close() })
-		ins[i], clients[i] = w.open(b, c, prefix), c
+		ins[i], clients[i] = w.open(b, c, prefix, n), c
 	}
 	return ins, clients
 }
@@ -483,11 +516,11 @@ func tenantNames(n int) []string {
 // report reports one run's figures: over every decision, and the ten busiest tenants'
 // apart.
 func report(b *testing.B, r *run, z *zipf, perSecond, calls, cpu float64, refills int64) {
-	var all, busiest, late []time.Duration
+	var all, inCall, busiest, late []time.Duration
 	leased := 0
 	for i := range r.shards {
 		for _, s := range r.shards[i].samples {
-			all = append(all, s.took)
+			all, inCall = append(all, s.took), append(inCall, s.call)
 			if s.tenant < 10 {
 				busiest = append(busiest, s.took)
 			}
@@ -498,6 +531,7 @@ func report(b *testing.B, r *run, z *zipf, perSecond, calls, cpu float64, refill
 		late = append(late, r.shards[i].late...)
 	}
 	slices.Sort(all)
+	slices.Sort(inCall)
 	slices.Sort(busiest)
 	slices.Sort(late)
 	n := float64(r.decisions.Load())
@@ -506,6 +540,7 @@ func report(b *testing.B, r *run, z *zipf, perSecond, calls, cpu float64, refill
 	b.ReportMetric(float64(percentile(all, 0.999).Microseconds()), "p99.9-µs")
 	b.ReportMetric(float64(percentile(busiest, 0.99).Microseconds()), "busiest10-p99-µs")
 	b.ReportMetric(float64(percentile(late, 0.99).Microseconds()), "late-p99-µs")
+	b.ReportMetric(float64(percentile(inCall, 0.99).Microseconds()), "call-p99-µs")
 	b.ReportMetric(n/float64(r.seconds-2), "decisions/s")
 	b.ReportMetric(calls/n, "redis-calls/decision")
 	b.ReportMetric(cpu/n, "redis-cpu-µs/decision")
