@@ -60,17 +60,28 @@ type gatewayInstance interface {
 }
 
 // way is one way of deciding, compared side by side: it opens one of instances on a
-// client of its own.
+// client of its own. A way that is a Store (and its Leases, if any) says how it makes
+// one, so that other limiters may be built on it.
 type way struct {
-	name string
-	open func(b *testing.B, client *redis.Client, prefix string, instances int) gatewayInstance
+	name  string
+	open  func(b *testing.B, client *redis.Client, prefix string, instances int) gatewayInstance
+	store func(b *testing.B, client *redis.Client, prefix string, instances int) (ratelimit.Store, *hotkey.Leases)
+}
+
+// storeWay is the way of the stores that store makes, each instance deciding the seed's
+// rule with a token bucket on its own.
+func storeWay(name string, store func(b *testing.B, c *redis.Client, prefix string, n int) (ratelimit.Store, *hotkey.Leases)) way {
+	return way{name: name, store: store, open: func(b *testing.B, c *redis.Client, prefix string, n int) gatewayInstance {
+		s, leases := store(b, c, prefix, n)
+		return newLimiterInstance(b, s, leases)
+	}}
 }
 
 var ways = []way{
-	{"exact", func(b *testing.B, c *redis.Client, prefix string, n int) gatewayInstance {
-		return newLimiterInstance(b, exactStore(c, prefix, n), nil)
-	}},
-	{"leases", func(b *testing.B, c *redis.Client, prefix string, n int) gatewayInstance {
+	storeWay("exact", func(b *testing.B, c *redis.Client, prefix string, n int) (ratelimit.Store, *hotkey.Leases) {
+		return exactStore(c, prefix, n), nil
+	}),
+	storeWay("leases", func(b *testing.B, c *redis.Client, prefix string, n int) (ratelimit.Store, *hotkey.Leases) {
 		opts := []hotkey.LeasesOption{hotkey.WithInstanceCount(func() int { return n })}
 		if d, err := time.ParseDuration(os.Getenv("LEASE_REFILL")); err == nil {
 			opts = append(opts, hotkey.WithRefill(d))
@@ -82,16 +93,16 @@ var ways = []way{
 		if err != nil {
 			b.Fatal(err)
 		}
-		return newLimiterInstance(b, p, p)
-	}},
-	{"leases-optimistic", func(b *testing.B, c *redis.Client, prefix string, n int) gatewayInstance {
+		return p, p
+	}),
+	storeWay("leases-optimistic", func(b *testing.B, c *redis.Client, prefix string, n int) (ratelimit.Store, *hotkey.Leases) {
 		p, err := hotkey.NewLeases(exactStore(c, prefix, n), hotkey.WithInstanceCount(func() int { return n }), hotkey.WithOptimistic())
 		if err != nil {
 			b.Fatal(err)
 		}
-		return newLimiterInstance(b, p, p)
-	}},
-	{"async-sync", func(b *testing.B, c *redis.Client, prefix string, _ int) gatewayInstance {
+		return p, p
+	}),
+	{name: "async-sync", open: func(b *testing.B, c *redis.Client, prefix string, _ int) gatewayInstance {
 		return newAsyncSync(c, prefix, 200*time.Millisecond)
 	}},
 }
@@ -477,14 +488,24 @@ func gatewayRun(b *testing.B, srv *redistest.Server, w way, n, tenants int, spli
 		drive(ins, names, spread(z, split), perSecond, d, r)
 	}
 	calls1, cpu1 := redisStats(b, direct)
-	var refills int64
+	var st hotkey.LeasesStats
 	for _, in := range ins {
 		if li, ok := in.(*limiterInstance); ok && li.leases != nil {
-			refills += li.leases.Stats().Refills
+			st = addStats(st, li.leases.Stats())
 		}
 		in.close()
 	}
-	report(b, r, z, perSecond, calls1-calls0, cpu1-cpu0, refills)
+	report(b, r, z, perSecond, calls1-calls0, cpu1-cpu0, st)
+}
+
+// addStats is a and b together, the counts of several instances.
+func addStats(a, b hotkey.LeasesStats) hotkey.LeasesStats {
+	a.Local += b.Local
+	a.Exact += b.Exact
+	a.Ahead += b.Ahead
+	a.Excess += b.Excess
+	a.Refills += b.Refills
+	return a
 }
 
 // openGateway opens n instances of way w, each on a client of its own through a proxy
@@ -514,8 +535,26 @@ func tenantNames(n int) []string {
 }
 
 // report reports one run's figures: over every decision, and the ten busiest tenants'
-// apart.
-func report(b *testing.B, r *run, z *zipf, perSecond, calls, cpu float64, refills int64) {
+// apart (reportTimes), and the accuracy of the tenants asked twice their rule or more.
+func report(b *testing.B, r *run, z *zipf, perSecond, calls, cpu float64, st hotkey.LeasesStats) {
+	reportTimes(b, r, calls, cpu, st)
+	over := func(k int) bool { return z.share(k)*perSecond >= 2*float64(seedRule.Limit) }
+	lo, hi := accuracy(r, over, 2, r.seconds-2)
+	b.ReportMetric(lo, "over-rule-10s-min")
+	b.ReportMetric(hi, "over-rule-10s-max")
+	least, most := slidingSecond(r, over)
+	b.ReportMetric(least, "over-rule-1s-least/rate")
+	b.ReportMetric(most, "over-rule-1s-most/(burst+rate)")
+	b.ReportMetric(float64(mostInASecond(r)), "most-in-1s")
+}
+
+// reportTimes reports, over every decision of r (the ten busiest tenants' apart), the time
+// each added, how late the generator ran, the time of the limiter's calls, the share
+// decided from memory, Redis's calls and CPU per decision, errors and the fallback's
+// share; and where leases decide, what of the decisions took the exact path, was
+// admitted ahead of Redis's answer (WithOptimistic), and how many calls to Lend the
+// refills made, each per decision.
+func reportTimes(b *testing.B, r *run, calls, cpu float64, st hotkey.LeasesStats) {
 	var all, inCall, busiest, late []time.Duration
 	leased := 0
 	for i := range r.shards {
@@ -545,19 +584,14 @@ func report(b *testing.B, r *run, z *zipf, perSecond, calls, cpu float64, refill
 	b.ReportMetric(calls/n, "redis-calls/decision")
 	b.ReportMetric(cpu/n, "redis-cpu-µs/decision")
 	b.ReportMetric(float64(leased)/n, "from-memory")
-	if leased > 0 {
-		b.ReportMetric(float64(refills)/float64(leased), "refills/local-decision")
+	if st.Local+st.Exact > 0 {
+		b.ReportMetric(float64(st.Exact)/n, "exact-path/decision")
+		b.ReportMetric(float64(st.Ahead)/n, "ahead/decision")
+		b.ReportMetric(float64(st.Refills)/n, "lend-calls/decision")
+		b.ReportMetric(float64(st.Excess), "excess-events")
 	}
 	b.ReportMetric(float64(r.errors.Load()), "errors")
 	b.ReportMetric(float64(r.shares.Load())/n, "from-shares")
-	over := func(k int) bool { return z.share(k)*perSecond >= 2*float64(seedRule.Limit) }
-	lo, hi := accuracy(r, over, 2, r.seconds-2)
-	b.ReportMetric(lo, "over-rule-10s-min")
-	b.ReportMetric(hi, "over-rule-10s-max")
-	least, most := slidingSecond(r, over)
-	b.ReportMetric(least, "over-rule-1s-least/rate")
-	b.ReportMetric(most, "over-rule-1s-most/(burst+rate)")
-	b.ReportMetric(float64(mostInASecond(r)), "most-in-1s")
 }
 
 // slidingSecond is, over the busiest tenants asked selects, the fewest admitted in any
