@@ -460,7 +460,7 @@ func TestLeasesOptimisticQuietKeys(t *testing.T) {
 				admitted[key]++
 			}
 		}
-		time.Sleep(10 * time.Millisecond) // the charges in the background land
+		time.Sleep(100 * time.Millisecond) // the charges in the background go out (a sixteenth of the refill interval) and land
 		var st hotkey.LeasesStats
 		for _, p := range ps {
 			s := p.Stats()
@@ -478,6 +478,48 @@ func TestLeasesOptimisticQuietKeys(t *testing.T) {
 			}
 			if admitted[key] != 5 || o.Remaining+1 != 1000-5 {
 				t.Fatalf("%s: admitted %d, %d left of 1000; want 5, each charged", key, admitted[key], o.Remaining+1)
+			}
+		}
+	})
+}
+
+// TestLeasesOptimisticChargesTogether: with WithOptimistic, the admissions made ahead
+// ride few calls to the shared store (400 quiet tenants in 100ms over four instances: at
+// most one call per 10 decisions), and Close charges those still queued: each key's count
+// is exact once the instances are closed, and none was admitted beyond the rule.
+func TestLeasesOptimisticChargesTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := &remote{Store: localstore.New(), rtt: time.Millisecond}
+		rule := ratelimit.PerHour(1000)
+		ls, ps := optimisticInstances(t, shared, 4, rule)
+		start := time.Now()
+		for i := range 400 {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * 250 * time.Microsecond)))
+			if d, err := ls[i%4].Allow(context.Background(), fmt.Sprintf("tenant-%d", i)); err != nil || !d.Allowed {
+				t.Fatalf("tenant %d: %+v, %v", i, d, err)
+			}
+		}
+		for _, p := range ps {
+			if err := p.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var st hotkey.LeasesStats
+		for _, p := range ps {
+			s := p.Stats()
+			st.Local, st.Ahead, st.Excess = st.Local+s.Local, st.Ahead+s.Ahead, st.Excess+s.Excess
+		}
+		if calls := shared.calls.Load(); st.Ahead != 400 || st.Excess != 0 || calls*10 > 400 {
+			t.Errorf("%+v, %d calls to the shared store: want 400 admitted ahead, none beyond the rule, in 40 calls at most", st, calls)
+		}
+		for i := range 400 {
+			o, err := shared.Store.Apply(context.Background(), ratelimit.Request{Key: fmt.Sprintf("tenant-%d", i), N: 1,
+				Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: rule, Op: "peek"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Remaining+1 != 999 {
+				t.Fatalf("tenant-%d: %d left of 1000 after one admission; want 999 (charged by Close)", i, o.Remaining+1)
 			}
 		}
 	})
@@ -515,7 +557,7 @@ func TestLeasesOptimisticBound(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // the last charges go out and land
 			var excess, small int64
 			for _, p := range ps {
 				excess, small = excess+p.Stats().Excess, small+p.Stats().Small
@@ -545,7 +587,7 @@ func TestLeasesOptimisticRefund(t *testing.T) {
 		if d, err := ls[0].Allow(ctx, "tenant"); err != nil || !d.Allowed { // one event on trust: the key is heard of
 			t.Fatalf("Allow: %+v, %v", d, err)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // its charge goes out and lands
 		c, d, err := ls[0].Charge(ctx, "tenant", 5)
 		if err != nil || !d.Allowed {
 			t.Fatalf("Charge(5): %+v, %v", d, err)

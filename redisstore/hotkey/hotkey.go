@@ -121,21 +121,33 @@ func WithInstanceCount(count func() int) LeasesOption {
 }
 
 // WithOptimistic makes Leases decide from memory the requests of the keys it holds no
-// lease of too (quiet keys, and a key's first requests on this instance), within a
-// bound: an admission of a key whose state this instance heard from the next store is
-// made without waiting when it fits this instance's share of what the key had left
-// (its Remaining divided by WithInstanceCount's instances), and a key it never heard of
-// admits one event on trust; the take is then charged to the next store in the
-// background, and its answer is what the instance knows of the key next. A key denied is
-// denied from memory until its RetryAfter. Each instance has at most one such admission
-// of a key in flight at a time, so the cluster admits at most one event (one request)
-// per instance per key beyond the rule in a round trip to Redis: with 20 instances, a
-// key of 100 a second at its rule admits at most 20 more in the round trip in which it
-// runs out (LeasesStats.Excess counts them). A rule whose Limit is less than the
-// instances (a login limit of 5 a minute on 20 instances) keeps the exact path, and so do
-// several limits at once. A refund of a take admitted ahead (a Charge settled below its
-// estimate, ratelimit.Middleware refunding a request it refused) waits for the take's
-// charge to land, then gives back as the next store's receipt says.
+// lease of too (quiet keys, a key's first requests on this instance, and a leased key's
+// requests while its lease cannot decide yet), within a bound:
+//
+//   - An admission is made without waiting when it fits this instance's share of what
+//     the key had left at the next store's latest answer (its Remaining divided by
+//     WithInstanceCount's instances, less what the instance admitted since), an answer
+//     heard within a quarter of the refill interval: from a take, a charge or a loan.
+//   - A key not heard of within that time, and not leased, admits one event on trust,
+//     while none of its admissions made ahead is in flight.
+//   - A key denied is denied from memory until its RetryAfter.
+//   - The admissions are charged to the next store in the background, together: a
+//     thirty-second of the refill interval after the first (31ms by default), as partial
+//     takes of one Lend call (one script for up to 20 on Redis), and the answers are what
+//     the instance knows of the keys next. What a charge could not take was admitted
+//     beyond the rule, and LeasesStats.Excess counts it.
+//
+// So the instances together admit ahead at most what the key had left at the answers they
+// heard, and beyond the rule only the events on trust (one per instance per key in the
+// charge's 31ms and round trip: with 20 instances, a key of 100 a second admits at most
+// 20 more in the moments it runs out) and what the leases and the exact path took from the
+// key since those answers. In the lease harness (BENCHMARKS.md: four instances, 8,000
+// requests a second, 12s) that was 21 to 49 events of 96,000. A rule whose Limit is less
+// than the instances (a login limit of 5 a minute on 20 instances) keeps the exact path,
+// and so do several limits at once. A take with a receipt (a Charge, every
+// ratelimit.Middleware decision) is charged as a take of its own, and a refund of it (a
+// Charge settled below its estimate, the Middleware refunding a request it refused) sends
+// it at once, waits for it to land, then gives back as the next store's receipt says.
 func WithOptimistic() LeasesOption {
 	return leasesOption(func(c *hotConfig) { c.optimistic = true })
 }

@@ -100,6 +100,7 @@ type Leases struct {
 
 	known   table[known] // what this instance heard of the keys it holds no lease of (WithOptimistic)
 	pending sync.Map     // *ratelimit.Receipt -> chan struct{}: the admissions made ahead with a receipt, closed once charged
+	charges charges      // the admissions made ahead, waiting to be charged together
 }
 
 // LeasesStats is what Leases has done since it was made.
@@ -205,8 +206,8 @@ func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 	} else if hot, rate := p.watch.note(sp, req.Key, req.N, now, p.horizon(), p.rtt.Load()); hot {
 		p.leaseNow([]*ratelimit.Spec{sp}, []string{req.Key}, rate)
 	}
-	if l == nil && p.cfg.optimistic {
-		if o, ok := p.ahead(ctx, req, now); ok {
+	if p.cfg.optimistic { // no lease, or one that cannot decide yet (not lent, or ran low before its refill)
+		if o, ok := p.ahead(ctx, req, l != nil, now); ok {
 			p.local.Add(1)
 			trace.Set(ctx, Source)
 			return o, nil

@@ -27,6 +27,8 @@ func (p *Leases) refill() {
 	for {
 		select {
 		case <-p.stop:
+			p.sendAll(p.charges.take(true)) // what was admitted ahead is charged before what the leases hold goes back
+			p.charges.flying.Wait()
 			p.giveBack()
 			return
 		case l := <-p.asks:
@@ -171,6 +173,9 @@ func (p *Leases) lend(refills, drops []*lease) {
 			dry := got[i].N < loans[i].Want
 			l.lent(got[i], gives[i], sent, now, dry, int64(p.cfg.refill/ticks))
 			l.lentAt = now
+			if p.cfg.optimistic { // what the key has beyond the leases, for the moments this lease cannot decide
+				p.heard(l.spec, l.key, got[i].Outcome, now)
+			}
 		}
 	}
 	for _, l := range refills {
