@@ -39,56 +39,95 @@ func (p *Leases) instances() int64 {
 }
 
 // ahead decides req, a take of a key this instance holds no lease of (or whose lease
-// cannot decide yet: leased), from what it last heard of the key (WithOptimistic): a
-// denial while the key's last denial holds; an admission when it fits this instance's
-// share of what the key had left at the answer heard within a quarter of the refill
-// interval, less what it admitted since (or, of a key not heard of since and not leased,
-// one event on trust, while none is in flight), charged to the next store in the
-// background with the others of the next moments; ok false when neither (the exact path
-// decides).
-func (p *Leases) ahead(ctx context.Context, req ratelimit.Request, leased bool, now int64) (o ratelimit.Outcome, ok bool) {
+// cannot decide yet: leased), from what it last heard of the key (WithOptimistic): see
+// reserve; an admission is then charged to the next store in the background, with the
+// others of the next moments (commit). ok false when neither (the exact path decides).
+func (p *Leases) ahead(ctx context.Context, req ratelimit.Request, leased bool, now int64) (ratelimit.Outcome, bool) {
+	o, r, ok := p.reserve(req, leased, now)
+	if ok && o.Allowed() {
+		p.commit(ctx, req, r, now)
+	}
+	return o, ok
+}
+
+// reserved is an admission made ahead of the next store's answer, between reserve and
+// commit (or undo).
+type reserved struct {
+	k        *known
+	ofShare  bool // taken from this instance's share of the key's last answer, not on trust
+	previous int64
+}
+
+// reserve decides req from what this instance last heard of its key: a denial while the
+// key's last denial holds; an admission when it fits this instance's share of what the
+// key had left at an answer heard within a quarter of the refill interval, less what it
+// admitted since (or, of a key not heard of since and not leased, one event on trust,
+// while none is in flight), reserved until commit or undo; ok false when neither.
+func (p *Leases) reserve(req ratelimit.Request, leased bool, now int64) (o ratelimit.Outcome, r reserved, ok bool) {
 	sp := req.Spec
 	a, err := sp.Algorithm.Prepare(sp.Rule, req.N)
 	if err != nil || sp.Reserve != 0 {
-		return o, false
+		return o, r, false
 	}
 	n := p.instances()
 	if a.Limit < n { // a rule smaller than the instances: each one's event on trust would be too many
 		p.small.Add(1)
-		return o, false
+		return o, r, false
 	}
 	k := p.known.get(algKey{sp.Algorithm, sp.Namespace, req.Key}, now)
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.rule != sp.Rule {
 		k.under(sp.Rule)
 	}
 	limit := ratelimit.Args{Limit: a.Limit}
+	r.k = k
 	switch {
 	case now < k.deniedTil:
 		wait, reset := k.deniedTil-now, max(k.resetAt-now, k.deniedTil-now)
-		k.mu.Unlock()
-		return limit.Outcome(false, 0, time.Duration(wait), time.Duration(reset)), true
+		return limit.Outcome(false, 0, time.Duration(wait), time.Duration(reset)), r, true
 	case !k.fresh(now, p.cfg.refill) && req.N == 1 && k.inflight == 0 && !leased: // one event on trust, of a key not known to be busy
 		o = limit.Outcome(true, a.Limit-1, 0, sp.Rule.Period)
 	case k.fresh(now, p.cfg.refill) && req.N <= k.share:
+		r.ofShare, r.previous = true, k.remaining
 		k.share -= req.N
 		k.remaining = max(0, k.remaining-req.N)
 		o = limit.Outcome(true, k.remaining, 0, time.Duration(max(k.resetAt-now, int64(time.Microsecond))))
 	default:
-		k.mu.Unlock()
-		return o, false
+		return o, r, false
 	}
 	k.inflight += req.N
 	k.expiry.Store(max(k.expiry.Load(), now+int64(p.cfg.refill)))
+	return o, r, true
+}
+
+// undo gives back r, the admission of req reserved and not committed: another limit of
+// its request denied it.
+func (p *Leases) undo(req ratelimit.Request, r reserved) {
+	k := r.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.inflight -= req.N
+	if r.ofShare {
+		k.share += req.N
+		k.remaining = max(k.remaining, r.previous)
+	}
+}
+
+// commit charges req, admitted ahead as r, to the next store in the background: with the
+// key's charge queued, if it has one and req has no receipt, or as a charge of its own.
+func (p *Leases) commit(ctx context.Context, req ratelimit.Request, r reserved, now int64) {
+	k := r.k
 	p.aheads.Add(1)
+	k.mu.Lock()
 	if req.Receipt == nil && p.join(k, req.N) {
 		k.mu.Unlock()
-		return o, true
+		return
 	}
 	c := &charge{ctx: context.WithoutCancel(ctx), req: req, k: k, gen: k.gen}
-	if r := req.Receipt; r != nil { // the take's receipt is the next store's, once the charge lands
+	if rc := req.Receipt; rc != nil { // the take's receipt is the next store's, once the charge lands
 		c.inner = &ratelimit.Receipt{}
-		r.At, r.Via, r.Next = max(1, now/1000), 0, c.inner
+		rc.At, rc.Via, rc.Next = max(1, now/1000), 0, c.inner
 		c.landed = make(chan struct{})
 		p.pending.Store(c.inner, c.landed)
 		c.req.Receipt = c.inner
@@ -97,7 +136,6 @@ func (p *Leases) ahead(ctx context.Context, req ratelimit.Request, leased bool, 
 	}
 	k.mu.Unlock()
 	p.queue(c)
-	return o, true
 }
 
 // join adds n events to k's charge queued and not sent yet, if it has one; k.mu is held.

@@ -525,6 +525,81 @@ func TestLeasesOptimisticChargesTogether(t *testing.T) {
 	})
 }
 
+// TestLeasesOptimisticSeveralLimits: with WithOptimistic, a request under two limits (a
+// rate and a small quota, as Middleware.Policies makes) of quiet tenants is decided from
+// memory, all or none: 100 tenants, each asked 12 times over 24s by one of four
+// instances in turn, against a quota of 8 an hour. No decision takes the exact path, what
+// the quota denied took nothing from the rate, and beyond its 8 the quota admitted at
+// most one event per instance (the event on trust of a key it last heard of long ago),
+// each counted in LeasesStats.Excess.
+func TestLeasesOptimisticSeveralLimits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := &remote{Store: localstore.New(), rtt: time.Millisecond}
+		rate, quota := ratelimit.PerHour(1000), ratelimit.PerHour(8)
+		type inst struct {
+			p           *hotkey.Leases
+			rate, quota ratelimit.Limiter
+		}
+		ins := make([]inst, 4)
+		for i := range ins {
+			p, err := hotkey.NewLeases(shared, hotkey.WithInstanceCount(func() int { return 4 }), hotkey.WithOptimistic())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ins[i].p = p
+			ins[i].rate, _ = fixedwindow.New(p, rate, ratelimit.WithNamespace("rate"))
+			ins[i].quota, _ = fixedwindow.New(p, quota, ratelimit.WithNamespace("quota"))
+		}
+		admitted := map[string]int64{}
+		start := time.Now()
+		for i := range 1200 { // 50 a second for 24s
+			time.Sleep(time.Until(start.Add(time.Duration(i) * 20 * time.Millisecond)))
+			key, in := fmt.Sprintf("tenant-%d", i%100), ins[(i/100+i)%4]
+			d, err := ratelimit.AllowAll(context.Background(), 1, ratelimit.Part{Limiter: in.rate, Key: key}, ratelimit.Part{Limiter: in.quota, Key: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted[key]++
+			}
+		}
+		var st hotkey.LeasesStats
+		for _, in := range ins {
+			if err := in.p.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			s := in.p.Stats()
+			st.Local, st.Exact, st.Ahead, st.Excess = st.Local+s.Local, st.Exact+s.Exact, st.Ahead+s.Ahead, st.Excess+s.Excess
+		}
+		t.Logf("%+v", st)
+		if st.Local < 2*1200*9/10 {
+			t.Errorf("%+v: want 9 in 10 of the 2,400 limits decided from memory at least", st)
+		}
+		peek := func(ns, key string, rule ratelimit.Rule) int64 {
+			o, err := shared.Store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1,
+				Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: ns, Rule: rule, Op: "peek"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !o.Allowed() {
+				return 0
+			}
+			return o.Remaining + 1
+		}
+		over := int64(0)
+		for i := range 100 {
+			key := fmt.Sprintf("tenant-%d", i)
+			if rateLeft := peek("rate", key, rate); rateLeft != 1000-admitted[key] {
+				t.Fatalf("%s: admitted %d, the rate has %d left of 1000; want what the quota denied uncounted", key, admitted[key], rateLeft)
+			}
+			over += max(0, admitted[key]-8)
+		}
+		if over != st.Excess || over > 4*100 || st.Exact != 0 {
+			t.Errorf("the quota of 8 admitted %d more over the 100 tenants, LeasesStats.Excess %d, %d on the exact path; want one per instance and tenant at most, each counted, none exact", over, st.Excess, st.Exact)
+		}
+	})
+}
+
 // TestLeasesOptimisticBound: with WithOptimistic, a key of 40 an hour asked by four
 // instances every quarter of a millisecond, a round trip of 5ms away: each instance
 // admits at most one event ahead of Redis's answer at a time, so the cluster admits at

@@ -48,8 +48,9 @@ import (
 // time until the pace or the next refill releases it.
 //
 // Several limits of one request (ApplyAll: ratelimit.AllowAll, Middleware.Policies) are
-// decided from memory, all or none, when this instance leases each of them; otherwise
-// on the next store, and the request counts towards leasing its keys, together. A
+// decided from memory, all or none, when this instance leases each of them (or, with
+// WithOptimistic, can decide each ahead where it has no lease); otherwise on the next
+// store, and the request counts towards leasing its keys, together. A
 // request that keeps a reserve for more important ones (priorities) is decided on the
 // lease of its key, keeping the reserve of the key's Remaining as the last refill
 // reported it plus what the lease holds.
@@ -306,9 +307,11 @@ func (p *Leases) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]rate
 	return os, err
 }
 
-// applyLocal decides reqs from this instance's leases, all or none, when it holds one
-// for each and each can decide (ok); else it notes their demand, leases them together
-// when one turns hot, and reports not ok.
+// applyLocal decides reqs from memory, all or none, when each can be: from this
+// instance's lease of its key, or, WithOptimistic, ahead of the next store's answer
+// (reserve) where it holds none or its lease cannot decide yet. It notes the demand of
+// the keys without a lease, and leases them together when one turns hot. Not ok when one
+// of them cannot be decided from memory: nothing was taken.
 func (p *Leases) applyLocal(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, bool) {
 	now := clock.UnixNano(p.cfg.clock)
 	ls := make([]*lease, len(reqs))
@@ -324,27 +327,52 @@ func (p *Leases) applyLocal(ctx context.Context, reqs []ratelimit.Request) ([]ra
 	}
 	if missing {
 		p.noteAll(reqs, ls, now)
-		return nil, false
+		if !p.cfg.optimistic {
+			return nil, false
+		}
 	}
 	os := make([]ratelimit.Outcome, len(reqs))
+	rs := make([]reserved, len(reqs)) // rs[i].k nil: decided by ls[i]
+	// back gives back what reqs[:upTo] took
+	back := func(upTo int) {
+		for j := range upTo {
+			switch {
+			case !os[j].Allowed():
+			case rs[j].k != nil:
+				p.undo(reqs[j], rs[j])
+			default:
+				ls[j].tokens.Add(reqs[j].N)
+			}
+		}
+	}
 	all := true
 	for i, r := range reqs {
-		o, ok := ls[i].take(p, r.N, keep(r.Spec, ls[i]), now)
-		if !ok {
-			for j := range i {
-				if os[j].Allowed() {
-					ls[j].tokens.Add(reqs[j].N)
-				}
+		var o ratelimit.Outcome
+		ok := false
+		if ls[i] != nil {
+			o, ok = ls[i].take(p, r.N, keep(r.Spec, ls[i]), now)
+		}
+		if !ok && p.cfg.optimistic {
+			o, rs[i], ok = p.reserve(r, ls[i] != nil, now)
+			if ok && !o.Allowed() {
+				rs[i].k = nil // a denial reserved nothing
 			}
+		}
+		if !ok {
+			back(i)
 			return nil, false
 		}
 		os[i], all = o, all && o.Allowed()
 	}
+	if !all { // none counted
+		back(len(reqs))
+	}
 	for i, r := range reqs {
 		switch {
-		case !all && os[i].Allowed(): // none counted: back to its lease
-			ls[i].tokens.Add(r.N)
-		case all && r.Receipt != nil:
+		case !all:
+		case rs[i].k != nil:
+			p.commit(ctx, r, rs[i], now)
+		case r.Receipt != nil:
 			r.Receipt.At, r.Receipt.Via, r.Receipt.Next = max(1, now/1000), ls[i].id, nil
 		}
 	}
