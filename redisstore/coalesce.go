@@ -303,40 +303,36 @@ func (s *Store) flyHere(n *node, slot int, w *call) {
 	n.mu.Unlock()
 	s.flyBatch(n, []*call{w})
 	<-w.done
-	n.mu.Lock()
-	if len(n.waiting) == 0 {
-		n.sent[slot] = 0
-		n.flights--
-		s.flying.Add(-1)
-		n.mu.Unlock()
-		return
+	if batch := s.next(n, slot); batch != nil {
+		go s.fly(n, slot, batch)
 	}
-	n.sent[slot] = time.Now().UnixNano()
-	batch := n.take(s.maxBatch)
-	n.mu.Unlock()
-	go s.fly(n, slot, batch)
 }
 
 // fly sends batches to n, in the flight of its slot, until none is waiting.
 func (s *Store) fly(n *node, slot int, batch []*call) {
-	for {
+	for batch != nil {
 		s.flyBatch(n, batch)
 		// The callers just answered are runnable on this goroutine's P: yielding once
 		// lets them run and queue their next decisions before the next batch is taken,
 		// rather than leave them for a batch of their own.
 		runtime.Gosched()
-		n.mu.Lock()
-		if len(n.waiting) == 0 {
-			n.sent[slot] = 0
-			n.flights--
-			s.flying.Add(-1)
-			n.mu.Unlock()
-			return
-		}
-		n.sent[slot] = time.Now().UnixNano()
-		batch = n.take(s.maxBatch)
-		n.mu.Unlock()
+		batch = s.next(n, slot)
 	}
+}
+
+// next is the batch that goes out next in the flight of slot, whose call has landed: the
+// decisions waiting, or nil when none is, and the slot is freed.
+func (s *Store) next(n *node, slot int) []*call {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.waiting) == 0 {
+		n.sent[slot] = 0
+		n.flights--
+		s.flying.Add(-1)
+		return nil
+	}
+	n.sent[slot] = time.Now().UnixNano()
+	return n.take(s.maxBatch)
 }
 
 // flyBatch decides batch in one call of the batch script (or of the algorithm's own
