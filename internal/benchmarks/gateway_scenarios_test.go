@@ -28,13 +28,8 @@ func BenchmarkLeaseScenarios(b *testing.B) {
 	const background, hot = 2000.0, 200.0
 	for _, w := range ways[:3] { // exact, leases, leases-optimistic
 		b.Run("move/"+w.name, func(b *testing.B) {
-			srv := redistest.Start(b)
-			ins, _ := openGateway(b, srv, w, gatewayInstances, 2500*time.Microsecond, 0)
-			tenants, z := tenantNames(gatewayTenants+1), newZipf(gatewayTenants)
-			mover := gatewayTenants
-			r := newRun(len(tenants), 10*time.Second)
-			r.watched = mover
-			rest := spread(z, instanceSplit)
+			_, ins, tenants, r, rest := watchedRun(b, w)
+			mover := r.watched
 			drive(ins, tenants, func(rng *rand.Rand, at time.Duration) (int, int) {
 				if rng.Float64() < hot/(background+hot) {
 					return mover, map[bool]int{true: 0, false: 1}[at < 5*time.Second]
@@ -72,13 +67,8 @@ func BenchmarkLeaseScenarios(b *testing.B) {
 		})
 		for _, c := range changes {
 			b.Run(c.name+"/"+w.name, func(b *testing.B) {
-				srv := redistest.Start(b)
-				ins, _ := openGateway(b, srv, w, gatewayInstances, 2500*time.Microsecond, 0)
-				tenants, z := tenantNames(gatewayTenants+1), newZipf(gatewayTenants)
-				watched := gatewayTenants
-				r := newRun(len(tenants), 10*time.Second)
-				r.watched = watched
-				rest := spread(z, instanceSplit)
+				srv, ins, tenants, r, rest := watchedRun(b, w)
+				watched := r.watched
 				onInstance := spread(newZipf(1), instanceSplit)
 				var from atomic.Int64
 				var rule atomic.Pointer[ratelimit.Rule]
@@ -171,6 +161,18 @@ func beyond(r *run, from, to int, rule ratelimit.Rule) (most int64, ofBound floa
 		most = max(most, sum-int64(math.Floor(bound)))
 	}
 	return most, float64(sum) / bound
+}
+
+// watchedRun opens the scenarios' instances of way w on a Redis of their own, 2.5ms away,
+// and a 10s run of the harness's tenants and one more, watched (the last), with the
+// router of the others.
+func watchedRun(b *testing.B, w way) (*redistest.Server, []gatewayInstance, []string, *run, router) {
+	srv := redistest.Start(b)
+	ins, _ := openGateway(b, srv, w, gatewayInstances, 2500*time.Microsecond, 0)
+	tenants := tenantNames(gatewayTenants + 1)
+	r := newRun(len(tenants), 10*time.Second)
+	r.watched = gatewayTenants
+	return srv, ins, tenants, r, spread(newZipf(gatewayTenants), instanceSplit)
 }
 
 func closeAll(ins []gatewayInstance) {
