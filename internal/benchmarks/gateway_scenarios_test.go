@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync/atomic"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/fallback"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
+	"github.com/ratelimit-go/ratelimit/internal/trace"
 )
 
 // BenchmarkLeaseScenarios: the harness's four instances on Redis 2.5ms away, 2,000
@@ -23,7 +26,10 @@ import (
 // was admitted in those 5s against the rule's 500); and the key changing under the
 // tenant at 5s (see changes: a rule change, a reset, Redis restarted empty), where what
 // the tenant was admitted from then on is held against the bound of the rule after the
-// change, its burst and its rate over the time since. Run it once: -benchtime 1x.
+// change, its burst and its rate over the time since; and a key that turns hot at once
+// (hot-start: 20,000 requests a second of one key for 0.3s over the four instances, 1ms
+// away, alone: Redis's calls per decision, the charges of its last decisions included).
+// Run it once: -benchtime 1x.
 func BenchmarkLeaseScenarios(b *testing.B) {
 	const background, hot = 2000.0, 200.0
 	for _, w := range ways[:3] { // exact, leases, leases-optimistic
@@ -94,6 +100,45 @@ func BenchmarkLeaseScenarios(b *testing.B) {
 				b.ReportMetric(float64(r.errors.Load()), "errors")
 			})
 		}
+		b.Run("hot-start/"+w.name, func(b *testing.B) {
+			srv := redistest.Start(b)
+			ins, _ := openGateway(b, srv, w, gatewayInstances, time.Millisecond, 0)
+			for i, in := range ins { // warm: each instance decides on Redis, not on its shares
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					ctx, rec := trace.With(context.Background())
+					_, err := in.allow(ctx, fmt.Sprint("warm-", i))
+					if err == nil && rec.Source() != fallback.Secondary.String() {
+						break
+					}
+					if time.Now().After(deadline) {
+						b.Fatalf("instance %d does not reach Redis: %v", i, err)
+					}
+					time.Sleep(10 * time.Millisecond) // poll interval
+				}
+			}
+			direct := srv.Client()
+			calls0, _ := redisStats(b, direct)
+			r := newRun(1, 300*time.Millisecond)
+			drive(ins, []string{"hot"}, spread(newZipf(1), instanceSplit), 20_000, 300*time.Millisecond, r)
+			time.Sleep(100 * time.Millisecond) // the charges of the last admissions made ahead (WithOptimistic)
+			calls1, _ := redisStats(b, direct)
+			closeAll(ins)
+			n := float64(r.decisions.Load())
+			leased := 0
+			for i := range r.shards {
+				for _, s := range r.shards[i].samples {
+					if s.leased {
+						leased++
+					}
+				}
+			}
+			b.ReportMetric((calls1-calls0)/n, "redis-calls/decision")
+			b.ReportMetric(n, "decisions")
+			b.ReportMetric(float64(r.shares.Load())/n, "from-shares")
+			b.ReportMetric(float64(leased)/n, "from-memory")
+			b.ReportMetric(float64(r.errors.Load()), "errors")
+		})
 		b.Run("stop/"+w.name, func(b *testing.B) {
 			srv := redistest.Start(b)
 			ins, _ := openGateway(b, srv, w, gatewayInstances, 2500*time.Microsecond, 0)
