@@ -91,9 +91,8 @@ var ErrUnexpectedReply = errors.New("redisstore: unexpected reply")
 // whose reply came after a caller's deadline, and the next decision would pay a new dial
 // and a handshake of several round trips inside its own deadline: on a Redis a few
 // milliseconds away, with a fallback's timeout of 5ms, every decision would time out
-// from then on. The client's
-// ReadTimeout is then how long a late reply is waited for (3s by default; the fallback
-// package suggests a second).
+// from then on. The client's ReadTimeout is then how long a late reply is waited for (3s
+// by default; the fallback package suggests a second).
 //
 // A script whose caller has given up before it is handed to the client is not sent:
 // the store checks the context before it hands the command over, and go-redis waits

@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ const (
 type policiesInstance struct {
 	rate, quota *ratelimit.AlgorithmLimiter
 	leases      *hotkey.Leases // nil but for leases
+	debits      sync.WaitGroup // the costs of the answers not yet served
 }
 
 func (in *policiesInstance) allow(ctx context.Context, tenant string) (bool, error) {
@@ -36,7 +38,9 @@ func (in *policiesInstance) allow(ctx context.Context, tenant string) (bool, err
 	if err != nil || !d.Allowed {
 		return false, err
 	}
+	in.debits.Add(1)
 	time.AfterFunc(policyService, func() { // the answer is served: the rest of its cost
+		defer in.debits.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		in.quota.Debit(ctx, tenant, policyCost-1)
@@ -44,7 +48,9 @@ func (in *policiesInstance) allow(ctx context.Context, tenant string) (bool, err
 	return true, nil
 }
 
+// close waits for the costs of the answers in progress, then closes the leases.
 func (in *policiesInstance) close() {
+	in.debits.Wait()
 	if in.leases != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -92,15 +98,14 @@ func BenchmarkLeasePolicies(b *testing.B) {
 			for range b.N {
 				drive(ins, names, spread(z, instanceSplit), perSecond, d, r)
 			}
-			time.Sleep(2 * policyService) // the last answers' charges
-			calls1, cpu1 := redisStats(b, direct)
 			var st hotkey.LeasesStats
-			for _, in := range ins {
+			for _, in := range ins { // the last answers' costs charged, and what the leases hold given back
+				in.close()
 				if pi := in.(*policiesInstance); pi.leases != nil {
 					st = addStats(st, pi.leases.Stats())
 				}
-				in.close()
 			}
+			calls1, cpu1 := redisStats(b, direct)
 			reportTimes(b, r, calls1-calls0, cpu1-cpu0, st)
 			most := int64(0)
 			for k := range r.admitted {

@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/fallback"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/internal/trace"
+	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
 )
 
 // BenchmarkLeaseScenarios: the harness's four instances on Redis 2.5ms away, 2,000
@@ -28,7 +29,8 @@ import (
 // the tenant was admitted from then on is held against the bound of the rule after the
 // change, its burst and its rate over the time since; and a key that turns hot at once
 // (hot-start: 20,000 requests a second of one key for 0.3s over the four instances, 1ms
-// away, alone: Redis's calls per decision, the charges of its last decisions included).
+// away, alone: the harness's figures over every decision, Redis's calls counted until
+// the instances are closed, the charges of the last decisions and the give-backs included).
 // Run it once: -benchtime 1x.
 func BenchmarkLeaseScenarios(b *testing.B) {
 	const background, hot = 2000.0, 200.0
@@ -118,26 +120,18 @@ func BenchmarkLeaseScenarios(b *testing.B) {
 				}
 			}
 			direct := srv.Client()
-			calls0, _ := redisStats(b, direct)
+			calls0, cpu0 := redisStats(b, direct)
 			r := newRun(1, 300*time.Millisecond)
 			drive(ins, []string{"hot"}, spread(newZipf(1), instanceSplit), 20_000, 300*time.Millisecond, r)
-			time.Sleep(100 * time.Millisecond) // the charges of the last admissions made ahead (WithOptimistic)
-			calls1, _ := redisStats(b, direct)
-			closeAll(ins)
-			n := float64(r.decisions.Load())
-			leased := 0
-			for i := range r.shards {
-				for _, s := range r.shards[i].samples {
-					if s.leased {
-						leased++
-					}
+			var st hotkey.LeasesStats
+			for _, in := range ins { // the last admissions made ahead charged, and what the leases hold given back
+				in.close()
+				if li := in.(*limiterInstance); li.leases != nil {
+					st = addStats(st, li.leases.Stats())
 				}
 			}
-			b.ReportMetric((calls1-calls0)/n, "redis-calls/decision")
-			b.ReportMetric(n, "decisions")
-			b.ReportMetric(float64(r.shares.Load())/n, "from-shares")
-			b.ReportMetric(float64(leased)/n, "from-memory")
-			b.ReportMetric(float64(r.errors.Load()), "errors")
+			calls1, cpu1 := redisStats(b, direct)
+			reportTimes(b, r, calls1-calls0, cpu1-cpu0, st)
 		})
 		b.Run("stop/"+w.name, func(b *testing.B) {
 			srv := redistest.Start(b)

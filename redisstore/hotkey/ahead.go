@@ -21,9 +21,8 @@ type known struct {
 	heard     bool           // an answer of the next store came
 	heardAt   int64          // when (UnixNano): what it says is trusted for a quarter of the refill interval
 	remaining int64          // the key's Remaining at that answer
-	share     int64          // what this instance may still admit ahead of the next answer: its share of remaining, less what it admitted since
-	limit     int64          // and its Limit
 	resetAt   int64          // and its ResetAfter, as an instant (UnixNano)
+	share     int64          // what this instance may still admit ahead of the next answer: its share of remaining, less what it admitted since
 	deniedTil int64          // the RetryAfter of a denial, as an instant (UnixNano)
 	inflight  int64          // events admitted ahead whose charges have not landed
 	open      *charge        // the key's charge queued and not sent yet, which the next admissions join; nil for none
@@ -374,7 +373,7 @@ func (k *known) fresh(now int64, refill time.Duration) bool {
 // instance may admit its share of what the key has left, less what it admitted ahead
 // that the answer does not count yet; k.mu is held.
 func (k *known) learn(o ratelimit.Outcome, now, n int64) {
-	k.heard, k.heardAt, k.remaining, k.limit = true, now, o.Remaining, o.Limit()
+	k.heard, k.heardAt, k.remaining = true, now, o.Remaining
 	k.share = max(0, o.Remaining/n-k.inflight)
 	k.resetAt = now + int64(o.Reset)
 	k.deniedTil = 0

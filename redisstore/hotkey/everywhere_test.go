@@ -460,7 +460,7 @@ func TestLeasesOptimisticQuietKeys(t *testing.T) {
 				admitted[key]++
 			}
 		}
-		time.Sleep(100 * time.Millisecond) // the charges in the background go out (a sixteenth of the refill interval) and land
+		time.Sleep(100 * time.Millisecond) // the charges in the background go out (a thirty-second of the refill interval) and land
 		var st hotkey.LeasesStats
 		for _, p := range ps {
 			s := p.Stats()

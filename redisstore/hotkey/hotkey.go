@@ -142,13 +142,15 @@ func WithInstanceCount(count func() int) LeasesOption {
 // charge's 31ms and round trip: with 20 instances, a key of 100 a second admits at most
 // 20 more in the moments it runs out) and what the leases and the exact path took from the
 // key since those answers. In the lease harness (BENCHMARKS.md: four instances, 8,000
-// requests a second for 15s) that was 30 to 67 events of 120,000. A rule whose Limit is less
-// than the instances (a login limit of 5 a minute on 20 instances) keeps the exact path.
-// Several limits of one request (ApplyAll) are decided so together, all or none, each
-// from its lease where it has one that can decide, else ahead. A take with a receipt (a Charge, every
-// ratelimit.Middleware decision) is charged as a take of its own, and a refund of it (a
-// Charge settled below its estimate, the Middleware refunding a request it refused) sends
-// it at once, waits for it to land, then gives back as the next store's receipt says.
+// requests a second for 15s) that was 30 to 67 events of 120,000.
+//
+// A rule whose Limit is less than the instances (a login limit of 5 a minute on 20
+// instances) keeps the exact path. Several limits of one request (ApplyAll) are decided
+// so together, all or none, each from its lease where it has one that can decide, else
+// ahead. A take with a receipt (a Charge, every ratelimit.Middleware decision) is charged
+// as a take of its own, and a refund of it (a Charge settled below its estimate, the
+// Middleware refunding a request it refused) sends it at once, waits for it to land,
+// then gives back as the next store's receipt says.
 func WithOptimistic() LeasesOption {
 	return leasesOption(func(c *hotConfig) { c.optimistic = true })
 }

@@ -149,11 +149,10 @@ func (p *Leases) ask(l *lease) {
 // leaseTable finds a key's lease, of an algorithm in a namespace, whatever its rule (a
 // lease holds the key under one rule, its Spec's; another Spec of that rule decides on
 // it too, and a request under another rule ends it: see lookup), without a lock or a
-// second hash of the key: its
-// leases in leaseShards maps of key -> the leases of that key (one per algorithm and
-// namespace, most often one), a shard chosen by the key's last bytes; each map is
-// replaced whole (a copy of a few entries) when a lease comes or goes, which happens at
-// the refiller's pace and as keys turn hot, not at the requests'.
+// second hash of the key: its leases in leaseShards maps of key -> the leases of that key
+// (one per algorithm and namespace, most often one), a shard chosen by the key's last
+// bytes; each map is replaced whole (a copy of a few entries) when a lease comes or goes,
+// which happens at the refiller's pace and as keys turn hot, not at the requests'.
 type leaseTable struct {
 	shards [leaseShards]leaseShard
 	n      atomic.Int64
@@ -182,7 +181,12 @@ func (t *leaseTable) get(spec *ratelimit.Spec, key string) *lease {
 	if m == nil {
 		return nil
 	}
-	for _, l := range (*m)[key] {
+	return leaseOf((*m)[key], spec)
+}
+
+// leaseOf is the lease among ls (a key's) of spec's algorithm and namespace, or nil.
+func leaseOf(ls []*lease, spec *ratelimit.Spec) *lease {
+	for _, l := range ls {
 		if l.spec.Algorithm == spec.Algorithm && l.spec.Namespace == spec.Namespace {
 			return l
 		}
@@ -200,10 +204,8 @@ func (t *leaseTable) add(l *lease) bool {
 	defer sh.mu.Unlock()
 	var m map[string][]*lease
 	if old := sh.m.Load(); old != nil {
-		for _, o := range (*old)[l.key] {
-			if o.spec.Algorithm == l.spec.Algorithm && o.spec.Namespace == l.spec.Namespace {
-				return false
-			}
+		if leaseOf((*old)[l.key], l.spec) != nil {
+			return false
 		}
 		m = maps.Clone(*old)
 	} else {

@@ -33,7 +33,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Timeout, "timeout", 0, "the most a decision waits for Redis (0: 5ms on Redis, 50ms on the embedded miniredis)")
 	fs.DurationVar(&c.BreakerOpen, "breaker-open", time.Second, "how long Redis is left alone after it fails")
 	fs.BoolVar(&c.Leases, "leases", false, "decide busy keys from events leased from Redis and held in memory, refilled in the background (hotkey.Leases): no round trip for them")
-	fs.BoolVar(&c.Optimistic, "optimistic", false, "with -leases, decide the quiet keys from memory too, charged to Redis in the background: at most one event per instance per key beyond the rule in a round trip (hotkey.WithOptimistic)")
+	fs.BoolVar(&c.Optimistic, "optimistic", false, "with -leases, decide the quiet keys from memory too, charged to Redis in the background, 31ms of them in one call: beyond the rule, at most one event per instance per key in the moments a key runs out (hotkey.WithOptimistic)")
 }
 
 // DefaultTimeout is the budget of one call to a real Redis (fallback.DefaultTimeout).
