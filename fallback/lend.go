@@ -6,6 +6,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/lend"
 	"github.com/ratelimit-go/ratelimit/internal/trace"
 )
 
@@ -42,6 +43,11 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 		}
 		if _, err := (ratelimit.Request{Key: l.Key, N: 1, Spec: l.Spec}).Args(); err != nil {
 			return nil, err
+		}
+		if l.Spec.Op == "debit" {
+			if err := lend.Check(l); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if l, ok := s.primary.(ratelimit.Lender); ok {
@@ -102,7 +108,7 @@ func (s *Store) lendLocally(ctx context.Context, loans []ratelimit.Loan) ([]rate
 				return nil, err
 			}
 			lent[i].Outcome = o
-			if o.Allowed() {
+			if o.Allowed() || l.Spec.Op == "debit" { // a debit is charged whatever the key has left
 				lent[i].N = l.Want
 			}
 		}

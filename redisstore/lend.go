@@ -132,8 +132,12 @@ func (s *Store) encodeLoans(loans []ratelimit.Loan) ([]*loanCall, error) {
 			}
 		}
 		w := s.window(alg)
+		op := script.Take
+		if l.Spec.Op == "debit" { // a partial take's debit (lend.lua)
+			op = script.Debit
+		}
 		v := script.Values{script.N: 1, script.Limit: a.Limit, script.Period: a.Period, script.Unit: a.Unit,
-			script.Rate: a.Rate, script.Now: now, script.Op: script.Take, script.Lease: strconv.FormatInt(l.Holder, 10),
+			script.Rate: a.Rate, script.Now: now, script.Op: op, script.Lease: strconv.FormatInt(l.Holder, 10),
 			script.Keep: keep(l, a), script.WindowStart: w[0], script.WindowEnd: w[1], script.WindowNext: w[2], script.Taken: 0}
 		var extra [script.LendFields]any
 		extra[script.LendGive], extra[script.LendWant], extra[script.LendShare] = l.Give, l.Want, max(1, l.Share)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 // Record is what one holder has out of a key.
@@ -36,8 +37,11 @@ func Check(l ratelimit.Loan) error {
 		return errors.New("ratelimit: a loan without an algorithm")
 	case !l.Spec.Algorithm.Lendable:
 		return fmt.Errorf("ratelimit: %s does not lend", l.Spec.Algorithm.Name)
-	case l.Spec.Op != "" || l.Spec.Reserve != 0 && l.Holder != 0:
-		return fmt.Errorf("ratelimit: a loan of %s with an op, or a reserve and a holder", l.Spec.Algorithm.Name)
+	case l.Spec.Op == "debit" && (l.Holder != 0 || l.Spec.Algorithm.Debit == nil || l.Want < 1 || l.Want > mathx.MaxExact):
+		return fmt.Errorf("ratelimit: a debit of %d of %s by a loan: want a partial take (no holder) of 1 to %d, of an algorithm that takes debts",
+			l.Want, l.Spec.Algorithm.Name, int64(mathx.MaxExact))
+	case l.Spec.Op != "" && l.Spec.Op != "debit" || l.Spec.Reserve != 0 && l.Holder != 0:
+		return fmt.Errorf("ratelimit: a loan of %s with an op %q, or a reserve and a holder", l.Spec.Algorithm.Name, l.Spec.Op)
 	case l.Holder == 0 && (l.Give != 0 || l.Revoke):
 		return errors.New("ratelimit: a partial take (a loan without a holder) that gives back or revokes")
 	case l.Give < 0 || l.Want < 0 || l.Share < 0 || l.TTL < 0:
@@ -115,8 +119,16 @@ func refundable(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a rate
 }
 
 // partial takes what l wants of what the key has left, at most, as a take would (keeping
-// its reserve), and keeps no record.
+// its reserve), or all of it for a debit, and keeps no record.
 func partial(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a ratelimit.Args, l ratelimit.Loan) ratelimit.Lent {
+	if l.Spec != nil && l.Spec.Op == "debit" { // then a peek of 1 at the reserve, as Apply answers a debit
+		d := a
+		d.N, d.Taken = l.Want, 0
+		alg.Debit(st, now, d)
+		peek := core.Clone(*st)
+		a.N, a.Taken = 1, 0
+		return ratelimit.Lent{Outcome: alg.Step(&peek, now, a), N: l.Want}
+	}
 	lent, o := takeUpTo(alg, st, now, a, l.Want, max(l.Share, 1))
 	return ratelimit.Lent{Outcome: o, N: lent}
 }

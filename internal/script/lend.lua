@@ -1,7 +1,8 @@
 -- Lend's script (redisstore, ratelimit.Lender): each loan decided in turn, as
 -- internal/lend's Decide decides it in Go (a test holds the two the same). ARGV, per loan
 -- (stride 22): the index of its step; a step's arguments (decode.lua's, with n 1, op
--- take, the holder as the lease, keep 0 and taken 0); then give, want, share, ttl (us),
+-- take (or debit, for a partial take's debit of want), the holder as the lease, keep 0
+-- and taken 0); then give, want, share, ttl (us),
 -- revoke ('1' or '0') and its window (0: none; a period: the period-aligned window of
 -- now; -1: the calendar window of its arguments); then the names of its state key and of
 -- its record of loans, a hash of holder -> "out:until:limit:period:back:since". The
@@ -23,7 +24,7 @@ for a = 1, #ARGV, stride do
     clock = clock or serverTime()
     argv[6] = clock
   end
-  local now, limit, period, holder = argv[6], argv[2], argv[3], argv[8]
+  local now, limit, period, holder, debit = argv[6], argv[2], argv[3], argv[8], argv[7] == DEBIT
   local give, want, share = tonumber(ARGV[a + 14]), tonumber(ARGV[a + 15]), tonumber(ARGV[a + 16])
   local ttl, revoke, win = tonumber(ARGV[a + 17]), ARGV[a + 18] == '1', tonumber(ARGV[a + 19])
   local keys, book = {ARGV[a + 20]}, ARGV[a + 21]
@@ -71,21 +72,27 @@ for a = 1, #ARGV, stride do
   if revoke then mine = 0 end -- every record, this holder's too: what it holds was lent before
   local p = {unpack(argv)}
   p[7] = PEEK
-  local allowed, remaining, retry, reset, delay = step(keys, p)
-  local lent = 0
-  if want > 0 and allowed == 1 then
-    lent = min(want, max(1, floor((remaining + 1) / max(share, holders)))) -- the last few events too, one to each asker
-  end
-  if lent > 0 then
-    local t = {unpack(argv)}
-    t[1], t[7] = lent, TAKE
-    if not partial then t[13] = TAKENNOW end -- a loan may be given back
-    local took
-    allowed, remaining, retry, reset, delay, took = step(keys, t)
-    if allowed ~= 1 then -- cannot be: no more was lent than is left
-      lent = 0
-    else
-      since = took
+  local allowed, remaining, retry, reset, delay, lent = nil, nil, nil, nil, nil, 0
+  if debit then -- a partial take's debit: all of want, whatever the key has left, then a peek of 1
+    p[1], p[7] = want, DEBIT
+    allowed, remaining, retry, reset, delay = step(keys, p)
+    lent = want
+  else
+    allowed, remaining, retry, reset, delay = step(keys, p)
+    if want > 0 and allowed == 1 then
+      lent = min(want, max(1, floor((remaining + 1) / max(share, holders)))) -- the last few events too, one to each asker
+    end
+    if lent > 0 then
+      local t = {unpack(argv)}
+      t[1], t[7] = lent, TAKE
+      if not partial then t[13] = TAKENNOW end -- a loan may be given back
+      local took
+      allowed, remaining, retry, reset, delay, took = step(keys, t)
+      if allowed ~= 1 then -- cannot be: no more was lent than is left
+        lent = 0
+      else
+        since = took
+      end
     end
   end
   mine = mine + lent

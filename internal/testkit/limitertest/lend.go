@@ -24,6 +24,7 @@ func testLend(t *testing.T, newStore NewStore) {
 		t.Skip("the store does not lend")
 	}
 	t.Run("partial takes", func(t *testing.T) { testAllowAtMost(t, newStore) })
+	t.Run("debits", func(t *testing.T) { testLendDebit(t, newStore) })
 	probe := ratelimit.Loan{Key: "probe", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10)},
 		Holder: 1, Want: 1, Share: 1, TTL: time.Second}
 	if _, err := lender.Lend(context.Background(), []ratelimit.Loan{probe}); errors.Is(err, errors.ErrUnsupported) {
@@ -70,6 +71,72 @@ func testAllowAtMost(t *testing.T, newStore NewStore) {
 	if _, _, err := lb.AllowAtMost(ctx, "k", 1); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("AllowAtMost of the leaky bucket: %v; want errors.ErrUnsupported", err)
 	}
+}
+
+// testLendDebit: a partial take whose Op is "debit" charges all it wants, whatever the
+// key has left, and answers as a debit Apply does, for each algorithm that lends.
+func testLendDebit(t *testing.T, newStore NewStore) {
+	clk := clock.NewFake(Start.Add(10 * time.Second))
+	store := newStore(t, clk)
+	s := store.(ratelimit.Lender)
+	ctx := context.Background()
+	quota, err := fixedwindow.Quota{Limit: 10, Per: fixedwindow.Day, In: time.UTC}.Algorithm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, alg := range []*ratelimit.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), slidingwindow.Algorithm(), quota} {
+		rule := ratelimit.PerSecond(10)
+		if alg == quota {
+			rule = ratelimit.PerDay(10)
+		}
+		take := func(key string) ratelimit.Outcome { return takeOne(t, store, key, alg, rule) }
+		for _, n := range []int64{4, 15} { // within what the key has, and past it: a debt
+			for _, reserve := range []int64{0, 50} {
+				what := fmt.Sprintf("%s: a debit of %d of a key that took 3, keeping %d%%", alg.Name, n, reserve)
+				byLoan, byApply := fmt.Sprint("loan", n, reserve), fmt.Sprint("apply", n, reserve)
+				for range 3 {
+					take(byLoan)
+					take(byApply)
+				}
+				spec := &ratelimit.Spec{Algorithm: alg, Rule: rule, Op: "debit", Reserve: reserve}
+				lent := lendOne(t, s, ratelimit.Loan{Key: byLoan, Spec: spec, Want: n})
+				want, err := store.Apply(ctx, ratelimit.Request{Key: byApply, N: n, Spec: spec})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if lent.N != n || lent.Outcome != want {
+					t.Errorf("%s: lent %d, %+v; want %d, %+v as Apply's", what, lent.N, lent.Outcome, n, want)
+				}
+				if a, b := take(byLoan), take(byApply); a != b || (n > 7) == a.Allowed() {
+					t.Errorf("%s: the take after it: %+v; want %+v, allowed %v", what, a, b, n <= 7)
+				}
+			}
+		}
+	}
+	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10), Op: "debit"}
+	for i, bad := range []ratelimit.Loan{
+		{Key: "k", Spec: spec, Holder: 1, Want: 5, TTL: time.Second}, // a holder's debit
+		{Key: "k", Spec: spec},                   // of nothing
+		{Key: "k", Spec: spec, Want: 1 << 53},    // beyond what an algorithm counts
+		{Key: "k", Spec: spec, Want: 1, Give: 1}, // giving back
+	} {
+		if got, err := s.Lend(ctx, []ratelimit.Loan{bad}); err == nil {
+			t.Errorf("bad debit %d: %+v, no error", i, got)
+		}
+	}
+	if o := takeOne(t, store, "k", spec.Algorithm, spec.Rule); !o.Allowed() || o.Remaining != 9 {
+		t.Errorf("after the bad debits, a take: %+v; want the key untouched", o)
+	}
+}
+
+// takeOne is a take of 1 of key under alg and rule.
+func takeOne(t *testing.T, store ratelimit.Store, key string, alg *ratelimit.Algorithm, rule ratelimit.Rule) ratelimit.Outcome {
+	t.Helper()
+	o, err := store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }
 
 func lender(t *testing.T, newStore NewStore) (ratelimit.Lender, *clock.Fake) {

@@ -52,6 +52,9 @@ func LendParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, ste
 			if rng.IntN(5) == 0 { // a partial take, keeping a priority's reserve
 				loans[j] = ratelimit.Loan{Key: key, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule, Reserve: reserves[rng.IntN(len(reserves))]},
 					Want: 1 + rng.Int64N(40), Share: 1}
+				if rng.IntN(3) == 0 { // a debit: all of it, whatever the key has left
+					loans[j].Spec.Op = "debit"
+				}
 			}
 		}
 		var got [2][]ratelimit.Lent
