@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 // known is what this instance last heard of a key it holds no lease of, for the
@@ -26,6 +27,7 @@ type known struct {
 	deniedTil int64          // the RetryAfter of a denial, as an instant (UnixNano)
 	inflight  int64          // events admitted ahead whose charges have not landed
 	open      *charge        // the key's charge queued and not sent yet, which the next admissions join; nil for none
+	debt      *charge        // and its debit queued, which the next debits join
 	gen       uint64         // bumped by a refund or a reset of the key: an answer from before is stale
 }
 
@@ -138,20 +140,67 @@ func (p *Leases) commit(ctx context.Context, req ratelimit.Request, r reserved, 
 }
 
 // join adds n events to k's charge queued and not sent yet, if it has one; k.mu is held.
-func (p *Leases) join(k *known, n int64) bool {
-	c := k.open
+func (p *Leases) join(k *known, n int64) bool { return p.joinTo(k, &k.open, n) }
+
+// joinTo adds n events to *open, a charge of k queued and not sent yet, if there is one;
+// k.mu is held.
+func (p *Leases) joinTo(k *known, open **charge, n int64) bool {
+	c := *open
 	if c == nil || c.gen != k.gen {
 		return false
 	}
 	q := &p.charges
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if c.sent {
-		k.open = nil
+	if c.sent || c.req.N > mathx.MaxExact-n {
+		*open = nil
 		return false
 	}
 	c.req.N += n
 	return true
+}
+
+// debitAhead charges req, a debit of a key this instance holds no lease of, with the
+// charges made ahead (WithOptimistic), when what the instance knows of the key says it
+// leaves the key at least one event: what it last heard of it (within a quarter of the
+// refill interval), or else the rule's Limit, less what this instance admitted and
+// debited since. The debit comes off this instance's share at once, so that a debt
+// stops its admissions ahead; the answer is the one the instance expects, a peek of 1
+// after the debit. ok false when it does not (a debt, a reserve, a rule smaller than the
+// instances): the exact path charges it, and answers.
+func (p *Leases) debitAhead(ctx context.Context, req ratelimit.Request, now int64) (ratelimit.Outcome, bool) {
+	sp := req.Spec
+	a, err := sp.Algorithm.Prepare(sp.Rule, 1)
+	if err != nil || sp.Reserve != 0 || req.Receipt != nil || a.Limit < p.instances() {
+		return ratelimit.Outcome{}, false
+	}
+	k := p.known.get(algKey{sp.Algorithm, sp.Namespace, req.Key}, now)
+	k.mu.Lock()
+	if k.rule != sp.Rule {
+		k.under(sp.Rule)
+	}
+	left, reset := a.Limit-k.inflight, int64(sp.Rule.Period)
+	if k.fresh(now, p.cfg.refill) {
+		left, reset = k.remaining, max(k.resetAt-now, int64(time.Microsecond))
+	}
+	if now < k.deniedTil || left-req.N < 1 {
+		k.mu.Unlock()
+		return ratelimit.Outcome{}, false
+	}
+	k.remaining = left - req.N
+	k.share -= req.N // below 0: no admission ahead until the next answer
+	k.inflight += req.N
+	k.expiry.Store(max(k.expiry.Load(), now+int64(p.cfg.refill)))
+	o := ratelimit.Args{Limit: a.Limit}.Outcome(true, k.remaining-1, 0, time.Duration(reset))
+	if p.joinTo(k, &k.debt, req.N) {
+		k.mu.Unlock()
+		return o, true
+	}
+	c := &charge{ctx: context.WithoutCancel(ctx), req: req, k: k, gen: k.gen}
+	k.debt = c
+	k.mu.Unlock()
+	p.queue(c)
+	return o, true
 }
 
 // charge is an admission made ahead of the next store's answer, to be charged to it.
@@ -285,6 +334,9 @@ func (k *known) answered(c *charge, o ratelimit.Outcome, err error, now, n int64
 	k.inflight -= c.req.N
 	if k.open == c {
 		k.open = nil
+	}
+	if k.debt == c {
+		k.debt = nil
 	}
 	switch {
 	case err != nil:

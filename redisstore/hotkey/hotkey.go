@@ -136,6 +136,14 @@ func WithInstanceCount(count func() int) LeasesOption {
 //     takes of one Lend call (one script for up to 20 on Redis), and the answers are what
 //     the instance knows of the keys next. What a charge could not take was admitted
 //     beyond the rule, and LeasesStats.Excess counts it.
+//   - A debit (a cost known after the answer: AlgorithmLimiter.Debit, Middleware.Cost)
+//     of a key without a lease, that leaves the key at least one event as far as the
+//     instance knows (what it heard within that time, else the rule's Limit, less what
+//     it admitted and debited since), is charged with them, in the same call, and comes
+//     off the instance's share at once; its answer is that estimate. A debit that would
+//     not leave the key one event, or that keeps a reserve, goes to the next store at
+//     once, and its answer (a debt) denies the key's admissions from memory until its
+//     RetryAfter.
 //
 // So the instances together admit ahead at most what the key had left at the answers they
 // heard, and beyond the rule only the events on trust (one per instance per key in the

@@ -447,7 +447,9 @@ func (p *Leases) op(ctx context.Context, req ratelimit.Request) (ratelimit.Outco
 
 // debit charges req to this instance's lease of its key first, then to the next store.
 // A debit the key cannot pay at once (its answer a denial) stops the lease from spending
-// until the key could lend again: the key owes.
+// until the key could lend again: the key owes. With WithOptimistic, a debit of a key
+// without a lease that leaves it something, as far as this instance knows, is charged
+// with the charges made ahead (debitAhead).
 func (p *Leases) debit(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	l := p.lookup(req.Spec, req.Key)
 	now := clock.UnixNano(p.cfg.clock)
@@ -459,11 +461,16 @@ func (p *Leases) debit(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 			return limit.Outcome(held >= 1, min(limit.Limit, l.remaining.Load()+max(0, held-1)), 0, reset), nil
 		}
 	}
+	if l == nil && p.cfg.optimistic {
+		if o, ok := p.debitAhead(ctx, req, now); ok {
+			return o, nil
+		}
+	}
 	o, err := p.next.Apply(ctx, req)
 	if err == nil && l != nil && !o.Allowed() {
 		l.owe(now + int64(o.Wait))
 	}
-	if err == nil && l == nil && p.cfg.optimistic {
+	if err == nil && p.cfg.optimistic { // a debt denies the admissions made ahead too
 		p.heard(req.Spec, req.Key, o, now)
 	}
 	return o, err

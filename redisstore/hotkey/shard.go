@@ -188,7 +188,8 @@ var _ ratelimit.Lender = (*Shard)(nil)
 // Lend grants part of a request (a loan without a holder: AlgorithmLimiter.AllowAtMost)
 // from the shards in turn, as a take tries them: up to WithRetries more shards while it
 // has granted less than it wants, each with 1/shards of the rule. Its Outcome reports the
-// whole rule's Limit, and Remaining as the last shard's times shards (an estimate). Loans
+// whole rule's Limit, and Remaining as the last shard's times shards (an estimate). A
+// partial take's debit is spread over the shards, as Apply spreads one. Loans
 // to a holder (Leases) are refused with an error wrapping errors.ErrUnsupported: put
 // Leases under the Shard, or the Shard under Leases' next store. A next store that does
 // not lend is such an error too.
@@ -212,6 +213,17 @@ func (s *Shard) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 		}
 		if loan.Holder != 0 {
 			return nil, fmt.Errorf("hotkey: a Shard lends no leases (holder %d): %w", loan.Holder, errors.ErrUnsupported)
+		}
+		if loan.Spec.Op == "debit" { // a debit, spread over the shards as Apply spreads it
+			if loan.Want < 1 || loan.Give != 0 || loan.Revoke {
+				return nil, fmt.Errorf("hotkey: shard: a debit by a loan of %d, giving back %d: want 1 or more, giving none", loan.Want, loan.Give)
+			}
+			o, err := s.Apply(ctx, ratelimit.Request{Key: loan.Key, N: loan.Want, Spec: loan.Spec})
+			if err != nil {
+				return nil, err
+			}
+			out[i] = ratelimit.Lent{N: loan.Want, Outcome: o}
+			continue
 		}
 		whole, shareSpec, err := s.split(loan.Spec, 1)
 		if err != nil {
