@@ -160,8 +160,9 @@ func (p *Leases) joinTo(k *known, open **charge, n int64) bool {
 	return true
 }
 
-// debitAhead charges req, a debit of a key this instance holds no lease of, with the
-// charges made ahead (WithOptimistic), when what the instance knows of the key says it
+// debitAhead charges req, a debit (what this instance's lease of the key could not pay
+// of it), with the charges made ahead (WithOptimistic), when what the instance knows of
+// the key says it
 // leaves the key at least one event: what it last heard of it (within a quarter of the
 // refill interval), or else the rule's Limit, less what this instance admitted and
 // debited since. The debit comes off this instance's share at once, so that a debt
@@ -320,6 +321,11 @@ func (p *Leases) chargeAll(cs []*charge) {
 			o = lent[i].Outcome
 			if lent[i].N < c.req.N {
 				p.excess.Add(c.req.N - lent[i].N)
+			}
+			if c.req.Spec.Op == "debit" && !o.Allowed() { // a debt: the key's lease stops spending, as on the exact path
+				if l := p.table.get(c.req.Spec, c.req.Key); l != nil {
+					l.owe(now + int64(o.Wait))
+				}
 			}
 		}
 		c.k.answered(c, o, err, now, n)

@@ -335,6 +335,38 @@ func TestLeasesDebtReachesLeases(t *testing.T) {
 	})
 }
 
+// TestLeasesDebitsFromTheLease: the costs charged after the answers of a leased key are
+// part of its lease's demand: one instance admitting 200 requests a second of one key,
+// each charged 9 more once answered (Debit), against a rule of 5,000 a second. Once the
+// refiller has seen a second of it, the lease holds what the debits spend too, and they
+// are paid from memory: 2 calls to the shared store in the last two seconds (its
+// refills), where a lease sized by the admissions alone made 35 (refills asked early, and
+// what the lease could not pay).
+func TestLeasesDebitsFromTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := &remote{Store: localstore.New(), rtt: time.Millisecond}
+		l, _ := tokenbucket.New(newLeases(t, shared, 1), ratelimit.PerSecond(5000))
+		ctx := context.Background()
+		start := time.Now()
+		var calls0 int64
+		for i := range 200 * 4 {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * 5 * time.Millisecond)))
+			if i == 200*2 {
+				calls0 = shared.calls.Load()
+			}
+			if d, err := l.Allow(ctx, "tenant"); err != nil || !d.Allowed {
+				t.Fatalf("request %d: %+v, %v", i, d, err)
+			}
+			if _, err := l.Debit(ctx, "tenant", 9); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if calls := shared.calls.Load() - calls0; calls > 10 {
+			t.Errorf("%d calls to the shared store in the last 2s of 200 admissions and 200 debits of 9 a second; want 10 at most", calls)
+		}
+	})
+}
+
 // TestLeasesReserves: requests that keep a reserve for more important ones (priorities)
 // are decided from the lease too, against the key's Remaining as the instance last heard
 // it: the sheddable ones stop while the critical ones go on, and none takes the exact

@@ -445,23 +445,27 @@ func (p *Leases) op(ctx context.Context, req ratelimit.Request) (ratelimit.Outco
 	return o, nil
 }
 
-// debit charges req to this instance's lease of its key first, then to the next store.
-// A debit the key cannot pay at once (its answer a denial) stops the lease from spending
-// until the key could lend again: the key owes. With WithOptimistic, a debit of a key
-// without a lease that leaves it something, as far as this instance knows, is charged
-// with the charges made ahead (debitAhead).
+// debit charges req to this instance's lease of its key first, then to the next store;
+// the lease's next refills hold what its debits spend too. A debit the key cannot pay at once (its answer a denial) stops the lease from spending
+// until the key could lend again: the key owes. With WithOptimistic, a debit (or what
+// the lease could not pay of it) that leaves the key something, as far as this instance
+// knows, is charged with the charges made ahead (debitAhead).
 func (p *Leases) debit(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	l := p.lookup(req.Spec, req.Key)
 	now := clock.UnixNano(p.cfg.clock)
 	if l != nil && !l.ended.Load() && now < l.until.Load() {
+		l.demand.Add(req.N) // what the key's costs spend, the lease holds next
 		req.N -= l.giveOut(req.N)
+		if req.N > 0 {
+			p.ask(l)
+		}
 		if req.N == 0 { // all of it from the lease: the answer is a peek of 1 on what is left
 			held, limit := l.tokens.Load(), ratelimit.Args{Limit: l.limit.Load()}
 			reset := time.Duration(max(l.resetAt.Load()-now, int64(time.Microsecond)))
 			return limit.Outcome(held >= 1, min(limit.Limit, l.remaining.Load()+max(0, held-1)), 0, reset), nil
 		}
 	}
-	if l == nil && p.cfg.optimistic {
+	if p.cfg.optimistic {
 		if o, ok := p.debitAhead(ctx, req, now); ok {
 			return o, nil
 		}
