@@ -646,6 +646,43 @@ func TestLeasesOptimisticDebits(t *testing.T) {
 	})
 }
 
+// TestLeasesOptimisticLeasesWhatPays: with WithOptimistic, a key is leased when it asks
+// an instance a quarter of its share of the rule or more (400 a second on four
+// instances: 25 a second), measured over a quarter of a refill interval at least. Two
+// requests of a quiet key a millisecond apart, every two seconds, lease nothing (they
+// are decided ahead); a key asked 100 a second is leased within its first quarter
+// second.
+func TestLeasesOptimisticLeasesWhatPays(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := &remote{Store: localstore.New(), rtt: time.Millisecond}
+		ls, ps := optimisticInstances(t, shared, 4, ratelimit.PerSecond(400))
+		ctx := context.Background()
+		allow := func(key string) {
+			t.Helper()
+			if d, err := ls[0].Allow(ctx, key); err != nil || !d.Allowed {
+				t.Fatalf("%s: %+v, %v", key, d, err)
+			}
+		}
+		for range 5 {
+			allow("quiet")
+			time.Sleep(time.Millisecond)
+			allow("quiet")
+			time.Sleep(2 * time.Second)
+			if st := ps[0].Stats(); st.Leases != 0 || st.Local != st.Ahead {
+				t.Fatalf("%+v: want no lease of a key asked twice every 2s, its requests decided ahead", st)
+			}
+		}
+		start := time.Now()
+		for i := range 25 {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * 10 * time.Millisecond)))
+			allow("busy")
+		}
+		if st := ps[0].Stats(); st.Leases != 1 {
+			t.Errorf("%+v: want the key asked 100 a second leased in its first quarter second", st)
+		}
+	})
+}
+
 // TestLeasesOptimisticSeveralLimits: with WithOptimistic, a request under two limits (a
 // rate and a small quota, as Middleware.Policies makes) of quiet tenants is decided from
 // memory, all or none: 100 tenants, each asked 12 times over 24s by one of four

@@ -152,6 +152,12 @@ func WithInstanceCount(count func() int) LeasesOption {
 // key since those answers. In the lease harness (BENCHMARKS.md: four instances, 8,000
 // requests a second for 15s) that was 30 to 67 events of 120,000.
 //
+// Leases then lease only the keys that pay for it: a key asked of an instance a quarter
+// of its share of the rule or more (the rule's Limit over 4 x WithInstanceCount's
+// instances, over a refill interval; measured over a quarter of one at least), the
+// others decided ahead, their charges riding the calls of the others' (a lease costs a
+// call to lend it, its renewals, and one when it ends).
+//
 // A rule whose Limit is less than the instances (a login limit of 5 a minute on 20
 // instances) keeps the exact path. Several limits of one request (ApplyAll) are decided
 // so together, all or none, each from its lease where it has one that can decide, else

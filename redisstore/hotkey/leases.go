@@ -204,7 +204,7 @@ func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 			}
 			return o, nil
 		}
-	} else if hot, rate := p.watch.note(sp, req.Key, req.N, now, p.horizon(), p.rtt.Load()); hot {
+	} else if hot, rate := p.watch.note(sp, req.Key, req.N, now, p.hotHorizon(sp), p.rtt.Load(), p.hotSpan()); hot {
 		p.leaseNow([]*ratelimit.Spec{sp}, []string{req.Key}, rate)
 	}
 	if p.cfg.optimistic { // no lease, or one that cannot decide yet (not lent, or ran low before its refill)
@@ -387,7 +387,7 @@ func (p *Leases) noteAll(reqs []ratelimit.Request, ls []*lease, now int64) {
 	hot, rate := false, 0.0
 	for i, r := range reqs {
 		if ls[i] == nil {
-			if h, rt := p.watch.note(r.Spec, r.Key, r.N, now, p.horizon(), p.rtt.Load()); h {
+			if h, rt := p.watch.note(r.Spec, r.Key, r.N, now, p.hotHorizon(r.Spec), p.rtt.Load(), p.hotSpan()); h {
 				hot, rate = true, max(rate, rt)
 			}
 		}
@@ -517,4 +517,29 @@ func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.O
 	}
 	req.N, req.Receipt, req.Spec = 1, nil, core.WithOp(req.Spec, "peek")
 	return p.next.Apply(ctx, req)
+}
+
+// hotHorizon is the horizon over which a key under sp must ask this instance one event
+// to be leased (see demand): a lease's (p.horizon); with WithOptimistic, that divided by
+// a quarter of this instance's share of the rule's Limit, at least one event. A key
+// asked less is decided ahead (WithOptimistic) from this instance's share of what it
+// has left, its charges riding the calls of the others': a lease would cost Redis more,
+// a call to lend it, its renewals, and another when it ends.
+func (p *Leases) hotHorizon(sp *ratelimit.Spec) float64 {
+	h := p.horizon()
+	if p.cfg.optimistic {
+		h /= max(1, float64(sp.Rule.Limit)/float64(4*p.instances()))
+	}
+	return h
+}
+
+// hotSpan is the shortest span over which the exact path's demand of a key says it is
+// hot: a round trip (a key that turns hot is leased within one); with WithOptimistic, a
+// quarter of a refill interval at least, so that two requests of a quiet key close
+// together do not lease it, only for the refiller to end the lease a second later.
+func (p *Leases) hotSpan() int64 {
+	if p.cfg.optimistic {
+		return max(p.rtt.Load(), int64(p.cfg.refill/4))
+	}
+	return p.rtt.Load()
 }

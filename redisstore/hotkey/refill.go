@@ -98,7 +98,7 @@ func (p *Leases) tick(now, elapsed int64) {
 		}
 	}
 	p.table.remove(gone...)
-	for _, k := range p.watch.busy(now, secs, horizon, p.cfg.maxKeys-p.table.size()) {
+	for _, k := range p.watch.busy(now, secs, p.hotHorizon, p.cfg.maxKeys-p.table.size()) {
 		l := &lease{spec: k.spec, key: k.key, id: leaseIDs.Add(1), rate: k.rate}
 		_, low := p.sizes(l)
 		l.low.Store(low)
@@ -263,10 +263,11 @@ func (d *demand) init(max int, now int64) {
 }
 
 // note counts n events asked of key under spec at now, and reports whether the key
-// turned hot (then it is no longer watched): its rate, the moving average with what it
-// asked since the last tick (over rtt at least, nanoseconds), times horizon (seconds)
-// reaches one event, asked by two requests at least.
-func (d *demand) note(spec *ratelimit.Spec, key string, n, now int64, horizon float64, rtt int64) (bool, float64) {
+// turned hot (then it is no longer watched), and at what rate: its rate, the moving
+// average with what it asked since the last tick (over rtt at least, nanoseconds), and
+// measured over span at least, times horizon (seconds) reaches one event, asked by two
+// requests at least.
+func (d *demand) note(spec *ratelimit.Spec, key string, n, now int64, horizon float64, rtt, span int64) (bool, float64) {
 	k := watchKey{spec, key}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -280,13 +281,12 @@ func (d *demand) note(spec *ratelimit.Spec, key string, n, now int64, horizon fl
 	}
 	w.asked += n
 	w.requests++
-	secs := float64(max(now-d.tickAt, rtt, 1)) / 1e9
-	rate := (w.rate + float64(w.asked)/secs) / 2
-	if w.requests < 2 || rate*horizon < 1 {
+	since := max(now-d.tickAt, rtt, 1)
+	if w.requests < 2 || (w.rate+float64(w.asked)*1e9/float64(max(since, span)))/2*horizon < 1 {
 		return false, 0
 	}
 	delete(d.keys, k)
-	return true, rate
+	return true, (w.rate + float64(w.asked)*1e9/float64(since)) / 2
 }
 
 // forget stops watching key under spec.
@@ -297,10 +297,10 @@ func (d *demand) forget(spec *ratelimit.Spec, key string) {
 }
 
 // busy measures every key's rate over secs to now, and returns (and stops watching) up
-// to room keys whose rate times horizon (seconds) reaches one event, asked in this tick
+// to room keys whose rate times their horizon (seconds) reaches one event, asked in this tick
 // and the one before (a lone request is no demand); it forgets the keys that asked
 // nothing.
-func (d *demand) busy(now int64, secs, horizon float64, room int) []struct {
+func (d *demand) busy(now int64, secs float64, horizonOf func(*ratelimit.Spec) float64, room int) []struct {
 	watchKey
 	rate float64
 } {
@@ -312,6 +312,7 @@ func (d *demand) busy(now int64, secs, horizon float64, room int) []struct {
 		rate float64
 	}
 	for k, w := range d.keys {
+		horizon := horizonOf(k.spec)
 		prev := w.rate
 		w.rate = (w.rate + float64(w.asked)/secs) / 2
 		switch {
