@@ -31,8 +31,9 @@ import (
 // refills by its rule.
 //
 // A key is leased once this instance asks it twice within a quarter of a refill
-// interval (WithRefill), or in two quarters running, at once: the lease's first loan goes out with the next
-// coalesced refill, a round trip later. Until then, and for the quiet keys, every
+// interval (WithRefill), or in two quarters running, at once: the lease's first loan goes
+// out with the next coalesced refill, a round trip later (with WithOptimistic, once it
+// asks a quarter of this instance's share of the rule: see there). Until then, and for the quiet keys, every
 // request takes the exact path: the next store decides it, as without Leases. A lease
 // holds about the instance's demand times (the round trip plus the refill interval),
 // never more than the key has left divided by the live instances (WithInstanceCount) or
@@ -62,7 +63,8 @@ import (
 // The algorithms that are ratelimit.Algorithm.Lendable (the token bucket, the fixed
 // window, the sliding window counter and the calendar quotas) are leased; the others'
 // requests, and peeks, take the exact path (LeasesStats.Unleased counts the decisions
-// no lease may decide). A debit is charged to this instance's lease of the key first,
+// no lease may decide). A debit is charged to this instance's lease of the key first
+// (and counts in the lease's demand, so that its refills hold what the debits spend),
 // the rest to the next store; a debit that leaves the key in debt stops this lease from
 // spending, and the others' at their next refill, within a refill interval, where they
 // give back what they hold to pay it. A refund goes back to the lease that made its take
