@@ -150,7 +150,7 @@ func WithInstanceCount(count func() int) LeasesOption {
 // charge's 31ms and round trip: with 20 instances, a key of 100 a second admits at most
 // 20 more in the moments it runs out) and what the leases and the exact path took from the
 // key since those answers. In the lease harness (BENCHMARKS.md: four instances, 8,000
-// requests a second for 15s) that was 30 to 67 events of 120,000.
+// requests a second for 15s) that was 17 to 59 events of 120,000.
 //
 // Leases then lease only the keys that pay for it: a key asked of an instance a quarter
 // of its share of the rule or more (the rule's Limit over 4 x WithInstanceCount's
