@@ -139,13 +139,13 @@ func (s *Store) encodeLoans(loans []ratelimit.Loan) ([]*loanCall, error) {
 		v := script.Values{script.N: 1, script.Limit: a.Limit, script.Period: a.Period, script.Unit: a.Unit,
 			script.Rate: a.Rate, script.Now: now, script.Op: op, script.Lease: strconv.FormatInt(l.Holder, 10),
 			script.Keep: keep(l, a), script.WindowStart: w[0], script.WindowEnd: w[1], script.WindowNext: w[2], script.Taken: 0}
-		var extra [script.LendFields]any
-		extra[script.LendGive], extra[script.LendWant], extra[script.LendShare] = l.Give, l.Want, max(1, l.Share)
-		extra[script.LendTTL], extra[script.LendRevoke], extra[script.LendWindow] = l.TTL.Microseconds(), 0, win
+		var extra [lend.ArgFields]any
+		extra[lend.ArgGive], extra[lend.ArgWant], extra[lend.ArgShare] = l.Give, l.Want, max(1, l.Share)
+		extra[lend.ArgTTL], extra[lend.ArgRevoke], extra[lend.ArgWindow] = l.TTL.Microseconds(), 0, win
 		if l.Revoke {
-			extra[script.LendRevoke] = 1
+			extra[lend.ArgRevoke] = 1
 		}
-		extra[script.LendState], extra[script.LendBook] = state, book
+		extra[lend.ArgState], extra[lend.ArgBook] = state, book
 		args := append(v[:], extra[:]...)
 		calls[i] = &loanCall{i: i, alg: alg, limit: a.Limit, state: state, args: args}
 	}
@@ -219,7 +219,7 @@ func (s *Store) lendOn(ctx context.Context, g group, cluster bool, out []ratelim
 	for i, lc := range g.calls {
 		algs[i] = lc.alg
 	}
-	compose := func(algs []*ratelimit.Algorithm) string { return script.Lend(algs, cluster) }
+	compose := func(algs []*ratelimit.Algorithm) string { return lend.Script(algs, cluster) }
 	sc, index := s.lends[boolIndex(cluster)].of(s, algs, "lend", compose)
 	args := make([]any, 0, 4+len(g.calls)*(1+len(g.calls[0].args)))
 	args = append(args, "evalsha", sc.hash, 1, g.calls[0].state) // the first key routes the call
@@ -237,11 +237,11 @@ func (s *Store) lendOn(ctx context.Context, g group, cluster bool, out []ratelim
 		return s.failed("lend", err)
 	}
 	vals, ok := reply.([]any)
-	if !ok || len(vals) != script.LendReply*len(g.calls) {
+	if !ok || len(vals) != lend.Reply*len(g.calls) {
 		return fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
 	}
 	for j, lc := range g.calls {
-		if out[lc.i], err = decodeLent(vals[script.LendReply*j:script.LendReply*(j+1)], lc.limit); err != nil {
+		if out[lc.i], err = decodeLent(vals[lend.Reply*j:lend.Reply*(j+1)], lc.limit); err != nil {
 			return err
 		}
 	}

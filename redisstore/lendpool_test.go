@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/lend"
 	"github.com/ratelimit-go/ratelimit/internal/script"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/redisstore"
@@ -26,16 +27,16 @@ type lendHook struct {
 func (*lendHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *lendHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		lend := cmd.Name() == "evalsha" && len(cmd.Args()) > 40 // a decision's call has far fewer arguments
-		if lend {
+		isLend := cmd.Name() == "evalsha" && len(cmd.Args()) > 40 // a decision's call has far fewer arguments
+		if isLend {
 			n := h.now.Add(1)
 			for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
 			}
 			defer h.now.Add(-1)
 		}
 		err := next(ctx, cmd)
-		if lend { // evalsha, its hash, 1, a key, then each loan's step index and values
-			loans := int64(len(cmd.Args())-4) / int64(1+len(script.Values{})+script.LendFields)
+		if isLend { // evalsha, its hash, 1, a key, then each loan's step index and values
+			loans := int64(len(cmd.Args())-4) / int64(1+len(script.Values{})+lend.ArgFields)
 			for m := h.loans.Load(); loans > m && !h.loans.CompareAndSwap(m, loans); m = h.loans.Load() {
 			}
 		}

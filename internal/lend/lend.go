@@ -1,6 +1,7 @@
-// Package lend decides one ratelimit.Loan on a key's state and the key's record of loans,
-// in Go, as internal/script's lend.lua decides it in Redis; localstore runs it, and a
-// test holds the two the same.
+// Package lend is how a store decides a ratelimit.Loan on a key's state and the key's
+// record of loans: in Go (Decide, which localstore runs) and in Redis (lend.lua, beside
+// it: Script, which redisstore sends, with the places of a loan's arguments in it). A
+// test holds the two the same (internal/testkit/redissuite's LendParity).
 package lend
 
 import (

@@ -11,7 +11,8 @@
 //
 // Single composes the script that decides one request, Coalesced the batch of many calls
 // redisstore sends in one round trip, AllOrNone the script of ratelimit.ApplyAll: each
-// from .lua files of this package around the algorithms' own steps.
+// from .lua files of this package around the algorithms' own steps; Compose, another
+// package's around them (internal/lend's script of loans).
 package script
 
 import (
@@ -50,7 +51,8 @@ var Names = [Fields]string{"n", "limit", "period", "unit", "rate", "now", "op", 
 type Values [Fields]any
 
 // The codes of the operations (ratelimit.Spec.Op), as prelude.lua names them; Probe is
-// lend.lua's own, a refund that writes nothing (to learn what a refund would give back).
+// the script of loans' own (internal/lend), a refund that writes nothing (to learn what a
+// refund would give back).
 const (
 	Take = iota
 	Peek
@@ -101,8 +103,6 @@ var (
 	coalesced string
 	//go:embed all.lua
 	all string
-	//go:embed lend.lua
-	lendScript string
 	//go:embed cluster.lua
 	clusterHead string
 	//go:embed server.lua
@@ -136,10 +136,11 @@ func AllOrNone(algs []*ratelimit.Algorithm) string {
 	return compose("", algs, all)
 }
 
-// Lend is the script of loans (ratelimit.Lender) of algs (lend.lua), the step of algs[i]
-// its (i+1)-th; on a cluster, with the keys of its loans in several slots of a node.
-func Lend(algs []*ratelimit.Algorithm, cluster bool) string {
-	return compose(head(cluster), algs, lendScript)
+// Compose is a script of calls to one node around the steps of algs: tail calls the
+// step of algs[i] as its (i+1)-th; on a cluster, with its keys in several slots of the
+// node. internal/lend composes the script of loans so.
+func Compose(algs []*ratelimit.Algorithm, cluster bool, tail string) string {
+	return compose(head(cluster), algs, tail)
 }
 
 // head is what a script of calls to one node starts with: on a cluster, what lets it
@@ -163,24 +164,6 @@ func compose(head string, algs []*ratelimit.Algorithm, tail string) string {
 	b.WriteString(tail)
 	return b.String()
 }
-
-// The arguments of a loan in lend.lua that follow a step's: by their offset after the
-// step's index and its Values.
-const (
-	LendGive = iota
-	LendWant
-	LendShare
-	LendTTL
-	LendRevoke
-	LendWindow
-	LendState
-	LendBook
-	LendFields // how many
-)
-
-// LendReply is how many values lend.lua returns per loan: the five of a step's Outcome,
-// then lent, for and kept.
-const LendReply = 8
 
 // writeStep writes the step of alg as step.lua makes it: a function of its keys and
 // arguments, with the prologue, and state.lua for an algorithm that reads its state.

@@ -102,31 +102,6 @@ func TestCompose(t *testing.T) {
 	}
 }
 
-// lend.lua reads a loan where the Go side puts it: the step's index, its Values (the
-// lease a string), then the loan's own fields in LendFields' order, LendReply values back.
-func TestLendPlaces(t *testing.T) {
-	if want := "local stride, clock, out, o = " + strconv.Itoa(1+int(Fields)+LendFields); !strings.Contains(lendScript, want) {
-		t.Errorf("lend.lua's stride: want %q", want)
-	}
-	if want := "if j == " + strconv.Itoa(int(Lease)+1); !strings.Contains(lendScript, want) {
-		t.Errorf("lend.lua's lease: want %q", want)
-	}
-	at := func(f int) string { return "ARGV[a + " + strconv.Itoa(int(Fields)+1+f) + "]" }
-	for f, reads := range map[int]string{
-		LendGive:   "give, want, share = tonumber(" + at(LendGive) + "), tonumber(" + at(LendWant) + "), tonumber(" + at(LendShare) + ")",
-		LendTTL:    "ttl, revoke, win = tonumber(" + at(LendTTL) + "), " + at(LendRevoke) + " == '1', tonumber(" + at(LendWindow) + ")",
-		LendState:  "keys, book = {" + at(LendState) + "}, " + at(LendBook),
-		LendFields: "redis.call('EXISTS', " + at(LendState) + ", " + at(LendBook) + ")",
-	} {
-		if !strings.Contains(lendScript, reads) {
-			t.Errorf("field %d: lend.lua does not read %s", f, reads)
-		}
-	}
-	if !strings.Contains(lendScript, "o = o + "+strconv.Itoa(LendReply)) {
-		t.Errorf("lend.lua returns other than %d values a loan", LendReply)
-	}
-}
-
 // The scripts bound a debt where Go does.
 func TestMaxDebt(t *testing.T) {
 	if want := "local MAXDEBT = " + strconv.FormatInt(mathx.MaxExact, 10); !strings.Contains(prelude, want) {

@@ -1,5 +1,5 @@
--- Lend's script (redisstore, ratelimit.Lender): each loan decided in turn, as
--- internal/lend's Decide decides it in Go (a test holds the two the same). ARGV, per loan
+-- Lend's script (redisstore, ratelimit.Lender): each loan decided in turn, as Decide
+-- (lend.go, beside it) decides it in Go (a test holds the two the same). ARGV, per loan
 -- (stride 22): the index of its step; a step's arguments (decode.lua's, with n 1, op
 -- take (or debit, for a partial take's debit of want), the holder as the lease, keep 0
 -- and taken 0); then give, want, share, ttl (us),
