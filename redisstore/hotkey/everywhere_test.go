@@ -472,9 +472,7 @@ func optimisticInstances(t *testing.T, shared ratelimit.Store, n int, rule ratel
 // shared store: none waits, none is beyond the rule, and each key's count is exact.
 func TestLeasesOptimisticQuietKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := &remote{Store: localstore.New(), rtt: time.Millisecond}
-		rule := ratelimit.PerHour(1000)
-		ls, ps := optimisticInstances(t, shared, 4, rule)
+		shared, rule, ls, ps := quietCluster(t)
 		admitted := map[string]int64{}
 		start := time.Now()
 		for i := range 1000 { // 100 a second for 10s
@@ -521,40 +519,71 @@ func TestLeasesOptimisticQuietKeys(t *testing.T) {
 // is exact once the instances are closed, and none was admitted beyond the rule.
 func TestLeasesOptimisticChargesTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := &remote{Store: localstore.New(), rtt: time.Millisecond}
-		rule := ratelimit.PerHour(1000)
-		ls, ps := optimisticInstances(t, shared, 4, rule)
-		start := time.Now()
-		for i := range 400 {
-			time.Sleep(time.Until(start.Add(time.Duration(i) * 250 * time.Microsecond)))
-			if d, err := ls[i%4].Allow(context.Background(), fmt.Sprintf("tenant-%d", i)); err != nil || !d.Allowed {
-				t.Fatalf("tenant %d: %+v, %v", i, d, err)
-			}
-		}
-		for _, p := range ps {
-			if err := p.Close(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var st hotkey.LeasesStats
-		for _, p := range ps {
-			s := p.Stats()
-			st.Local, st.Ahead, st.Excess = st.Local+s.Local, st.Ahead+s.Ahead, st.Excess+s.Excess
-		}
+		shared, rule, ls, ps := quietCluster(t)
+		admitQuiet(t, ls, nil)
+		st := closeAll(t, ps)
 		if calls := shared.calls.Load(); st.Ahead != 400 || st.Excess != 0 || calls*10 > 400 {
 			t.Errorf("%+v, %d calls to the shared store: want 400 admitted ahead, none beyond the rule, in 40 calls at most", st, calls)
 		}
 		for i := range 400 {
-			o, err := shared.Store.Apply(context.Background(), ratelimit.Request{Key: fmt.Sprintf("tenant-%d", i), N: 1,
-				Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: rule, Op: "peek"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if o.Remaining+1 != 999 {
-				t.Fatalf("tenant-%d: %d left of 1000 after one admission; want 999 (charged by Close)", i, o.Remaining+1)
+			if left := leftOf(t, shared, fmt.Sprintf("tenant-%d", i), rule); left != 999 {
+				t.Fatalf("tenant-%d: %d left of 1000 after one admission; want 999 (charged by Close)", i, left)
 			}
 		}
 	})
+}
+
+// quietCluster is four instances with WithOptimistic a round trip of 1ms from a shared
+// store, deciding a fixed window of 1000 an hour in namespace "api".
+func quietCluster(t *testing.T) (*remote, ratelimit.Rule, []*fixedwindow.Limiter, []*hotkey.Leases) {
+	shared := &remote{Store: localstore.New(), rtt: time.Millisecond}
+	rule := ratelimit.PerHour(1000)
+	ls, ps := optimisticInstances(t, shared, 4, rule)
+	return shared, rule, ls, ps
+}
+
+// admitQuiet admits each of 400 quiet tenants once, a quarter of a millisecond apart, on
+// the instances in turn, and calls then (unless nil) after each admission.
+func admitQuiet(t *testing.T, ls []*fixedwindow.Limiter, then func(l *fixedwindow.Limiter, key string)) {
+	t.Helper()
+	start := time.Now()
+	for i := range 400 {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * 250 * time.Microsecond)))
+		l, key := ls[i%len(ls)], fmt.Sprintf("tenant-%d", i)
+		if d, err := l.Allow(context.Background(), key); err != nil || !d.Allowed {
+			t.Fatalf("%s: %+v, %v", key, d, err)
+		}
+		if then != nil {
+			then(l, key)
+		}
+	}
+}
+
+// closeAll closes the instances (what they queued charged, what they hold given back),
+// and returns their stats added up.
+func closeAll(t *testing.T, ps []*hotkey.Leases) hotkey.LeasesStats {
+	t.Helper()
+	var st hotkey.LeasesStats
+	for _, p := range ps {
+		if err := p.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		s := p.Stats()
+		st.Local, st.Exact, st.Ahead, st.Excess = st.Local+s.Local, st.Exact+s.Exact, st.Ahead+s.Ahead, st.Excess+s.Excess
+	}
+	return st
+}
+
+// leftOf is what key has left of rule, a fixed window in namespace "api", on the shared
+// store: its Remaining after a take of one, plus one.
+func leftOf(t *testing.T, shared *remote, key string, rule ratelimit.Rule) int64 {
+	t.Helper()
+	o, err := shared.Store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1,
+		Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: rule, Op: "peek"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.Remaining + 1
 }
 
 // TestLeasesOptimisticDebits: with WithOptimistic, the costs of quiet tenants' answers
@@ -567,49 +596,24 @@ func TestLeasesOptimisticChargesTogether(t *testing.T) {
 // the next answer instead of spending what the debit took.
 func TestLeasesOptimisticDebits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := &remote{Store: localstore.New(), rtt: time.Millisecond}
-		rule := ratelimit.PerHour(1000)
-		ls, ps := optimisticInstances(t, shared, 4, rule)
+		shared, rule, ls, ps := quietCluster(t)
 		ctx := context.Background()
-		start := time.Now()
 		var debits sync.WaitGroup
-		for i := range 400 {
-			time.Sleep(time.Until(start.Add(time.Duration(i) * 250 * time.Microsecond)))
-			l, key := ls[i%4], fmt.Sprintf("tenant-%d", i)
-			if d, err := l.Allow(ctx, key); err != nil || !d.Allowed {
-				t.Fatalf("%s: %+v, %v", key, d, err)
-			}
+		admitQuiet(t, ls, func(l *fixedwindow.Limiter, key string) {
 			debits.Go(func() {
 				time.Sleep(20 * time.Millisecond)
 				if d, err := l.Debit(ctx, key, 19); err != nil || !d.Allowed || d.Remaining != 979 {
 					t.Errorf("%s: a debit of 19 after one admission: %+v, %v; want allowed, 979 left", key, d, err)
 				}
 			})
-		}
+		})
 		debits.Wait()
-		for _, p := range ps {
-			if err := p.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var st hotkey.LeasesStats
-		for _, p := range ps {
-			s := p.Stats()
-			st.Ahead, st.Exact, st.Excess = st.Ahead+s.Ahead, st.Exact+s.Exact, st.Excess+s.Excess
-		}
+		st := closeAll(t, ps)
 		if calls := shared.calls.Load(); st.Ahead != 400 || st.Exact != 0 || st.Excess != 0 || calls*10 > 400 {
 			t.Errorf("%+v, %d calls to the shared store: want 400 admitted ahead, none exact or beyond the rule, in 40 calls at most (with the 400 debits)", st, calls)
 		}
-		peek := func(key string) int64 {
-			o, err := shared.Store.Apply(ctx, ratelimit.Request{Key: key, N: 1,
-				Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: rule, Op: "peek"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return o.Remaining + 1
-		}
 		for i := range 400 {
-			if left := peek(fmt.Sprintf("tenant-%d", i)); left != 980 {
+			if left := leftOf(t, shared, fmt.Sprintf("tenant-%d", i), rule); left != 980 {
 				t.Fatalf("tenant-%d: %d left of 1000 after an admission and a debit of 19; want 980 (charged by Close)", i, left)
 			}
 		}
@@ -635,12 +639,8 @@ func TestLeasesOptimisticDebits(t *testing.T) {
 		if d, _ := l[0].Allow(ctx, "debt"); d.Allowed || p[0].Stats().Local != local+1 {
 			t.Errorf("an admission of the key in debt: %+v; want denied from memory", d)
 		}
-		for _, p := range p { // what the instances hold given back, what they queued charged
-			if err := p.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if left := peek("share"); left != 1000-1-300-1 {
+		closeAll(t, p)
+		if left := leftOf(t, shared, "share", rule); left != 1000-1-300-1 {
 			t.Errorf("after an admission, a debit of 300 and an admission: %d left; want %d", left, 1000-1-300-1)
 		}
 	})
@@ -813,9 +813,7 @@ func TestLeasesOptimisticBound(t *testing.T) {
 // the one event kept, none lost and none created.
 func TestLeasesOptimisticRefund(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := &remote{Store: localstore.New(), rtt: time.Millisecond}
-		rule := ratelimit.PerHour(1000)
-		ls, ps := optimisticInstances(t, shared, 4, rule)
+		shared, rule, ls, ps := quietCluster(t)
 		ctx := context.Background()
 		if d, err := ls[0].Allow(ctx, "tenant"); err != nil || !d.Allowed { // one event on trust: the key is heard of
 			t.Fatalf("Allow: %+v, %v", d, err)
@@ -832,16 +830,11 @@ func TestLeasesOptimisticRefund(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait() // a refill of the key, if one is under way, lands in a lease
-		o, err := shared.Store.Apply(ctx, ratelimit.Request{Key: "tenant", N: 1,
-			Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: rule, Op: "peek"}})
-		if err != nil {
-			t.Fatal(err)
-		}
 		held := int64(0)
 		for _, p := range ps {
 			held += p.Held("tenant")
 		}
-		if left := o.Remaining + 1; left+held != 999 {
+		if left := leftOf(t, shared, "tenant", rule); left+held != 999 {
 			t.Errorf("%d left and %d held by leases after a take of 1 and a take of 5 settled at 0; want 999", left, held)
 		}
 	})
