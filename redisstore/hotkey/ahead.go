@@ -160,15 +160,14 @@ func (p *Leases) joinTo(k *known, open **charge, n int64) bool {
 	return true
 }
 
-// debitAhead charges req, a debit (what this instance's lease of the key could not pay
-// of it), with the charges made ahead (WithOptimistic), when what the instance knows of
-// the key says it
-// leaves the key at least one event: what it last heard of it (within a quarter of the
-// refill interval), or else the rule's Limit, less what this instance admitted and
-// debited since. The debit comes off this instance's share at once, so that a debt
-// stops its admissions ahead; the answer is the one the instance expects, a peek of 1
-// after the debit. ok false when it does not (a debt, a reserve, a rule smaller than the
-// instances): the exact path charges it, and answers.
+// debitAhead charges req, a debit (or what this instance's lease of the key could not
+// pay of it), with the charges made ahead (WithOptimistic), when what the instance knows
+// of the key says it leaves the key at least one event: what it last heard of it (within
+// a quarter of the refill interval), or else the rule's Limit, less what this instance
+// admitted and debited since. The debit comes off this instance's share at once, so
+// that a debt stops its admissions ahead; the answer is the one the instance expects, a
+// peek of 1 after the debit. ok false when it does not (a debt, a reserve, a rule
+// smaller than the instances): the exact path charges it, and answers.
 func (p *Leases) debitAhead(ctx context.Context, req ratelimit.Request, now int64) (ratelimit.Outcome, bool) {
 	sp := req.Spec
 	a, err := sp.Algorithm.Prepare(sp.Rule, 1)

@@ -33,13 +33,13 @@ import (
 // A key is leased once this instance asks it twice within a quarter of a refill
 // interval (WithRefill), or in two quarters running, at once: the lease's first loan goes
 // out with the next coalesced refill, a round trip later (with WithOptimistic, once it
-// asks a quarter of this instance's share of the rule: see there). Until then, and for the quiet keys, every
-// request takes the exact path: the next store decides it, as without Leases. A lease
-// holds about the instance's demand times (the round trip plus the refill interval),
-// never more than the key has left divided by the live instances (WithInstanceCount) or
-// by the holders on record (but one event, so that a key's last few are lent too); when
-// it falls below what two round trips spend, a refill goes out, coalesced with every
-// other key's, and requests spend what is left meanwhile. Each lease is renewed at least
+// asks a quarter of this instance's share of the rule: see there). Until then, and for
+// the quiet keys, every request takes the exact path: the next store decides it, as
+// without Leases. A lease holds about the instance's demand times (the round trip plus
+// the refill interval), never more than the key has left divided by the live instances
+// (WithInstanceCount) or by the holders on record (but one event, so that a key's last
+// few are lent too); when it falls below what two round trips spend, a refill goes out,
+// coalesced with every other key's, and requests spend what is left meanwhile. Each lease is renewed at least
 // once a refill interval, and given back once its key is quiet.
 //
 // A key asked more than its rule is decided from memory too, denials and admissions
@@ -448,10 +448,11 @@ func (p *Leases) op(ctx context.Context, req ratelimit.Request) (ratelimit.Outco
 }
 
 // debit charges req to this instance's lease of its key first, then to the next store;
-// the lease's next refills hold what its debits spend too. A debit the key cannot pay at once (its answer a denial) stops the lease from spending
-// until the key could lend again: the key owes. With WithOptimistic, a debit (or what
-// the lease could not pay of it) that leaves the key something, as far as this instance
-// knows, is charged with the charges made ahead (debitAhead).
+// the lease's next refills hold what its debits spend too. A debit the key cannot pay
+// at once (its answer a denial) stops the lease from spending until the key could lend
+// again: the key owes. With WithOptimistic, a debit (or what the lease could not pay of
+// it) that leaves the key something, as far as this instance knows, is charged with the
+// charges made ahead (debitAhead).
 func (p *Leases) debit(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	l := p.lookup(req.Spec, req.Key)
 	now := clock.UnixNano(p.cfg.clock)
