@@ -301,7 +301,8 @@ func (p *Leases) sendAll(batch []*charge) {
 
 // chargeAll charges cs, admissions made ahead without a receipt, as partial takes of one
 // call to the next store's Lend, and learns each key's state from its answer: what a
-// partial take could not take was admitted beyond the rule (LeasesStats.Excess).
+// partial take could not take was admitted beyond the rule (LeasesStats.Excess), and
+// what a call that failed charged is not known to have been counted (Uncharged).
 func (p *Leases) chargeAll(cs []*charge) {
 	loans := make([]ratelimit.Loan, len(cs))
 	for i, c := range cs {
@@ -316,7 +317,9 @@ func (p *Leases) chargeAll(cs []*charge) {
 	now, n := clock.UnixNano(p.cfg.clock), p.instances()
 	for i, c := range cs {
 		var o ratelimit.Outcome
-		if err == nil {
+		if err != nil {
+			p.uncharged.Add(c.req.N)
+		} else {
 			o = lent[i].Outcome
 			if lent[i].N < c.req.N {
 				p.excess.Add(c.req.N - lent[i].N)
@@ -386,7 +389,10 @@ func (p *Leases) charge(c *charge) {
 	ctx, cancel := context.WithTimeout(c.ctx, p.cfg.ttl)
 	defer cancel()
 	o, err := p.next.Apply(ctx, c.req)
-	if err == nil && !o.Allowed() {
+	switch {
+	case err != nil:
+		p.uncharged.Add(c.req.N)
+	case !o.Allowed():
 		p.excess.Add(c.req.N)
 	}
 	c.k.answered(c, o, err, clock.UnixNano(p.cfg.clock), p.instances())

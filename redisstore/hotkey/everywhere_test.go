@@ -2,6 +2,7 @@ package hotkey_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -679,6 +680,63 @@ func TestLeasesOptimisticLeasesWhatPays(t *testing.T) {
 		}
 		if st := ps[0].Stats(); st.Leases != 1 {
 			t.Errorf("%+v: want the key asked 100 a second leased in its first quarter second", st)
+		}
+	})
+}
+
+// failing is a shared store whose calls fail while fail is set, as a Redis that is away
+// fails them without the fallback store.
+type failing struct {
+	*remote
+	fail atomic.Bool
+}
+
+func (f *failing) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	if f.fail.Load() {
+		return ratelimit.Outcome{}, errors.New("the shared store is away")
+	}
+	return f.remote.Apply(ctx, req)
+}
+
+func (f *failing) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	if f.fail.Load() {
+		return nil, errors.New("the shared store is away")
+	}
+	return f.remote.Lend(ctx, loans)
+}
+
+// TestLeasesOptimisticUncharged: with WithOptimistic, what was admitted ahead, or debited
+// with those admissions, and could not be charged (the shared store failed the call) is
+// counted in LeasesStats.Uncharged, not lost silently: three admissions on trust and a
+// debit of 19, 22 events, none of them counted by the shared store.
+func TestLeasesOptimisticUncharged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := &failing{remote: &remote{Store: localstore.New(), rtt: time.Millisecond}}
+		rule := ratelimit.PerHour(1000)
+		ls, ps := optimisticInstances(t, shared, 4, rule)
+		ctx := context.Background()
+		if d, err := ls[0].Allow(ctx, "known"); err != nil || !d.Allowed {
+			t.Fatalf("known: %+v, %v", d, err)
+		}
+		time.Sleep(100 * time.Millisecond) // charged: the key is known
+		shared.fail.Store(true)
+		for _, key := range []string{"a", "b", "c"} {
+			if d, err := ls[0].Allow(ctx, key); err != nil || !d.Allowed {
+				t.Fatalf("%s: %+v, %v; want admitted ahead, on trust", key, d, err)
+			}
+		}
+		if d, err := ls[0].Debit(ctx, "known", 19); err != nil || !d.Allowed {
+			t.Fatalf("a debit of 19: %+v, %v; want charged with the admissions", d, err)
+		}
+		st := closeAll(t, ps)
+		if got := ps[0].Stats().Uncharged; got != 22 || st.Ahead != 4 {
+			t.Errorf("%+v, %d uncharged: want the 3 admissions and the debit of 19 that could not be charged, 22", st, got)
+		}
+		shared.fail.Store(false)
+		for key, want := range map[string]int64{"a": 1000, "b": 1000, "c": 1000, "known": 999} {
+			if left := leftOf(t, shared.remote, key, rule); left != want {
+				t.Errorf("%s: %d left; want %d, the failed charges counted nowhere", key, left, want)
+			}
 		}
 	})
 }

@@ -135,7 +135,9 @@ func WithInstanceCount(count func() int) LeasesOption {
 //     thirty-second of the refill interval after the first (31ms by default), as partial
 //     takes of one Lend call (one script for up to 20 on Redis), and the answers are what
 //     the instance knows of the keys next. What a charge could not take was admitted
-//     beyond the rule, and LeasesStats.Excess counts it.
+//     beyond the rule, and LeasesStats.Excess counts it; what a charge that failed (an
+//     error of the next store: over the fallback store, whose partial takes fall back
+//     to its shares, none does) could not charge, LeasesStats.Uncharged counts.
 //   - A debit (a cost known after the answer: AlgorithmLimiter.Debit, Middleware.Cost)
 //     of a key without a lease, that leaves the key at least one event as far as the
 //     instance knows (what it heard within that time, else the rule's Limit, less what

@@ -99,6 +99,7 @@ type Leases struct {
 	// one decision whatever its n), and the refiller's calls
 	exact, local, unleased   atomic.Int64
 	aheads, excess, small    atomic.Int64
+	uncharged                atomic.Int64
 	refills, failed, revoked atomic.Int64
 
 	known   table[known] // what this instance heard of the keys it holds no lease of (WithOptimistic)
@@ -115,6 +116,7 @@ type LeasesStats struct {
 	Small     int64         // of them, the decisions of rules whose Limit is less than the instances, kept exact (WithOptimistic)
 	Ahead     int64         // admissions of keys without a lease made from memory ahead of the next store's answer (WithOptimistic), in Local
 	Excess    int64         // of the events they admitted, those the next store then denied: beyond the rule
+	Uncharged int64         // events admitted ahead, or debited with them, whose charge failed (the next store's error): never counted there
 	Refills   int64         // calls to the next store's Lend
 	Failed    int64         // of them, the ones that failed
 	Revoked   int64         // loans that found this instance's record gone (ended, revoked)
@@ -124,7 +126,7 @@ type LeasesStats struct {
 // Stats is what p has done so far.
 func (p *Leases) Stats() LeasesStats {
 	return LeasesStats{Leases: p.table.size(), Local: p.local.Load(), Exact: p.exact.Load(), Unleased: p.unleased.Load(),
-		Small: p.small.Load(), Ahead: p.aheads.Load(), Excess: p.excess.Load(),
+		Small: p.small.Load(), Ahead: p.aheads.Load(), Excess: p.excess.Load(), Uncharged: p.uncharged.Load(),
 		Refills: p.refills.Load(), Failed: p.failed.Load(), Revoked: p.revoked.Load(), RoundTrip: time.Duration(p.rtt.Load())}
 }
 
