@@ -75,12 +75,8 @@ func (p *Leases) reserve(req ratelimit.Request, leased bool, now int64) (o ratel
 		p.small.Add(1)
 		return o, r, false
 	}
-	k := p.known.get(algKey{sp.Algorithm, sp.Namespace, req.Key}, now)
-	k.mu.Lock()
+	k := p.lockKnown(sp, req.Key, now)
 	defer k.mu.Unlock()
-	if k.rule != sp.Rule {
-		k.under(sp.Rule)
-	}
 	limit := ratelimit.Args{Limit: a.Limit}
 	r.k = k
 	switch {
@@ -174,11 +170,7 @@ func (p *Leases) debitAhead(ctx context.Context, req ratelimit.Request, now int6
 	if err != nil || sp.Reserve != 0 || req.Receipt != nil || a.Limit < p.instances() {
 		return ratelimit.Outcome{}, false
 	}
-	k := p.known.get(algKey{sp.Algorithm, sp.Namespace, req.Key}, now)
-	k.mu.Lock()
-	if k.rule != sp.Rule {
-		k.under(sp.Rule)
-	}
+	k := p.lockKnown(sp, req.Key, now)
 	left, reset := a.Limit-k.inflight, int64(sp.Rule.Period)
 	if k.fresh(now, p.cfg.refill) {
 		left, reset = k.remaining, max(k.resetAt-now, int64(time.Microsecond))
@@ -401,12 +393,8 @@ func (p *Leases) charge(c *charge) {
 // heard learns from o, the next store's answer to a take of key under spec at now, for
 // the decisions made ahead of the next (WithOptimistic).
 func (p *Leases) heard(spec *ratelimit.Spec, key string, o ratelimit.Outcome, now int64) {
-	k := p.known.get(algKey{spec.Algorithm, spec.Namespace, key}, now)
-	k.mu.Lock()
+	k := p.lockKnown(spec, key, now)
 	defer k.mu.Unlock()
-	if k.rule != spec.Rule {
-		k.under(spec.Rule)
-	}
 	k.learn(o, now, p.instances())
 }
 
@@ -418,6 +406,17 @@ func (p *Leases) forget(spec *ratelimit.Spec, key string, now int64) {
 	defer k.mu.Unlock()
 	k.gen++
 	k.deniedTil = 0
+}
+
+// lockKnown is what this instance knows of key under spec, locked (k.mu), and of
+// spec's rule: what it knew under another rule is forgotten.
+func (p *Leases) lockKnown(spec *ratelimit.Spec, key string, now int64) *known {
+	k := p.known.get(algKey{spec.Algorithm, spec.Namespace, key}, now)
+	k.mu.Lock()
+	if k.rule != spec.Rule {
+		k.under(spec.Rule)
+	}
+	return k
 }
 
 // under forgets what k knew: the key is under another rule now; k.mu is held.

@@ -39,8 +39,9 @@ import (
 // the refill interval), never more than the key has left divided by the live instances
 // (WithInstanceCount) or by the holders on record (but one event, so that a key's last
 // few are lent too); when it falls below what two round trips spend, a refill goes out,
-// coalesced with every other key's, and requests spend what is left meanwhile. Each lease is renewed at least
-// once a refill interval, and given back once its key is quiet.
+// coalesced with every other key's, and requests spend what is left meanwhile. Each
+// lease is renewed at least once a refill interval, and given back once its key is
+// quiet.
 //
 // A key asked more than its rule is decided from memory too, denials and admissions
 // alike: a refill that gets less than it asked (the key is at its rule) is spent at an

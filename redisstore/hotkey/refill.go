@@ -282,11 +282,12 @@ func (d *demand) note(spec *ratelimit.Spec, key string, n, now int64, horizon fl
 	w.asked += n
 	w.requests++
 	since := max(now-d.tickAt, rtt, 1)
-	if w.requests < 2 || (w.rate+float64(w.asked)*1e9/float64(max(since, span)))/2*horizon < 1 {
+	rateOver := func(ns int64) float64 { return (w.rate + float64(w.asked)*1e9/float64(ns)) / 2 }
+	if w.requests < 2 || rateOver(max(since, span))*horizon < 1 {
 		return false, 0
 	}
 	delete(d.keys, k)
-	return true, (w.rate + float64(w.asked)*1e9/float64(since)) / 2
+	return true, rateOver(since)
 }
 
 // forget stops watching key under spec.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/lend"
 	"github.com/ratelimit-go/ratelimit/internal/redisx"
 )
 
@@ -215,8 +216,8 @@ func (s *Shard) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 			return nil, fmt.Errorf("hotkey: a Shard lends no leases (holder %d): %w", loan.Holder, errors.ErrUnsupported)
 		}
 		if loan.Spec.Op == "debit" { // a debit, spread over the shards as Apply spreads it
-			if loan.Want < 1 || loan.Give != 0 || loan.Revoke {
-				return nil, fmt.Errorf("hotkey: shard: a debit by a loan of %d, giving back %d: want 1 or more, giving none", loan.Want, loan.Give)
+			if err := lend.Check(loan); err != nil {
+				return nil, err
 			}
 			o, err := s.Apply(ctx, ratelimit.Request{Key: loan.Key, N: loan.Want, Spec: loan.Spec})
 			if err != nil {
