@@ -158,6 +158,35 @@ type Middleware struct {
 	// default 429 Too Many Requests with a one-line text body. Set it to answer 503
 	// instead, say.
 	InFlightDenied func(w http.ResponseWriter, r *http.Request, d Decision)
+	// Headers, when set, writes the rate-limit headers of a decided request instead of
+	// the defaults (X-RateLimit-*, RateLimit-Policy and RateLimit, from the binding
+	// policy): the headers of an API whose clients read their own (a language model
+	// provider's x-ratelimit-remaining-tokens), each limit of the request reported. It
+	// gets every enforced policy's part of the decision, in the order of Policies (one
+	// for a Limiter or Decide), after the request was decided and before it is answered
+	// or passed on; Retry-After is still the Middleware's, from the limit that binds. The
+	// in-flight limit adds its quota to RateLimit-Policy as it does by default, and a
+	// request it refuses loses every header Headers wrote (their quota left would
+	// contradict the 429).
+	Headers func(h http.Header, limits []PolicyDecision)
+}
+
+// PolicyDecision is one policy's part of a request's decision, for Middleware.Headers.
+type PolicyDecision struct {
+	// Name is the policy's name (PolicyName's for a Limiter or Decide).
+	Name string
+	// Key is the key the policy decided, the Middleware's unless the policy has its own.
+	Key string
+	// Rule is the rule the policy decided under (zero when Decide gave none).
+	Rule Rule
+	// Unit is what the policy counts: its Cost's Unit, or "requests".
+	Unit string
+	// Decision is the policy's own decision.
+	Decision Decision
+	// Binding says that this policy bounds the client now (as the default headers choose
+	// it): of those that denied, the one with the longest RetryAfter; else the one with
+	// the least remaining.
+	Binding bool
 }
 
 // leaseTimeout bounds Middleware's releases and extensions, which outlive the request's
@@ -219,7 +248,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	var h *held
 	if m.InFlight != nil && !m.givesBack() {
 		var ok bool
-		if h, ok = m.acquire(w, r, key); !ok {
+		if h, ok = m.acquire(w, r, key, nil); !ok {
 			return
 		}
 		defer h.release()
@@ -244,7 +273,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.serveAdmitted(w, r, key, next, h, nil, charges(ps, d.Allowed, shadows))
 		return
 	}
-	setHeaders(w.Header(), ps)
+	written := m.setHeaders(w.Header(), key, ps)
 	if !d.Allowed {
 		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
 		if m.Denied != nil {
@@ -258,7 +287,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if d.Delay > 0 && sleep(r.Context(), d.Delay) != nil {
 		return // the client left while its request was held
 	}
-	m.serveAdmitted(w, r, key, next, h, takes(ps), charges(ps, true, shadows))
+	m.serveAdmitted(w, r, key, next, h, takes(ps), charges(ps, true, shadows), written...)
 }
 
 // keyError answers a request without a valid key.
@@ -274,10 +303,13 @@ func (m *Middleware) keyError(w http.ResponseWriter, r *http.Request, err error)
 // the in-flight limit: h, taken before them, or one taken now; a request refused now
 // gives back what the rate limits took (taken). Once the handler has returned, each limit
 // of charges is charged what r cost.
-func (m *Middleware) serveAdmitted(w http.ResponseWriter, r *http.Request, key string, next http.Handler, h *held, taken, charges []charge) {
+//
+// written are the rate-limit headers set for r, to take off if the in-flight limit
+// refuses it (the defaults' when none is named).
+func (m *Middleware) serveAdmitted(w http.ResponseWriter, r *http.Request, key string, next http.Handler, h *held, taken, charges []charge, written ...string) {
 	if h == nil {
 		var ok bool
-		if h, ok = m.acquire(w, r, key); !ok {
+		if h, ok = m.acquire(w, r, key, written); !ok {
 			for _, c := range taken { // refused after all: it costs nothing
 				c.giveBack(r.Context(), m.observer())
 			}
@@ -322,8 +354,9 @@ func (h *held) release() {
 
 // acquire takes one of key's in-flight leases for r, when an in-flight limit applies; ok
 // false when it answered r instead: every lease held (429, or InFlightDenied), or the
-// store failed and Error said not to go on.
-func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, key string) (h *held, ok bool) {
+// store failed and Error said not to go on. A refusal takes off the rate-limit headers
+// written (the defaults' when none is named).
+func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, key string, written []string) (h *held, ok bool) {
 	if m.InFlight == nil {
 		return &held{}, true
 	}
@@ -342,6 +375,9 @@ func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, key string)
 	case release == nil:
 		hd := w.Header()
 		for _, name := range rateHeaders {
+			hd.Del(name)
+		}
+		for _, name := range written {
 			hd.Del(name)
 		}
 		hd.Set("RateLimit-Policy", inFlightPolicy(limit))

@@ -344,3 +344,69 @@ func TestInFlightRefusalCostsNothing(t *testing.T) {
 		<-done
 	})
 }
+
+// TestMiddlewareHeadersFunc: a Headers function gets every enforced policy's part of the
+// decision (its key, rule, unit and own decision, the binding one marked) and writes the
+// headers instead of the defaults; Retry-After stays the Middleware's; a request the
+// in-flight limit refuses loses what Headers wrote.
+func TestMiddlewareHeadersFunc(t *testing.T) {
+	store := localstore.New()
+	rpm, _ := tokenbucket.New(store, ratelimit.PerMinute(10), ratelimit.WithNamespace("requests"))
+	tpm, _ := tokenbucket.New(store, ratelimit.PerMinute(1000), ratelimit.WithNamespace("tokens"))
+	var got []ratelimit.PolicyDecision
+	inflight, _ := ratelimit.NewInFlight(store, 1, time.Minute)
+	started, release := make(chan struct{}), make(chan struct{})
+	h := (&ratelimit.Middleware{Key: headerKey, InFlight: inflight,
+		Policies: []ratelimit.Policy{
+			{Name: "requests", Limiter: rpm},
+			{Name: "tokens", Limiter: tpm, Cost: &ratelimit.Cost{Estimate: estimateHeader, Actual: ratelimit.CostHeader("X-Tokens"), Unit: "tokens"},
+				For: func(*http.Request) (ratelimit.PolicyLimit, error) { return ratelimit.PolicyLimit{Key: "org-1"}, nil }},
+		},
+		Headers: func(h http.Header, limits []ratelimit.PolicyDecision) {
+			got = limits
+			for _, l := range limits {
+				h.Set("X-Left-"+l.Name, strconv.FormatInt(l.Decision.Remaining, 10))
+			}
+		},
+	}).Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("hold") != "" {
+			close(started)
+			<-release
+		}
+		completion(w, r)
+	}))
+
+	w := ask(h, "a", 995, 995)
+	if w.Code != 200 || w.Header().Get("X-Left-requests") != "9" || w.Header().Get("X-Left-tokens") != "5" ||
+		w.Header().Get("X-RateLimit-Remaining") != "" || w.Header().Get("RateLimit") != "" {
+		t.Fatalf("%d %v; want 200 with X-Left-requests 9 and X-Left-tokens 5, and no default headers", w.Code, w.Header())
+	}
+	want := []ratelimit.PolicyDecision{
+		{Name: "requests", Key: "a", Rule: rpm.Rule(), Unit: "requests", Decision: got[0].Decision},
+		{Name: "tokens", Key: "org-1", Rule: tpm.Rule(), Unit: "tokens", Decision: got[1].Decision, Binding: true},
+	}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] || got[0].Decision.Remaining != 9 || got[1].Decision.Remaining != 5 {
+		t.Fatalf("Headers got %+v; want %+v", got, want)
+	}
+
+	w = ask(h, "a", 10, 10) // the tokens deny: Retry-After from them, 10-5 tokens at 1000 a minute
+	if w.Code != 429 || w.Header().Get("Retry-After") != "1" || !got[1].Binding || got[1].Decision.Allowed || !got[0].Decision.Allowed {
+		t.Fatalf("%d, Retry-After %q, %+v; want 429 after 1s, bound by the tokens", w.Code, w.Header().Get("Retry-After"), got)
+	}
+
+	done := make(chan struct{})
+	go func() { // holds the one in-flight lease of "b"
+		defer close(done)
+		r := httptest.NewRequest("POST", "/v1/chat?hold=1&used=1", nil)
+		r.Header.Set("X-Api-Key", "b")
+		r.Header.Set("X-Estimate", "1")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}()
+	<-started
+	w = ask(h, "b", 1, 1)
+	close(release)
+	<-done
+	if w.Code != 429 || w.Header().Get("X-Left-requests") != "" || w.Header().Get("X-Left-tokens") != "" || w.Header().Get("Retry-After") != "1" {
+		t.Fatalf("%d %v; want 429 from the in-flight limit, without the headers Headers wrote", w.Code, w.Header())
+	}
+}

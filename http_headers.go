@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"math"
 	"math/bits"
 	"net/http"
@@ -9,15 +10,46 @@ import (
 	"time"
 )
 
-// rateHeaders are the headers setHeaders sets.
+// rateHeaders are the headers writeHeaders sets.
 var rateHeaders = [...]string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit"}
 
-// setHeaders sets the IETF draft's RateLimit-Policy (each policy's quota and the seconds
+// setHeaders sets the rate-limit headers of a request decided under the policies ps, of
+// key: Headers' when it is set, else the defaults (see writeHeaders). It returns the
+// names Headers wrote (nil for the defaults), for the in-flight limit to take off.
+func (m *Middleware) setHeaders(h http.Header, key string, ps []policy) []string {
+	if m.Headers == nil {
+		writeHeaders(h, ps)
+		return nil
+	}
+	b := binding(ps)
+	limits := make([]PolicyDecision, len(ps))
+	for i, p := range ps {
+		unit := "requests"
+		if p.c.cost != nil && p.c.cost.Unit != "" {
+			unit = p.c.cost.Unit
+		}
+		limits[i] = PolicyDecision{Name: p.name, Key: cmp.Or(p.key, key), Rule: p.rule, Unit: unit, Decision: p.d, Binding: i == b}
+	}
+	before := make(map[string]bool, len(h))
+	for name := range h {
+		before[name] = true
+	}
+	m.Headers(h, limits)
+	var written []string
+	for name := range h {
+		if !before[name] {
+			written = append(written, name)
+		}
+	}
+	return written
+}
+
+// writeHeaders sets the IETF draft's RateLimit-Policy (each policy's quota and the seconds
 // a full quota takes to come back) and RateLimit (draft-ietf-httpapi-ratelimit-headers),
 // and the de facto X-RateLimit-*, from the policies ps: RateLimit and X-RateLimit-* both
 // from the one policy that binds, never a limit of one beside a reset of another. A name
 // that is not an RFC 8941 string leaves the draft's two out.
-func setHeaders(h http.Header, ps []policy) {
+func writeHeaders(h http.Header, ps []policy) {
 	b := binding(ps)
 	d := ps[b].d
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
