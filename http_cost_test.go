@@ -393,6 +393,9 @@ func TestMiddlewareHeadersFunc(t *testing.T) {
 	if w.Code != 429 || w.Header().Get("Retry-After") != "1" || !got[1].Binding || got[1].Decision.Allowed || !got[0].Decision.Allowed {
 		t.Fatalf("%d, Retry-After %q, %+v; want 429 after 1s, bound by the tokens", w.Code, w.Header().Get("Retry-After"), got)
 	}
+	if w.Header().Get("X-Left-requests") != "9" { // nothing taken of a request refused
+		t.Errorf("the requests' limit of a refused request: %q left; want the 9 it had", w.Header().Get("X-Left-requests"))
+	}
 
 	done := make(chan struct{})
 	go func() { // holds the one in-flight lease of "b"

@@ -212,7 +212,14 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 		if err != nil {
 			return nil, nil, Decision{}, err
 		}
+		denied := false
+		for _, pd := range ds {
+			denied = denied || !pd.Allowed
+		}
 		for i := range ps {
+			if denied && ds[i].Allowed { // not taken: what it has left is what it had
+				ds[i].Remaining = min(ds[i].Limit, ds[i].Remaining+reqs[i].N)
+			}
 			ps[i].d = ds[i]
 		}
 		d = combine(ds)
