@@ -1,0 +1,197 @@
+package llmlimit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// UsageHeader carries the tokens an answer was charged, input and output together: a
+// header of a JSON answer, a trailer of a stream.
+const UsageHeader = "X-Usage-Total-Tokens"
+
+// DefaultMaxBody is the largest request body a Gate takes when its MaxBody is 0: 1 MiB.
+const DefaultMaxBody = 1 << 20
+
+// Gate reads each model request before the limits decide it: it refuses a body over
+// MaxBody with 413 (never cut, and nothing charged), parses it (ParseRequest), and puts
+// what the limits and the meter need in the request's context (an Exchange). The
+// Middleware goes inside it, and Proxy (or a handler that meters its answer) inside the
+// Middleware.
+type Gate struct {
+	// MaxBody bounds a request's body in bytes: DefaultMaxBody when 0.
+	MaxBody int64
+	// Tokens estimates the tokens of a prompt's text: ApproxTokens when nil.
+	Tokens func(text string) int64
+	// Waiter, when set, lets a request the limits deny wait for them (see Waiter).
+	Waiter *Waiter
+}
+
+// Exchange is what a gateway knows of one request: what it asked (Request), and, once the
+// meter has read the answer, what it cost.
+type Exchange struct {
+	Request Request
+	body    []byte // as the upstream gets it, to send again after a wait
+
+	mu    sync.Mutex
+	usage Usage
+	known bool
+	abort bool // the answer was cut short: the connection is aborted once it is charged
+}
+
+// Settle records what the answer cost (known false: it said nothing of it, and the
+// estimates stand).
+func (x *Exchange) Settle(u Usage, known bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.usage, x.known = u, known
+}
+
+// Usage is what the answer cost, and whether it is known.
+func (x *Exchange) Usage() (Usage, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.usage, x.known
+}
+
+type exchangeKey struct{}
+
+// ExchangeOf is r's Exchange, nil for a request that did not pass a Gate.
+func ExchangeOf(r *http.Request) *Exchange {
+	x, _ := r.Context().Value(exchangeKey{}).(*Exchange)
+	return x
+}
+
+// Wrap returns next behind the gate.
+func (g *Gate) Wrap(next http.Handler) http.Handler {
+	limit := g.MaxBody
+	if limit <= 0 {
+		limit = DefaultMaxBody
+	}
+	if g.Waiter != nil {
+		next = g.Waiter.wrap(next)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > limit {
+			http.Error(w, fmt.Sprintf("a request body of %d bytes: at most %d", r.ContentLength, limit), http.StatusRequestEntityTooLarge)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+		if err != nil {
+			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if int64(len(body)) > limit {
+			http.Error(w, fmt.Sprintf("a request body over %d bytes", limit), http.StatusRequestEntityTooLarge)
+			return
+		}
+		req, body := ParseRequest(r.URL.Path, body, g.Tokens)
+		x := &Exchange{Request: req, body: body}
+		r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
+		x.rewind(r)
+		next.ServeHTTP(w, r)
+		if x.abort {
+			panic(http.ErrAbortHandler) // after the Middleware charged what the stream cost
+		}
+	})
+}
+
+// rewind sets r's body to the exchange's, from its start.
+func (x *Exchange) rewind(r *http.Request) {
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(x.body)), int64(len(x.body))
+	r.Header.Set("Content-Length", strconv.Itoa(len(x.body)))
+}
+
+// Proxy is a reverse proxy to upstream that meters its answers (see Meter) for the
+// Exchange of their request: a JSON answer's usage is in UsageHeader, a stream's in a
+// trailer of that name; a stream cut short (the client left, the upstream failed) is
+// charged what it produced, and its connection aborted after the charge.
+func Proxy(upstream *url.URL) http.Handler {
+	rp := httputil.NewSingleHostReverseProxy(upstream)
+	rp.ModifyResponse = MeterResponse
+	return recoverAbort(rp)
+}
+
+// MeterResponse meters resp, an answer of the upstream to a request through a Gate, for
+// its Exchange: httputil.ReverseProxy's ModifyResponse. A failed answer (not 200) says
+// nothing of its cost, and the estimates stand.
+func MeterResponse(resp *http.Response) error {
+	x := ExchangeOf(resp.Request)
+	if x == nil || resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch media {
+	case "text/event-stream": // read as it streams; the tokens in a trailer at its end
+		if resp.Trailer == nil {
+			resp.Trailer = http.Header{}
+		}
+		resp.Trailer[UsageHeader] = nil // announced: the reverse proxy sends it after the body
+		resp.Body = NewMeter(resp.Body, true, x.Request.Input, func(u Usage, known bool) {
+			x.Settle(u, known)
+			if known {
+				resp.Trailer.Set(UsageHeader, strconv.FormatInt(u.Total(), 10))
+			}
+		})
+	case "application/json": // read whole, for the tokens in a header
+		m := NewMeter(resp.Body, false, x.Request.Input, x.Settle)
+		body, err := io.ReadAll(io.LimitReader(m, maxBody+1))
+		if err != nil {
+			m.Close()
+			return err
+		}
+		if len(body) > maxBody { // too large to read whole: passed on, its usage unread
+			resp.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(body), m), m}
+			return nil
+		}
+		m.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		if u, known := x.Usage(); known {
+			resp.Header.Set(UsageHeader, strconv.FormatInt(u.Total(), 10))
+		}
+	}
+	return nil
+}
+
+// recoverAbort takes the reverse proxy's abort of an answer cut short
+// (http.ErrAbortHandler) as the end of the answer, so that the Middleware charges what it
+// cost; the Gate aborts the connection after.
+func recoverAbort(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				x := ExchangeOf(r)
+				if v != http.ErrAbortHandler || x == nil {
+					panic(v)
+				}
+				x.abort = true
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// APIKey is a request's API key, as the providers take it: Anthropic's x-api-key, or a
+// bearer token (OpenAI's Authorization). A Middleware's Key.
+func APIKey(r *http.Request) (string, error) {
+	if key := r.Header.Get("X-Api-Key"); key != "" {
+		return key, nil
+	}
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || key == "" {
+		return "", errors.New("an API key is required: Authorization: Bearer <key>, or X-Api-Key")
+	}
+	return key, nil
+}

@@ -1,0 +1,281 @@
+package llmlimit
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/localstore"
+)
+
+// served is a gateway in front of upstream, served on a loopback port: a Gate counting
+// words, 4000 tokens a minute per API key (a request that says no max_tokens estimated
+// at 100 of answer) on a clock that stands still (nothing refills), and Proxy. It returns
+// the token limit's limiter.
+func served(t *testing.T, upstream http.Handler) (*httptest.Server, *ratelimit.AlgorithmLimiter) {
+	t.Helper()
+	model := httptest.NewServer(upstream)
+	t.Cleanup(model.Close)
+	u, _ := url.Parse(model.URL)
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ps, err := Table{"": {TokensPerMinute: 4000}}.Policies(localstore.New(localstore.WithClock(clk)), Options{MaxTokens: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw := &ratelimit.Middleware{Key: APIKey, Policies: ps, Headers: OpenAIHeaders()}
+	srv := httptest.NewServer((&Gate{Tokens: Words}).Wrap(mw.Wrap(Proxy(u))))
+	t.Cleanup(srv.Close)
+	return srv, ps[0].Limiter.(*ratelimit.AlgorithmLimiter)
+}
+
+// post sends body to path of srv as key, and returns the answer read whole, with its
+// trailers.
+func post(t *testing.T, srv *httptest.Server, path, key, body string) (*http.Response, string) {
+	t.Helper()
+	r, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(body))
+	r.Header.Set("Authorization", "Bearer "+key)
+	r.Header.Set("Content-Type", "application/json")
+	resp, err := srv.Client().Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+// left is what key has left of its 4000 tokens (of its default models), once it is out
+// of debt.
+func left(t *testing.T, l *ratelimit.AlgorithmLimiter, key string) int64 {
+	t.Helper()
+	d, err := l.PeekN(context.Background(), key+"/", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Allowed {
+		return -1
+	}
+	return d.Remaining + 1
+}
+
+// words is a prompt of n words.
+func words(n int) string { return strings.TrimSpace(strings.Repeat("word ", n)) }
+
+// TestStreamsCharged: the case a streamed completion never charged: five completions of
+// 1,010 tokens each (a prompt of 202 words, 808 of answer), streamed, against 4,000
+// tokens a minute. Each stream is admitted on its estimate (its prompt and max_tokens:
+// 202 + 900) and charged what it reports, in either API's format: the first three are
+// admitted and charged 1,010 each, which leaves 970, and the next two (estimated at
+// 1,102) are refused. A client that did not ask OpenAI's stream for its
+// usage gets it asked for (stream_options.include_usage), its other options kept; the
+// client sees the tokens charged in a trailer.
+func TestStreamsCharged(t *testing.T) {
+	for _, api := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"m","stream":true,"stream_options":{"x":1},"max_tokens":900,"messages":[{"role":"user","content":"` + words(202) + `"}]}`},
+		{"/v1/messages", `{"model":"m","stream":true,"max_tokens":900,"system":"` + words(2) + `","messages":[{"role":"user","content":[{"type":"text","text":"` + words(200) + `"}]}]}`},
+	} {
+		t.Run(api.path, func(t *testing.T) {
+			var sent []string
+			model := FakeModel()
+			srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				sent = append(sent, string(b))
+				r.Body = io.NopCloser(bytes.NewReader(b))
+				model.ServeHTTP(w, r)
+			}))
+			var codes []int
+			for range 5 {
+				resp, body := post(t, srv, api.path, "k", api.body)
+				codes = append(codes, resp.StatusCode)
+				if resp.StatusCode == http.StatusOK {
+					if got := resp.Trailer.Get(UsageHeader); got != "1010" {
+						t.Errorf("the trailer %s: %q; want 1010", UsageHeader, got)
+					}
+					if !strings.Contains(body, "word") {
+						t.Errorf("the stream passed on: %q", body)
+					}
+				}
+			}
+			if want := []int{200, 200, 200, 429, 429}; !slices.Equal(codes, want) {
+				t.Errorf("five streamed completions of 1,010 tokens at 4,000 a minute: %v; want %v", codes, want)
+			}
+			if got := left(t, limiter, "k"); got != 970 {
+				t.Errorf("after 3,030 tokens charged of 4,000: %d left; want 970", got)
+			}
+			if len(sent) != 3 {
+				t.Fatalf("%d requests reached the model; want 3", len(sent))
+			}
+			if strings.HasSuffix(api.path, "/chat/completions") && !strings.Contains(sent[0], `"stream_options":{"include_usage":true,"x":1}`) {
+				t.Errorf("the model was asked %s; want stream_options with include_usage, and the client's own", sent[0])
+			}
+		})
+	}
+}
+
+// TestStreamsCutShort: a stream the client leaves before it ends (the upstream still
+// producing, its usage never reported) is charged what it produced: its prompt (or the
+// input its message_start reported) and a token per delta of content streamed; the
+// upstream's request is cancelled with the client's.
+func TestStreamsCutShort(t *testing.T) {
+	for _, api := range []struct {
+		path    string
+		start   string // an event before the deltas
+		delta   string
+		prompt  int // the prompt's words
+		charged int64
+	}{
+		{"/v1/chat/completions", "", `{"choices":[{"index":0,"delta":{"content":"w "}}]}`, 10, 10 + 30},
+		{"/v1/messages", `{"type":"message_start","message":{"usage":{"input_tokens":12,"output_tokens":1}}}`,
+			`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"w "}}`, 10, 12 + 30},
+	} {
+		t.Run(api.path, func(t *testing.T) {
+			cancelled := make(chan struct{})
+			srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				s := newSSE(w)
+				if api.start != "" {
+					s.data("", api.start)
+				}
+				for range 30 {
+					s.data("", api.delta)
+				}
+				<-r.Context().Done() // still producing, until the proxy gives up on it
+				close(cancelled)
+			}))
+			body := `{"stream":true,"messages":[{"content":"` + words(api.prompt) + `"}]}`
+			r, _ := http.NewRequest("POST", srv.URL+api.path, strings.NewReader(body))
+			r.Header.Set("Authorization", "Bearer k")
+			resp, err := srv.Client().Do(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := bufio.NewScanner(resp.Body)
+			for seen := 0; seen < 30 && lines.Scan(); {
+				if strings.Contains(lines.Text(), `"w "`) {
+					seen++
+				}
+			}
+			resp.Body.Close() // the client leaves
+			select {
+			case <-cancelled:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the upstream's request outlived the client's by 10s")
+			}
+			want := 4000 - api.charged
+			deadline := time.Now().Add(10 * time.Second)
+			for left(t, limiter, "k") != want && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond) // the charge lands once the proxy gave up on the upstream
+			}
+			if got := left(t, limiter, "k"); got != want {
+				t.Errorf("after a stream cut short at 30 deltas: %d left; want %d (%d charged)", got, want, api.charged)
+			}
+		})
+	}
+}
+
+// TestStreamWithoutUsage: an upstream that streams no usage, though asked, is charged its
+// prompt and a token per delta of content.
+func TestStreamWithoutUsage(t *testing.T) {
+	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := newSSE(w)
+		for range 50 {
+			s.data("", `{"choices":[{"index":0,"delta":{"content":"w "}}]}`)
+		}
+		s.data("", "[DONE]")
+	}))
+	resp, _ := post(t, srv, "/v1/chat/completions", "k", `{"stream":true,"messages":[{"content":"`+words(5)+`"}]}`)
+	if got := resp.Trailer.Get(UsageHeader); resp.StatusCode != http.StatusOK || got != "55" {
+		t.Errorf("a stream of 50 deltas without usage: %d, charged %q; want 200 and 55", resp.StatusCode, got)
+	}
+	if got := left(t, limiter, "k"); got != 4000-55 {
+		t.Errorf("%d left; want %d", got, 4000-55)
+	}
+}
+
+// TestJSONCharged: a JSON answer in Anthropic's format is charged its input and output,
+// its cached input included.
+func TestJSONCharged(t *testing.T) {
+	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"type": "message", "usage": map[string]int64{
+			"input_tokens": 7, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 3, "output_tokens": 40}})
+	}))
+	resp, _ := post(t, srv, "/v1/messages", "k", `{"max_tokens":50,"messages":[{"content":"one two"}]}`)
+	if got := resp.Header.Get(UsageHeader); got != "150" {
+		t.Errorf("%s: %q; want 150", UsageHeader, got)
+	}
+	if got := left(t, limiter, "k"); got != 4000-150 {
+		t.Errorf("%d left; want %d", got, 4000-150)
+	}
+}
+
+// TestBodyTooLarge: a request body over 1 MiB is refused with 413, whether its length is
+// declared or found reading it: nothing reaches the model, nothing is charged.
+func TestBodyTooLarge(t *testing.T) {
+	calls := 0
+	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls++ }))
+	big := `{"messages":[{"content":"` + strings.Repeat("a", DefaultMaxBody) + `"}]}`
+	for _, chunked := range []bool{false, true} {
+		var body io.Reader = strings.NewReader(big)
+		if chunked {
+			body = io.MultiReader(body) // no length known: read, and found too long
+		}
+		r, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", body)
+		r.Header.Set("Authorization", "Bearer k")
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("a body of %d bytes (chunked %v): %d; want 413", len(big), chunked, resp.StatusCode)
+		}
+	}
+	if calls != 0 || left(t, limiter, "k") != 4000 {
+		t.Errorf("%d calls to the model, %d left; want none, and 4000", calls, left(t, limiter, "k"))
+	}
+	if resp, _ := post(t, srv, "/v1/chat/completions", "k", `{"messages":[{"content":"`+strings.Repeat("a", DefaultMaxBody-100)+`"}]}`); resp.StatusCode != http.StatusOK {
+		t.Errorf("a body just under 1 MiB: %d; want 200", resp.StatusCode)
+	}
+}
+
+// TestMeter: the usage of streams read in pieces of any size, with CRLF line ends, events
+// of several data lines, comments and unknown events, and a line too long to read.
+func TestMeter(t *testing.T) {
+	for _, c := range []struct {
+		name, stream string
+		want         Usage
+	}{
+		{"openai", "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":9,\"total_tokens\":12}}\n\ndata: [DONE]\n\n", Usage{3, 9}},
+		{"crlf and comments", ": hi\r\nevent: x\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\r\n\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\r\n\r\n", Usage{5, 2}},
+		{"data on lines", "data: {\"type\":\"message_start\",\ndata: \"message\":{\"usage\":{\"input_tokens\":4,\"output_tokens\":1}}}\n\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":6}}\n\n", Usage{4, 6}},
+		{"anthropic cut", "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":4,\"output_tokens\":1}}}\n\ndata: {\"type\":\"content_block_delta\"}\n\ndata: {\"type\":\"content_block_delta\"}\n\ndata: {\"type\":\"content_block_delta\"}\n\n", Usage{4, 3}},
+		{"too long a line", "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("x", maxLine) + "\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", Usage{5, 1}},
+		{"no end", "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}", Usage{5, 1}},
+	} {
+		for _, size := range []int{1, 7, 1 << 16} {
+			var got Usage
+			m := NewMeter(io.NopCloser(strings.NewReader(c.stream)), true, 5, func(u Usage, known bool) { got = u })
+			buf := make([]byte, size)
+			for {
+				if _, err := m.Read(buf); err != nil {
+					break
+				}
+			}
+			if got != c.want {
+				t.Errorf("%s, read %d bytes at a time: %+v; want %+v", c.name, size, got, c.want)
+			}
+		}
+	}
+}
