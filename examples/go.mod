@@ -8,6 +8,7 @@ require (
 	github.com/jackc/pgx/v5 v5.11.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/ratelimit-go/ratelimit v0.0.0
+	github.com/ratelimit-go/ratelimit/examples/llmlimit v0.0.0
 	github.com/ratelimit-go/ratelimit/examples/observe v0.0.0
 	github.com/redis/go-redis/v9 v9.22.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260706201446-f0a921348800
@@ -40,5 +41,7 @@ require (
 )
 
 replace github.com/ratelimit-go/ratelimit => ../
+
+replace github.com/ratelimit-go/ratelimit/examples/llmlimit => ./llmlimit
 
 replace github.com/ratelimit-go/ratelimit/examples/observe => ./observe

@@ -1,23 +1,22 @@
-// Llmproxy is a proxy in front of a language model's API, limited in tokens a minute per
-// API key: a request is admitted on an estimate (the words of its prompt, the part known
-// before the answer), passed to the upstream, and charged the tokens the upstream says
-// it used, completion included, once the answer is done. A key that used more than it
-// had left is in debt: its next requests are answered 429, with the exact Retry-After,
-// until the debt is repaid.
+// Llmproxy is a gateway in front of a language model's API: every API key is limited per
+// model as the providers limit theirs (requests and tokens a minute, input and output
+// tokens apart or together, tokens a day) and in the requests it has in progress. Each
+// request is admitted on an estimate (its prompt's tokens and its max_tokens) and charged
+// the usage its answer reports once it is served, JSON or streamed, in OpenAI's format
+// (chat completions) or Anthropic's (messages); a stream the client abandons is charged
+// what it produced. Clients get the headers they already read (OpenAI's
+// x-ratelimit-*-requests and -tokens, or Anthropic's anthropic-ratelimit-*), and the IETF
+// draft's RateLimit-Policy and RateLimit of every limit; a denied request gets 429 with
+// Retry-After, or waits for its tokens when its client asks to (Prefer: wait=N). A
+// request body over -max-body is refused with 413.
 //
-//	go run ./examples/llmproxy          # a demo: a built-in fake upstream, one client, printed
+//	go run ./examples/llmproxy          # a demo: the built-in fake model, one client, printed
 //	go run ./examples/llmproxy -serve   # serve on :8081 in front of the fake (or -upstream URL)
 //
-// It speaks both APIs' formats, OpenAI's chat completions and Anthropic's messages, as
-// JSON and as streams (Server-Sent Events), and reads the usage each reports: a JSON
-// answer's usage, OpenAI's last chunk of a stream (the proxy asks for it, with
-// stream_options.include_usage, when the client did not), Anthropic's message_start and
-// message_delta. A stream that reports no usage, or is cut short (the client left, the
-// upstream failed), is charged what it produced: a token per delta of content, after its
-// input. The client sees the tokens charged in X-Usage-Total-Tokens: a header of a JSON
-// answer, a trailer of a stream. A request body over 1 MiB is refused with 413, before
-// anything is charged. The built-in fake upstream answers in both formats, streamed or
-// not.
+// The pieces are the module examples/llmlimit, which a service imports; this program
+// wires them, with the store of the other examples: an embedded miniredis by default,
+// -redis for a real one shared by several instances, -leases to decide busy keys from
+// memory (see its README).
 package main
 
 import (
@@ -29,35 +28,65 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"mime"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"os"
-	"strconv"
+	"os/signal"
 	"strings"
-	"sync"
+	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
+	"github.com/ratelimit-go/ratelimit/examples/llmlimit"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
-// usageHeader carries the tokens a completion used, from the proxy to the limiter.
-const usageHeader = "X-Usage-Total-Tokens"
+// config is the proxy's limits, as a -limits file holds them (JSON).
+type config struct {
+	// Models are the limits per API key of each model or family of models (see
+	// llmlimit.Table): "" for every model the table does not name.
+	Models llmlimit.Table `json:"models"`
+	// Weights weigh input and output tokens in the limits of tokens together.
+	Weights llmlimit.Weights `json:"weights"`
+	// MaxTokens is the answer estimated for a request that says no max_tokens.
+	MaxTokens int64 `json:"max_tokens"`
+	// InFlight bounds the requests of an API key in progress at once (0: no bound).
+	InFlight int64 `json:"in_flight"`
+}
 
-// maxBody bounds the request bodies the proxy takes (a larger one is refused with 413),
-// and the JSON answers it reads for their usage.
-const maxBody = 1 << 20
+// defaultConfig is the limits without a -limits file.
+var defaultConfig = config{
+	Models:   llmlimit.Table{"": {RequestsPerMinute: 60, TokensPerMinute: 20_000, TokensPerDay: 1_000_000}},
+	InFlight: 8,
+}
+
+// options are the proxy's settings besides its limits.
+type options struct {
+	headers string // "openai" or "anthropic"
+	maxWait time.Duration
+	maxBody int64
+	words   bool // estimate a prompt's tokens as its words (the fake model's count)
+}
 
 func main() {
+	var cfg backend.Config
+	cfg.Flags(flag.CommandLine)
 	serve := flag.Bool("serve", false, "serve on -addr instead of running the demo")
 	addr := flag.String("addr", ":8081", "the proxy's address, with -serve")
-	upstream := flag.String("upstream", "", "the model API's base URL; the built-in fake when empty")
-	tpm := flag.Int64("tpm", 2000, "tokens a minute per API key")
+	upstream := flag.String("upstream", "", "the model API's base URL; the built-in fake model when empty")
+	limits := flag.String("limits", "", "a JSON file of the limits (see config); a built-in default when empty")
+	var o options
+	flag.StringVar(&o.headers, "headers", "openai", "the rate-limit headers clients get beside the IETF draft's: openai or anthropic")
+	flag.DurationVar(&o.maxWait, "max-wait", llmlimit.DefaultMaxWait, "the longest a request that asks to (Prefer: wait=N) waits for its limits")
+	flag.Int64Var(&o.maxBody, "max-body", llmlimit.DefaultMaxBody, "the largest request body in bytes: a larger one gets 413")
 	flag.Parse()
 	if !*serve {
 		if err := demo(os.Stdout); err != nil {
@@ -65,263 +94,189 @@ func main() {
 		}
 		return
 	}
-	target := *upstream
-	if target == "" {
-		fake := httptest.NewServer(fakeModel())
-		defer fake.Close()
-		target = fake.URL
-	}
-	u, err := url.Parse(target)
-	if err != nil {
+	if err := run(cfg, *addr, *upstream, *limits, o); err != nil {
 		log.Fatal(err)
 	}
-	limiter, err := tokenbucket.New(localstore.New(), ratelimit.PerMinute(*tpm), ratelimit.WithNamespace("tokens-per-minute"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	log.Printf("llmproxy: %d tokens a minute per API key, in front of %s, on %s", *tpm, target, *addr)
-	log.Fatal(http.ListenAndServe(*addr, proxy(u, limiter)))
 }
 
-// proxy is the limited reverse proxy to upstream: a gate that reads the request (and
-// refuses one too large), the limiter's Middleware, and the reverse proxy, whose answers
-// a meter reads for their usage as they pass.
-func proxy(upstream *url.URL, limiter *tokenbucket.Limiter) http.Handler {
-	rp := httputil.NewSingleHostReverseProxy(upstream)
-	rp.ModifyResponse = func(resp *http.Response) error {
-		x := exchangeOf(resp.Request)
-		if x == nil || resp.StatusCode != http.StatusOK {
-			return nil // a failed answer: the estimate stands
-		}
-		media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-		switch media {
-		case "text/event-stream": // read as it streams; the tokens in a trailer at its end
-			if resp.Trailer == nil {
-				resp.Trailer = http.Header{}
-			}
-			resp.Trailer[usageHeader] = nil // announced: the reverse proxy sends it after the body
-			resp.Body = newMeter(resp.Body, true, x.prompt, func(u Usage, known bool) {
-				x.settle(u, known)
-				if known {
-					resp.Trailer.Set(usageHeader, strconv.FormatInt(u.Total(), 10))
-				}
-			})
-		case "application/json": // read whole, for the tokens in a header
-			m := newMeter(resp.Body, false, x.prompt, x.settle)
-			body, err := io.ReadAll(io.LimitReader(m, maxBody+1))
-			if err != nil {
-				m.Close()
-				return err
-			}
-			if len(body) > maxBody { // too large to read whole: passed on, and its usage unread (the estimate stands)
-				resp.Body = struct {
-					io.Reader
-					io.Closer
-				}{io.MultiReader(bytes.NewReader(body), m), m}
-				return nil
-			}
-			m.Close()
-			resp.Body = io.NopCloser(bytes.NewReader(body))
-			if u, known := x.result(); known {
-				resp.Header.Set(usageHeader, strconv.FormatInt(u.Total(), 10))
-			}
-		}
-		return nil
-	}
-	mw := &ratelimit.Middleware{
-		Limiter: limiter,
-		Key:     apiKey,
-		KeyError: func(w http.ResponseWriter, r *http.Request, err error) {
-			http.Error(w, err.Error(), http.StatusUnauthorized)
-		},
-		Cost:       &ratelimit.Cost{Estimate: estimate, Actual: actual, Unit: "tokens"},
-		PolicyName: func(*http.Request) string { return "tokens-per-minute" },
-	}
-	return gate(mw.Wrap(recoverAbort(rp)))
-}
-
-// exchange is what the proxy knows of one request: its estimate, and what its answer
-// cost once the meter read it.
-type exchange struct {
-	prompt int64
-	mu     sync.Mutex
-	usage  Usage
-	known  bool
-	abort  bool // the answer was cut short: the connection is aborted once it is charged
-}
-
-func (x *exchange) settle(u Usage, known bool) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.usage, x.known = u, known
-}
-
-func (x *exchange) result() (Usage, bool) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.usage, x.known
-}
-
-type exchangeKey struct{}
-
-// exchangeOf is r's exchange, nil for a request that did not pass the gate.
-func exchangeOf(r *http.Request) *exchange {
-	x, _ := r.Context().Value(exchangeKey{}).(*exchange)
-	return x
-}
-
-// gate reads a request's body (up to maxBody: more is refused with 413, and nothing is
-// charged), asks a stream in OpenAI's format for its usage, and puts the request's
-// exchange in its context, for the estimate and the meter. A stream cut short is charged
-// what it produced, then its connection aborted, as the reverse proxy asked.
-func gate(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > maxBody {
-			http.Error(w, fmt.Sprintf("a request body of %d bytes: at most %d", r.ContentLength, maxBody), http.StatusRequestEntityTooLarge)
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-		if err != nil {
-			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		if len(body) > maxBody {
-			http.Error(w, fmt.Sprintf("a request body over %d bytes", maxBody), http.StatusRequestEntityTooLarge)
-			return
-		}
-		req, body := readRequest(r.URL.Path, body)
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
-		x := &exchange{prompt: promptTokens(req)}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
-		if x.abort {
-			panic(http.ErrAbortHandler)
-		}
-	})
-}
-
-// recoverAbort takes the reverse proxy's abort of an answer cut short (http.ErrAbortHandler)
-// as the end of the answer, so that the Middleware charges what it cost; the gate aborts
-// the connection after.
-func recoverAbort(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				x := exchangeOf(r)
-				if v != http.ErrAbortHandler || x == nil {
-					panic(v)
-				}
-				x.abort = true
-			}
-		}()
-		next.ServeHTTP(w, r)
-	})
-}
-
-// apiKey is the request's bearer token, or Anthropic's x-api-key.
-func apiKey(r *http.Request) (string, error) {
-	if key := r.Header.Get("X-Api-Key"); key != "" {
-		return key, nil
-	}
-	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || key == "" {
-		return "", errors.New("an API key is required: Authorization: Bearer <key>, or X-Api-Key")
-	}
-	return key, nil
-}
-
-// estimate is what a request is admitted on: its prompt's words (about its tokens), the
-// part of its cost known before the answer; a key with that much left is admitted, and
-// the completion is charged after, in debt if need be. (Admitting on the prompt and
-// max_tokens instead never leaves a key in debt, and refuses a long answer a key could
-// have afforded.)
-func estimate(r *http.Request) int64 {
-	if x := exchangeOf(r); x != nil {
-		return max(1, x.prompt)
-	}
-	return 1
-}
-
-// actual is what the answer cost, as its meter read it; -1 (the estimate stands) for an
-// answer that said nothing of it (a failure, a format the proxy does not read).
-func actual(r *http.Request, _ ratelimit.Answer) int64 {
-	if x := exchangeOf(r); x != nil {
-		if u, known := x.result(); known {
-			return u.Total()
-		}
-	}
-	return -1
-}
-
-// demo runs one client against the proxy and the fake upstream, in memory on a fake
-// clock (every run prints the same), and prints what each request got.
-func demo(out io.Writer) error {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	fake := httptest.NewServer(fakeModel())
-	defer fake.Close()
-	u, _ := url.Parse(fake.URL)
-	limiter, err := tokenbucket.New(localstore.New(localstore.WithClock(clk)), ratelimit.PerMinute(2000), ratelimit.WithNamespace("tokens-per-minute"))
+// run serves the proxy on addr until it is told to stop (SIGINT, SIGTERM).
+func run(cfg backend.Config, addr, upstream, limitsFile string, o options) error {
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	limits, err := readConfig(limitsFile)
 	if err != nil {
 		return err
 	}
-	h := proxy(u, limiter)
-	fmt.Fprintln(out, "2000 tokens a minute per API key; each request is admitted on its prompt's words and")
-	fmt.Fprintln(out, "charged what the model used, its completion included: a key that used more than it had")
-	fmt.Fprintln(out, "is in debt, and waits until it is repaid.")
+	target := upstream
+	if target == "" {
+		fake := httptest.NewServer(llmlimit.FakeModel())
+		defer fake.Close()
+		target, o.words = fake.URL, true
+	}
+	u, err := url.Parse(target)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return fmt.Errorf("-upstream %q: a URL such as https://api.openai.com is needed", upstream)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg.Members = "llmproxy"
+	cfg.Algorithms = []*ratelimit.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), ratelimit.InFlightAlgorithm()}
+	store, closeStore, err := backend.Open(ctx, cfg, backend.NewMetrics(prometheus.NewRegistry()), logger)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	h, err := newProxy(store, u, limits, o)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	logger.Info("llmproxy serving", "addr", addr, "upstream", target, "headers", o.headers)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(shut) // the answers in progress end, and are charged, before the leases go back
+}
+
+// readConfig reads the limits of file, the defaults when it is "".
+func readConfig(file string) (config, error) {
+	if file == "" {
+		return defaultConfig, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return config{}, err
+	}
+	var c config
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return config{}, fmt.Errorf("-limits %s: %w", file, err)
+	}
+	if len(c.Models) == 0 {
+		return config{}, fmt.Errorf("-limits %s: no models: give at least \"\" (every model)", file)
+	}
+	if c.InFlight < 0 {
+		return config{}, fmt.Errorf("-limits %s: in_flight %d is below 0", file, c.InFlight)
+	}
+	return c, nil
+}
+
+// newProxy is the proxy to upstream, limited by c on store: a Gate (413, the estimates,
+// waiting), the Middleware (every limit of a request together, the in-flight limit, the
+// headers), and the reverse proxy that meters the answers.
+func newProxy(store ratelimit.Store, upstream *url.URL, c config, o options) (http.Handler, error) {
+	policies, err := c.Models.Policies(store, llmlimit.Options{Weights: c.Weights, MaxTokens: c.MaxTokens})
+	if err != nil {
+		return nil, err
+	}
+	mw := &ratelimit.Middleware{
+		Key: llmlimit.APIKey,
+		KeyError: func(w http.ResponseWriter, r *http.Request, err error) {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+		},
+		Policies: policies,
+	}
+	switch o.headers {
+	case "openai", "":
+		mw.Headers = llmlimit.OpenAIHeaders()
+	case "anthropic":
+		mw.Headers = llmlimit.AnthropicHeaders(nil)
+	default:
+		return nil, fmt.Errorf("-headers %q: openai or anthropic", o.headers)
+	}
+	if c.InFlight > 0 {
+		if mw.InFlight, err = ratelimit.NewInFlight(store, c.InFlight, time.Minute, ratelimit.WithNamespace("in-flight")); err != nil {
+			return nil, err
+		}
+	}
+	gate := &llmlimit.Gate{MaxBody: o.maxBody}
+	if o.words {
+		gate.Tokens = llmlimit.Words
+	}
+	if o.maxWait > 0 {
+		gate.Waiter = &llmlimit.Waiter{Max: o.maxWait}
+		mw.Denied = gate.Waiter.Denied
+	}
+	return gate.Wrap(mw.Wrap(llmlimit.Proxy(upstream))), nil
+}
+
+// demo runs one client against the proxy and the fake model, in memory on a fake clock
+// (every run prints the same), and prints what each request got.
+func demo(out io.Writer) error {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := clock.NewFake(start)
+	fake := httptest.NewServer(llmlimit.FakeModel())
+	defer fake.Close()
+	u, _ := url.Parse(fake.URL)
+	c := config{Models: llmlimit.Table{"": {RequestsPerMinute: 5, TokensPerMinute: 2000}, "big": {TokensPerMinute: 10_000}}, InFlight: 2}
+	h, err := newProxy(localstore.New(localstore.WithClock(clk)), u, c, options{headers: "openai", words: true})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "Per API key: 5 requests and 2,000 tokens a minute, and 10,000 tokens a minute for the")
+	fmt.Fprintln(out, `"big" models. A request is admitted on its prompt's tokens and its max_tokens, and charged`)
+	fmt.Fprintln(out, "what the model used once it has answered: the headers say what the next request gets.")
 	fmt.Fprintln(out)
-	fmt.Fprintf(out, "%-8s %-36s %6s %9s %5s %10s %12s\n", "at", "request", "status", "estimate", "used", "remaining", "retry-after")
+	fmt.Fprintf(out, "%-5s %-46s %6s %8s %5s %8s %6s %11s\n", "at", "request", "status", "estimate", "used", "requests", "tokens", "retry-after")
+	var last *httptest.ResponseRecorder
 	for _, step := range []struct {
 		at     time.Duration
-		prompt string
+		model  string
+		prompt int
 		max    int64
 		stream bool
 	}{
-		{0, strings.Repeat("tell me a story ", 25), 1000, false}, // 100 words: 100 + 400 used
-		{time.Second, strings.Repeat("and another one ", 50), 1000, false},
-		{2 * time.Second, strings.Repeat("more ", 200), 1000, false},
-		{3 * time.Second, "hello there", 100, false},
-		{30 * time.Second, "hello there", 100, false},
-		{45 * time.Second, "hello there", 100, false},
-		{50 * time.Second, strings.Repeat("go on ", 50), 500, true}, // streamed, charged all the same
-		{51 * time.Second, "hello there", 100, false},
+		{0, "m", 100, 1000, false}, // 100 + 400 used of 1100 estimated
+		{time.Second, "m", 150, 600, false},
+		{2 * time.Second, "m", 100, 400, true}, // streamed, charged all the same
+		{3 * time.Second, "m", 200, 800, false},
+		{4 * time.Second, "m", 2, 100, false},
+		{5 * time.Second, "m", 2, 100, false},
+		{5 * time.Second, "big-1", 200, 800, false},
+		{30 * time.Second, "m", 200, 800, false},
 	} {
-		clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(step.at))
-		body, _ := json.Marshal(map[string]any{"model": "fake", "max_tokens": step.max, "stream": step.stream,
-			"messages": []map[string]string{{"role": "user", "content": step.prompt}}})
+		clk.Set(start.Add(step.at))
+		body, _ := json.Marshal(map[string]any{"model": step.model, "max_tokens": step.max, "stream": step.stream,
+			"messages": []map[string]string{{"role": "user", "content": strings.TrimSpace(strings.Repeat("word ", step.prompt))}}})
 		r := httptest.NewRequestWithContext(context.Background(), "POST", "/v1/chat/completions", bytes.NewReader(body))
 		r.Header.Set("Authorization", "Bearer key-1")
 		r.Header.Set("Content-Type", "application/json")
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		var req modelRequest
-		_ = json.Unmarshal(body, &req)
-		used := w.Header().Get(usageHeader)
+		last = w
+		used := w.Result().Trailer.Get(llmlimit.UsageHeader)
 		if used == "" {
-			used = "-"
+			used = w.Header().Get(llmlimit.UsageHeader)
 		}
-		line := fmt.Sprintf("%-8v %-36s %6d %9d %5s %10s %12s", step.at, describe(req),
-			w.Code, promptTokens(req), used, w.Header().Get("X-RateLimit-Remaining"), w.Header().Get("Retry-After"))
+		desc := fmt.Sprintf("%s: %d words, max_tokens %d", step.model, step.prompt, step.max)
+		if step.stream {
+			desc += ", streamed"
+		}
+		line := fmt.Sprintf("%-5v %-46s %6d %8d %5s %8s %6s %11s", step.at, desc, w.Code, int64(step.prompt)+step.max, orDash(used),
+			orDash(w.Header().Get("X-Ratelimit-Remaining-Requests")), orDash(w.Header().Get("X-Ratelimit-Remaining-Tokens")), w.Header().Get("Retry-After"))
 		fmt.Fprintln(out, strings.TrimRight(line, " "))
 	}
+	if last == nil {
+		return errors.New("no request")
+	}
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "RateLimit-Policy:", policyOf(h))
+	fmt.Fprintln(out, "The last answer's headers:")
+	for _, name := range []string{"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests",
+		"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens", "RateLimit-Policy", "RateLimit"} {
+		fmt.Fprintf(out, "  %s: %s\n", name, last.Header().Get(name))
+	}
 	return nil
 }
 
-// describe is a request of the demo, in a few words.
-func describe(req modelRequest) string {
-	s := fmt.Sprintf("%d words, max_tokens %d", promptTokens(req), req.maxTokens())
-	if req.Stream {
-		s += ", streamed"
+func orDash(s string) string {
+	if s == "" {
+		return "-"
 	}
 	return s
-}
-
-// policyOf is the RateLimit-Policy field of a request of h by a new key.
-func policyOf(h http.Handler) string {
-	r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(`{"messages":[{"content":"hi"}],"max_tokens":1}`))
-	r.Header.Set("Authorization", "Bearer key-2")
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w.Header().Get("RateLimit-Policy")
 }

@@ -1,339 +1,189 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"slices"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
-	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/examples/llmlimit"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/localstore"
-	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
-// TestDemo pins the demo: each request admitted on its prompt, charged what the model
-// used; the third leaves the key 184 tokens in debt (616 - 800), so the fourth, a
-// second later, waits 5s for the debt and its 2 tokens (153 at 2000 a minute: 4.59s).
-// A streamed completion is charged as a JSON one is: its 500 tokens leave 928 (1296 -
-// 400, and a second's 33) for the next request.
+// TestDemo pins the demo. Each request is admitted on its prompt and max_tokens and
+// charged what the model used (its prompt and four words a word, at most max_tokens):
+// the first leaves 900 of 2,000 tokens in its headers, and gets 600 back once it has
+// used 500; the fourth, estimated at 1,000 with 350 left, is refused by the tokens (20s
+// to wait: 650 at 2,000 a minute), and costs the requests' limit nothing. The "big"
+// models have limits of their own and no limit of requests. The last answer's headers
+// report every limit, in OpenAI's names and the IETF draft's.
 func TestDemo(t *testing.T) {
 	var b bytes.Buffer
 	if err := demo(&b); err != nil {
 		t.Fatal(err)
 	}
-	want := `at       request                              status  estimate  used  remaining  retry-after
-0s       100 words, max_tokens 1000              200       100   500       1900
-1s       150 words, max_tokens 1000              200       150   750       1383
-2s       200 words, max_tokens 1000              200       200  1000        616
-3s       2 words, max_tokens 100                 429         2     -          0            5
-30s      2 words, max_tokens 100                 200         2    10        748
-45s      2 words, max_tokens 100                 200         2    10       1238
-50s      100 words, max_tokens 500, streamed     200       100   500       1296
-51s      2 words, max_tokens 100                 200         2    10        928
+	want := `at    request                                        status estimate  used requests tokens retry-after
+0s    m: 100 words, max_tokens 1000                     200     1100   500        4    900
+1s    m: 150 words, max_tokens 600                      200      750   750        3    783
+2s    m: 100 words, max_tokens 400, streamed            200      500   500        2    316
+3s    m: 200 words, max_tokens 800                      429     1000     -        2    350          20
+4s    m: 2 words, max_tokens 100                        200      102    10        1    281
+5s    m: 2 words, max_tokens 100                        200      102    10        0    304
+5s    big-1: 200 words, max_tokens 800                  200     1000  1000        -   9000
+30s   m: 200 words, max_tokens 800                      200     1000  1000        1    230
 
-RateLimit-Policy: "tokens-per-minute";q=2000;w=60;qu="tokens"
+The last answer's headers:
+  X-Ratelimit-Limit-Requests: 5
+  X-Ratelimit-Remaining-Requests: 1
+  X-Ratelimit-Reset-Requests: 42s
+  X-Ratelimit-Limit-Tokens: 2000
+  X-Ratelimit-Remaining-Tokens: 230
+  X-Ratelimit-Reset-Tokens: 53.1s
+  RateLimit-Policy: "requests";q=5;w=60, "tokens";q=2000;w=60;qu="tokens", "in-flight";q=2;qu="concurrent-requests"
+  RateLimit: "requests";r=1;t=42, "tokens";r=230;t=54
 `
 	if got := b.String(); !strings.HasSuffix(got, want) {
 		t.Errorf("the demo printed:\n%s\nwant it to end with:\n%s", got, want)
 	}
 }
 
-// TestProxy: a request without an API key never reaches the model; an answer that
-// reports no usage (the model failed) keeps the estimate.
+// TestProxy: a request without an API key never reaches the model (401); an answer that
+// reports no usage (the model failed) keeps the estimate; a second request while the
+// key's one place in progress is held gets 429 from the in-flight limit.
 func TestProxy(t *testing.T) {
 	calls := 0
+	hold, held := make(chan struct{}), make(chan struct{})
 	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls++
+		if strings.Contains(r.Header.Get("User-Agent"), "hold") {
+			close(held)
+			<-hold
+		}
 		http.Error(w, "overloaded", http.StatusServiceUnavailable)
 	}))
 	defer model.Close()
 	u, _ := url.Parse(model.URL)
-	limiter, err := tokenbucket.New(localstore.New(), ratelimit.PerMinute(1000))
+	store := localstore.New()
+	c := config{Models: llmlimit.Table{"": {TokensPerMinute: 1000}}, InFlight: 1}
+	h, err := newProxy(store, u, c, options{words: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := proxy(u, limiter)
-	ask := func(key string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(`{"messages":[{"content":"one two three"}]}`))
+	ask := func(key, agent string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(`{"max_tokens":10,"messages":[{"content":"one two three"}]}`))
 		if key != "" {
 			r.Header.Set("Authorization", "Bearer "+key)
 		}
+		r.Header.Set("User-Agent", agent)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		return w
 	}
-	if w := ask(""); w.Code != http.StatusUnauthorized || calls != 0 {
+	if w := ask("", ""); w.Code != http.StatusUnauthorized || calls != 0 {
 		t.Errorf("without an API key: %d, %d calls to the model; want 401 and none", w.Code, calls)
 	}
-	if w := ask("k"); w.Code != http.StatusServiceUnavailable || calls != 1 {
+	if w := ask("k", ""); w.Code != http.StatusServiceUnavailable || calls != 1 {
 		t.Errorf("a failed answer: %d, %d calls; want the model's 503", w.Code, calls)
 	}
-	if d, err := limiter.PeekN(context.Background(), "k", 1); err != nil || d.Remaining != 996 {
-		t.Errorf("after a failed answer estimated at 3: %+v, %v; want 997 left", d, err)
+	ps, _ := c.Models.Policies(store, llmlimit.Options{})
+	if d, err := ps[0].Limiter.(*ratelimit.AlgorithmLimiter).PeekN(context.Background(), "k/", 1); err != nil || d.Remaining != 1000-13-1 {
+		t.Errorf("after a failed answer estimated at 13: %+v, %v; want 987 left", d, err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); ask("k", "hold") }()
+	<-held
+	w := ask("k", "")
+	close(hold)
+	<-done
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("RateLimit") != `"in-flight";r=0` {
+		t.Errorf("a second request in progress: %d, RateLimit %q; want 429 from the in-flight limit", w.Code, w.Header().Get("RateLimit"))
 	}
 }
 
-// served is the proxy in front of upstream, served on a loopback port, with its limiter of
-// 2000 tokens a minute on a clock that stands still (nothing refills).
-func served(t *testing.T, upstream http.Handler) (*httptest.Server, *tokenbucket.Limiter) {
-	t.Helper()
-	model := httptest.NewServer(upstream)
-	t.Cleanup(model.Close)
-	u, _ := url.Parse(model.URL)
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	limiter, err := tokenbucket.New(localstore.New(localstore.WithClock(clk)), ratelimit.PerMinute(2000))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(proxy(u, limiter))
-	t.Cleanup(srv.Close)
-	return srv, limiter
-}
-
-// post sends body to path of srv as key, and returns the answer read whole, with its
-// trailers.
-func post(t *testing.T, srv *httptest.Server, path, key, body string) (*http.Response, string) {
-	t.Helper()
-	r, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(body))
-	r.Header.Set("Authorization", "Bearer "+key)
-	r.Header.Set("Content-Type", "application/json")
-	resp, err := srv.Client().Do(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, string(b)
-}
-
-// left is what key has left of its 2000 tokens, once it is out of debt.
-func left(t *testing.T, l *tokenbucket.Limiter, key string) int64 {
-	t.Helper()
-	d, err := l.PeekN(context.Background(), key, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !d.Allowed {
-		return -1
-	}
-	return d.Remaining + 1
-}
-
-// words is a prompt of n words.
-func words(n int) string { return strings.TrimSpace(strings.Repeat("word ", n)) }
-
-// TestStreamsCharged: the case a streamed completion never charged: five completions of
-// 1,010 tokens each (a prompt of 202 words, 808 of answer), streamed, against 2,000
-// tokens a minute. Each stream is charged what it reports, in either API's format: the
-// first two are admitted (on their prompts' 202) and charged 1,010 each, the key is 20 in
-// debt, and the next three are refused. A client that did not ask OpenAI's stream for its
-// usage gets it asked for (stream_options.include_usage), its other options kept; the
-// client sees the tokens charged in a trailer.
-func TestStreamsCharged(t *testing.T) {
-	for _, api := range []struct{ path, body string }{
-		{"/v1/chat/completions", `{"model":"m","stream":true,"stream_options":{"x":1},"max_tokens":1000,"messages":[{"role":"user","content":"` + words(202) + `"}]}`},
-		{"/v1/messages", `{"model":"m","stream":true,"max_tokens":1000,"system":"` + words(2) + `","messages":[{"role":"user","content":[{"type":"text","text":"` + words(200) + `"}]}]}`},
-	} {
-		t.Run(api.path, func(t *testing.T) {
-			var sent []string
-			model := fakeModel()
-			srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				b, _ := io.ReadAll(r.Body)
-				sent = append(sent, string(b))
-				r.Body = io.NopCloser(bytes.NewReader(b))
-				model.ServeHTTP(w, r)
-			}))
-			var codes []int
-			for range 5 {
-				resp, body := post(t, srv, api.path, "k", api.body)
-				codes = append(codes, resp.StatusCode)
-				if resp.StatusCode == http.StatusOK {
-					if got := resp.Trailer.Get(usageHeader); got != "1010" {
-						t.Errorf("the trailer %s: %q; want 1010", usageHeader, got)
-					}
-					if !strings.Contains(body, "word") {
-						t.Errorf("the stream passed on: %q", body)
-					}
-				}
-			}
-			if want := []int{200, 200, 429, 429, 429}; !slices.Equal(codes, want) {
-				t.Errorf("five streamed completions of 1,010 tokens at 2,000 a minute: %v; want %v", codes, want)
-			}
-			if got := left(t, limiter, "k"); got != -1 {
-				t.Errorf("after 2,020 tokens charged of 2,000: %d left; want the key in debt", got)
-			}
-			if len(sent) != 2 {
-				t.Fatalf("%d requests reached the model; want 2", len(sent))
-			}
-			if strings.HasSuffix(api.path, "/chat/completions") && !strings.Contains(sent[0], `"stream_options":{"include_usage":true,"x":1}`) {
-				t.Errorf("the model was asked %s; want stream_options with include_usage, and the client's own", sent[0])
-			}
-		})
-	}
-}
-
-// TestStreamsCutShort: a stream the client leaves before it ends (the upstream still
-// producing, its usage never reported) is charged what it produced: its prompt (or the
-// input its message_start reported) and a token per delta of content streamed; the
-// upstream's request is cancelled with the client's.
-func TestStreamsCutShort(t *testing.T) {
-	for _, api := range []struct {
-		path    string
-		start   string // an event before the deltas
-		delta   string
-		prompt  int // the prompt's words
-		charged int64
-	}{
-		{"/v1/chat/completions", "", `{"choices":[{"index":0,"delta":{"content":"w "}}]}`, 10, 10 + 30},
-		{"/v1/messages", `{"type":"message_start","message":{"usage":{"input_tokens":12,"output_tokens":1}}}`,
-			`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"w "}}`, 10, 12 + 30},
-	} {
-		t.Run(api.path, func(t *testing.T) {
-			cancelled := make(chan struct{})
-			srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				s := newSSE(w)
-				if api.start != "" {
-					s.data("", api.start)
-				}
-				for range 30 {
-					s.data("", api.delta)
-				}
-				<-r.Context().Done() // still producing, until the proxy gives up on it
-				close(cancelled)
-			}))
-			body := `{"stream":true,"messages":[{"content":"` + words(api.prompt) + `"}]}`
-			r, _ := http.NewRequest("POST", srv.URL+api.path, strings.NewReader(body))
-			r.Header.Set("Authorization", "Bearer k")
-			resp, err := srv.Client().Do(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines := bufio.NewScanner(resp.Body)
-			for seen := 0; seen < 30 && lines.Scan(); {
-				if strings.Contains(lines.Text(), `"w "`) {
-					seen++
-				}
-			}
-			resp.Body.Close() // the client leaves
-			select {
-			case <-cancelled:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the upstream's request outlived the client's by 10s")
-			}
-			want := 2000 - api.charged
-			deadline := time.Now().Add(10 * time.Second)
-			for left(t, limiter, "k") != want && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond) // the charge lands once the proxy gave up on the upstream
-			}
-			if got := left(t, limiter, "k"); got != want {
-				t.Errorf("after a stream cut short at 30 deltas: %d left; want %d (%d charged)", got, want, api.charged)
-			}
-		})
-	}
-}
-
-// TestStreamWithoutUsage: an upstream that streams no usage, though asked, is charged its
-// prompt and a token per delta of content.
-func TestStreamWithoutUsage(t *testing.T) {
-	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s := newSSE(w)
-		for range 50 {
-			s.data("", `{"choices":[{"index":0,"delta":{"content":"w "}}]}`)
-		}
-		s.data("", "[DONE]")
-	}))
-	resp, _ := post(t, srv, "/v1/chat/completions", "k", `{"stream":true,"messages":[{"content":"`+words(5)+`"}]}`)
-	if got := resp.Trailer.Get(usageHeader); resp.StatusCode != http.StatusOK || got != "55" {
-		t.Errorf("a stream of 50 deltas without usage: %d, charged %q; want 200 and 55", resp.StatusCode, got)
-	}
-	if got := left(t, limiter, "k"); got != 2000-55 {
-		t.Errorf("%d left; want %d", got, 2000-55)
-	}
-}
-
-// TestJSONCharged: a JSON answer in Anthropic's format is charged its input and output,
-// its cached input included.
-func TestJSONCharged(t *testing.T) {
-	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"type": "message", "usage": map[string]int64{
-			"input_tokens": 7, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 3, "output_tokens": 40}})
-	}))
-	resp, _ := post(t, srv, "/v1/messages", "k", `{"max_tokens":50,"messages":[{"content":"one two"}]}`)
-	if got := resp.Header.Get(usageHeader); got != "150" {
-		t.Errorf("%s: %q; want 150", usageHeader, got)
-	}
-	if got := left(t, limiter, "k"); got != 2000-150 {
-		t.Errorf("%d left; want %d", got, 2000-150)
-	}
-}
-
-// TestBodyTooLarge: a request body over 1 MiB is refused with 413, whether its length is
-// declared or found reading it: nothing reaches the model, nothing is charged.
-func TestBodyTooLarge(t *testing.T) {
-	calls := 0
-	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls++ }))
-	big := `{"messages":[{"content":"` + strings.Repeat("a", maxBody) + `"}]}`
-	for _, chunked := range []bool{false, true} {
-		var body io.Reader = strings.NewReader(big)
-		if chunked {
-			body = io.MultiReader(body) // no length known: read, and found too long
-		}
-		r, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", body)
-		r.Header.Set("Authorization", "Bearer k")
-		resp, err := srv.Client().Do(r)
-		if err != nil {
+// TestConfig: a -limits file is read strictly, and what cannot be a limit is an error.
+func TestConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusRequestEntityTooLarge {
-			t.Errorf("a body of %d bytes (chunked %v): %d; want 413", len(big), chunked, resp.StatusCode)
+		return p
+	}
+	good := write("good.json", `{"models":{"":{"requests_per_minute":60,"tokens_per_minute":40000},"gpt-4o":{"input_tokens_per_minute":30000,"output_tokens_per_minute":8000}},"weights":{"Output":4},"in_flight":4}`)
+	c, err := readConfig(good)
+	if err != nil || c.Models["gpt-4o"].OutputTokensPerMinute != 8000 || c.Weights.Output != 4 || c.InFlight != 4 {
+		t.Fatalf("%+v, %v", c, err)
+	}
+	for name, body := range map[string]string{
+		"unknown.json":  `{"models":{"":{"tokens_per_hour":5}}}`,
+		"empty.json":    `{}`,
+		"negative.json": `{"models":{"":{"tokens_per_minute":5}},"in_flight":-1}`,
+	} {
+		if _, err := readConfig(write(name, body)); err == nil {
+			t.Errorf("%s: read; want an error", name)
 		}
 	}
-	if calls != 0 || left(t, limiter, "k") != 2000 {
-		t.Errorf("%d calls to the model, %d left; want none, and 2000", calls, left(t, limiter, "k"))
+	if _, err := newProxy(localstore.New(), &url.URL{Scheme: "http", Host: "x"}, config{Models: llmlimit.Table{"": {TokensPerMinute: -5}}}, options{}); err == nil {
+		t.Error("a limit below 0: no error")
 	}
-	if resp, _ := post(t, srv, "/v1/chat/completions", "k", `{"messages":[{"content":"`+strings.Repeat("a", maxBody-100)+`"}]}`); resp.StatusCode != http.StatusOK {
-		t.Errorf("a body just under 1 MiB: %d; want 200", resp.StatusCode)
+	if _, err := newProxy(localstore.New(), &url.URL{Scheme: "http", Host: "x"}, defaultConfig, options{headers: "google"}); err == nil {
+		t.Error("-headers google: no error")
 	}
 }
 
-// TestMeter: the usage of streams read in pieces of any size, with CRLF line ends, events
-// of several data lines, comments and unknown events, and a line too long to read.
-func TestMeter(t *testing.T) {
-	for _, c := range []struct {
-		name, stream string
-		want         Usage
-	}{
-		{"openai", "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":9,\"total_tokens\":12}}\n\ndata: [DONE]\n\n", Usage{3, 9}},
-		{"crlf and comments", ": hi\r\nevent: x\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\r\n\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\r\n\r\n", Usage{5, 2}},
-		{"data on lines", "data: {\"type\":\"message_start\",\ndata: \"message\":{\"usage\":{\"input_tokens\":4,\"output_tokens\":1}}}\n\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":6}}\n\n", Usage{4, 6}},
-		{"anthropic cut", "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":4,\"output_tokens\":1}}}\n\ndata: {\"type\":\"content_block_delta\"}\n\ndata: {\"type\":\"content_block_delta\"}\n\ndata: {\"type\":\"content_block_delta\"}\n\n", Usage{4, 3}},
-		{"too long a line", "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("x", maxLine) + "\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", Usage{5, 1}},
-		{"no end", "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}", Usage{5, 1}},
-	} {
-		for _, size := range []int{1, 7, 1 << 16} {
-			var got Usage
-			m := newMeter(io.NopCloser(strings.NewReader(c.stream)), true, 5, func(u Usage, known bool) { got = u })
-			buf := make([]byte, size)
-			for {
-				if _, err := m.Read(buf); err != nil {
-					break
-				}
-			}
-			if got != c.want {
-				t.Errorf("%s, read %d bytes at a time: %+v; want %+v", c.name, size, got, c.want)
-			}
-		}
+// TestFourInstancesOnRedis runs the README's recipe: four instances on one Redis
+// (-instances 4 -leases), each with its own client, one API key asked, open loop, twice
+// what each of three limits allows, half of the requests streamed, 50/25/15/10% over the
+// instances, each estimated at three times what it uses (300 of 100 tokens):
+//
+//   - "t", 120,000 tokens a minute, asked 4,000 a second: the tokens charged over the
+//     run are within [0.97, 1.03] of the minute's rate over it;
+//   - "r", 600 requests a minute, asked 20 a second: the requests admitted are within
+//     the limit (at most 3% over its rate over the run), and at least 85% of it: a lease
+//     lends each instance an equal part of what the key refills, and the instances
+//     asked least hold some of theirs unspent for a while (0.94-0.99 measured here);
+//   - "d", 6,000 tokens a day, asked 1,000 a second: no more than the day's budget is
+//     charged (no request uses more than its estimate, so there is no debt), and at
+//     most an estimate per instance is left unspent in the leases (4 × 300: each holds
+//     less than a request's estimate when the budget runs out).
+//
+// Each limit starts spent (its burst debited), so that the run measures its rate, from
+// its fourth second: in the first ones, what the key refills goes to fill the leases
+// (about a second of the rate, held until they end).
+func TestFourInstancesOnRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs four proxies on Redis for 13s")
 	}
+	srv := redistest.Start(t)
+	f := startFleet(t, srv.Addr, fleetConfig(120_000, 600, 6_000), true)
+	f.spend(t, llmlimit.Tokens, "t", "key", 120_000)
+	f.spend(t, llmlimit.Requests, "r", "key", 600)
+	const run = 13 * time.Second
+	runs, late := f.drive(t, "key", map[string]int{"t": 40, "r": 20, "d": 10}, run)
+	t.Logf("the generator ran %v late at p99", late)
+	from := 3 * time.Second // the leases hold what the first seconds refill (see BenchmarkFourInstances)
+	tokens := figures(runs, "t", from, run)
+	want := float64(120_000) / 60 * (run - from).Seconds()
+	if got := float64(tokens.tokens) / want; got < 0.97 || got > 1.03 || tokens.failed > 0 {
+		t.Errorf("t: %v in %v; want %.0f tokens ±3%% (%.3f)", tokens, run-from, want, got)
+	}
+	requests := figures(runs, "r", from, run)
+	want = float64(600) / 60 * (run - from).Seconds()
+	if got := float64(requests.admitted) / want; got < 0.85 || got > 1.03 || requests.failed > 0 {
+		t.Errorf("r: %v in %v; want at most %.0f requests (3%% over) and at least 85%% (%.3f)", requests, run-from, want, got)
+	}
+	day := figures(runs, "d", 0, run)
+	if day.tokens > 6_000 || day.tokens < 6_000-4*fleetEstimate || day.failed > 0 {
+		t.Errorf("d: %v; want at most the day's 6,000 tokens, and at least 4,800", day)
+	}
+	t.Logf("t: %v; r: %v; d: %v", tokens, requests, day)
 }
