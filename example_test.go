@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
 	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
@@ -380,6 +382,57 @@ func ExampleCost() {
 	// 200 remaining=900 retry-after=""
 	// 200 remaining=100 retry-after=""
 	// 429 remaining=0 retry-after="42"
+}
+
+// A language model's API behind one Middleware: a request rate, a token budget admitted
+// on an estimate and charged the usage after the answer, and requests in progress, all
+// decided together (a request one limit refuses costs the others nothing), on a store
+// whose busy keys are decided from leases held in memory.
+func ExampleMiddleware_languageModel() {
+	// Instances sharing Redis: hotkey.NewLeases(fallback.New(redisstore.New(client),
+	// localstore.New(), fallback.WithInstances(n))), and every limit on it. Here, memory
+	// on a clock that stands still, for the output below.
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	store, _ := hotkey.NewLeases(localstore.New(localstore.WithClock(clk)))
+	defer store.Close(context.Background()) // what the leases hold goes back
+	requests, _ := tokenbucket.New(store, ratelimit.PerMinute(60), ratelimit.WithNamespace("requests"))
+	tokens, _ := tokenbucket.New(store, ratelimit.PerMinute(40_000), ratelimit.WithNamespace("tokens"))
+	inflight, _ := ratelimit.NewInFlight(store, 4, time.Minute, ratelimit.WithNamespace("in-flight"))
+	mw := &ratelimit.Middleware{ // one Middleware: never one wrapped in another
+		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Api-Key"), nil },
+		Policies: []ratelimit.Policy{
+			{Name: "requests", Limiter: requests},
+			{Name: "tokens", Limiter: tokens, Cost: &ratelimit.Cost{
+				// the prompt's tokens and max_tokens, read from the body (examples/llmlimit)
+				Estimate: func(r *http.Request) int64 {
+					n, _ := strconv.ParseInt(r.Header.Get("X-Estimate"), 10, 64)
+					return n
+				},
+				// the usage the answer reports, JSON or streamed, once it is served
+				Actual: ratelimit.CostHeader("X-Usage-Total-Tokens"),
+				Unit:   "tokens",
+			}},
+		},
+		InFlight: inflight,
+	}
+	model := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Usage-Total-Tokens", "1200") // of 4,000 estimated: 2,800 given back
+	})
+	h := mw.Wrap(model)
+	for range 2 {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/v1/chat/completions", nil)
+		r.Header.Set("X-Api-Key", "key-1")
+		r.Header.Set("X-Estimate", "4000")
+		h.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"))
+	}
+	d, _ := tokens.PeekN(context.Background(), "key-1", 1)
+	fmt.Println("tokens left:", d.Remaining+1)
+	// Output:
+	// 200 "requests";q=60;w=60, "tokens";q=40000;w=60;qu="tokens", "in-flight";q=4;qu="concurrent-requests"
+	// 200 "requests";q=60;w=60, "tokens";q=40000;w=60;qu="tokens", "in-flight";q=4;qu="concurrent-requests"
+	// tokens left: 37600
 }
 
 // A batch consumer takes what is left, up to its batch; a job charges its cost once done,
