@@ -114,7 +114,9 @@ func (x *Exchange) rewind(r *http.Request) {
 // Proxy is a reverse proxy to upstream that meters its answers (see Meter) for the
 // Exchange of their request: a JSON answer's usage is in UsageHeader, a stream's in a
 // trailer of that name; a stream cut short (the client left, the upstream failed) is
-// charged what it produced, and its connection aborted after the charge.
+// charged what it produced, and its connection aborted after the charge. An answer ends
+// (its last chunk) only once the Middleware around Proxy has charged it, so that a
+// client's next request is decided on what this one cost.
 func Proxy(upstream *url.URL) http.Handler {
 	rp := httputil.NewSingleHostReverseProxy(upstream)
 	rp.ModifyResponse = MeterResponse
@@ -161,6 +163,11 @@ func MeterResponse(resp *http.Response) error {
 		if u, known := x.Usage(); known {
 			resp.Header.Set(UsageHeader, strconv.FormatInt(u.Total(), 10))
 		}
+		// Without a length, the answer ends with the proxy's handler, after the Middleware
+		// charged it: a client that sends its next request once it has this one whole is
+		// decided on what this one cost, as its headers and UsageHeader said.
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
 	}
 	return nil
 }

@@ -154,13 +154,31 @@ func (f *fleet) drive(tb testing.TB, key string, rates map[string]int, d time.Du
 	return out, percentile(late, 0.99)
 }
 
-// send sends one completion and reads its answer whole.
-func (f *fleet) send(client *http.Client, base, key, model string, stream bool) sent {
+// sendHeaders sends one completion, not streamed, and returns its status and headers
+// once its answer has been read (and charged).
+func (f *fleet) sendHeaders(tb testing.TB, base, key, model string) (int, http.Header) {
+	tb.Helper()
+	resp, err := http.DefaultClient.Do(f.request(base, key, model, false))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header
+}
+
+// request is one completion of the fleet's to base, as key, for model.
+func (f *fleet) request(base, key, model string, stream bool) *http.Request {
 	body := `{"model":"` + model + `","stream":` + strconv.FormatBool(stream) + `,"max_tokens":` + strconv.Itoa(fleetMax) +
 		`,"messages":[{"role":"user","content":"` + strings.TrimSpace(strings.Repeat("word ", fleetPrompt)) + `"}]}`
 	r, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
 	r.Header.Set("Authorization", "Bearer "+key)
-	resp, err := client.Do(r)
+	return r
+}
+
+// send sends one completion and reads its answer whole.
+func (f *fleet) send(client *http.Client, base, key, model string, stream bool) sent {
+	resp, err := client.Do(f.request(base, key, model, stream))
 	if err != nil {
 		return sent{model: model}
 	}

@@ -165,6 +165,15 @@ func TestFourInstancesOnRedis(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	f := startFleet(t, srv.Addr, fleetConfig(120_000, 600, 6_000), true)
+	// The headers say what the next request gets, whichever instance it reaches: a day's
+	// 6,000 tokens less an estimate of 300 is 5,700; the answer used 100 and gave 200
+	// back, so the next, at another instance, leaves 5,600.
+	for i, want := range []string{"5700", "5600", "5500"} {
+		s, h := f.sendHeaders(t, f.urls[i], "seq", "d")
+		if s != http.StatusOK || h.Get("X-Ratelimit-Remaining-Tokens") != want {
+			t.Errorf("request %d of a new key, at instance %d: %d, %q tokens remaining; want 200 and %s", i+1, i, s, h.Get("X-Ratelimit-Remaining-Tokens"), want)
+		}
+	}
 	f.spend(t, llmlimit.Tokens, "t", "key", 120_000)
 	f.spend(t, llmlimit.Requests, "r", "key", 600)
 	const run = 13 * time.Second
