@@ -145,3 +145,20 @@ func TestUnknownModel(t *testing.T) {
 		}
 	}
 }
+
+// TestWithoutGate: a Middleware of a Table's policies that no Gate reads for is a
+// mistake refused loudly (KeyError's answer), never a request let through unlimited.
+func TestWithoutGate(t *testing.T) {
+	ps, err := Table{"": {RequestsPerMinute: 1}}.Policies(localstore.New(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := (&ratelimit.Middleware{Key: APIKey, Policies: ps}).Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(completion("m", 1, 1, false)))
+	r.Header.Set("Authorization", "Bearer k")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "Gate") {
+		t.Errorf("%d %q; want 400 naming the Gate", w.Code, w.Body.String())
+	}
+}

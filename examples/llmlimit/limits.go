@@ -105,6 +105,9 @@ func familyName(name string) string {
 	return fmt.Sprintf("%q", name)
 }
 
+// errNoGate refuses a request that did not pass a Gate: the policies cannot read it.
+var errNoGate = errors.New("llmlimit: a request that did not pass a Gate: the limits cannot read it (put the Middleware inside Gate.Wrap)")
+
 // limit is one kind of limit of a Table: its policy's name, its rule in a model's Limits
 // (zero for none), and its cost (nil: a request).
 type limit struct {
@@ -123,7 +126,8 @@ type limit struct {
 // answer that reports none): a debt when it used more, a refund, as far as the key would
 // still hold it, when less.
 //
-// An error says what is wrong with t or o.
+// A request that did not pass a Gate is refused (the Middleware's KeyError answers it),
+// never let through unlimited. An error says what is wrong with t or o.
 func (t Table) Policies(store ratelimit.Store, o Options) ([]ratelimit.Policy, error) {
 	if err := t.check(o); err != nil {
 		return nil, err
@@ -196,13 +200,16 @@ func (t Table) Policies(store ratelimit.Store, o Options) ([]ratelimit.Policy, e
 			Match: func(r *http.Request) bool {
 				x := ExchangeOf(r)
 				if x == nil {
-					return false
+					return true // For refuses it
 				}
 				f, ok := t.family(x.Request.Model)
 				return ok && k.rule(t[f]).Limit > 0
 			},
 			For: func(r *http.Request) (ratelimit.PolicyLimit, error) {
 				x := ExchangeOf(r)
+				if x == nil {
+					return ratelimit.PolicyLimit{}, errNoGate
+				}
 				f, _ := t.family(x.Request.Model)
 				key, err := keyOf(r)
 				if err != nil {
@@ -217,11 +224,17 @@ func (t Table) Policies(store ratelimit.Store, o Options) ([]ratelimit.Policy, e
 				Unit: tokensUnit,
 				Estimate: func(r *http.Request) int64 {
 					x := ExchangeOf(r)
+					if x == nil {
+						return 1
+					}
 					est, _ := cost(x, Usage{}, false)
 					return est
 				},
 				Actual: func(r *http.Request, _ ratelimit.Answer) int64 {
 					x := ExchangeOf(r)
+					if x == nil {
+						return -1
+					}
 					u, known := x.Usage()
 					if !known {
 						return -1
