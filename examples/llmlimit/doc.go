@@ -7,15 +7,17 @@
 // limit of a request beside the IETF draft's RateLimit-Policy and RateLimit; and
 // requests that may wait for their tokens instead of failing.
 //
-//	gate := &llmlimit.Gate{}                 // reads the request: 413 past 1 MiB
 //	limits := llmlimit.Table{"": {RequestsPerMinute: 60, TokensPerMinute: 40_000, TokensPerDay: 1_000_000}}
-//	policies, err := limits.Policies(store)  // one store: Redis behind hotkey.Leases, say
+//	policies, err := limits.Policies(store, llmlimit.Options{}) // one store: Redis behind hotkey.Leases, say
+//	waiter := &llmlimit.Waiter{Max: 30 * time.Second}
 //	mw := &ratelimit.Middleware{
 //		Key:      llmlimit.APIKey,
 //		Policies: policies,
-//		InFlight: inflight,                 // requests in progress per key
-//		Headers:  llmlimit.OpenAIHeaders(nil),
+//		InFlight: inflight, // requests in progress per key
+//		Headers:  llmlimit.OpenAIHeaders(),
+//		Denied:   waiter.Denied,
 //	}
+//	gate := &llmlimit.Gate{Waiter: waiter} // reads the request: 413 past 1 MiB
 //	http.ListenAndServe(":8081", gate.Wrap(mw.Wrap(llmlimit.Proxy(upstream))))
 //
 // The pieces stand alone: the usage readers (ReadUsage for a JSON answer, Meter for a
