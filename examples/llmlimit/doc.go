@@ -29,9 +29,12 @@
 // It is a module of its own, github.com/ratelimit-go/ratelimit/examples/llmlimit, beside
 // the library's and the examples', so that what a language-model gateway needs never
 // enters the library's go.mod (today it needs nothing beyond the standard library and
-// the library). It lives in the library's repository and is versioned with it: a
-// release of the library tags it too (examples/llmlimit/vX.Y.Z), requiring that very
-// release of the library, so that a service pins one version for both. Until then, a
-// service uses it at a commit (go get github.com/ratelimit-go/ratelimit/examples/llmlimit@main),
-// or copies it: it is a few hundred lines on the library's public API.
+// the library). It lives in the library's repository and moves with it: its go.mod
+// requires the library at v0.0.0 and replaces it with the checkout around it (../../),
+// so that both are built and tested together at every commit. A release tags both, the
+// library vX.Y.Z and this module examples/llmlimit/vX.Y.Z, whose go.mod then requires
+// the library's vX.Y.Z without the replace: a service requires the same version of both.
+// Before a release, a replace is not followed outside this repository, so a service takes
+// the package into its own tree (it is a few files on the library's public API) or
+// replaces both modules with a checkout of the repository.
 package llmlimit
