@@ -261,8 +261,9 @@ func (s *Store) refund(ctx context.Context, req ratelimit.Request, a ratelimit.A
 	req.Receipt = r.Next
 	if r.Next != nil && r.Via == int64(Primary) {
 		if ok, probe := s.breaker.allow(); ok {
+			preq := req // the call may go on after the wait, while req becomes the share's peek
 			d, err := askPrimary(ctx, s, probe, 0, func(pctx context.Context) (ratelimit.Outcome, error) {
-				return s.primary.Apply(pctx, req)
+				return s.primary.Apply(pctx, preq)
 			}, nil)
 			if err == nil || ctx.Err() != nil {
 				return d, err

@@ -923,3 +923,35 @@ func TestNothingCreatesAllowanceFlapping(t *testing.T) {
 		return handing{fallback.New(p, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk), fallback.WithTimeout(time.Minute)), p}
 	})
 }
+
+// TestRefundOutlivesTheWait: a refund the primary answers after the timeout gives back
+// nothing on the share (the take was the primary's: the share peeks), and the call that
+// goes on after the wait is the refund it was sent as, whatever the share's peek did to
+// the request meanwhile (run with -race: they shared it).
+func TestRefundOutlivesTheWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		s := fallback.New(p, localstore.New(), fallback.WithTimeout(time.Millisecond))
+		rule := ratelimit.PerHour(1000)
+		take := req("k", rule)
+		take.N, take.Receipt = 10, &ratelimit.Receipt{}
+		if d, err := s.Apply(t.Context(), take); err != nil || !d.Allowed() {
+			t.Fatal(d, err)
+		}
+		release := make(chan struct{})
+		p.hangUntil(release)
+		refund := take
+		refund.Spec = &ratelimit.Spec{Algorithm: take.Spec.Algorithm, Rule: rule, Op: "refund"}
+		if _, err := s.Apply(t.Context(), refund); err != nil {
+			t.Fatal(err)
+		}
+		p.heal()
+		close(release)
+		synctest.Wait() // the refund lands on the primary, late
+		peek := req("k", rule)
+		peek.Spec.Op = "peek"
+		if d, err := p.local.Apply(t.Context(), peek); err != nil || d.Remaining != 999 {
+			t.Errorf("the primary after the late refund of 10: %+v, %v; want 999 left (1000, less the peek's 1)", d, err)
+		}
+	})
+}
