@@ -24,7 +24,6 @@ const (
 	TokensPerDay      = "tokens-per-day"     // tokens a day, input and output weighed
 	DefaultMaxTokens  = 4096                 // the completion estimated for a request that says no max_tokens
 	tokensUnit        = "tokens"             // RateLimit-Policy's qu of the token limits
-	keySeparator      = "/"                  // between an API key and a model family in a limit's key
 	defaultFamilyName = "the default models" // for errors
 )
 
@@ -105,6 +104,11 @@ func familyName(name string) string {
 	return fmt.Sprintf("%q", name)
 }
 
+// LimitKey is the limiter key of an API key's limits for a family of models (a Table's
+// entry, "" for the default): ratelimit.Key of the two, so that no API key and family
+// make another pair's key.
+func LimitKey(apiKey, family string) string { return ratelimit.Key(apiKey, family) }
+
 // errNoGate refuses a request that did not pass a Gate: the policies cannot read it.
 var errNoGate = errors.New("llmlimit: a request that did not pass a Gate: the limits cannot read it (put the Middleware inside Gate.Wrap)")
 
@@ -120,11 +124,11 @@ type limit struct {
 // decided together, all or none: see ratelimit.Middleware.Policies), each named as the
 // header writers know it (Requests, Tokens, ...), for the requests through a Gate. A
 // request is limited under its model's entry (see Table), with the key of its API key
-// (Options.Key) and the entry's name ("key-1/gpt-4o"); each token limit admits it on an estimate, its
-// prompt's tokens and its max_tokens (Options.MaxTokens when it says none), and is
-// charged the usage its answer reports once it is served (the estimate stands for an
-// answer that reports none): a debt when it used more, a refund, as far as the key would
-// still hold it, when less.
+// (Options.Key) and the entry's name (LimitKey). Each token limit admits it on an
+// estimate, its prompt's tokens and its max_tokens (Options.MaxTokens when it says
+// none), and is charged the usage its answer reports once it is served (the estimate
+// stands for an answer that reports none): a debt when it used more, a refund, as far as
+// the key would still hold it, when less.
 //
 // A request that did not pass a Gate is refused (the Middleware's KeyError answers it),
 // never let through unlimited. An error says what is wrong with t or o.
@@ -215,7 +219,7 @@ func (t Table) Policies(store ratelimit.Store, o Options) ([]ratelimit.Policy, e
 				if err != nil {
 					return ratelimit.PolicyLimit{}, err
 				}
-				return ratelimit.PolicyLimit{Key: key + keySeparator + f, Rule: k.rule(t[f])}, nil
+				return ratelimit.PolicyLimit{Key: LimitKey(key, f), Rule: k.rule(t[f])}, nil
 			},
 		}
 		if k.cost != nil {

@@ -61,7 +61,7 @@ func post(t *testing.T, srv *httptest.Server, path, key, body string) (*http.Res
 // of debt.
 func left(t *testing.T, l *ratelimit.AlgorithmLimiter, key string) int64 {
 	t.Helper()
-	d, err := l.PeekN(context.Background(), key+"/", 1)
+	d, err := l.PeekN(context.Background(), LimitKey(key, ""), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func (f *fleet) spend(tb testing.TB, name, family, key string, n int64) {
 	tb.Helper()
 	for _, p := range f.policies {
 		if p.Name == name {
-			if _, err := p.Limiter.(*ratelimit.AlgorithmLimiter).Debit(context.Background(), key+"/"+family, n); err != nil {
+			if _, err := p.Limiter.(*ratelimit.AlgorithmLimiter).Debit(context.Background(), llmlimit.LimitKey(key, family), n); err != nil {
 				tb.Fatal(err)
 			}
 			return

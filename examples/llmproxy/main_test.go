@@ -94,7 +94,7 @@ func TestProxy(t *testing.T) {
 		t.Errorf("a failed answer: %d, %d calls; want the model's 503", w.Code, calls)
 	}
 	ps, _ := c.Models.Policies(store, llmlimit.Options{})
-	if d, err := ps[0].Limiter.(*ratelimit.AlgorithmLimiter).PeekN(context.Background(), "k/", 1); err != nil || d.Remaining != 1000-13-1 {
+	if d, err := ps[0].Limiter.(*ratelimit.AlgorithmLimiter).PeekN(context.Background(), llmlimit.LimitKey("k", ""), 1); err != nil || d.Remaining != 1000-13-1 {
 		t.Errorf("after a failed answer estimated at 13: %+v, %v; want 987 left", d, err)
 	}
 	done := make(chan struct{})
