@@ -15,7 +15,8 @@ var rateHeaders = [...]string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-R
 
 // setHeaders sets the rate-limit headers of a request decided under the policies ps, of
 // key: Headers' when it is set, else the defaults (see writeHeaders). It returns the
-// names Headers wrote (nil for the defaults), for the in-flight limit to take off.
+// names Headers wrote (nil for the defaults, or without an in-flight limit), for the
+// in-flight limit to take off.
 func (m *Middleware) setHeaders(h http.Header, key string, ps []policy) []string {
 	if m.Headers == nil {
 		writeHeaders(h, ps)
@@ -29,6 +30,10 @@ func (m *Middleware) setHeaders(h http.Header, key string, ps []policy) []string
 			unit = p.c.cost.Unit
 		}
 		limits[i] = PolicyDecision{Name: p.name, Key: cmp.Or(p.key, key), Rule: p.rule, Unit: unit, Decision: p.d, Binding: i == b}
+	}
+	if m.InFlight == nil { // no refusal after this one takes them off
+		m.Headers(h, limits)
+		return nil
 	}
 	before := make(map[string]bool, len(h))
 	for name := range h {
