@@ -74,7 +74,7 @@ func FakeModel() http.Handler {
 // readFake reads a request of the fake model, or answers 400.
 func readFake(w http.ResponseWriter, r *http.Request) (wire, bool) {
 	var req wire
-	if err := json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&req); err != nil {
+	if err := json.NewDecoder(io.LimitReader(r.Body, DefaultMaxBody)).Decode(&req); err != nil {
 		http.Error(w, "a request in JSON, please: "+err.Error(), http.StatusBadRequest)
 		return req, false
 	}

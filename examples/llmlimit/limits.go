@@ -16,13 +16,19 @@ import (
 
 // The names of the policies Table.Policies makes, which the header writers know.
 const (
-	Requests          = "requests"           // requests a minute
-	RequestsPerDay    = "requests-per-day"   // requests a day
-	Tokens            = "tokens"             // tokens a minute, input and output weighed
-	InputTokens       = "input-tokens"       // input tokens a minute
-	OutputTokens      = "output-tokens"      // output tokens a minute
-	TokensPerDay      = "tokens-per-day"     // tokens a day, input and output weighed
-	DefaultMaxTokens  = 4096                 // the completion estimated for a request that says no max_tokens
+	Requests       = "requests"         // requests a minute
+	RequestsPerDay = "requests-per-day" // requests a day
+	Tokens         = "tokens"           // tokens a minute, input and output weighed
+	InputTokens    = "input-tokens"     // input tokens a minute
+	OutputTokens   = "output-tokens"    // output tokens a minute
+	TokensPerDay   = "tokens-per-day"   // tokens a day, input and output weighed
+)
+
+// DefaultMaxTokens is the completion estimated for a request that says no max_tokens,
+// when Options.MaxTokens is 0.
+const DefaultMaxTokens = 4096
+
+const (
 	tokensUnit        = "tokens"             // RateLimit-Policy's qu of the token limits
 	defaultFamilyName = "the default models" // for errors
 )
@@ -50,7 +56,8 @@ type Table map[string]Limits
 // TokensPerDay (as Kong's AI rate limiting weighs them by price): 1 each when zero. A
 // request costs input × Input + output × Output, rounded up.
 type Weights struct {
-	Input, Output float64 `json:",omitempty"`
+	Input  float64 `json:"input,omitempty"`
+	Output float64 `json:"output,omitempty"`
 }
 
 // Options tune the policies of a Table.
@@ -75,7 +82,7 @@ func (t Table) family(model string) (string, bool) {
 	return best, found
 }
 
-// Check says what is wrong with t: a limit below 0, weights below 0 or not finite.
+// check says what is wrong with t: a limit below 0, weights below 0 or not finite.
 func (t Table) check(o Options) error {
 	var errs []error
 	for name, l := range t {

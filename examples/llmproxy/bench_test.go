@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -41,8 +42,8 @@ func BenchmarkFourInstances(b *testing.B) {
 				if t.failed+r.failed > 0 {
 					b.Errorf("minute %d: %d requests failed", i+1, t.failed+r.failed)
 				}
-				b.ReportMetric(float64(t.tokens)/120_000, "tokens/budget-min"+string(rune('1'+i)))
-				b.ReportMetric(float64(r.admitted)/600, "requests/limit-min"+string(rune('1'+i)))
+				b.ReportMetric(float64(t.tokens)/120_000, "tokens/budget-min"+strconv.Itoa(i+1))
+				b.ReportMetric(float64(r.admitted)/600, "requests/limit-min"+strconv.Itoa(i+1))
 			}
 			d := figures(runs, "d", 0, 2*minute)
 			b.ReportMetric(float64(d.tokens)/90_000, "day-tokens/budget")
