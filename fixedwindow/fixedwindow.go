@@ -111,10 +111,11 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 
 // void leaves a reset key empty, with a floor at its latest instant until the window
 // ends: the takes before it, counted in the window, give nothing back. A window empty
-// already keeps nothing.
+// already keeps nothing, unless a floor of this window is there (an earlier reset's,
+// which a second one keeps).
 func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
-	advance(st, now, a)
-	if st.Level == 0 && core.Floor(st) < st.Time {
+	window := advance(st, now, a)
+	if st.Level == 0 && mathx.FloorDiv(core.Floor(st), a.Period) < window {
 		return 0
 	}
 	core.VoidCounts(st)

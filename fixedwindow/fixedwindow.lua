@@ -5,9 +5,9 @@ local t = now
 if L > 0 or T ~= 0 then t = max(T, now) end
 if L > 0 and floor(T / period) ~= floor(t / period) then L = 0 end
 T = t
-if op == RESET then -- void: an empty window keeps nothing; else empty, with a floor at its instant
+if op == RESET then -- void: an empty window keeps nothing (but a floor of this window); else empty, with a floor at its instant
   redis.call('DEL', KEYS[1])
-  if L == 0 and floorOf(H) < t then
+  if L == 0 and floor(floorOf(H) / period) < floor(t / period) then
     T, t, H = 0, now, ''
   else
     voided, L, H = t, 0, format(':%d:0', max(t, floorOf(H)))

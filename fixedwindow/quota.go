@@ -271,12 +271,13 @@ func refundQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.W
 }
 
 // voidQuota leaves a reset key empty, with a floor at its latest instant until its
-// window ends (see the fixed window's void).
+// window ends (see the fixed window's void); a floor of its window stays.
 func voidQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) int64 {
-	if advanceQuota(st, now, a.Period, w) == 0 {
+	end := advanceQuota(st, now, a.Period, w)
+	if end == 0 {
 		return 0
 	}
-	if st.Level == 0 && core.Floor(st) < st.Time {
+	if st.Level == 0 && (core.Floor(st) == core.MinInstant || quotaEnd(w, core.Floor(st)) != end) {
 		return 0
 	}
 	core.VoidCounts(st)

@@ -15,9 +15,9 @@ if L > 0 or T ~= 0 then t = max(T, now) end
 local ending = windowEnd(t, window_start, window_end, window_next)
 if L > 0 and A ~= ending and rewound == 0 then L = 0 end -- a rewound key carries its count
 T, A = t, ending
-if op == RESET then -- void: an empty window keeps nothing; else empty, with a floor at its instant
+if op == RESET then -- void: an empty window keeps nothing (but a floor of this window); else empty, with a floor at its instant
   redis.call('DEL', KEYS[1])
-  if L == 0 and floorOf(H) < t then
+  if L == 0 and (H == '' or windowEnd(floorOf(H), window_start, window_end, window_next) ~= ending) then
     T, A, t, H = 0, 0, now, ''
     ending = windowEnd(t, window_start, window_end, window_next)
   else

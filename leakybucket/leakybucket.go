@@ -115,7 +115,7 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 		return 0
 	}
 	st.Level -= give
-	core.NoteFall(st, st.Time, st.Level)
+	core.NoteRefund(st, a.Taken, st.Time, give, st.Level)
 	return give / a.Unit
 }
 

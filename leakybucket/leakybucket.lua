@@ -38,7 +38,7 @@ if op == REFUND or op == PROBE then
   if ht then give = min(n * unit, hleast(ht, hm, taken, L, T)) end
   if give > 0 then
     L = L - give
-    hnote(ht, hm, T, L)
+    hrefund(ht, hm, taken, give, T, L)
     gave = floor(give / unit)
   end
   if ht then H = hwrite(ht, hm) end

@@ -154,10 +154,11 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 
 // void leaves a reset key empty, with a floor at its latest instant until the next
 // window ends: a take before it may be counted in the current window or, then, the
-// previous one. A key that counts nothing keeps nothing.
+// previous one. A key that counts nothing keeps nothing, unless a floor of this window or
+// the previous one is there (an earlier reset's, which a second one keeps).
 func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
-	advance(st, now, a)
-	if st.Level == 0 && st.Aux == 0 && core.Floor(st) < st.Time {
+	start := advance(st, now, a)
+	if st.Level == 0 && st.Aux == 0 && mathx.FloorDiv(core.Floor(st), a.Period)*a.Period < start-a.Period {
 		return 0
 	}
 	core.VoidCounts(st)

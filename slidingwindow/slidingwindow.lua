@@ -10,9 +10,9 @@ if L > 0 or A > 0 then
   if windows == 1 then A, L = L, 0 elseif windows > 1 then A, L = 0, 0 end
 end
 T = t
-if op == RESET then -- void: a key that counts nothing keeps nothing; else empty, with a floor at its instant
+if op == RESET then -- void: a key that counts nothing keeps nothing (but a floor of this window or the last); else empty, with a floor at its instant
   redis.call('DEL', KEYS[1])
-  if L == 0 and A == 0 and floorOf(H) < t then
+  if L == 0 and A == 0 and floor(floorOf(H) / period) < floor(t / period) - 1 then
     T, t, H = 0, now, ''
   else
     voided, L, A, H = t, 0, 0, format(':%d:0', max(t, floorOf(H)))

@@ -141,7 +141,7 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 		return 0
 	}
 	st.Level += give
-	core.NoteFall(st, st.Time, lack-give)
+	core.NoteRefund(st, a.Taken, st.Time, give, lack-give)
 	return give / a.Unit
 }
 

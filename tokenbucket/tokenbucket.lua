@@ -38,7 +38,7 @@ if op == REFUND or op == PROBE then
   if ht then give = min(n * unit, hleast(ht, hm, taken, lack, T)) end
   if give > 0 then
     L = L + give
-    hnote(ht, hm, T, lack - give)
+    hrefund(ht, hm, taken, give, T, lack - give)
     gave = floor(give / unit)
   end
   if ht then H = hwrite(ht, hm) end

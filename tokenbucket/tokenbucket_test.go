@@ -9,6 +9,9 @@ import (
 
 func FuzzTokenBucket(f *testing.F) { limitertest.Fuzz(f, tokenbucket.Algorithm()) }
 
+// FuzzReceipts: refunds of charges parked and settled later never create allowance.
+func FuzzReceipts(f *testing.F) { limitertest.FuzzReceipts(f, tokenbucket.Algorithm()) }
+
 // TestSteps: the numbers of the package doc, and the table every store runs, on the step
 // alone.
 func TestSteps(t *testing.T) { limitertest.RunSteps(t, tokenbucket.Algorithm()) }

@@ -70,12 +70,38 @@ func NoteRise(st *ratelimit.State, t, deficit int64) {
 	}
 }
 
-// NoteFall records, for an event at t that lowered st's deficit (a refund), the deficit
-// it left.
-func NoteFall(st *ratelimit.State, t, deficit int64) {
-	if Recording(st) {
-		note(st.Log, t, deficit)
+// NoteRefund records a refund at t that gave back give of the take at taken, leaving the
+// deficit left. Had that take cost give less from the start, the key would have lacked
+// give less at every instant since it: every entry from taken on falls by give, and none
+// before stays above the first of them after its fall. A later refund of any take then
+// reads the deficits this one left, so two refunds never give back one deficit twice.
+func NoteRefund(st *ratelimit.State, taken, t, give, left int64) {
+	if !Recording(st) || give <= 0 {
+		return
 	}
+	log := st.Log
+	from := log.Len() // the first entry at or after taken (never the floor: taken is past it)
+	for i := 1; i < log.Len(); i++ {
+		if log.At(i).At >= taken {
+			from = i
+			break
+		}
+	}
+	ceiling := left // the least deficit from taken on, after the refund
+	if from < log.Len() {
+		ceiling = log.At(from).N - give
+	}
+	for i := from; i < log.Len(); i++ {
+		e := log.At(i)
+		e.N -= give
+		log.Set(i, e)
+	}
+	// the entries before taken above the ceiling now read it: the next entry, or the
+	// deficit now, answers for their instants with the same value
+	for i := from - 1; i >= 1 && log.At(i).N >= ceiling; i-- {
+		log.Remove(i)
+	}
+	note(log, t, left)
 }
 
 // note adds the deficit m seen at t to the record, keeping only what a query may return:

@@ -117,6 +117,28 @@ local function hnote(ht, hm, t, m)
   end
 end
 
+-- hrefund records a refund at t that gave back give of the take at taken, leaving the
+-- deficit left: every entry from taken on falls by give, and those before read no more
+-- than the first of them after its fall (core's NoteRefund).
+local function hrefund(ht, hm, taken, give, t, left)
+  local k = #ht
+  if k == 0 or give <= 0 then return end
+  local from = k + 1
+  for i = 2, k do
+    if ht[i] >= taken then from = i; break end
+  end
+  local ceiling = left
+  if from <= k then ceiling = hm[from] - give end
+  for i = from, k do hm[i] = hm[i] - give end
+  local i = from - 1
+  while i >= 2 and hm[i] >= ceiling do
+    table.remove(ht, i)
+    table.remove(hm, i)
+    i = i - 1
+  end
+  hnote(ht, hm, t, left)
+end
+
 -- hleast is the least deficit since a take at taken, the key's now being deficit at T
 -- (core's LeastDeficit).
 local function hleast(ht, hm, taken, deficit, T)

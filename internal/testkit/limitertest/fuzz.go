@@ -1,6 +1,8 @@
 package limitertest
 
 import (
+	"bytes"
+	"slices"
 	"testing"
 	"time"
 
@@ -166,9 +168,10 @@ func (c *checker) checkAdmitted() {
 			c.t.Fatalf("%s admitted %d in the window of %d", c.alg.Name, sum, last.at)
 		}
 	case "tokenbucket", "leakybucket": // never more than capacity + rate * elapsed
-		for _, a := range c.admitted {
-			sum := c.sumSince(a.at)
-			if sum*period > core.Capacity(c.rule)*period+(last.at-a.at)*c.rule.Limit {
+		sum := int64(0)
+		for i := len(c.admitted) - 1; i >= 0; i-- { // from each admission to the last
+			a := c.admitted[i]
+			if sum += a.n; sum*period > core.Capacity(c.rule)*period+(last.at-a.at)*c.rule.Limit {
 				c.t.Fatalf("%s admitted %d from %d to %d, over capacity plus refill", c.alg.Name, sum, a.at, last.at)
 			}
 		}
@@ -184,3 +187,70 @@ func (c *checker) sumSince(from int64) int64 {
 }
 
 func mod(a, b int64) int64 { return ((a % b) + b) % b }
+
+// FuzzReceipts checks alg's refunds (Algorithm.Refund) on random rules and random
+// sequences of takes with receipts, each of which really costs from nothing to all it
+// took, settled any time later (refunded the rest), several at one instant among takes:
+// each op is three bytes of ops, the clock moving forward by ops[0] times a step of
+// fuzzSteps[ops[1]], then, by ops[2], a take of n parked, or the settlement of a parked
+// one. Counting every admission at its real cost at the instant of its take, no bucket
+// admits more than its capacity plus its rate over any interval, and no window more than
+// its Limit: a refund gives back only what its own take would have left had it cost
+// less from the start, never what another refund gave back already.
+func FuzzReceipts(f *testing.F, alg *ratelimit.Algorithm) {
+	parked := bytes.Repeat([]byte{0, 0, 8}, 10) // a bucket of 10 a second drained, then a charge of 1 at no cost each 100ms
+	parked = append(parked, bytes.Repeat([]byte{100, 1, 0}, 20)...)
+	parked = append(parked, bytes.Repeat([]byte{0, 0, 128, 0, 0, 8}, 20)...) // all settled at one instant, each before a take
+	f.Add(uint8(9), uint8(0), uint8(2), parked)
+	f.Add(uint8(10), uint8(0), uint8(2), []byte{0, 0, 10, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 255, 0, 0, 254, 0, 0, 1, 0, 0, 253, 0, 0, 1})
+	f.Add(uint8(4), uint8(9), uint8(3), []byte{0, 0, 3, 9, 2, 1, 9, 2, 1, 9, 2, 1, 0, 0, 200, 0, 0, 1, 0, 0, 201, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, limit, burst, period uint8, ops []byte) {
+		rule := ratelimit.Rule{
+			Limit:  1 + int64(limit%50),
+			Period: fuzzPeriods[int(period)%len(fuzzPeriods)],
+			Burst:  int64(burst % 60),
+		}
+		c := checker{t: t, alg: alg, rule: rule}
+		capacity := c.args(1).Limit
+		type parked struct{ at, n, cost int64 }
+		var open []parked
+		now := Start.UnixMicro()
+		for i := 0; i+2 < len(ops) && i < 900; i += 3 {
+			now += int64(ops[i]) * fuzzSteps[int(ops[i+1])%len(fuzzSteps)].Microseconds()
+			if op := ops[i+2]; op >= 128 && len(open) > 0 { // settle one: the real cost, the rest refunded
+				p := open[int(op-128)%len(open)]
+				open = slices.DeleteFunc(open, func(q parked) bool { return q == p })
+				a := c.args(1)
+				a.N, a.Taken = p.n-p.cost, p.at
+				if a.N > 0 {
+					c.alg.Refund(&c.st, now, a)
+				}
+				c.settle(p.at, p.n, p.cost)
+				continue
+			}
+			n := 1 + int64(ops[i+2]%8)%capacity
+			a := c.args(n)
+			a.Taken = core.TakenNow
+			o := c.alg.Step(&c.st, now, a)
+			if !o.Allowed() {
+				continue
+			}
+			at := c.st.Time // the receipt: the instant the take was decided at
+			cost := int64(ops[i+2]/8) % (n + 1)
+			c.admitted = append(c.admitted, admitted{at: at, n: n})
+			open = append(open, parked{at, n, cost})
+			c.checkAdmitted()
+		}
+	})
+}
+
+// settle makes the admission of n at at cost cost: what the reference counts it for from
+// now on.
+func (c *checker) settle(at, n, cost int64) {
+	for i := range c.admitted {
+		if a := &c.admitted[i]; a.at == at && a.n == n {
+			a.n = cost
+			return
+		}
+	}
+}

@@ -74,6 +74,8 @@ func Run(t *testing.T, newStore NewStore) {
 			t.Run("cancelled context", func(t *testing.T) { testCancelled(t, newStore, k) })
 			t.Run("peek", func(t *testing.T) { testPeek(t, newStore, k) })
 			t.Run("reset and refund", func(t *testing.T) { testResetAndRefund(t, newStore, k) })
+			t.Run("parked refunds", func(t *testing.T) { testParkedRefunds(t, newStore, k) })
+			t.Run("reset twice", func(t *testing.T) { testResetTwice(t, newStore, k) })
 			t.Run("namespaces", func(t *testing.T) { testNamespaces(t, newStore, k) })
 			t.Run("rule per call", func(t *testing.T) { testRulePerCall(t, newStore, k) })
 			t.Run("priorities", func(t *testing.T) { testPriorities(t, newStore, k) })

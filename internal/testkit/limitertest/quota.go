@@ -50,6 +50,28 @@ func testQuotas(t *testing.T, newStore NewStore) {
 			t.Errorf("at 00:00 on February 1st: %+v, %v; want allowed, 2 left until March 1st", d, err)
 		}
 	})
+	t.Run("a charge before two resets gives nothing back", func(t *testing.T) {
+		l, clk := newQuota(t, fixedwindow.Quota{Limit: 10, Per: fixedwindow.Day, In: time.UTC}, time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC))
+		c, _, err := l.Charge(ctx, "tenant", 10)
+		if err != nil || c == nil {
+			t.Fatalf("Charge(10) = %v, %v", c, err)
+		}
+		for range 2 {
+			clk.Advance(time.Second)
+			if err := l.Reset(ctx, "tenant"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d, _ := l.AllowN(ctx, "tenant", 10); !d.Allowed {
+			t.Fatalf("AllowN(10) after the resets: %+v", d)
+		}
+		if _, err := c.Settle(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if d, _ := l.Allow(ctx, "tenant"); d.Allowed {
+			t.Errorf("a charge before two resets, settled at 0, gave back what the resets forgave: %+v", d)
+		}
+	})
 	t.Run("a day in Madrid, 23 and 25 hours long", func(t *testing.T) {
 		madrid := zone(t, "Europe/Madrid")
 		for _, c := range []struct {
