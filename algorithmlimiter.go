@@ -315,8 +315,17 @@ type Charge struct {
 	spec    *Spec // of the take
 	receipt *Receipt
 	n       int64
-	settled atomic.Bool
+	state   atomic.Int32 // open, settling or settled
+	tried   int64        // 1 + the cost of an attempt that failed, 0 for none: its settling's alone
 }
+
+// The states of a Charge: a Settle moves it from open to settling, then to settled, or
+// back to open when its store failed.
+const (
+	chargeOpen int32 = iota
+	chargeSettling
+	chargeSettled
+)
 
 // Settle charges the key what the request really cost, once: a cost above the events
 // admitted takes the rest as a debit (AlgorithmLimiter.Debit: the key may go into debt,
@@ -330,7 +339,11 @@ type Charge struct {
 // cost must be at least 0 and at most 2^52, or the error wraps ErrInvalidN and nothing
 // is settled; a Charge settled already returns an error, and so does a debit on an
 // algorithm that takes none (the leaky bucket, the sliding log: errors.ErrUnsupported).
-// With a store that fails, the charge stays unsettled and may be settled again.
+//
+// With a store that fails, the charge stays unsettled, and Settle may be called again at
+// the same cost. The failed attempt may have landed (a reply lost on its way back): the
+// next one is a retry (Spec.Retry), which redisstore applies only if the first did not.
+// A retry at another cost is an error.
 func (c *Charge) Settle(ctx context.Context, cost int64) (Decision, error) {
 	if c == nil {
 		return Decision{}, nil
@@ -341,22 +354,33 @@ func (c *Charge) Settle(ctx context.Context, cost int64) (Decision, error) {
 	if cost > c.n && c.spec.Algorithm.Debit == nil {
 		return Decision{}, fmt.Errorf("%s: a cost of %d above the %d admitted: %w: it takes no debts", c.spec.Algorithm.Name, cost, c.n, errors.ErrUnsupported)
 	}
-	if !c.settled.CompareAndSwap(false, true) {
+	if !c.state.CompareAndSwap(chargeOpen, chargeSettling) {
 		return Decision{}, fmt.Errorf("%s: a charge of key %q settled twice", c.spec.Algorithm.Name, c.key)
 	}
-	req := Request{Key: c.key, Spec: withOp(c.spec, "debit"), N: cost - c.n}
+	if c.tried != 0 && c.tried != cost+1 {
+		c.state.Store(chargeOpen)
+		return Decision{}, fmt.Errorf("%s: a charge of key %q settled at %d, after an attempt at %d that may have landed: %w: settle it again at %d",
+			c.spec.Algorithm.Name, c.key, cost, c.tried-1, ErrInvalidN, c.tried-1)
+	}
+	// a debit names the take it settles (its receipt), as a refund does
+	req := Request{Key: c.key, Spec: withOp(c.spec, "debit"), N: cost - c.n, Receipt: c.receipt}
 	switch {
 	case cost == c.n:
-		req.Spec, req.N = withOp(c.spec, "peek"), 1
+		req.Spec, req.N, req.Receipt = withOp(c.spec, "peek"), 1, nil
 	case cost < c.n:
-		req.Spec, req.N, req.Receipt = withOp(c.spec, "refund"), c.n-cost, c.receipt
+		req.Spec, req.N = withOp(c.spec, "refund"), c.n-cost
 		req.Spec.Reserve = 0
 	}
+	req.Spec.Retry = c.tried != 0 && cost != c.n
 	o, err := c.store.Apply(ctx, req)
 	if err != nil {
-		c.settled.Store(false)
+		if !errors.Is(err, ErrInvalidN) && !errors.Is(err, ErrInvalidRule) {
+			c.tried = cost + 1 // it may have landed
+		}
+		c.state.Store(chargeOpen)
 		return Decision{}, err
 	}
+	c.state.Store(chargeSettled)
 	return o.Decision(), nil
 }
 

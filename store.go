@@ -135,6 +135,11 @@ type Spec struct {
 	// extends; 0 for the rate algorithms. Stores copy it into Args.Lease, and into the
 	// script's arguments.
 	Lease int64
+	// Retry marks a refund or a debit that settles a take again (Charge.Settle called
+	// after a store's error): its first attempt may have landed. A store whose calls can
+	// fail after they were applied (redisstore) applies it only if it finds no sign of the
+	// first; others apply it as any.
+	Retry bool
 	// Reserve is the part of the key's allowance, in percent (0 to 99), that a take or a
 	// peek must leave for more important requests (see WithReserves): it is admitted only
 	// if the key could admit N more than that part of Decision.Limit (rounded down), and
@@ -208,6 +213,8 @@ func (r Request) taken() (int64, error) {
 		if r.Receipt == nil || r.Receipt.At <= 0 {
 			return 0, fmt.Errorf("%s: a refund without the Receipt of its take: %w: what it gives back must be known to have been taken", sp.Algorithm.Name, ErrInvalidN)
 		}
+		return r.Receipt.At, nil
+	case sp.Op == "debit" && r.Receipt != nil && r.Receipt.At > 0: // a take's settlement: names the take
 		return r.Receipt.At, nil
 	}
 	return 0, nil
@@ -335,9 +342,10 @@ type Args struct {
 
 	// Taken is the receipt of a rate algorithm's request, set by the store after Prepare:
 	// for a refund, the instant of the take it gives back (Receipt.At), whose events
-	// Refund gives back only as far as the key would still hold them; -1 for a take that
-	// carries a Receipt, after which the algorithm keeps what a refund of it needs (a
-	// bucket, the record of its deficits); else 0.
+	// Refund gives back only as far as the key would still hold them; for a debit that
+	// settles a take (with its Receipt), that take's instant, which names the settlement;
+	// -1 for a take that carries a Receipt, after which the algorithm keeps what a refund
+	// of it needs (a bucket, the record of its deficits); else 0.
 	Taken int64
 }
 

@@ -287,7 +287,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	if err != nil {
 		return ratelimit.Outcome{}, err
 	}
-	op, ok := script.OpCode(req.Spec.Op)
+	op, ok := script.Code(req.Spec)
 	if !ok {
 		return ratelimit.Outcome{}, fmt.Errorf("redisstore: unknown op %q", req.Spec.Op)
 	}

@@ -62,7 +62,7 @@ for a = 1, #ARGV, stride do
       local b = min(give, back)
       if b > 0 then
         local g = {unpack(argv)}
-        g[1], g[7], g[13] = b, REFUND, since
+        g[1], g[7], g[13] = b, GIVEBACK, since
         step(keys, g)
         back = back - b
       end

@@ -4,8 +4,10 @@
 -- 2^53; every quantity here is below 2^52 (mathx.MaxExact).
 local floor, max, min, tonumber, format = math.floor, math.max, math.min, tonumber, string.format
 
--- the operations, as package script's Op codes (PROBE: a refund that writes nothing)
-local TAKE, PEEK, REFUND, RESET, EXTEND, DEBIT, PROBE = 0, 1, 2, 3, 4, 5, 6
+-- the operations, as package script's Op codes (PROBE: a refund that writes nothing;
+-- RETRYREFUND and RETRYDEBIT: a settlement tried again; GIVEBACK: a loan's refund)
+local TAKE, PEEK, REFUND, RESET, EXTEND, DEBIT, PROBE, RETRYREFUND, RETRYDEBIT, GIVEBACK =
+  0, 1, 2, 3, 4, 5, 6, 7, 8, 9
 
 -- taken of a take with a receipt (ratelimit.TakenNow); the bound of the record of a
 -- bucket's deficits (core's deficitsMax); an instant before every receipt's
@@ -31,6 +33,43 @@ local function int(x)
   return format('%d', x)
 end
 
+-- The marks of a key's settlements, after its state's tail: the instants of the takes a
+-- refund or a debit settled (a Charge's), SETTLED at most, after a floor at or below which
+-- older ones were dropped, "|floor|at|at...". A settlement tried again (RETRYREFUND,
+-- RETRYDEBIT) whose take they hold, or is at or below the floor, landed already. The
+-- state of the step now running keeps them in marks, which the writers below append.
+local SETTLED, marks = 8, ''
+
+-- settledAt reports whether the marks m hold the take at t, or drop it.
+local function settledAt(m, t)
+  local first = true
+  for v in string.gmatch(m, '|(-?%d+)') do
+    v = tonumber(v)
+    if (first and t <= v) or (not first and v == t) then return true end
+    first = false
+  end
+  return false
+end
+
+-- mark is the marks m with the take at t settled: past SETTLED, the oldest goes, and the
+-- floor rises to it.
+local function mark(m, t)
+  local vals = {}
+  for v in string.gmatch(m, '|(-?%d+)') do vals[#vals + 1] = tonumber(v) end
+  local f, ats = vals[1] or 0, {}
+  if t <= f then return m end
+  for i = 2, #vals do
+    if vals[i] == t then return m end
+    ats[i - 1] = vals[i]
+  end
+  ats[#ats + 1] = t
+  table.sort(ats)
+  while #ats > SETTLED do f = max(f, table.remove(ats, 1)) end
+  local parts = {format('|%d', f)}
+  for i = 1, #ats do parts[i + 1] = format('|%d', ats[i]) end
+  return table.concat(parts)
+end
+
 -- save writes the state back, with its tail H, with a TTL of reset, the microseconds
 -- until the key is back to full (and worth nothing), rounded up to a whole millisecond;
 -- a state worth nothing already (reset 0: a full bucket, an empty window) is deleted, as
@@ -40,7 +79,7 @@ local function save(key, dry, T, L, A, reset, H)
   if reset <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, format('%d:%d:%d', T, L, A) .. H, 'PX', int(-floor(-reset / 1000)))
+    redis.call('SET', key, format('%d:%d:%d', T, L, A) .. H .. marks, 'PX', int(-floor(-reset / 1000)))
   end
 end
 
@@ -49,7 +88,7 @@ end
 -- n and dry.
 local function refunded(key, state, dry, T, L, A, H)
   if state and not dry then
-    redis.call('SET', key, format('%d:%d:%d', T, L, A) .. H, 'KEEPTTL')
+    redis.call('SET', key, format('%d:%d:%d', T, L, A) .. H .. marks, 'KEEPTTL')
   end
   return 1, true
 end
@@ -58,7 +97,7 @@ end
 -- back to full (a debit may take a key never seen); the rest of the step then answers
 -- as a peek of 1, at the request's reserve: it returns the new n and dry.
 local function debited(key, T, L, A, reset, H)
-  redis.call('SET', key, format('%d:%d:%d', T, L, A) .. H, 'PX', int(max(1, -floor(-reset / 1000))))
+  redis.call('SET', key, format('%d:%d:%d', T, L, A) .. H .. marks, 'PX', int(max(1, -floor(-reset / 1000))))
   return 1, true
 end
 
@@ -66,7 +105,7 @@ end
 -- "t:L:A" and its tail H, for keep microseconds (rounded up to a millisecond).
 local function voided_state(key, t, L, A, H, keep)
   if keep > 0 then
-    redis.call('SET', key, format('%d:%d:%d', t, L, A) .. H, 'PX', int(max(1, -floor(-keep / 1000))))
+    redis.call('SET', key, format('%d:%d:%d', t, L, A) .. H .. marks, 'PX', int(max(1, -floor(-keep / 1000))))
   end
 end
 

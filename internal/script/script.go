@@ -50,9 +50,11 @@ var Names = [Fields]string{"n", "limit", "period", "unit", "rate", "now", "op", 
 // Values are a step's arguments, by Field.
 type Values [Fields]any
 
-// The codes of the operations (ratelimit.Spec.Op), as prelude.lua names them; Probe is
-// the script of loans' own (internal/lend), a refund that writes nothing (to learn what a
-// refund would give back).
+// The codes of the operations (ratelimit.Spec.Op), as prelude.lua names them. Probe and
+// GiveBack are the script of loans' own (internal/lend): a refund that writes nothing
+// (to learn what a refund would give back), and one that gives back a loan (which settles
+// no take). RetryRefund and RetryDebit are a refund and a debit of Spec.Retry: a
+// settlement tried again, applied only if the key's marks show no earlier attempt.
 const (
 	Take = iota
 	Peek
@@ -61,6 +63,9 @@ const (
 	Extend
 	Debit
 	Probe
+	RetryRefund
+	RetryDebit
+	GiveBack
 )
 
 // Reply is how many values a step returns (step.lua), in this order: allowed (0 or 1),
@@ -77,6 +82,20 @@ var OpNames = [...]string{Take: "", Peek: "peek", Refund: "refund", Reset: "rese
 // TakenNow is Taken's value for a take with a receipt, as core.TakenNow and
 // prelude.lua's TAKENNOW.
 const TakenNow = -1
+
+// Code is the code of sp's operation, and whether it is one of ratelimit.Spec.Op's: a
+// refund's or a debit's of Spec.Retry is RetryRefund's or RetryDebit's.
+func Code(sp *ratelimit.Spec) (int, bool) {
+	code, ok := OpCode(sp.Op)
+	switch {
+	case !sp.Retry:
+	case code == Refund:
+		code = RetryRefund
+	case code == Debit:
+		code = RetryDebit
+	}
+	return code, ok
+}
 
 // OpCode is the code of op, and whether it is one of ratelimit.Spec.Op's.
 func OpCode(op string) (int, bool) {

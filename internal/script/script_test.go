@@ -35,11 +35,11 @@ func TestDecodeNamesTheFields(t *testing.T) {
 
 // The operations have the same codes on both sides, and every Spec.Op has one.
 func TestOpCodes(t *testing.T) {
-	m := regexp.MustCompile(`local TAKE, PEEK, REFUND, RESET, EXTEND, DEBIT, PROBE = (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)`).FindStringSubmatch(prelude)
+	m := regexp.MustCompile(`local TAKE, PEEK, REFUND, RESET, EXTEND, DEBIT, PROBE, RETRYREFUND, RETRYDEBIT, GIVEBACK =\s+(\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)`).FindStringSubmatch(prelude)
 	if m == nil {
 		t.Fatal("prelude.lua names no operations")
 	}
-	for i, want := range []int{Take, Peek, Refund, Reset, Extend, Debit, Probe} {
+	for i, want := range []int{Take, Peek, Refund, Reset, Extend, Debit, Probe, RetryRefund, RetryDebit, GiveBack} {
 		if got, _ := strconv.Atoi(m[i+1]); got != want {
 			t.Errorf("operation %d: Lua %d, Go %d", i, got, want)
 		}
