@@ -58,9 +58,9 @@ func (a Args) Outcome(allowed bool, remaining int64, wait, reset time.Duration) 
 // Allowed says whether the request was admitted.
 func (o Outcome) Allowed() bool { return o.limit < 0 }
 
-// Limit is the Limit (Args.Limit) of the rule the key was decided under: the request's,
-// or the part of it a decorator store decided on (a fallback instance's share, a
-// region's).
+// Limit is the Limit (Args.Limit) of the rule the key was decided under: the request's
+// (a fallback instance deciding on its share reports the rule's), or a region's part of
+// it.
 func (o Outcome) Limit() int64 { return o.limit ^ o.limit>>63 }
 
 // Decision is the Decision o stands for.

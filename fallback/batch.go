@@ -48,11 +48,19 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	if err := core.CheckDistinct("fallback", reqs); err != nil {
 		return nil, err
 	}
+	var lt *late // the takes, which the primary may count after the wait
 	if ok, probe := s.breaker.allow(); ok {
 		preqs := core.InnerReceipts(reqs)
+		if s.policy == LocalShare {
+			lt = newLate(preqs)
+		}
 		ds, err := askPrimary(ctx, s, probe, len(reqs), func(pctx context.Context) ([]ratelimit.Outcome, error) {
 			return applyAll(pctx, s.primary, preqs)
-		}, nil)
+		}, func(pctx context.Context, ds []ratelimit.Outcome, err error) {
+			if lt != nil {
+				s.answer(pctx, lt, err == nil && allAllowed(ds))
+			}
+		})
 		if err == nil && s.policy == LocalShare {
 			all := true
 			for _, d := range ds {
@@ -68,11 +76,35 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 			core.WireReceipts(reqs, preqs, ds, int64(Primary), 0)
 		}
 		if err == nil || ctx.Err() != nil || errors.Is(err, errors.ErrUnsupported) {
+			if err != nil && ctx.Err() != nil && lt != nil { // the caller gave up: no decision, the call goes on
+				s.decided(ctx, lt, nil, false)
+			}
 			return ds, err // the primary cannot batch these keys: the caller takes them one by one
+		}
+		if lt != nil && !errors.Is(err, errTimedOut) { // it failed in time: it counted nothing
+			lt = nil
 		}
 	}
 	lreqs := core.InnerReceipts(reqs)
+	if lt != nil { // a late primary may make the share give them back
+		for i := range lreqs {
+			if lreqs[i].Receipt == nil {
+				lreqs[i].Receipt = &ratelimit.Receipt{}
+			}
+		}
+	}
 	ds, err := s.decideAllLocally(ctx, lreqs, capacities)
+	if lt != nil {
+		admitted := err == nil && allAllowed(ds)
+		shares := make([]ratelimit.Request, len(lreqs))
+		for i, r := range lreqs {
+			shares[i] = s.shareOf(r)
+			if admitted && reqs[i].Receipt != nil {
+				s.route(r.Receipt, lt, i)
+			}
+		}
+		s.decided(ctx, lt, shares, admitted)
+	}
 	if err == nil {
 		core.WireReceipts(reqs, lreqs, ds, int64(Secondary), max(1, s.clock.Now().UnixMicro()))
 		trace.Set(ctx, Secondary.String())
@@ -83,6 +115,16 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		}
 	}
 	return ds, err
+}
+
+// allAllowed reports whether every one of os was allowed.
+func allAllowed(os []ratelimit.Outcome) bool {
+	for _, o := range os {
+		if !o.Allowed() {
+			return false
+		}
+	}
+	return len(os) > 0
 }
 
 // applyAll is store's ApplyAll, or errors.ErrUnsupported for a store that cannot batch.
@@ -114,11 +156,15 @@ func (s *Store) decideAllLocally(ctx context.Context, reqs []ratelimit.Request, 
 		r.Spec = core.WithRule(r.Spec, core.Share(r.Spec.Rule, s.n()))
 		shares[i] = r
 		share := shareCapacity(r)
-		ds[i] = ratelimit.Args{Limit: share}.Outcome(false, 0, s.breaker.retryAfter(), 0)
+		ds[i] = ratelimit.Args{Limit: capacities[i]}.Outcome(false, 0, s.breaker.retryAfter(), 0)
 		fits = fits && r.N <= share-mathx.Keep(share, r.Spec.Reserve)
 	}
 	if !fits { // some share can never hold n: none is taken, all wait for the primary
 		return ds, nil
 	}
-	return applyAll(ctx, s.secondary, shares)
+	ds, err := applyAll(ctx, s.secondary, shares)
+	for i := range ds {
+		ds[i] = underRule(ds[i], capacities[i])
+	}
+	return ds, err
 }

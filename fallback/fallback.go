@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,7 +100,9 @@ type Hooks struct {
 // each), and Burst at least 1. With 4 instances and a limit of 100, each admits 25. An
 // in-flight limit (ratelimit.InFlightLimiter) is divided likewise, at least one lease
 // each; the leases taken on the primary are mirrored onto the share (below), so that
-// their releases and extensions find them there while the primary is down.
+// their releases and extensions find them there while the primary is down. A decision
+// on a share reports the rule's Limit (a client reads it as the limit), and the share's
+// Remaining.
 // WithPolicy chooses instead to allow everything (FailOpen) or deny everything
 // (FailClosed) while the primary is down.
 //
@@ -132,6 +135,7 @@ type Store struct {
 	lastLogged         atomic.Int64          // UnixNano of the latest error logged that opens nothing
 	lastReopenLog      atomic.Int64          // UnixNano of the latest log of a failed probe; 0: none since closed
 	failedProbes       atomic.Int64          // failed probes not logged yet
+	routes             sync.Map              // *ratelimit.Receipt (the share's) -> lateRoute: see late
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -217,6 +221,7 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 	if req.Spec.Op != "" || core.OfLeases(req.Spec.Algorithm) {
 		outer = nil
 	}
+	var lt *late // a rate algorithm's take, which the primary may count after the wait
 	if ok, probe := s.breaker.allow(); ok {
 		decisions := 0
 		if req.Spec.Op == "" {
@@ -226,9 +231,19 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 		if outer != nil {
 			preq.Receipt = &ratelimit.Receipt{}
 		}
+		if req.Spec.Op == "" && !core.OfLeases(req.Spec.Algorithm) && s.policy == LocalShare {
+			lt = newLate([]ratelimit.Request{preq})
+		}
 		d, err := askPrimary(ctx, s, probe, decisions, func(pctx context.Context) (ratelimit.Outcome, error) {
 			return s.primary.Apply(pctx, preq)
-		}, func(pctx context.Context, d ratelimit.Outcome) { s.release(pctx, preq, d) })
+		}, func(pctx context.Context, d ratelimit.Outcome, err error) {
+			if err == nil {
+				s.release(pctx, preq, d)
+			}
+			if lt != nil {
+				s.answer(pctx, lt, err == nil && d.Allowed())
+			}
+		})
 		if err == nil && s.policy == LocalShare {
 			s.mirror(ctx, preq, d)
 		}
@@ -236,15 +251,28 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 			if err == nil && outer != nil && d.Allowed() {
 				outer.At, outer.Via, outer.Next = preq.Receipt.At, int64(Primary), preq.Receipt
 			}
+			if err != nil && lt != nil { // the caller gave up: no decision, the call goes on
+				s.decided(ctx, lt, nil, false)
+			}
 			return d, err
 		}
+		if lt != nil && !errors.Is(err, errTimedOut) { // it failed in time: it counted nothing
+			lt = nil
+		}
 	}
-	if outer != nil {
-		req.Receipt = &ratelimit.Receipt{}
+	local := req
+	if outer != nil || lt != nil { // a late primary may make the share give it back
+		local.Receipt = &ratelimit.Receipt{}
 	}
-	d, err := s.decideLocally(ctx, req, a.Limit)
+	d, err := s.decideLocally(ctx, local, a.Limit)
+	if lt != nil {
+		if outer != nil && err == nil && d.Allowed() {
+			s.route(local.Receipt, lt, 0)
+		}
+		s.decided(ctx, lt, []ratelimit.Request{s.shareOf(local)}, err == nil && d.Allowed())
+	}
 	if err == nil && outer != nil && d.Allowed() {
-		outer.At, outer.Via, outer.Next = req.Receipt.At, int64(Secondary), req.Receipt
+		outer.At, outer.Via, outer.Next = local.Receipt.At, int64(Secondary), local.Receipt
 		if outer.At <= 0 { // admitted, and taken nowhere (FailOpen): nothing to give back
 			outer.At, outer.Next = max(1, s.clock.Now().UnixMicro()), nil
 		}
@@ -259,6 +287,12 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 func (s *Store) refund(ctx context.Context, req ratelimit.Request, a ratelimit.Args) (ratelimit.Outcome, error) {
 	r := req.Receipt
 	req.Receipt = r.Next
+	if r.Next != nil && r.Via == int64(Secondary) {
+		if at := s.settling(ctx, r.Next); at != nil { // the primary counted it late: settled there
+			r = &ratelimit.Receipt{At: at.At, Via: int64(Primary), Next: at}
+			req.Receipt = at
+		}
+	}
 	if r.Next != nil && r.Via == int64(Primary) {
 		if ok, probe := s.breaker.allow(); ok {
 			preq := req // the call may go on after the wait, while req becomes the share's peek

@@ -134,8 +134,8 @@ func TestPartialTakeFallsBack(t *testing.T) {
 	if err != nil || s.BreakerState() != fallback.Closed {
 		t.Fatalf("the primary failing, the breaker %v: %v; want the share's answer, no error", s.BreakerState(), err)
 	}
-	if got != 2 || d.Limit != 5 { // the share holds 5, of which the mirror took 3
-		t.Errorf("on the share: %d granted, %+v; want 2 of a share of 5", got, d)
+	if got != 2 || d.Limit != 10 || d.Remaining != 0 { // the share holds 5, of which the mirror took 3; the client reads the rule's limit
+		t.Errorf("on the share: %d granted, %+v; want 2 of a share of 5, under the rule's Limit of 10", got, d)
 	}
 }
 
@@ -411,8 +411,8 @@ func TestShare(t *testing.T) {
 	s := fallback.New(p, localstore.New(), fallback.WithInstances(20))
 	big := req("big", rule)
 	big.N = 10
-	if d, err := s.Apply(context.Background(), big); err != nil || d.Allowed() || d.Limit() != 5 || d.Wait <= 0 {
-		t.Errorf("10 of a share of 5: %+v, %v; want denied with a retry", d, err)
+	if d, err := s.Apply(context.Background(), big); err != nil || d.Allowed() || d.Limit() != 100 || d.Wait <= 0 {
+		t.Errorf("10 of a share of 5: %+v, %v; want denied with a retry, under the rule's Limit", d, err)
 	}
 }
 

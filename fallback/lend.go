@@ -124,6 +124,10 @@ func (s *Store) lendLocally(ctx context.Context, loans []ratelimit.Loan) ([]rate
 		shared[i].Spec = core.WithRule(l.Spec, s.share(ratelimit.Request{Key: l.Key, N: 1, Spec: l.Spec}))
 	}
 	lent, err := local.Lend(ctx, shared)
+	for i := range lent {
+		a, _ := (ratelimit.Request{Key: loans[i].Key, N: 1, Spec: loans[i].Spec}).Args() // checked by Lend
+		lent[i].Outcome = underRule(lent[i].Outcome, a.Limit)
+	}
 	if err == nil {
 		trace.Set(ctx, Secondary.String())
 		if s.hooks.OnDecision != nil {

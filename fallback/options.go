@@ -58,9 +58,11 @@ func WithInstances(n int) Option {
 // too, but does not count as a failure; neither does a caller that gives up: a decision
 // whose context ends returns ctx.Err().
 //
-// A decision the primary is too slow for is decided again on the secondary, though the
-// primary still counts it when it gets there: fail-open errs towards admitting. Watch
-// OnDecision's sources, and OnPrimaryError's timeouts.
+// A take the primary is too slow for is decided on the secondary, and counted once
+// however late the primary answers (within a second): where the primary admitted it
+// too, the share gives its take back, and the take's settlement (a Charge's) goes to the
+// primary; where the share denied it, the primary gives back a take that carries a
+// receipt. Watch OnDecision's sources, and OnPrimaryError's timeouts.
 //
 // # Choosing the timeout
 //

@@ -71,21 +71,25 @@ type pending[T any] struct {
 // timeout (see WithTimeout) and the caller's context allow. It reports decisions (the
 // takes of the call) to OnDecision. A nil error means the value is the primary's.
 //
-// The call itself goes on after the wait, for as long as the breaker's Unanswered, on
-// a context without the caller's cancellation, if it was sent by then (a call a store
-// still queues when the wait ends is dropped: see core.WithSendBy): an answer that comes
-// after the timeout
-// is a live primary and counts as one with the breaker and the measured round trip, and
-// late, if set, undoes what it did (a lease taken for a decision made on the secondary);
-// a call still unanswered then is a failure. A caller that gives up counts for nothing
-// but an answer.
-func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int, call func(context.Context) (T, error), late func(context.Context, T)) (T, error) {
+// The call itself goes on after the wait, on a context without the caller's
+// cancellation, if it was sent by then (a call a store still queues when the wait ends is
+// dropped: see core.WithSendBy): an answer that comes after the timeout is a live primary
+// and counts as one with the breaker and the measured round trip, and late, if set, is
+// handed how the call ended (its answer or its error), to undo what it did (a lease
+// taken, a take counted, for a decision made on the secondary); a call still unanswered
+// after the breaker's Unanswered is a failure, and one with late goes on up to
+// lateHorizon for its answer.
+func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int, call func(context.Context) (T, error), late func(context.Context, T, error)) (T, error) {
 	start := s.clock.Now()
 	p := &pending[T]{done: make(chan outcome[T], 1)}
 	unanswered := max(s.breaker.unanswered, s.maxTimeout)
 	waitFor := s.waitFor()
 	sendBy := time.Now().Add(waitFor) // a call not sent by then is decided elsewhere
-	go p.call(ctx, s, probe, start, sendBy, unanswered, call, late)
+	callFor := unanswered
+	if late != nil {
+		callFor = max(callFor, lateHorizon)
+	}
+	go p.call(ctx, s, probe, start, sendBy, unanswered, callFor, call, late)
 	wait := time.NewTimer(waitFor)
 	defer wait.Stop()
 	var o outcome[T]
@@ -122,12 +126,12 @@ func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int,
 }
 
 // call calls the primary, on a context without the caller's cancellation that ends
-// unanswered after it began, sent no later than sendBy; settles its end with the breaker
+// callFor after it began, sent no later than sendBy; settles its end with the breaker
 // (unless the timer of leave has), and hands its answer to the waiting caller, or, with
-// nobody waiting, undoes what it did (late).
-func (p *pending[T]) call(ctx context.Context, s *Store, probe bool, start, sendBy time.Time, unanswered time.Duration,
-	call func(context.Context) (T, error), late func(context.Context, T)) {
-	pctx, cancel := context.WithTimeout(core.WithSendBy(context.WithoutCancel(ctx), sendBy), unanswered)
+// nobody waiting, to late, which undoes what it did.
+func (p *pending[T]) call(ctx context.Context, s *Store, probe bool, start, sendBy time.Time, unanswered, callFor time.Duration,
+	call func(context.Context) (T, error), late func(context.Context, T, error)) {
+	pctx, cancel := context.WithTimeout(core.WithSendBy(context.WithoutCancel(ctx), sendBy), callFor)
 	defer cancel()
 	var o outcome[T]
 	func() {
@@ -146,9 +150,9 @@ func (p *pending[T]) call(ctx context.Context, s *Store, probe bool, start, send
 	}
 	if p.state.CompareAndSwap(waiting, handed) {
 		p.done <- o
-	} else if o.err == nil && late != nil { // nobody has the answer: undo what it did
+	} else if late != nil { // nobody has the answer: undo what it did
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unanswered)
-		late(lctx, o.v)
+		late(lctx, o.v, o.err)
 		cancel()
 	}
 }

@@ -66,6 +66,18 @@ func (s *Store) share(req ratelimit.Request) ratelimit.Rule {
 	return core.PortionLeases(req.Spec.Rule, 1, s.n())
 }
 
+// underRule is o, a decision of a share, under the rule's Limit, capacity: the limit a
+// client is told is the rule's, whatever part of it this instance decides on.
+func underRule(o ratelimit.Outcome, capacity int64) ratelimit.Outcome {
+	return ratelimit.Args{Limit: capacity}.Outcome(o.Allowed(), min(o.Remaining, capacity), o.Wait, o.Reset)
+}
+
+// shareOf is req under this instance's share of its rule, as decideLocally decides it.
+func (s *Store) shareOf(req ratelimit.Request) ratelimit.Request {
+	req.Spec = core.WithRule(req.Spec, s.share(req))
+	return req
+}
+
 // n is the number of instances sharing the rule now.
 func (s *Store) n() int64 {
 	if s.count != nil {
@@ -85,12 +97,13 @@ func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capaci
 	case FailClosed:
 		d = ratelimit.Args{Limit: capacity}.Outcome(false, 0, s.breaker.retryAfter(), 0)
 	default:
-		// this instance's share of the rule; its capacity is the rule's divided likewise
+		// this instance's share of the rule; its capacity is the rule's divided likewise,
+		// and the Decision says the rule's (what a client reads as the limit)
 		req.Spec = core.WithRule(req.Spec, s.share(req))
 		if share := shareCapacity(req); req.Spec.Op != "debit" && req.N > share-mathx.Keep(share, req.Spec.Reserve) { // never fits the share
-			d = ratelimit.Args{Limit: share}.Outcome(false, 0, s.breaker.retryAfter(), 0) // wait for the primary
-		} else {
-			d, err = s.secondary.Apply(ctx, req)
+			d = ratelimit.Args{Limit: capacity}.Outcome(false, 0, s.breaker.retryAfter(), 0) // wait for the primary
+		} else if d, err = s.secondary.Apply(ctx, req); err == nil {
+			d = underRule(d, capacity)
 		}
 	}
 	if err == nil && req.Spec.Op == "" {

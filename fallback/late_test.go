@@ -1,0 +1,147 @@
+package fallback_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/fallback"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// lateSetup is a fallback whose primary answers 8ms late, past a 5ms timeout, so that
+// every take is decided on the share (one instance: the whole rule) while the primary
+// counts it too; and a way to read what a store has left of a key.
+func lateSetup(t *testing.T) (*fallback.Store, *primary, ratelimit.Store, func(s ratelimit.Store, key string) int64) {
+	p := newPrimary()
+	p.slow.Store(int64(8 * time.Millisecond))
+	share := localstore.New()
+	s := fallback.New(batching{p}, share, fallback.WithTimeout(5*time.Millisecond), fallback.WithMaxTimeout(5*time.Millisecond))
+	left := func(store ratelimit.Store, key string) int64 {
+		peek := req(key, ratelimit.PerHour(100))
+		peek.Spec.Op = "peek"
+		d, err := store.Apply(context.Background(), peek)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed() {
+			return 0
+		}
+		return d.Remaining + 1
+	}
+	return s, p, share, left
+}
+
+// batching is a primary that decides several limits at once.
+type batching struct{ *primary }
+
+func (b batching) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
+	if d := b.slow.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	return b.local.(ratelimit.BatchStore).ApplyAll(ctx, reqs)
+}
+
+// TestLateTakeCountedOnce: a take the primary answers after the timeout is decided on
+// the share, and counted once: on the primary, where the share gives its take back; or,
+// for a take with a receipt, wherever its settlement then goes, which is the primary.
+// A take the share denied and the primary admitted late is given back to the primary
+// when it carries a receipt.
+func TestLateTakeCountedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, p, share, left := lateSetup(t)
+		ctx := t.Context()
+		rule := ratelimit.PerHour(100)
+		settle := func() {
+			time.Sleep(50 * time.Millisecond) // the primary's late answer, and what follows it
+			synctest.Wait()
+		}
+
+		take := req("plain", rule)
+		take.N = 10
+		if d, err := s.Apply(ctx, take); err != nil || !d.Allowed() {
+			t.Fatalf("a take: %+v, %v", d, err)
+		}
+		settle()
+		if got, on := left(p.local, "plain"), left(share, "plain"); got+on != 190 || got != 90 {
+			t.Errorf("a take of 10 decided on the share, the primary late: %d left on the primary, %d on the share; want 90 and 100", got, on)
+		}
+
+		l, err := tokenbucket.New(s, rule, ratelimit.WithNamespace(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, d, err := l.Charge(ctx, "charge", 10)
+		if err != nil || c == nil || !d.Allowed {
+			t.Fatalf("Charge(10) = %v, %+v, %v", c, d, err)
+		}
+		settle()
+		p.slow.Store(0)
+		if _, err := c.Settle(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		if got, on := left(p.local, "charge"), left(share, "charge"); got != 97 || on != 100 {
+			t.Errorf("a charge of 10 decided on the share, the primary late, settled at 3: %d left on the primary, %d on the share; want 97 and 100", got, on)
+		}
+
+		// the share denies (its key spent while the primary could not see it), the primary
+		// admits late: a take with a receipt is given back there
+		p.slow.Store(int64(8 * time.Millisecond))
+		spend := req("denied", rule)
+		spend.N = 100
+		if _, err := share.Apply(ctx, spend); err != nil {
+			t.Fatal(err)
+		}
+		if _, d, err := l.Charge(ctx, "denied", 10); err != nil || d.Allowed {
+			t.Fatalf("Charge(10) on a spent share: %+v, %v; want denied", d, err)
+		}
+		settle()
+		if got := left(p.local, "denied"); got != 100 {
+			t.Errorf("a charge the share denied and the primary admitted late: %d left on the primary; want 100", got)
+		}
+
+		// several limits at once
+		reqs := []ratelimit.Request{req("all-a", rule), req("all-b", rule)}
+		reqs[1].Receipt = &ratelimit.Receipt{}
+		reqs[1].N = 5
+		if ds, err := s.ApplyAll(ctx, reqs); err != nil || !ds[0].Allowed() || !ds[1].Allowed() {
+			t.Fatalf("ApplyAll: %+v, %v", ds, err)
+		}
+		settle()
+		p.slow.Store(0)
+		refund := reqs[1]
+		refund.N, refund.Spec = 5, &ratelimit.Spec{Algorithm: refund.Spec.Algorithm, Rule: rule, Op: "refund"}
+		if _, err := s.Apply(ctx, refund); err != nil {
+			t.Fatal(err)
+		}
+		for key, want := range map[string]int64{"all-a": 99, "all-b": 100} {
+			if got, on := left(p.local, key), left(share, key); got != want || on != 100 {
+				t.Errorf("%s, decided with another on the share, the primary late: %d left on the primary, %d on the share; want %d and 100", key, got, on, want)
+			}
+		}
+	})
+}
+
+// TestShareDecisionsReportTheRule: a decision on a share tells the client the rule's
+// Limit, not the share's: 60 a minute over 4 instances says 60.
+func TestShareDecisionsReportTheRule(t *testing.T) {
+	p := newPrimary()
+	p.fail(errDown)
+	s := fallback.New(p, localstore.New(), fallback.WithInstances(4))
+	l, err := tokenbucket.New(s, ratelimit.PerMinute(60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 16 {
+		d, err := l.Allow(context.Background(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (ratelimit.Decision{Allowed: i < 15, Limit: 60, Remaining: max(0, 14-int64(i))}); d.Allowed != want.Allowed || d.Limit != 60 || d.Remaining != want.Remaining {
+			t.Fatalf("decision %d on a share of 15: %+v; want %+v", i, d, want)
+		}
+	}
+}
