@@ -77,7 +77,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		}
 		if err == nil || ctx.Err() != nil || errors.Is(err, errors.ErrUnsupported) {
 			if err != nil && ctx.Err() != nil && lt != nil { // the caller gave up: no decision, the call goes on
-				s.decided(ctx, lt, nil, false)
+				s.decided(ctx, lt, false)
 			}
 			return ds, err // the primary cannot batch these keys: the caller takes them one by one
 		}
@@ -86,24 +86,15 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		}
 	}
 	lreqs := core.InnerReceipts(reqs)
-	if lt != nil { // a late primary may make the share give them back
-		for i := range lreqs {
-			if lreqs[i].Receipt == nil {
-				lreqs[i].Receipt = &ratelimit.Receipt{}
-			}
-		}
-	}
 	ds, err := s.decideAllLocally(ctx, lreqs, capacities)
 	if lt != nil {
 		admitted := err == nil && allAllowed(ds)
-		shares := make([]ratelimit.Request, len(lreqs))
 		for i, r := range lreqs {
-			shares[i] = s.shareOf(r)
-			if admitted && reqs[i].Receipt != nil {
+			if admitted && r.Receipt != nil {
 				s.route(r.Receipt, lt, i)
 			}
 		}
-		s.decided(ctx, lt, shares, admitted)
+		s.decided(ctx, lt, admitted)
 	}
 	if err == nil {
 		core.WireReceipts(reqs, lreqs, ds, int64(Secondary), max(1, s.clock.Now().UnixMicro()))

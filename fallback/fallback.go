@@ -252,7 +252,7 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 				outer.At, outer.Via, outer.Next = preq.Receipt.At, int64(Primary), preq.Receipt
 			}
 			if err != nil && lt != nil { // the caller gave up: no decision, the call goes on
-				s.decided(ctx, lt, nil, false)
+				s.decided(ctx, lt, false)
 			}
 			return d, err
 		}
@@ -261,7 +261,7 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 		}
 	}
 	local := req
-	if outer != nil || lt != nil { // a late primary may make the share give it back
+	if outer != nil {
 		local.Receipt = &ratelimit.Receipt{}
 	}
 	d, err := s.decideLocally(ctx, local, a.Limit)
@@ -269,7 +269,7 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 		if outer != nil && err == nil && d.Allowed() {
 			s.route(local.Receipt, lt, 0)
 		}
-		s.decided(ctx, lt, []ratelimit.Request{s.shareOf(local)}, err == nil && d.Allowed())
+		s.decided(ctx, lt, err == nil && d.Allowed())
 	}
 	if err == nil && outer != nil && d.Allowed() {
 		outer.At, outer.Via, outer.Next = local.Receipt.At, int64(Secondary), local.Receipt

@@ -20,24 +20,25 @@ const routeFor = 10 * time.Minute
 
 // late is the takes of one decision (Apply's one, or ApplyAll's) while their call of the
 // primary outlives the wait: the decision is made on the share, and the primary may
-// still count the takes. Whichever of the two ends second reconciles them, so that each
-// take is counted once:
+// still count the takes. Whichever of the two ends second reconciles them, so that the
+// primary, which every instance reads, counts each take once and what it really cost:
 //
-//   - the primary admitted them, and so did the share: the share gives its takes back,
-//     and a settlement of one (a refund, with the caller's receipt) goes to the
-//     primary, where the take now counts;
+//   - the primary admitted them, and so did the share: the share's take stands as the
+//     mirror of the primary's (as for a decision the primary answers in time), and a
+//     settlement of a take (a refund, with the caller's receipt) goes to the primary,
+//     where the take counts;
 //   - the primary admitted them, and the share did not (or no decision was made: the
 //     caller gave up): the primary gives back the takes that carry a receipt (the
 //     others stay counted there: one event each, of a decision the primary answered too
 //     late);
-//   - the primary denied them, or its call failed: the share's count stands.
+//   - the primary denied them, or its call failed: the share's count stands, and the
+//     settlements go to it.
 type late struct {
 	mu       sync.Mutex
 	done     chan struct{} // closed once reconciled
 	primary  []ratelimit.Request
-	share    []ratelimit.Request // nil until decided; not admitted: nothing taken there
-	admitted bool                // by the share
-	decided  bool                // the share's decision is in share and admitted
+	admitted bool // by the share
+	decided  bool // the share's decision is in admitted
 	answered bool                // the primary's answer is in counted
 	counted  bool                // the primary admitted them all
 }
@@ -58,11 +59,11 @@ func (s *Store) answer(ctx context.Context, l *late, counted bool) {
 	}
 }
 
-// decided is the share's decision of l's takes (share, admitted or not), or none (the
-// caller gave up: share nil).
-func (s *Store) decided(ctx context.Context, l *late, share []ratelimit.Request, admitted bool) {
+// decided is the share's decision of l's takes, admitted or not, or none (the caller
+// gave up).
+func (s *Store) decided(ctx context.Context, l *late, admitted bool) {
 	l.mu.Lock()
-	l.decided, l.share, l.admitted = true, share, admitted
+	l.decided, l.admitted = true, admitted
 	ready := l.answered
 	l.mu.Unlock()
 	if ready {
@@ -74,18 +75,7 @@ func (s *Store) decided(ctx context.Context, l *late, share []ratelimit.Request,
 // leave them (see late), and routes their settlements.
 func (s *Store) reconcile(ctx context.Context, l *late) {
 	defer close(l.done)
-	if !l.counted {
-		return
-	}
-	if l.admitted {
-		for _, r := range l.share {
-			if r.Receipt == nil || r.Receipt.At <= 0 {
-				continue
-			}
-			back := r
-			back.Spec = core.WithOp(r.Spec, "refund")
-			_, _ = s.secondary.Apply(ctx, back)
-		}
+	if !l.counted || l.admitted {
 		return
 	}
 	for _, r := range l.primary {

@@ -58,11 +58,12 @@ func WithInstances(n int) Option {
 // too, but does not count as a failure; neither does a caller that gives up: a decision
 // whose context ends returns ctx.Err().
 //
-// A take the primary is too slow for is decided on the secondary, and counted once
-// however late the primary answers (within a second): where the primary admitted it
-// too, the share gives its take back, and the take's settlement (a Charge's) goes to the
-// primary; where the share denied it, the primary gives back a take that carries a
-// receipt. Watch OnDecision's sources, and OnPrimaryError's timeouts.
+// A take the primary is too slow for is decided on the secondary, and the primary counts
+// it once, at what it cost, however late it answers (within a second): where it admitted
+// the take too, the share's take stands as the mirror of the primary's, and the take's
+// settlement (a Charge's) goes to the primary; where the share denied it, the primary
+// gives back a take that carries a receipt. Watch OnDecision's sources, and
+// OnPrimaryError's timeouts.
 //
 // # Choosing the timeout
 //

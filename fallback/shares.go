@@ -72,12 +72,6 @@ func underRule(o ratelimit.Outcome, capacity int64) ratelimit.Outcome {
 	return ratelimit.Args{Limit: capacity}.Outcome(o.Allowed(), min(o.Remaining, capacity), o.Wait, o.Reset)
 }
 
-// shareOf is req under this instance's share of its rule, as decideLocally decides it.
-func (s *Store) shareOf(req ratelimit.Request) ratelimit.Request {
-	req.Spec = core.WithRule(req.Spec, s.share(req))
-	return req
-}
-
 // n is the number of instances sharing the rule now.
 func (s *Store) n() int64 {
 	if s.count != nil {
