@@ -39,8 +39,8 @@ type late struct {
 	primary  []ratelimit.Request
 	admitted bool // by the share
 	decided  bool // the share's decision is in admitted
-	answered bool                // the primary's answer is in counted
-	counted  bool                // the primary admitted them all
+	answered bool // the primary's answer is in counted
+	counted  bool // the primary admitted them all
 }
 
 func newLate(primary []ratelimit.Request) *late {
