@@ -100,8 +100,10 @@ type Request struct {
 	// Receipt, on a take, asks the store that decides it to write how it did (see
 	// Receipt), so that it can be refunded later; a refund of a rate algorithm's events
 	// carries the Receipt of the take that took them, and gives back no more than the
-	// key would still hold of them (an in-flight limit's names its lease instead). Nil
-	// for the others.
+	// key would still hold of them (an in-flight limit's names its lease instead). A
+	// debit with a Receipt not yet written is a take of N whatever the key has left, and
+	// writes it as a take does (events admitted before they were counted); one with a
+	// Receipt written settles that take (Spec.Retry). Nil for the others.
 	Receipt *Receipt
 }
 
@@ -216,6 +218,8 @@ func (r Request) taken() (int64, error) {
 		return r.Receipt.At, nil
 	case sp.Op == "debit" && r.Receipt != nil && r.Receipt.At > 0: // a take's settlement: names the take
 		return r.Receipt.At, nil
+	case sp.Op == "debit" && r.Receipt != nil: // a take whatever the key has, that may be refunded
+		return -1, nil
 	}
 	return 0, nil
 }

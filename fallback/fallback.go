@@ -217,8 +217,8 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 // (Next): each store gets a Receipt of its own, so that a late answer of the primary
 // writes none the caller reads.
 func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.Args) (ratelimit.Outcome, error) {
-	outer := req.Receipt
-	if req.Spec.Op != "" || core.OfLeases(req.Spec.Algorithm) {
+	outer := req.Receipt // of a take, or a debit that writes one (a take whatever the key has)
+	if !(req.Spec.Op == "" || req.Spec.Op == "debit" && a.Taken == core.TakenNow) || core.OfLeases(req.Spec.Algorithm) {
 		outer = nil
 	}
 	var lt *late // a rate algorithm's take, which the primary may count after the wait
@@ -248,7 +248,7 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 			s.mirror(ctx, preq, d)
 		}
 		if err == nil || ctx.Err() != nil {
-			if err == nil && outer != nil && d.Allowed() {
+			if err == nil && outer != nil && preq.Receipt.At > 0 {
 				outer.At, outer.Via, outer.Next = preq.Receipt.At, int64(Primary), preq.Receipt
 			}
 			if err != nil && lt != nil { // the caller gave up: no decision, the call goes on
@@ -271,7 +271,7 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 		}
 		s.decided(ctx, lt, err == nil && d.Allowed())
 	}
-	if err == nil && outer != nil && d.Allowed() {
+	if err == nil && outer != nil && (d.Allowed() || req.Spec.Op == "debit") {
 		outer.At, outer.Via, outer.Next = local.Receipt.At, int64(Secondary), local.Receipt
 		if outer.At <= 0 { // admitted, and taken nowhere (FailOpen): nothing to give back
 			outer.At, outer.Next = max(1, s.clock.Now().UnixMicro()), nil

@@ -187,7 +187,10 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 		}
 	case "debit": // then a peek of 1 at the request's reserve
 		e.expires = now + expiry(time.Duration(alg.Debit(&e.state, now, args))*time.Microsecond)
-		args.N, args.Lease = 1, 0
+		if args.Taken == core.TakenNow { // a take whatever the key has, with its receipt
+			req.Receipt.At = e.state.Time
+		}
+		args.N, args.Lease, args.Taken = 1, 0, 0
 		return sh.peek(alg, e, now, args, false), nil
 	case "extend":
 		held := e != nil && alg.Extend(&e.state, now, args)

@@ -84,7 +84,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 // decided its take at, when it was admitted.
 func writeReceipt(req ratelimit.Request, o ratelimit.Outcome, at any) error {
 	r := req.Receipt
-	if r == nil || req.Spec.Op != "" || !o.Allowed() {
+	if r == nil || (req.Spec.Op != "" || !o.Allowed()) && req.Spec.Op != "debit" { // a debit takes whatever the key has
 		return nil
 	}
 	v, ok := at.(int64)

@@ -27,7 +27,7 @@ if op == RESET then -- void: a full bucket keeps nothing; else full, with a floo
     voided, vfloor, L, H = T, max(T, floorOf(H)), full, ''
   end
 end
-local receipt = taken == TAKENNOW and op == TAKE -- decided after every entry of the record
+local receipt = taken == TAKENNOW and (op == TAKE or op == DEBIT) -- decided after every entry of the record
 local ht, hm
 ht, hm, t = hopen(H, t, receipt)
 if receipt then T = t end

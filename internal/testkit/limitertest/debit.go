@@ -24,6 +24,46 @@ func testDebit(t *testing.T, newStore NewStore) {
 	t.Run("windows", func(t *testing.T) { testDebitWindows(t, newStore) })
 	t.Run("calendar quota", func(t *testing.T) { testDebitQuota(t, newStore) })
 	t.Run("no debts", func(t *testing.T) { testNoDebts(t, newStore) })
+	t.Run("with a receipt", func(t *testing.T) { testDebitReceipt(t, newStore) })
+}
+
+// testDebitReceipt: a debit with a Receipt not yet written is a take whatever the key has
+// left, that writes its receipt: a refund of it later gives its events back as a take's
+// would (on a window of 10 a minute, a debit of 15 then refunded leaves the window
+// empty; on a bucket of 10, full again).
+func testDebitReceipt(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	for _, k := range Kinds {
+		if k.Algorithm.Debit == nil {
+			continue
+		}
+		clk := clock.NewFake(Start)
+		store := newStore(t, clk)
+		spec := &ratelimit.Spec{Algorithm: k.Algorithm, Namespace: "debit-receipt", Rule: ratelimit.PerMinute(10)}
+		receipt := &ratelimit.Receipt{}
+		debit := *spec
+		debit.Op = "debit"
+		if _, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 15, Spec: &debit, Receipt: receipt}); err != nil {
+			t.Fatalf("%s: a debit of 15 with a receipt: %v", k.Name, err)
+		}
+		if receipt.At <= 0 {
+			t.Fatalf("%s: a debit with a receipt wrote none: %+v", k.Name, receipt)
+		}
+		clk.Advance(time.Second)
+		refund := *spec
+		refund.Op = "refund"
+		if _, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 10, Spec: &refund, Receipt: receipt}); err != nil {
+			t.Fatalf("%s: its refund: %v", k.Name, err)
+		}
+		refund5 := refund
+		if _, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 5, Spec: &refund5, Receipt: receipt}); err != nil {
+			t.Fatalf("%s: its refund: %v", k.Name, err)
+		}
+		o, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 10, Spec: spec})
+		if err != nil || !o.Allowed() {
+			t.Errorf("%s: a take of 10 after a debit of 15 with a receipt, refunded: %+v, %v; want the key full", k.Name, o, err)
+		}
+	}
 }
 
 func wantDecision(t *testing.T, what string, got ratelimit.Decision, err error, want ratelimit.Decision) {

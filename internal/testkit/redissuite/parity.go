@@ -26,7 +26,7 @@ func same(t *testing.T, stores []ratelimit.Store, req ratelimit.Request, what fu
 	var at [2]int64
 	for i, s := range stores {
 		r := req
-		if req.Receipt != nil && req.Spec.Op == "" {
+		if req.Receipt != nil && req.Receipt.At == 0 {
 			r.Receipt = &ratelimit.Receipt{}
 		}
 		var err error
@@ -40,7 +40,7 @@ func same(t *testing.T, stores []ratelimit.Store, req ratelimit.Request, what fu
 	if got[0] != got[1] || at[0] != at[1] {
 		t.Fatalf("%s:\n localstore %+v at %d\n     redis %+v at %d", what(), got[0], at[0], got[1], at[1])
 	}
-	if req.Receipt != nil && req.Spec.Op == "" {
+	if req.Receipt != nil && req.Receipt.At == 0 {
 		req.Receipt.At = at[0]
 	}
 }
@@ -49,9 +49,10 @@ func same(t *testing.T, stores []ratelimit.Store, req ratelimit.Request, what fu
 // them later.
 type receipts map[string][]ratelimit.Request
 
-// note keeps req, when it is an admitted take with a receipt.
+// note keeps req, when it is an admitted take with a receipt (or a debit: a take whatever
+// the key has).
 func (rs receipts) note(req ratelimit.Request) {
-	if r := req.Receipt; r != nil && req.Spec.Op == "" && r.At > 0 {
+	if r := req.Receipt; r != nil && (req.Spec.Op == "" || req.Spec.Op == "debit") && r.At > 0 {
 		rs[req.Key] = append(rs[req.Key], req)
 	}
 }
@@ -106,6 +107,9 @@ func ParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store, rules 
 				switch {
 				case k.Algorithm.Debit != nil && rng.IntN(8) == 0: // a cost after the answer, past the limit too
 					req.Spec.Op, req.N = "debit", 1+rng.Int64N(3*a.Limit)
+					if rng.IntN(2) == 0 { // a take whatever the key has, with a receipt, to refund later
+						req.N, req.Receipt = 1+rng.Int64N(a.Limit), &ratelimit.Receipt{}
+					}
 				case rng.IntN(3) == 0: // a take with a receipt, to refund later
 					req.Receipt = &ratelimit.Receipt{}
 				case rng.IntN(5) == 0: // a refund of one of them, any time later
