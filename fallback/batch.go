@@ -58,7 +58,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 			return applyAll(pctx, s.primary, preqs)
 		}, func(pctx context.Context, ds []ratelimit.Outcome, err error) {
 			if lt != nil {
-				s.answer(pctx, lt, err == nil && allAllowed(ds))
+				s.answered(pctx, lt, err, allAllowed(ds))
 			}
 		})
 		if err == nil && s.policy == LocalShare {

@@ -241,7 +241,7 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 				s.release(pctx, preq, d)
 			}
 			if lt != nil {
-				s.answer(pctx, lt, err == nil && d.Allowed())
+				s.answered(pctx, lt, err, d.Allowed())
 			}
 		})
 		if err == nil && s.policy == LocalShare {

@@ -27,6 +27,7 @@ type primary struct {
 	local ratelimit.Store
 	slow  atomic.Int64 // time.Duration each answer takes, on the test's clock
 	err   atomic.Pointer[error]
+	once  atomic.Pointer[error] // the error of the next call alone
 	hang  atomic.Pointer[chan struct{}]
 	calls atomic.Int64
 }
@@ -48,6 +49,9 @@ func (p *primary) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.O
 		<-*h
 	}
 	if err := p.err.Load(); err != nil {
+		return ratelimit.Outcome{}, *err
+	}
+	if err := p.once.Swap(nil); err != nil {
 		return ratelimit.Outcome{}, *err
 	}
 	return p.local.Apply(ctx, req)

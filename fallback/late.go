@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -10,48 +11,69 @@ import (
 )
 
 // lateHorizon is how long a take's call of the primary goes on after its decision was
-// made on the share, for its answer: a take the primary counts after that is counted
-// twice.
+// made on the share, for its answer: one the primary answers later is not reconciled.
 const lateHorizon = time.Second
 
-// routeFor is how long a settlement of a take decided on the share finds where the
-// primary's late answer moved it (see late).
+// routeFor is how long a settlement of a take decided on the share finds where its
+// reconciliation moved it (see late).
 const routeFor = 10 * time.Minute
+
+// An answer of the primary to a late call: what it did with the takes.
+const (
+	unknown   = iota // it failed after it was sent: it may have counted them
+	counted          // it admitted them all
+	uncounted        // it denied them (all or none), or never received them
+)
 
 // late is the takes of one decision (Apply's one, or ApplyAll's) while their call of the
 // primary outlives the wait: the decision is made on the share, and the primary may
 // still count the takes. Whichever of the two ends second reconciles them, so that the
-// primary, which every instance reads, counts each take once and what it really cost:
+// primary, which every instance reads, counts what the instances admitted once, at what
+// it cost:
 //
-//   - the primary admitted them, and so did the share: the share's take stands as the
-//     mirror of the primary's (as for a decision the primary answers in time), and a
-//     settlement of a take (a refund, with the caller's receipt) goes to the primary,
-//     where the take counts;
+//   - the primary admitted them, and so did the share: the share's takes stand as the
+//     mirror of the primary's (as for a decision the primary answers in time), and the
+//     settlement of a take (a Charge's) goes to the primary, where the take counts;
 //   - the primary admitted them, and the share did not (or no decision was made: the
 //     caller gave up): the primary gives back the takes that carry a receipt (the
 //     others stay counted there: one event each, of a decision the primary answered too
 //     late);
-//   - the primary denied them, or its call failed: the share's count stands, and the
-//     settlements go to it.
+//   - the share admitted them, and the primary did not count them (it denied them, or
+//     the call was never sent: see core.WithSendBy): each is charged to the primary as a
+//     debit (a take whatever the key has left; the key may owe it), and its settlement
+//     goes there too; the share's takes stand as the mirror;
+//   - the call failed after it was sent, or the primary answered after lateHorizon:
+//     nothing is known of the primary's count, the share's stands, and the settlements
+//     go to the share.
 type late struct {
 	mu       sync.Mutex
 	done     chan struct{} // closed once reconciled
-	primary  []ratelimit.Request
+	takes    []ratelimit.Request
 	admitted bool // by the share
 	decided  bool // the share's decision is in admitted
-	answered bool // the primary's answer is in counted
-	counted  bool // the primary admitted them all
+	answered bool // the primary's answer is in answer
+	answer   int  // unknown, counted or uncounted
+	// settle, once reconciled, is where each take's settlement goes: its receipt on the
+	// primary, or nil for the share
+	settle []*ratelimit.Receipt
 }
 
-func newLate(primary []ratelimit.Request) *late {
-	return &late{done: make(chan struct{}), primary: primary}
+func newLate(takes []ratelimit.Request) *late {
+	return &late{done: make(chan struct{}), takes: takes}
 }
 
-// answer is the primary's answer to l's call, after the wait ended: counted says it
-// admitted every take.
-func (s *Store) answer(ctx context.Context, l *late, counted bool) {
+// answered is the primary's answer to l's call after the wait ended: how it ended (err),
+// and whether it admitted every take.
+func (s *Store) answered(ctx context.Context, l *late, err error, admitted bool) {
+	answer := unknown
+	switch {
+	case err == nil && admitted:
+		answer = counted
+	case err == nil, errors.Is(err, core.ErrNotSent):
+		answer = uncounted
+	}
 	l.mu.Lock()
-	l.answered, l.counted = true, counted
+	l.answered, l.answer = true, answer
 	ready := l.decided
 	l.mu.Unlock()
 	if ready {
@@ -71,21 +93,40 @@ func (s *Store) decided(ctx context.Context, l *late, admitted bool) {
 	}
 }
 
-// reconcile counts l's takes once, where the primary's answer and the share's decision
-// leave them (see late), and routes their settlements.
+// reconcile counts l's takes once on the primary, where its answer and the share's
+// decision leave them (see late), and says where their settlements go.
 func (s *Store) reconcile(ctx context.Context, l *late) {
 	defer close(l.done)
-	if !l.counted || l.admitted {
-		return
-	}
-	for _, r := range l.primary {
-		if r.Receipt == nil || r.Receipt.At <= 0 {
-			continue
+	l.settle = make([]*ratelimit.Receipt, len(l.takes))
+	switch {
+	case l.answer == counted && l.admitted:
+		for i, r := range l.takes {
+			l.settle[i] = r.Receipt
 		}
-		back := r
-		back.Spec = core.WithOp(r.Spec, "refund")
-		back.Spec.Reserve = 0
-		_, _ = s.primary.Apply(ctx, back)
+	case l.answer == counted:
+		for _, r := range l.takes {
+			if r.Receipt != nil && r.Receipt.At > 0 {
+				back := r
+				back.Spec = core.WithOp(r.Spec, "refund")
+				back.Spec.Reserve = 0
+				_, _ = s.primary.Apply(ctx, back)
+			}
+		}
+	case l.answer == uncounted && l.admitted:
+		for i, r := range l.takes {
+			if r.Spec.Algorithm.Debit == nil {
+				continue // it takes no debts: the share's count stands
+			}
+			owed := r
+			owed.Spec = core.WithOp(r.Spec, "debit")
+			owed.Spec.Reserve = 0
+			if r.Receipt != nil { // a take whatever the key has, with its receipt there
+				owed.Receipt = &ratelimit.Receipt{}
+			}
+			if _, err := s.primary.Apply(ctx, owed); err == nil && owed.Receipt != nil && owed.Receipt.At > 0 {
+				l.settle[i] = owed.Receipt
+			}
+		}
 	}
 }
 
@@ -102,8 +143,8 @@ type lateRoute struct {
 }
 
 // settling is where a settlement of the take whose share's receipt is r goes: the
-// primary, with its receipt there, when the primary's late answer counted it (waiting,
-// within ctx, for that answer while the call goes on); else nil, the share.
+// primary, with its receipt there, when the take was reconciled there (waiting, within
+// ctx, for the reconciliation while the primary's call goes on); else nil, the share.
 func (s *Store) settling(ctx context.Context, r *ratelimit.Receipt) *ratelimit.Receipt {
 	v, ok := s.routes.Load(r)
 	if !ok {
@@ -115,8 +156,5 @@ func (s *Store) settling(ctx context.Context, r *ratelimit.Receipt) *ratelimit.R
 	case <-ctx.Done():
 		return nil
 	}
-	if !rt.l.counted || !rt.l.admitted {
-		return nil
-	}
-	return rt.l.primary[rt.i].Receipt
+	return rt.l.settle[rt.i]
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/fallback"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
@@ -102,6 +103,41 @@ func TestLateTakeCountedOnce(t *testing.T) {
 		settle()
 		if got := left(p.local, "denied"); got != 100 {
 			t.Errorf("a charge the share denied and the primary admitted late: %d left on the primary; want 100", got)
+		}
+
+		// the share admits what the primary, too late, denies (its key spent there), or
+		// never receives (the call was still queued at its send-by time): the primary is
+		// charged what the share admitted, and a charge's settlement goes there
+		spent := req("owed", rule)
+		spent.N = 100
+		if _, err := p.local.Apply(ctx, spent); err != nil {
+			t.Fatal(err)
+		}
+		p.slow.Store(int64(8 * time.Millisecond))
+		owed := req("owed", rule)
+		owed.N = 10
+		if d, err := s.Apply(ctx, owed); err != nil || !d.Allowed() {
+			t.Fatalf("a take the share admits: %+v, %v", d, err)
+		}
+		settle()
+		debit := req("owed", rule)
+		debit.Spec.Op = "peek"
+		if d, err := p.local.Apply(ctx, debit); err != nil || d.Allowed() || d.Wait < 10*36*time.Second {
+			t.Errorf("a take of 10 the share admitted and the primary denied late: the primary's key %+v, %v; want it owing the 10 (denied for 396s at least)", d, err)
+		}
+		notSent := core.ErrNotSent
+		p.once.Store(&notSent)
+		c, _, err = l.Charge(ctx, "unsent", 10)
+		if err != nil || c == nil {
+			t.Fatalf("Charge(10) = %v, %v", c, err)
+		}
+		settle()
+		p.slow.Store(0)
+		if _, err := c.Settle(ctx, 4); err != nil {
+			t.Fatal(err)
+		}
+		if got := left(p.local, "unsent"); got != 96 {
+			t.Errorf("a charge of 10 the primary never received, settled at 4: %d left on the primary; want 96", got)
 		}
 
 		// several limits at once

@@ -59,11 +59,12 @@ func WithInstances(n int) Option {
 // whose context ends returns ctx.Err().
 //
 // A take the primary is too slow for is decided on the secondary, and the primary counts
-// it once, at what it cost, however late it answers (within a second): where it admitted
-// the take too, the share's take stands as the mirror of the primary's, and the take's
-// settlement (a Charge's) goes to the primary; where the share denied it, the primary
-// gives back a take that carries a receipt. Watch OnDecision's sources, and
-// OnPrimaryError's timeouts.
+// what the instance admitted once, at what it cost, however late it answers (within a
+// second). Where it admitted the take too, the share's take is the mirror of the
+// primary's, and the take's settlement (a Charge's) goes to the primary. Where the share
+// admitted what the primary denied, or never received, the primary is charged it as a
+// debit. Where the share denied what the primary admitted, the primary gives back a take
+// that carries a receipt. Watch OnDecision's sources, and OnPrimaryError's timeouts.
 //
 // # Choosing the timeout
 //
