@@ -182,3 +182,53 @@ func TestShareDecisionsReportTheRule(t *testing.T) {
 		}
 	}
 }
+
+// slowLending is a primary that lends, each loan answered slow late.
+type slowLending struct{ *primary }
+
+func (l slowLending) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	if d := l.slow.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	if err := l.err.Load(); err != nil {
+		return nil, *err
+	}
+	return l.local.(ratelimit.Lender).Lend(ctx, loans)
+}
+
+// TestChargesWaitForThePrimary: partial debits (the charges of events admitted before
+// they were counted, as hotkey.Leases sends) are no decisions: they wait for a primary
+// slower than the timeout and are counted there, mirrored onto the share; while the
+// primary is down, they go to the share alone.
+func TestChargesWaitForThePrimary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		p.slow.Store(int64(8 * time.Millisecond))
+		share := localstore.New()
+		s := fallback.New(slowLending{p}, share, fallback.WithTimeout(5*time.Millisecond), fallback.WithMaxTimeout(5*time.Millisecond))
+		rule := ratelimit.PerHour(100)
+		debit := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule, Op: "debit"}
+		charge := func() {
+			t.Helper()
+			lent, err := s.Lend(t.Context(), []ratelimit.Loan{{Key: "k", Spec: debit, Want: 10}})
+			if err != nil || len(lent) != 1 || lent[0].N != 10 {
+				t.Fatalf("a charge of 10: %+v, %v", lent, err)
+			}
+		}
+		left := func(store ratelimit.Store) int64 {
+			peek := req("k", rule)
+			peek.Spec.Op = "peek"
+			d, _ := store.Apply(t.Context(), peek)
+			return d.Remaining + 1
+		}
+		charge()
+		if on, mirror := left(p.local), left(share); on != 90 || mirror != 90 {
+			t.Errorf("a charge of 10 on a slow primary: %d left there, %d on the share; want 90 on each", on, mirror)
+		}
+		p.fail(errDown)
+		charge()
+		if on, mirror := left(p.local), left(share); on != 90 || mirror != 80 {
+			t.Errorf("a charge of 10 with the primary down: %d left there, %d on the share; want 90 and 80", on, mirror)
+		}
+	})
+}

@@ -29,13 +29,19 @@ var _ ratelimit.Lender = (*Store)(nil)
 // their own, decided as Apply decides a take: on the primary within the timeout, and
 // mirrored onto this instance's share; when the primary cannot (the breaker is open, it
 // fails, it does not answer in time, it does not lend), on the share, by the policy.
-// Like Apply, they never return the primary's errors.
+// Like Apply, they never return the primary's errors. Partial debits (the charges of
+// events admitted before they were counted: hotkey.Leases') are no decisions: they wait
+// for the primary as long as ctx allows, are mirrored onto the shares, and go to the
+// shares alone when the primary cannot take them.
 func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if !allPartial(loans) {
 		return s.lendHeld(ctx, loans)
+	}
+	if allDebits(loans) {
+		return s.charge(ctx, loans)
 	}
 	for _, l := range loans { // the caller's mistakes, before either store is asked
 		if l.Spec == nil || l.Spec.Algorithm == nil {
@@ -128,7 +134,7 @@ func (s *Store) lendLocally(ctx context.Context, loans []ratelimit.Loan) ([]rate
 		a, _ := (ratelimit.Request{Key: loans[i].Key, N: 1, Spec: loans[i].Spec}).Args() // checked by Lend
 		lent[i].Outcome = underRule(lent[i].Outcome, a.Limit)
 	}
-	if err == nil {
+	if err == nil && !allDebits(loans) {
 		trace.Set(ctx, Secondary.String())
 		if s.hooks.OnDecision != nil {
 			for range loans {
@@ -137,6 +143,39 @@ func (s *Store) lendLocally(ctx context.Context, loans []ratelimit.Loan) ([]rate
 		}
 	}
 	return lent, err
+}
+
+// charge charges partial debits to the primary, waiting for it as long as ctx allows,
+// and mirrors them onto this instance's shares; when the primary cannot take them (the
+// breaker is open, it fails, it does not lend), to the shares alone, by the policy.
+func (s *Store) charge(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	for _, l := range loans {
+		if err := lend.Check(l); err != nil {
+			return nil, err
+		}
+	}
+	if l, ok := s.primary.(ratelimit.Lender); ok && s.BreakerState() == Closed {
+		lent, err := l.Lend(ctx, loans)
+		if err == nil && s.policy == LocalShare {
+			for i, loan := range loans {
+				s.mirror(ctx, ratelimit.Request{Key: loan.Key, N: loan.Want, Spec: loan.Spec}, lent[i].Outcome)
+			}
+		}
+		if err == nil || ctx.Err() != nil {
+			return lent, err
+		}
+	}
+	return s.lendLocally(ctx, loans)
+}
+
+// allDebits reports whether every loan is a partial debit.
+func allDebits(loans []ratelimit.Loan) bool {
+	for _, l := range loans {
+		if l.Holder != 0 || l.Spec == nil || l.Spec.Op != "debit" {
+			return false
+		}
+	}
+	return true
 }
 
 // allPartial reports whether every loan is a partial take (no holder).
