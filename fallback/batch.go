@@ -54,7 +54,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if s.policy == LocalShare {
 			lt = newLate(preqs)
 		}
-		ds, err := askPrimary(ctx, s, probe, len(reqs), func(pctx context.Context) ([]ratelimit.Outcome, error) {
+		ds, err := askPrimary(ctx, s, probe, len(reqs), false, func(pctx context.Context) ([]ratelimit.Outcome, error) {
 			return applyAll(pctx, s.primary, preqs)
 		}, func(pctx context.Context, ds []ratelimit.Outcome, err error) {
 			if lt != nil {

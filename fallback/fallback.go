@@ -234,7 +234,8 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 		if req.Spec.Op == "" && !core.OfLeases(req.Spec.Algorithm) && s.policy == LocalShare {
 			lt = newLate([]ratelimit.Request{preq})
 		}
-		d, err := askPrimary(ctx, s, probe, decisions, func(pctx context.Context) (ratelimit.Outcome, error) {
+		change := req.Spec.Op == "reset" || req.Spec.Op == "debit" || req.Spec.Op == "refund"
+		d, err := askPrimary(ctx, s, probe, decisions, change, func(pctx context.Context) (ratelimit.Outcome, error) {
 			return s.primary.Apply(pctx, preq)
 		}, func(pctx context.Context, d ratelimit.Outcome, err error) {
 			if err == nil {
@@ -296,7 +297,7 @@ func (s *Store) refund(ctx context.Context, req ratelimit.Request, a ratelimit.A
 	if r.Next != nil && r.Via == int64(Primary) {
 		if ok, probe := s.breaker.allow(); ok {
 			preq := req // the call may go on after the wait, while req becomes the share's peek
-			d, err := askPrimary(ctx, s, probe, 0, func(pctx context.Context) (ratelimit.Outcome, error) {
+			d, err := askPrimary(ctx, s, probe, 0, true, func(pctx context.Context) (ratelimit.Outcome, error) {
 				return s.primary.Apply(pctx, preq)
 			}, nil)
 			if err == nil || ctx.Err() != nil {

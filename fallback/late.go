@@ -2,7 +2,6 @@ package fallback
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -69,7 +68,7 @@ func (s *Store) answered(ctx context.Context, l *late, err error, admitted bool)
 	switch {
 	case err == nil && admitted:
 		answer = counted
-	case err == nil, errors.Is(err, core.ErrNotSent):
+	case err == nil, core.Uncounted(err):
 		answer = uncounted
 	}
 	l.mu.Lock()

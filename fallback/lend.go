@@ -58,7 +58,7 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 	}
 	if l, ok := s.primary.(ratelimit.Lender); ok {
 		if ok, probe := s.breaker.allow(); ok {
-			lent, err := askPrimary(ctx, s, probe, len(loans), func(pctx context.Context) ([]ratelimit.Lent, error) {
+			lent, err := askPrimary(ctx, s, probe, len(loans), false, func(pctx context.Context) ([]ratelimit.Lent, error) {
 				return l.Lend(pctx, loans)
 			}, nil)
 			if err == nil && s.policy == LocalShare {

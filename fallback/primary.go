@@ -79,14 +79,25 @@ type pending[T any] struct {
 // taken, a take counted, for a decision made on the secondary); a call still unanswered
 // after the breaker's Unanswered is a failure, and one with late goes on up to
 // lateHorizon for its answer.
-func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int, call func(context.Context) (T, error), late func(context.Context, T, error)) (T, error) {
+//
+// A change (a reset, a refund, a debit: change true) is no decision a request waits for:
+// it waits for the primary up to lateHorizon, and its call is never dropped, so that the
+// primary, which every instance reads, gets it however late; the share's copy (a mirror)
+// is made too when the wait ends first.
+func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int, change bool, call func(context.Context) (T, error), late func(context.Context, T, error)) (T, error) {
 	start := s.clock.Now()
 	p := &pending[T]{done: make(chan outcome[T], 1)}
 	unanswered := max(s.breaker.unanswered, s.maxTimeout)
 	waitFor := s.waitFor()
 	sendBy := time.Now().Add(waitFor) // a call not sent by then is decided elsewhere
+	if change {
+		waitFor, sendBy = max(waitFor, lateHorizon), time.Now().Add(24*time.Hour)
+	}
 	callFor := unanswered
-	if late != nil {
+	switch {
+	case change:
+		callFor = 2 * lateHorizon
+	case late != nil:
 		callFor = max(callFor, lateHorizon)
 	}
 	go p.call(ctx, s, probe, start, sendBy, unanswered, callFor, call, late)

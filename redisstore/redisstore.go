@@ -356,6 +356,9 @@ func (s *Store) failed(alg string, err error) error {
 	if redisx.Unavailable(err) {
 		s.nodeFailed()
 	}
+	if redisx.Undelivered(err) {
+		return fmt.Errorf("%w: %w", core.ErrUndelivered, redisx.Failed("redisstore", alg, err))
+	}
 	return redisx.Failed("redisstore", alg, err)
 }
 

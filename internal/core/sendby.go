@@ -10,6 +10,15 @@ import (
 // WithSendBy) had passed: the decision was made elsewhere, and the call counted nothing.
 var ErrNotSent = errors.New("the call was not sent: its decision was made elsewhere by then")
 
+// ErrUndelivered marks the error of a call that never reached its server (no connection
+// could be had): it counted nothing. It says nothing else: the server may be down.
+var ErrUndelivered = errors.New("the call never reached the server")
+
+// Uncounted reports whether err is the error of a call that counted nothing, for sure.
+func Uncounted(err error) bool {
+	return errors.Is(err, ErrNotSent) || errors.Is(err, ErrUndelivered)
+}
+
 type sendByKey struct{}
 
 // WithSendBy says that a call on ctx is worth sending only until t: a fallback store

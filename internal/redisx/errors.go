@@ -32,6 +32,13 @@ func Unavailable(err error) bool {
 		redis.IsAuthError(err) || redis.IsPermissionError(err)
 }
 
+// Undelivered reports whether err means that the call never reached Redis: no
+// connection could be dialled, or had from the pool in time.
+func Undelivered(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout)
+}
+
 // Failed wraps err, an error of the client in pkg's call (pkg "redisstore", call
 // "tokenbucket"; "" for none), for the caller and its logs: with ratelimit.ErrUnavailable when Redis
 // cannot decide now, and said for what it is when Redis refuses this client (Redis asks

@@ -1,0 +1,272 @@
+package hotkey_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/fallback"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
+	"github.com/ratelimit-go/ratelimit/localstore"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+// The fleet tests run instances as a gateway's are run: each with a client of its own,
+// the fallback store over Redis, and Leases over that, on one real Redis; their callers
+// run at once, in tight loops, as an attacker's would.
+
+// fleet is n instances on one Redis.
+type fleet struct {
+	t      *testing.T
+	srv    *redistest.Server
+	direct *redisstore.Store // Redis itself, for what a key has left
+	leases []*hotkey.Leases
+}
+
+func newFleet(t *testing.T, n int, opts ...hotkey.LeasesOption) *fleet {
+	t.Helper()
+	srv := redistest.Start(t)
+	f := &fleet{t: t, srv: srv, direct: redisstore.New(srv.Client())}
+	for range n {
+		c := redis.NewClient(redisstore.Recommended(&redis.Options{Addr: srv.Addr}))
+		t.Cleanup(func() { c.Close() })
+		store := fallback.New(redisstore.New(c), localstore.New(), fallback.WithInstances(n))
+		p, err := hotkey.NewLeases(store, append([]hotkey.LeasesOption{hotkey.WithInstanceCount(func() int { return n })}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close(context.Background()) })
+		f.leases = append(f.leases, p)
+	}
+	return f
+}
+
+// newLimiter is an algorithm's constructor.
+type newLimiter func(ratelimit.Store, ratelimit.Rule, ...ratelimit.Option) (*ratelimit.AlgorithmLimiter, error)
+
+// limiters are one limiter of rule per instance, made by make, in namespace ns.
+func (f *fleet) limiters(make newLimiter, rule ratelimit.Rule, ns string) []*ratelimit.AlgorithmLimiter {
+	f.t.Helper()
+	var ls []*ratelimit.AlgorithmLimiter
+	for _, p := range f.leases {
+		l, err := make(p, rule, ratelimit.WithNamespace(ns))
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+// close closes every instance: what they queued is charged, what they hold given back.
+func (f *fleet) close() {
+	f.t.Helper()
+	for _, p := range f.leases {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := p.Close(ctx); err != nil {
+			f.t.Fatal(err)
+		}
+		cancel()
+	}
+}
+
+// left is what key has left on Redis, of a limiter made by make under rule in
+// namespace ns: a peek's Remaining, plus the one it would take.
+func (f *fleet) left(make newLimiter, rule ratelimit.Rule, ns, key string) int64 {
+	f.t.Helper()
+	direct, err := make(f.direct, rule, ratelimit.WithNamespace(ns))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	d, err := direct.PeekN(context.Background(), key, 1)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if !d.Allowed {
+		return 0
+	}
+	return d.Remaining + 1
+}
+
+// hammer runs callers goroutines on each limiter, each asking key in a tight loop until
+// d has passed, and returns how many were admitted.
+func hammer(ls []*ratelimit.AlgorithmLimiter, key string, callers int, d time.Duration) int64 {
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(d)
+	for _, l := range ls {
+		for range callers {
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					if dd, err := l.Allow(context.Background(), key); err == nil && dd.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return admitted.Load()
+}
+
+// trusted is the most events the instances may admit beyond a key's rule together: one
+// each, on trust (the default of hotkey.WithTrust).
+func trusted(n int) int64 { return int64(n) }
+
+// TestFleetTightLoops: four instances, each with four callers in a tight loop on one key
+// of 1,000 an hour (a fixed window, and a token bucket of burst 1,000), and on 20 keys: no
+// key is admitted more than its rule, plus an event on trust per instance; and nothing
+// is lost: the key's 1,000 are all admitted.
+func TestFleetTightLoops(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real instances for seconds")
+	}
+	f := newFleet(t, 4)
+	rule := ratelimit.PerHour(1000)
+	for _, c := range []struct {
+		name string
+		make newLimiter
+	}{{"fixedwindow", fixedwindow.New}, {"tokenbucket", tokenbucket.New}} {
+		ls := f.limiters(c.make, rule, "tight-"+c.name)
+		got := hammer(ls, "k", 4, 1500*time.Millisecond)
+		if got > rule.Limit+trusted(4) || got < rule.Limit*97/100 {
+			t.Errorf("%s: four instances in tight loops on a key of %v: %d admitted; want %d, and at most %d beyond it", c.name, rule, got, rule.Limit, trusted(4))
+		}
+	}
+	ls := f.limiters(fixedwindow.New, rule, "tight-keys")
+	var wg sync.WaitGroup
+	got := make([]int64, 20)
+	for k := range got {
+		wg.Go(func() { got[k] = hammer(ls, fmt.Sprintf("key-%d", k), 1, time.Second) })
+	}
+	wg.Wait()
+	for k, n := range got {
+		if n > rule.Limit+trusted(4) {
+			t.Errorf("key-%d of 20, four instances in tight loops: %d admitted; want %d at most, and %d beyond it", k, n, rule.Limit, trusted(4))
+		}
+	}
+}
+
+// TestFleetReset: two instances drain a day's bucket of 2,000 in tight loops, then one
+// resets it: within a refill interval every instance admits again, together the 2,000
+// the reset restored (give or take their events on trust), no more, and what they hold
+// goes back at Close: nothing is lost.
+func TestFleetReset(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real instances for seconds")
+	}
+	f := newFleet(t, 2)
+	rule := ratelimit.PerDay(2000)
+	ls := f.limiters(tokenbucket.New, rule, "reset")
+	if got := hammer(ls, "k", 4, 1500*time.Millisecond); got > rule.Limit+trusted(2) {
+		t.Fatalf("before the reset: %d admitted; want %d at most", got, rule.Limit+trusted(2))
+	}
+	if err := ls[0].Reset(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	after := hammer(ls, "k", 4, 2*time.Second)
+	f.close()
+	left := f.left(tokenbucket.New, rule, "reset", "k")
+	if after > rule.Limit+trusted(2) || after < rule.Limit*96/100 {
+		t.Errorf("after a reset: %d admitted in 2s, %d left on Redis; want the %d it restored, within %d", after, left, rule.Limit, trusted(2))
+	}
+	if after+left < rule.Limit-trusted(2) {
+		t.Errorf("after a reset and Close: %d admitted and %d left on Redis; want %d together: events lost", after, left, rule.Limit)
+	}
+}
+
+// TestFleetHotKey: a key of 5,000 a day turns hot at once on four instances, 32 callers
+// asking 8,000 in all: the instances admit what the exact path would (its 5,000, give or
+// take their events on trust), and after Close what they admitted and what Redis has left
+// make the 5,000: nothing stranded on loan.
+func TestFleetHotKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real instances for seconds")
+	}
+	f := newFleet(t, 4)
+	rule := ratelimit.PerDay(5000)
+	ls := f.limiters(fixedwindow.New, rule, "hot")
+	var admitted, asked atomic.Int64
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		for range 8 {
+			wg.Go(func() {
+				for asked.Add(1) <= 8000 {
+					if d, err := l.Allow(context.Background(), "k"); err == nil && d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	f.close()
+	got, left := admitted.Load(), f.left(fixedwindow.New, rule, "hot", "k")
+	if got > rule.Limit+trusted(4) || got < rule.Limit*90/100 {
+		t.Errorf("8,000 asks of a key of 5,000 a day on four instances: %d admitted; want 5,000, within %d", got, trusted(4))
+	}
+	if got+left < rule.Limit {
+		t.Errorf("after Close: %d admitted, %d left on Redis: %d stranded", got, left, rule.Limit-got-left)
+	}
+}
+
+// TestFleetRefunds: four instances take a key's events with Charges in tight loops,
+// settling each at no cost: every one comes back, wherever it was taken (a lease, the
+// exact path, on trust), and after Close the key has all it had.
+func TestFleetRefunds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real instances for seconds")
+	}
+	f := newFleet(t, 4)
+	rule := ratelimit.PerHour(1000)
+	ls := f.limiters(fixedwindow.New, rule, "refunds")
+	var wg sync.WaitGroup
+	var charged, failed atomic.Int64
+	stop := time.Now().Add(time.Second)
+	for _, l := range ls {
+		for range 4 {
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					c, d, err := l.Charge(context.Background(), "k", 1)
+					if err != nil || !d.Allowed {
+						continue
+					}
+					charged.Add(1)
+					if _, err := c.Settle(context.Background(), 0); err != nil {
+						failed.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	f.close()
+	if left := f.left(fixedwindow.New, rule, "refunds", "k"); left != rule.Limit || failed.Load() != 0 {
+		t.Errorf("%d charges settled at no cost (%d failed): %d left of %d after Close; want all", charged.Load(), failed.Load(), left, rule.Limit)
+	}
+}
+
+// TestFleetDenialTellsTheRule: a denial from a lease's memory says the rule's Limit, and
+// the time until the key is full.
+func TestFleetDenialTellsTheRule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real instances for seconds")
+	}
+	f := newFleet(t, 2)
+	rule := ratelimit.PerMinute(100)
+	ls := f.limiters(fixedwindow.New, rule, "denial")
+	hammer(ls, "k", 2, 500*time.Millisecond)
+	d, err := ls[0].Allow(context.Background(), "k")
+	if err != nil || d.Allowed || d.Limit != 100 || d.RetryAfter <= 0 || d.ResetAfter < d.RetryAfter || d.ResetAfter > time.Minute {
+		t.Errorf("a denial of a key spent: %+v, %v; want the rule's Limit of 100, and the time to the window's end", d, err)
+	}
+}
