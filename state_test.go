@@ -95,6 +95,9 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 			return ratelimit.Outcome{}, fmt.Errorf("bytesStore: %s takes no debts", alg.Name)
 		}
 		alg.Debit(&st, now, a)
+		if r := req.Receipt; r != nil && a.Taken == -1 { // a take whatever the key has: its receipt
+			r.At = st.Time
+		}
 		after.Keep = a.Keep // whether the debit left the key in debt, or in the reserve
 	case "reset":
 		if _, held := s.states[id]; held && alg.Void != nil {

@@ -348,8 +348,9 @@ type Args struct {
 	// for a refund, the instant of the take it gives back (Receipt.At), whose events
 	// Refund gives back only as far as the key would still hold them; for a debit that
 	// settles a take (with its Receipt), that take's instant, which names the settlement;
-	// -1 for a take that carries a Receipt, after which the algorithm keeps what a refund
-	// of it needs (a bucket, the record of its deficits); else 0.
+	// -1 for a take that carries a Receipt, or a debit whose Receipt is not yet written:
+	// the algorithm keeps what a refund of it needs (a bucket, the record of its deficits),
+	// and the store writes the Receipt, State.Time after the step; else 0.
 	Taken int64
 }
 

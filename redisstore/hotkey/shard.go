@@ -72,6 +72,17 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 		}
 		return s.whole(whole, d), nil
 	case "debit":
+		if r := req.Receipt; r != nil && r.At == 0 { // a take whatever the key has, with its receipt: of the next shard
+			shard := s.turn.Add(1) % uint64(s.shards)
+			sub := req
+			sub.Key, sub.Spec, sub.Receipt = shardKey(req.Key, shard), shareSpec, &ratelimit.Receipt{}
+			d, err := s.next.Apply(ctx, sub)
+			if err != nil {
+				return ratelimit.Outcome{}, err
+			}
+			r.At, r.Via, r.Next = sub.Receipt.At, int64(shard), sub.Receipt
+			return s.whole(whole, d), nil
+		}
 		return s.debit(ctx, req, whole, shareSpec)
 	}
 	first := s.turn.Add(1) // a take, or a peek of the next shard in turn
