@@ -49,6 +49,13 @@ func (p multiParts) allow(ctx context.Context, key string) (ratelimit.Decision, 
 // taken checks how much each part has counted for key, by peeking.
 func (p multiParts) taken(t *testing.T, key string, want int64) {
 	t.Helper()
+	p.takenWithin(t, key, want, 0)
+}
+
+// takenWithin is taken, the token bucket's count allowed up to lost more: what refunds
+// of takes in flight together may fail to give back (see testMultiConcurrent).
+func (p multiParts) takenWithin(t *testing.T, key string, want, lost int64) {
+	t.Helper()
 	ctx := context.Background()
 	for i, l := range []interface {
 		PeekN(context.Context, string, int64) (ratelimit.Decision, error)
@@ -57,8 +64,12 @@ func (p multiParts) taken(t *testing.T, key string, want int64) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if limit := []int64{100, 50, 70}[i]; d.Remaining != max(0, limit-want-1) {
-			t.Errorf("part %d has counted %d; want %d", i, limit-d.Remaining-1, want)
+		limit := []int64{100, 50, 70}[i]
+		if i > 0 {
+			lost = 0
+		}
+		if left := d.Remaining; left > max(0, limit-want-1) || left < max(0, limit-want-lost-1) {
+			t.Errorf("part %d has counted %d; want %d", i, limit-left-1, want)
 		}
 	}
 }
@@ -127,9 +138,13 @@ func mustTB(t *testing.T, s ratelimit.Store) *tokenbucket.Limiter {
 }
 
 // testMultiConcurrent: 1000 concurrent decisions under three limits admit exactly the
-// tightest, and the others count exactly that many.
+// tightest, and the others count exactly that many. On a store that is not a BatchStore,
+// AllowAll takes the parts one by one and refunds the takes of a denied request; a
+// bucket's record of deficits keeps eight (core.DeficitsMax), so with more takes in
+// flight at once a refund may give back less: never more, and here at most a quarter.
 func testMultiConcurrent(t *testing.T, newStore NewStore) {
-	p := newMulti(t, newStore(t, clock.NewFake(Start)))
+	store := newStore(t, clock.NewFake(Start))
+	p := newMulti(t, store)
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for range 1000 {
@@ -146,5 +161,9 @@ func testMultiConcurrent(t *testing.T, newStore NewStore) {
 	if admitted.Load() != 50 {
 		t.Errorf("admitted %d; want exactly the tightest limit, 50", admitted.Load())
 	}
-	p.taken(t, "hot", 50)
+	lost := int64(0)
+	if _, batch := store.(ratelimit.BatchStore); !batch {
+		lost = 25
+	}
+	p.takenWithin(t, "hot", 50, lost)
 }
