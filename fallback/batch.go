@@ -49,6 +49,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		return nil, err
 	}
 	var lt *late // the takes, which the primary may count after the wait
+	start := s.clock.Now()
 	if ok, probe := s.breaker.allow(); ok {
 		preqs := core.InnerReceipts(reqs)
 		if s.policy == LocalShare {
@@ -58,7 +59,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 			return applyAll(pctx, s.primary, preqs)
 		}, func(pctx context.Context, ds []ratelimit.Outcome, err error) {
 			if lt != nil {
-				s.answered(pctx, lt, err, allAllowed(ds))
+				s.answered(pctx, lt, err, ds, allAllowed(ds))
 			}
 		})
 		if err == nil && s.policy == LocalShare {
@@ -87,6 +88,17 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	}
 	lreqs := core.InnerReceipts(reqs)
 	ds, err := s.decideAllLocally(ctx, lreqs, capacities)
+	if lt != nil && err == nil && !allAllowed(ds) {
+		if outs, ok := s.stillCounted(ctx, lt, start); ok { // the primary, late, admitted them: its decision
+			s.decided(ctx, lt, true)
+			for i, d := range outs {
+				s.mirror(ctx, lt.takes[i], d)
+			}
+			core.WireReceipts(reqs, lt.takes, outs, int64(Primary), 0)
+			trace.Set(ctx, Primary.String())
+			return outs, nil
+		}
+	}
 	if lt != nil {
 		admitted := err == nil && allAllowed(ds)
 		for i, r := range lreqs {

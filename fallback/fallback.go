@@ -31,6 +31,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/internal/core"
+	"github.com/ratelimit-go/ratelimit/internal/trace"
 )
 
 // Defaults of the options.
@@ -222,6 +223,7 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 		outer = nil
 	}
 	var lt *late // a rate algorithm's take, which the primary may count after the wait
+	start := s.clock.Now()
 	if ok, probe := s.breaker.allow(); ok {
 		decisions := 0
 		if req.Spec.Op == "" {
@@ -242,7 +244,7 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 				s.release(pctx, preq, d)
 			}
 			if lt != nil {
-				s.answered(pctx, lt, err, d.Allowed())
+				s.answered(pctx, lt, err, []ratelimit.Outcome{d}, d.Allowed())
 			}
 		})
 		if err == nil && s.policy == LocalShare {
@@ -266,6 +268,18 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 		local.Receipt = &ratelimit.Receipt{}
 	}
 	d, err := s.decideLocally(ctx, local, a.Limit)
+	if lt != nil && err == nil && !d.Allowed() {
+		if outs, ok := s.stillCounted(ctx, lt, start); ok { // the primary, late, admitted it: its decision
+			s.decided(ctx, lt, true)
+			trace.Set(ctx, Primary.String())
+			s.mirror(ctx, lt.takes[0], outs[0])
+			if outer != nil {
+				p := lt.takes[0].Receipt
+				outer.At, outer.Via, outer.Next = p.At, int64(Primary), p
+			}
+			return outs[0], nil
+		}
+	}
 	if lt != nil {
 		if outer != nil && err == nil && d.Allowed() {
 			s.route(local.Receipt, lt, 0)

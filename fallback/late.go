@@ -52,18 +52,21 @@ type late struct {
 	decided  bool // the share's decision is in admitted
 	answered bool // the primary's answer is in answer
 	answer   int  // unknown, counted or uncounted
+	outs     []ratelimit.Outcome
+	heard    chan struct{} // closed once answered
 	// settle, once reconciled, is where each take's settlement goes: its receipt on the
 	// primary, or nil for the share
 	settle []*ratelimit.Receipt
 }
 
 func newLate(takes []ratelimit.Request) *late {
-	return &late{done: make(chan struct{}), takes: takes}
+	return &late{done: make(chan struct{}), heard: make(chan struct{}), takes: takes}
 }
 
 // answered is the primary's answer to l's call after the wait ended: how it ended (err),
-// and whether it admitted every take.
-func (s *Store) answered(ctx context.Context, l *late, err error, admitted bool) {
+// and its outcomes, of which admitted says whether it admitted every take.
+func (s *Store) answered(ctx context.Context, l *late, err error, outs []ratelimit.Outcome, admitted bool) {
+	defer close(l.heard)
 	answer := unknown
 	switch {
 	case err == nil && admitted:
@@ -72,7 +75,7 @@ func (s *Store) answered(ctx context.Context, l *late, err error, admitted bool)
 		answer = uncounted
 	}
 	l.mu.Lock()
-	l.answered, l.answer = true, answer
+	l.answered, l.answer, l.outs = true, answer, outs
 	ready := l.decided
 	l.mu.Unlock()
 	if ready {
@@ -96,6 +99,8 @@ func (s *Store) decided(ctx context.Context, l *late, admitted bool) {
 // decision leave them (see late), and says where their settlements go.
 func (s *Store) reconcile(ctx context.Context, l *late) {
 	defer close(l.done)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateHorizon) // what it sends is no decision: it may take a while
+	defer cancel()
 	l.settle = make([]*ratelimit.Receipt, len(l.takes))
 	switch {
 	case l.answer == counted && l.admitted:
@@ -127,6 +132,25 @@ func (s *Store) reconcile(ctx context.Context, l *late) {
 			}
 		}
 	}
+}
+
+// stillCounted waits, after the share denied l's takes, for the primary's answer a while
+// longer: up to the breaker's Unanswered since start. A share denies what the cluster
+// may still have (it holds 1/n of the rule, and mirrors what this instance took), and
+// the primary, slow but up, decides better; its admission is then the decision (ok).
+func (s *Store) stillCounted(ctx context.Context, l *late, start time.Time) ([]ratelimit.Outcome, bool) {
+	wait := time.NewTimer(max(0, s.breaker.unanswered-s.clock.Now().Sub(start)))
+	defer wait.Stop()
+	select {
+	case <-l.heard:
+	case <-wait.C:
+		return nil, false
+	case <-ctx.Done():
+		return nil, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.outs, l.answer == counted
 }
 
 // route keeps, for a routeFor, which late a take decided on the share belongs to (by

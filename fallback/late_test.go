@@ -89,20 +89,39 @@ func TestLateTakeCountedOnce(t *testing.T) {
 			t.Errorf("a charge of 10 decided on the share, the primary late, settled at 3: %d left on the primary, %d on the share; want 97, and the mirror's 90", got, on)
 		}
 
-		// the share denies (its key spent while the primary could not see it), the primary
-		// admits late: a take with a receipt is given back there
+		// the share would deny (its key spent while the primary could not see it): the
+		// decision waits for the primary a while longer, and its admission is the decision
 		p.slow.Store(int64(8 * time.Millisecond))
 		spend := req("denied", rule)
 		spend.N = 100
 		if _, err := share.Apply(ctx, spend); err != nil {
 			t.Fatal(err)
 		}
-		if _, d, err := l.Charge(ctx, "denied", 10); err != nil || d.Allowed {
-			t.Fatalf("Charge(10) on a spent share: %+v, %v; want denied", d, err)
+		c, d, err = l.Charge(ctx, "denied", 10)
+		if err != nil || !d.Allowed || c == nil {
+			t.Fatalf("Charge(10) on a spent share, the primary 8ms late: %+v, %v; want the primary's admission", d, err)
 		}
 		settle()
-		if got := left(p.local, "denied"); got != 100 {
-			t.Errorf("a charge the share denied and the primary admitted late: %d left on the primary; want 100", got)
+		if _, err := c.Settle(ctx, 4); err != nil {
+			t.Fatal(err)
+		}
+		if got := left(p.local, "denied"); got != 96 {
+			t.Errorf("a charge admitted by the primary after the share would deny, settled at 4: %d left on the primary; want 96", got)
+		}
+		// a primary later than that: the share's denial is the decision, and a take with a
+		// receipt the primary admitted is given back there
+		p.slow.Store(int64(300 * time.Millisecond))
+		spend.Key = "later"
+		if _, err := share.Apply(ctx, spend); err != nil {
+			t.Fatal(err)
+		}
+		if _, d, err := l.Charge(ctx, "later", 10); err != nil || d.Allowed {
+			t.Fatalf("Charge(10) on a spent share, the primary 300ms late: %+v, %v; want denied", d, err)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got := left(p.local, "later"); got != 100 {
+			t.Errorf("a charge the share denied and the primary admitted 300ms late: %d left on the primary; want 100", got)
 		}
 
 		// the share admits what the primary, too late, denies (its key spent there), or

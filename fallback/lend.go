@@ -63,7 +63,9 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 			}, nil)
 			if err == nil && s.policy == LocalShare {
 				for i, loan := range loans {
-					s.mirror(ctx, ratelimit.Request{Key: loan.Key, N: max(1, lent[i].N), Spec: loan.Spec}, lent[i].Outcome)
+					if lent[i].N > 0 || !lent[i].Outcome.Allowed() { // what was taken, or a denial; not a look
+						s.mirror(ctx, ratelimit.Request{Key: loan.Key, N: max(1, lent[i].N), Spec: loan.Spec}, lent[i].Outcome)
+					}
 				}
 			}
 			if err == nil || ctx.Err() != nil {

@@ -63,8 +63,11 @@ func WithInstances(n int) Option {
 // second). Where it admitted the take too, the share's take is the mirror of the
 // primary's, and the take's settlement (a Charge's) goes to the primary. Where the share
 // admitted what the primary denied, or never received, the primary is charged it as a
-// debit. Where the share denied what the primary admitted, the primary gives back a take
-// that carries a receipt. Watch OnDecision's sources, and OnPrimaryError's timeouts.
+// debit. A take the share would deny waits for the primary a while longer (up to the
+// breaker's Unanswered, 100ms): a share holds 1/n of the rule, and a slow primary decides
+// better. Where the share denied what the primary admitted later still, the primary
+// gives back a take that carries a receipt; one without stays counted there. Watch
+// OnDecision's sources, and OnPrimaryError's timeouts.
 //
 // # Choosing the timeout
 //
