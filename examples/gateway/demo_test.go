@@ -201,11 +201,11 @@ func TestLeasesDemo(t *testing.T) {
 	}
 }
 
-// TestOptimisticDemo: with -leases -optimistic, quiet tenants (a request each) are decided
-// from memory too, and admitted.
-func TestOptimisticDemo(t *testing.T) {
+// TestTrustDemo: with -leases and -trust 1 (the default), quiet tenants (a request each)
+// are decided from memory too, and admitted.
+func TestTrustDemo(t *testing.T) {
 	addr, admin := startGateway(t, config{reload: time.Hour,
-		store: backend.Config{Instances: 1, BreakerOpen: time.Second, LocalMaxKeys: 1000, LocalMaxBytes: 1 << 20, Leases: true, Optimistic: true}})
+		store: backend.Config{Instances: 1, BreakerOpen: time.Second, LocalMaxKeys: 1000, LocalMaxBytes: 1 << 20, Leases: true, Trust: 1}})
 	get := func(key string) int { return getOrders(addr, key) }
 	eventually(t, "the gateway to answer", func() bool { return get("warm-up") == 200 })
 	before := leaseDecisions(t, admin)

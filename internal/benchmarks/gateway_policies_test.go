@@ -86,7 +86,7 @@ func asPolicies(w way) way {
 // the service time, times the cost: 40 tokens). Run it once: -benchtime 1x.
 func BenchmarkLeasePolicies(b *testing.B) {
 	srv := redistest.Start(b)
-	for _, w := range ways[:3] { // exact, leases, leases-optimistic
+	for _, w := range ways[:3] { // exact, leases, leases-no-trust
 		b.Run(w.name, func(b *testing.B) {
 			perSecond, d := gatewayLoad()
 			perSecond /= 4

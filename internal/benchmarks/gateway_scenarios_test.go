@@ -34,7 +34,7 @@ import (
 // Run it once: -benchtime 1x.
 func BenchmarkLeaseScenarios(b *testing.B) {
 	const background, hot = 2000.0, 200.0
-	for _, w := range ways[:3] { // exact, leases, leases-optimistic
+	for _, w := range ways[:3] { // exact, leases, leases-no-trust
 		b.Run("move/"+w.name, func(b *testing.B) {
 			_, ins, tenants, r, rest := watchedRun(b, w)
 			mover := r.watched

@@ -95,8 +95,8 @@ var ways = []way{
 		}
 		return p, p
 	}),
-	storeWay("leases-optimistic", func(b *testing.B, c *redis.Client, prefix string, n int) (ratelimit.Store, *hotkey.Leases) {
-		p, err := hotkey.NewLeases(exactStore(c, prefix, n), hotkey.WithInstanceCount(func() int { return n }), hotkey.WithOptimistic())
+	storeWay("leases-no-trust", func(b *testing.B, c *redis.Client, prefix string, n int) (ratelimit.Store, *hotkey.Leases) {
+		p, err := hotkey.NewLeases(exactStore(c, prefix, n), hotkey.WithInstanceCount(func() int { return n }), hotkey.WithTrust(0))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -466,7 +466,7 @@ func BenchmarkLeaseSeed(b *testing.B) {
 	for i := range split {
 		split[i] = 1
 	}
-	for _, w := range ways[:3] { // exact, leases, leases-optimistic
+	for _, w := range ways[:3] { // exact, leases, leases-no-trust
 		b.Run(w.name, func(b *testing.B) {
 			gatewayRun(b, srv, w, instances, tenants, split, time.Millisecond, 0)
 		})
@@ -502,8 +502,8 @@ func gatewayRun(b *testing.B, srv *redistest.Server, w way, n, tenants int, spli
 func addStats(a, b hotkey.LeasesStats) hotkey.LeasesStats {
 	a.Local += b.Local
 	a.Exact += b.Exact
-	a.Ahead += b.Ahead
-	a.Excess += b.Excess
+	a.Trusted += b.Trusted
+	a.Short += b.Short
 	a.Refills += b.Refills
 	return a
 }
@@ -551,9 +551,9 @@ func report(b *testing.B, r *run, z *zipf, perSecond, calls, cpu float64, st hot
 // reportTimes reports, over every decision of r (the ten busiest tenants' apart), the time
 // each added, how late the generator ran, the time of the limiter's calls, the share
 // decided from memory, Redis's calls and CPU per decision, errors and the fallback's
-// share; and where leases decide, what of the decisions took the exact path, was
-// admitted ahead of Redis's answer (WithOptimistic), and how many calls to Lend the
-// refills made, each per decision.
+// share; and where leases decide, the share of decisions that took the exact path, that
+// were admitted on trust (WithTrust), and of the calls to Lend; and how many events on
+// trust found their key spent when charged.
 func reportTimes(b *testing.B, r *run, calls, cpu float64, st hotkey.LeasesStats) {
 	var all, inCall, busiest, late []time.Duration
 	leased := 0
@@ -586,9 +586,9 @@ func reportTimes(b *testing.B, r *run, calls, cpu float64, st hotkey.LeasesStats
 	b.ReportMetric(float64(leased)/n, "from-memory")
 	if st.Local+st.Exact > 0 {
 		b.ReportMetric(float64(st.Exact)/n, "exact-path/decision")
-		b.ReportMetric(float64(st.Ahead)/n, "ahead/decision")
+		b.ReportMetric(float64(st.Trusted)/n, "trusted/decision")
 		b.ReportMetric(float64(st.Refills)/n, "lend-calls/decision")
-		b.ReportMetric(float64(st.Excess), "excess-events")
+		b.ReportMetric(float64(st.Short), "short-events")
 	}
 	b.ReportMetric(float64(r.errors.Load()), "errors")
 	b.ReportMetric(float64(r.shares.Load())/n, "from-shares")

@@ -4,9 +4,9 @@ package hotkey
 // the next store counted before.
 func (p *Leases) Held(key string) int64 {
 	var n int64
-	p.table.each(func(l *lease) {
-		if l.key == key && !l.ended.Load() {
-			n += max(0, l.tokens.Load())
+	p.leased.each(func(e *entry) {
+		if e.key == key && !e.ended.Load() {
+			n += max(0, e.tokens.Load())
 		}
 	})
 	return n

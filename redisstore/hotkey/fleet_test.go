@@ -30,6 +30,7 @@ type fleet struct {
 	srv    *redistest.Server
 	direct *redisstore.Store // Redis itself, for what a key has left
 	leases []*hotkey.Leases
+	shares atomic.Int64 // decisions the fallback's shares made: Redis answered late
 }
 
 func newFleet(t *testing.T, n int, opts ...hotkey.LeasesOption) *fleet {
@@ -39,7 +40,17 @@ func newFleet(t *testing.T, n int, opts ...hotkey.LeasesOption) *fleet {
 	for range n {
 		c := redis.NewClient(redisstore.Recommended(&redis.Options{Addr: srv.Addr}))
 		t.Cleanup(func() { c.Close() })
-		store := fallback.New(redisstore.New(c), localstore.New(), fallback.WithInstances(n))
+		rs := redisstore.New(c)
+		if err := rs.LoadScripts(context.Background()); err != nil { // as a gateway does before it serves
+			t.Fatal(err)
+		}
+		store := fallback.New(rs, localstore.New(), fallback.WithInstances(n), fallback.WithHooks(fallback.Hooks{
+			OnDecision: func(source fallback.Source, _ time.Duration) {
+				if source != fallback.Primary {
+					f.shares.Add(1)
+				}
+			},
+		}))
 		p, err := hotkey.NewLeases(store, append([]hotkey.LeasesOption{hotkey.WithInstanceCount(func() int { return n })}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
@@ -122,6 +133,13 @@ func hammer(ls []*ratelimit.AlgorithmLimiter, key string, callers int, d time.Du
 // each, on trust (the default of hotkey.WithTrust).
 func trusted(n int) int64 { return int64(n) }
 
+// beyond is the most a key may be admitted beyond its rule so far: an event on trust per
+// instance, and what the fallback's shares decided (each may admit what Redis, late,
+// counted as spent: a loaded machine's Redis answers past the fallback's 5ms).
+func (f *fleet) beyond() int64 {
+	return trusted(len(f.leases)) + f.shares.Load()
+}
+
 // TestFleetTightLoops: four instances, each with four callers in a tight loop on one key
 // of 1,000 an hour (a fixed window, and a token bucket of burst 1,000), and on 20 keys: no
 // key is admitted more than its rule, plus an event on trust per instance; and nothing
@@ -138,8 +156,8 @@ func TestFleetTightLoops(t *testing.T) {
 	}{{"fixedwindow", fixedwindow.New}, {"tokenbucket", tokenbucket.New}} {
 		ls := f.limiters(c.make, rule, "tight-"+c.name)
 		got := hammer(ls, "k", 4, 1500*time.Millisecond)
-		if got > rule.Limit+trusted(4) || got < rule.Limit*97/100 {
-			t.Errorf("%s: four instances in tight loops on a key of %v: %d admitted; want %d, and at most %d beyond it", c.name, rule, got, rule.Limit, trusted(4))
+		if got > rule.Limit+f.beyond() || got < rule.Limit*97/100 {
+			t.Errorf("%s: four instances in tight loops on a key of %v: %d admitted; want %d, and at most %d beyond it", c.name, rule, got, rule.Limit, f.beyond())
 		}
 	}
 	ls := f.limiters(fixedwindow.New, rule, "tight-keys")
@@ -150,8 +168,8 @@ func TestFleetTightLoops(t *testing.T) {
 	}
 	wg.Wait()
 	for k, n := range got {
-		if n > rule.Limit+trusted(4) {
-			t.Errorf("key-%d of 20, four instances in tight loops: %d admitted; want %d at most, and %d beyond it", k, n, rule.Limit, trusted(4))
+		if n > rule.Limit+f.beyond() {
+			t.Errorf("key-%d of 20, four instances in tight loops: %d admitted; want %d at most, and %d beyond it", k, n, rule.Limit, f.beyond())
 		}
 	}
 }
@@ -167,27 +185,29 @@ func TestFleetReset(t *testing.T) {
 	f := newFleet(t, 2)
 	rule := ratelimit.PerDay(2000)
 	ls := f.limiters(tokenbucket.New, rule, "reset")
-	if got := hammer(ls, "k", 4, 1500*time.Millisecond); got > rule.Limit+trusted(2) {
-		t.Fatalf("before the reset: %d admitted; want %d at most", got, rule.Limit+trusted(2))
+	if got := hammer(ls, "k", 4, 1500*time.Millisecond); got > rule.Limit+f.beyond() {
+		t.Fatalf("before the reset: %d admitted; want %d at most", got, rule.Limit+f.beyond())
 	}
+	carry := f.leases[1].Held("k") // the other instance's, taken before the reset: spent until its next refill
 	if err := ls[0].Reset(context.Background(), "k"); err != nil {
 		t.Fatal(err)
 	}
 	after := hammer(ls, "k", 4, 2*time.Second)
 	f.close()
 	left := f.left(tokenbucket.New, rule, "reset", "k")
-	if after > rule.Limit+trusted(2) || after < rule.Limit*96/100 {
-		t.Errorf("after a reset: %d admitted in 2s, %d left on Redis; want the %d it restored, within %d", after, left, rule.Limit, trusted(2))
+	if after > rule.Limit+f.beyond()+carry || after < rule.Limit*96/100 {
+		t.Errorf("after a reset: %d admitted in 2s, %d left on Redis; want the %d it restored, within %d and the %d held then", after, left, rule.Limit, f.beyond(), carry)
 	}
 	if after+left < rule.Limit-trusted(2) {
 		t.Errorf("after a reset and Close: %d admitted and %d left on Redis; want %d together: events lost", after, left, rule.Limit)
 	}
 }
 
-// TestFleetHotKey: a key of 5,000 a day turns hot at once on four instances, 32 callers
-// asking 8,000 in all: the instances admit what the exact path would (its 5,000, give or
-// take their events on trust), and after Close what they admitted and what Redis has left
-// make the 5,000: nothing stranded on loan.
+// TestFleetHotKey: a key of 5,000 a day turns hot at once on four instances, asked
+// 20,000 times a second for 0.4s (open loop, each request on a goroutine of its own at
+// its instant): the instances admit what the exact path would (its 5,000, give or take
+// their events on trust), and after Close what they admitted and what Redis has left make
+// the 5,000: nothing stranded on loan.
 func TestFleetHotKey(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real instances for seconds")
@@ -195,24 +215,26 @@ func TestFleetHotKey(t *testing.T) {
 	f := newFleet(t, 4)
 	rule := ratelimit.PerDay(5000)
 	ls := f.limiters(fixedwindow.New, rule, "hot")
-	var admitted, asked atomic.Int64
+	var admitted atomic.Int64
 	var wg sync.WaitGroup
-	for _, l := range ls {
-		for range 8 {
-			wg.Go(func() {
-				for asked.Add(1) <= 8000 {
-					if d, err := l.Allow(context.Background(), "k"); err == nil && d.Allowed {
-						admitted.Add(1)
-					}
-				}
-			})
-		}
+	start := time.Now()
+	for i := range 8000 {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * 50 * time.Microsecond)))
+		wg.Go(func() {
+			if d, err := ls[i%4].Allow(context.Background(), "k"); err == nil && d.Allowed {
+				admitted.Add(1)
+			}
+		})
 	}
 	wg.Wait()
 	f.close()
 	got, left := admitted.Load(), f.left(fixedwindow.New, rule, "hot", "k")
-	if got > rule.Limit+trusted(4) || got < rule.Limit*90/100 {
-		t.Errorf("8,000 asks of a key of 5,000 a day on four instances: %d admitted; want 5,000, within %d", got, trusted(4))
+	least := rule.Limit * 90 / 100
+	if redistest.RaceEnabled { // the detector slows the instances past the asks: what they hold goes back at Close
+		least = rule.Limit / 2
+	}
+	if got > rule.Limit+f.beyond() || got < least {
+		t.Errorf("8,000 asks in 0.4s of a key of 5,000 a day on four instances: %d admitted; want 5,000 (at least %d), and at most %d beyond", got, least, f.beyond())
 	}
 	if got+left < rule.Limit {
 		t.Errorf("after Close: %d admitted, %d left on Redis: %d stranded", got, left, rule.Limit-got-left)

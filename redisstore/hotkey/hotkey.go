@@ -20,7 +20,7 @@
 //
 //   - ForRequests: all three (Option);
 //   - WithClock and WithMaxKeys: Leases and BlockCache, which remember keys (MemoryOption);
-//   - WithRefill, WithLeaseTTL and WithInstanceCount: Leases only (LeasesOption);
+//   - WithRefill, WithLeaseTTL, WithInstanceCount and WithTrust: Leases only (LeasesOption);
 //   - WithRetries: Shard only (ShardOption).
 package hotkey
 
@@ -55,14 +55,14 @@ type Option interface {
 }
 
 type hotConfig struct {
-	only       func(ratelimit.Request) bool
-	clock      clock.Clock
-	retries    int
-	maxKeys    int
-	refill     time.Duration // Leases: the refill interval
-	ttl        time.Duration // Leases: a lease's TTL
-	instances  func() int    // Leases: the live instances, nil for none known
-	optimistic bool          // Leases: keys without a lease decided from memory too (WithOptimistic)
+	only      func(ratelimit.Request) bool
+	clock     clock.Clock
+	retries   int
+	maxKeys   int
+	refill    time.Duration // Leases: the refill interval
+	ttl       time.Duration // Leases: a lease's TTL
+	instances func() int    // Leases: the live instances, nil for none known
+	trust     int64         // Leases: the events of a key admitted on trust at a time (WithTrust)
 }
 
 // The option types: one per set of decorators an option applies to.
@@ -88,12 +88,11 @@ func ForRequests(f func(ratelimit.Request) bool) Option {
 }
 
 // WithRefill sets the refill interval of Leases (1s by default; 0 or less means the
-// default): a lease holds about its key's demand over this interval and a round trip, is
-// renewed at least once in it, and a key is leased once it is asked twice in a quarter
-// of it (or in two quarters running). Four times an interval the refiller looks at every
-// lease (to top it up, renew it, give back what it does not need, or end it) and at the
-// exact path's keys (to lease the busy ones), and refills a key that had less to lend
-// than asked: what the key accrued in that quarter.
+// default): a lease holds about its key's demand over this interval and a round trip, and
+// is renewed at least once in it. A debt, a reset or a rule change reaches every
+// instance within it. Four times an interval the refiller looks at every lease (to top it
+// up, renew it, give back what it does not need, or end it), and refills a key that had
+// less to lend than asked: what the key accrued in that quarter.
 func WithRefill(d time.Duration) LeasesOption {
 	return leasesOption(func(c *hotConfig) {
 		if d > 0 {
@@ -114,61 +113,24 @@ func WithLeaseTTL(d time.Duration) LeasesOption {
 }
 
 // WithInstanceCount tells Leases how many instances share the keys (members.Count, say),
-// so that a lease takes no more than a key has left divided by them; without it, by the
-// instances holding a lease of the key.
+// so that a lease takes no more than a key has left divided by them, and a rule smaller
+// than the instances keeps the exact path. Without it, a lease takes no more than the
+// key has left divided by the instances holding a lease of it: the rule holds all the
+// same (trust is per instance, and loans conserved), but the first instance to ask a
+// scarce key gets more of it than its share.
 func WithInstanceCount(count func() int) LeasesOption {
 	return leasesOption(func(c *hotConfig) { c.instances = count })
 }
 
-// WithOptimistic makes Leases decide from memory the requests of the keys it holds no
-// lease of too (quiet keys, a key's first requests on this instance, and a leased key's
-// requests while its lease cannot decide yet), within a bound:
-//
-//   - An admission is made without waiting when it fits this instance's share of what
-//     the key had left at the next store's latest answer (its Remaining divided by
-//     WithInstanceCount's instances, less what the instance admitted since), an answer
-//     heard within a quarter of the refill interval: from a take, a charge or a loan.
-//   - A key not heard of within that time, and not leased, admits one event on trust,
-//     while none of its admissions made ahead is in flight.
-//   - A key denied is denied from memory until its RetryAfter.
-//   - The admissions are charged to the next store in the background, together: a
-//     thirty-second of the refill interval after the first (31ms by default), as partial
-//     takes of one Lend call (one script for up to 20 on Redis), and the answers are what
-//     the instance knows of the keys next. What a charge could not take was admitted
-//     beyond the rule, and LeasesStats.Excess counts it; what a charge that failed (an
-//     error of the next store: over the fallback store, whose partial takes fall back
-//     to its shares, none does) could not charge, LeasesStats.Uncharged counts.
-//   - A debit (a cost known after the answer: AlgorithmLimiter.Debit, Middleware.Cost)
-//     of a key without a lease, that leaves the key at least one event as far as the
-//     instance knows (what it heard within that time, else the rule's Limit, less what
-//     it admitted and debited since), is charged with them, in the same call, and comes
-//     off the instance's share at once; its answer is that estimate. A debit that would
-//     not leave the key one event, or that keeps a reserve, goes to the next store at
-//     once, and its answer (a debt) denies the key's admissions from memory until its
-//     RetryAfter.
-//
-// So the instances together admit ahead at most what the key had left at the answers they
-// heard, and beyond the rule only the events on trust (one per instance per key in the
-// charge's 31ms and round trip: with 20 instances, a key of 100 a second admits at most
-// 20 more in the moments it runs out) and what the leases and the exact path took from the
-// key since those answers. In the lease harness (BENCHMARKS.md: four instances, 8,000
-// requests a second for 15s) that was 17 to 59 events of 120,000.
-//
-// Leases then lease only the keys that pay for it: a key asked of an instance a quarter
-// of its share of the rule or more (the rule's Limit over 4 x WithInstanceCount's
-// instances, over a refill interval; measured over a quarter of one at least), the
-// others decided ahead, their charges riding the calls of the others' (a lease costs a
-// call to lend it, its renewals, and one when it ends).
-//
-// A rule whose Limit is less than the instances (a login limit of 5 a minute on 20
-// instances) keeps the exact path. Several limits of one request (ApplyAll) are decided
-// so together, all or none, each from its lease where it has one that can decide, else
-// ahead. A take with a receipt (a Charge, every ratelimit.Middleware decision) is charged
-// as a take of its own, and a refund of it (a Charge settled below its estimate, the
-// Middleware refunding a request it refused) sends it at once, waits for it to land,
-// then gives back as the next store's receipt says.
-func WithOptimistic() LeasesOption {
-	return leasesOption(func(c *hotConfig) { c.optimistic = true })
+// WithTrust sets how many events of a key Leases admits on trust at a time (1 by
+// default; 0 or less: none): events admitted before the next store counted them, where
+// this instance holds no lease of the key, or its lease cannot decide yet. They are
+// charged to the next store at once, with the others of the next moments, as debits: a
+// key that had none owes them, and repays them from its next events. So beyond the rule,
+// at most trust events per instance per key are admitted at any moment. Without trust,
+// those requests take the exact path, as without Leases: a round trip each.
+func WithTrust(n int) LeasesOption {
+	return leasesOption(func(c *hotConfig) { c.trust = int64(max(0, n)) })
 }
 
 // WithRetries sets how many other shards Shard tries after a denial (2 by default).
@@ -208,7 +170,7 @@ func newHotConfig[O any](name string, next ratelimit.Store, opts []O, apply func
 		panic("hotkey: " + name + " with a nil store")
 	}
 	c := hotConfig{clock: clock.NewMonotonic(), retries: 2, maxKeys: 100_000,
-		refill: time.Second, ttl: 2 * time.Second}
+		refill: time.Second, ttl: 2 * time.Second, trust: 1}
 	for _, o := range opts {
 		if any(o) == nil {
 			panic("hotkey: " + name + " with a nil option")

@@ -33,7 +33,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Timeout, "timeout", 0, "the most a decision waits for Redis (0: 5ms on Redis, 50ms on the embedded miniredis)")
 	fs.DurationVar(&c.BreakerOpen, "breaker-open", time.Second, "how long Redis is left alone after it fails")
 	fs.BoolVar(&c.Leases, "leases", false, "decide busy keys from events leased from Redis and held in memory, refilled in the background (hotkey.Leases): no round trip for them")
-	fs.BoolVar(&c.Optimistic, "optimistic", false, "with -leases, decide the quiet keys from memory too, charged to Redis in the background, 31ms of them in one call: beyond the rule, at most one event per instance per key in the moments a key runs out (hotkey.WithOptimistic)")
+	fs.IntVar(&c.Trust, "trust", 1, "with -leases, the events of a key each instance admits before Redis counted them, charged in the background: beyond the rule, at most this many per instance per key (hotkey.WithTrust; 0: none, a round trip each)")
 }
 
 // DefaultTimeout is the budget of one call to a real Redis (fallback.DefaultTimeout).
@@ -57,7 +57,7 @@ type Config struct {
 	LocalMaxKeys  int
 	LocalMaxBytes int64
 	Leases        bool                   // busy keys decided from leases (hotkey.Leases)
-	Optimistic    bool                   // and the quiet keys from memory too (hotkey.WithOptimistic)
+	Trust         int                    // events of a key admitted before Redis counts them (hotkey.WithTrust); 0: none
 	Members       string                 // the name the instances beat under in Redis ("gateway")
 	Algorithms    []*ratelimit.Algorithm // loaded into Redis before serving
 }
@@ -147,11 +147,7 @@ func Open(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (_ rate
 	if !cfg.Leases {
 		return store, closeStore, nil
 	}
-	opts := []hotkey.LeasesOption{hotkey.WithInstanceCount(count)}
-	if cfg.Optimistic {
-		opts = append(opts, hotkey.WithOptimistic())
-	}
-	leases, err := hotkey.NewLeases(store, opts...)
+	leases, err := hotkey.NewLeases(store, hotkey.WithInstanceCount(count), hotkey.WithTrust(cfg.Trust))
 	if err != nil {
 		return nil, nil, err
 	}

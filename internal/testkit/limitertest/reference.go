@@ -24,7 +24,13 @@ type Reference struct {
 	rules [2]ratelimit.Rule
 	keys  map[string]*keyModel
 	start int64
+	trust int64 // see Trust
 }
+
+// Trust allows n events beyond the rule in every interval of a bucket and every window:
+// the most the instances admit at a time before the store counted them (hotkey's
+// WithTrust, times the instances), which the key then owes.
+func (r *Reference) Trust(n int64) { r.trust = n }
 
 // mark is an instant a test knew what the instances held of a key (on loan, spendable
 // without asking the store), and the events given back to them since of takes made
@@ -97,9 +103,9 @@ func (r *Reference) Check() string {
 		for s := range m.segments {
 			sg := &m.segments[s]
 			rule := r.rules[sg.rule]
-			msg := checkWindows(r.name, p, rule, sg.as, sg.carry)
+			msg := checkWindows(r.name, p, rule, sg.as, sg.carry+r.trust)
 			if msg == "" && (r.name == "tokenbucket" || r.name == "leakybucket") {
-				msg = checkLeasedBucket(sg, rule)
+				msg = checkLeasedBucket(sg, rule, r.trust)
 			}
 			if msg != "" {
 				return fmt.Sprintf("key %s, segment %d: %s", k, s, msg)
@@ -111,9 +117,9 @@ func (r *Reference) Check() string {
 
 // checkLeasedBucket holds each admission of sg not checked yet, as the end of an interval
 // from each of sg's marks before it, to the bucket's capacity and its rate over the
-// interval, plus what the instances held at the mark and were given back since, and the
-// debts of the interval's requests.
-func checkLeasedBucket(sg *segment, rule ratelimit.Rule) string {
+// interval, plus what the instances held at the mark and were given back since, the
+// debts of the interval's requests, and trust.
+func checkLeasedBucket(sg *segment, rule ratelimit.Rule, trust int64) string {
 	limit, capacity, p := rule.Limit, core.Capacity(rule), rule.Period.Microseconds()
 	// sums of cost and of debts of sg.as[:i], for any interval's in constant time
 	costs, debts := make([]int64, len(sg.as)+1), make([]int64, len(sg.as)+1)
@@ -127,11 +133,11 @@ func checkLeasedBucket(sg *segment, rule ratelimit.Rule) string {
 				break
 			}
 			i := sort.Search(len(sg.as), func(i int) bool { return sg.as[i].at >= mk.at })
-			sum, extra := costs[j+1]-costs[i], debts[j+1]-debts[i]+mk.held+mk.back
+			sum, extra := costs[j+1]-costs[i], debts[j+1]-debts[i]+mk.held+mk.back+trust
 			if sum*p > (capacity+extra)*p+limit*(end-mk.at) {
-				return fmt.Sprintf("%d admitted from %v to %v; at most %d, %d held then and given back since, %d of debts, and %d per %v over it",
+				return fmt.Sprintf("%d admitted from %v to %v; at most %d, %d held then and given back since, %d of debts, %d on trust, and %d per %v over it",
 					sum, time.Duration(mk.at)*time.Microsecond, time.Duration(end)*time.Microsecond,
-					capacity, mk.held+mk.back, debts[j+1]-debts[i], limit, rule.Period)
+					capacity, mk.held+mk.back, debts[j+1]-debts[i], trust, limit, rule.Period)
 			}
 		}
 	}
