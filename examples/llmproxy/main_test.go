@@ -146,7 +146,8 @@ func TestConfig(t *testing.T) {
 // instances, each estimated at three times what it uses (300 of 100 tokens):
 //
 //   - "t", 120,000 tokens a minute, asked 4,000 a second: the tokens charged over the
-//     run are within [0.97, 1.03] of the minute's rate over it;
+//     run are at most 1.03 of the minute's rate over it, and at least 0.97 on a quiet
+//     machine (RATELIMIT_EXACT_TIMING=1), 0.85 on a loaded one;
 //   - "r", 600 requests a minute, asked 20 a second: the requests admitted are within
 //     the limit (at most 3% over its rate over the run), and at least 85% of it: a lease
 //     lends each instance an equal part of what the key refills, and the instances
@@ -184,8 +185,12 @@ func TestFourInstancesOnRedis(t *testing.T) {
 	from := 3 * time.Second // the leases hold what the first seconds refill (see BenchmarkFourInstances)
 	tokens := figures(runs, "t", from, run)
 	want := float64(120_000) / 60 * (run - from).Seconds()
-	if got := float64(tokens.tokens) / want; got < 0.97 || got > 1.03 || tokens.failed > 0 {
-		t.Errorf("t: %v in %v; want %.0f tokens ±3%% (%.3f)", tokens, run-from, want, got)
+	least := 0.97 // a loaded machine's generator runs late, and asks less
+	if !redistest.ExactTiming() {
+		least = 0.85
+	}
+	if got := float64(tokens.tokens) / want; got < least || got > 1.03 || tokens.failed > 0 {
+		t.Errorf("t: %v in %v; want %.0f tokens, at most 3%% over and at least %.0f%% (%.3f)", tokens, run-from, want, 100*least, got)
 	}
 	requests := figures(runs, "r", from, run)
 	want = float64(600) / 60 * (run - from).Seconds()
