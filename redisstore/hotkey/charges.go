@@ -98,7 +98,7 @@ func (p *Leases) join(e *entry, req ratelimit.Request, trust int64) {
 }
 
 // probe asks the next store, with the charges, what e's key has now: e denies from
-// memory on an answer a refill interval old or more, and another instance may have reset
+// memory on an answer half a refill interval old or more, and another instance may have reset
 // the key since. One at a time per key.
 func (p *Leases) probe(e *entry) {
 	if !e.probing.CompareAndSwap(false, true) {

@@ -198,8 +198,10 @@ func TestFleetReset(t *testing.T) {
 	if after > rule.Limit+f.beyond()+carry || after < rule.Limit*96/100 {
 		t.Errorf("after a reset: %d admitted in 2s, %d left on Redis; want the %d it restored, within %d and the %d held then", after, left, rule.Limit, f.beyond(), carry)
 	}
-	if after+left < rule.Limit-trusted(2) {
-		t.Errorf("after a reset and Close: %d admitted and %d left on Redis; want %d together: events lost", after, left, rule.Limit)
+	// the charges of events admitted before the reset (on trust, or on the fallback's
+	// shares) may land after it, and take from what it restored
+	if after+left < rule.Limit-f.beyond() {
+		t.Errorf("after a reset and Close: %d admitted and %d left on Redis; want %d together, within %d: events lost", after, left, rule.Limit, f.beyond())
 	}
 }
 
@@ -290,5 +292,72 @@ func TestFleetDenialTellsTheRule(t *testing.T) {
 	d, err := ls[0].Allow(context.Background(), "k")
 	if err != nil || d.Allowed || d.Limit != 100 || d.RetryAfter <= 0 || d.ResetAfter < d.RetryAfter || d.ResetAfter > time.Minute {
 		t.Errorf("a denial of a key spent: %+v, %v; want the rule's Limit of 100, and the time to the window's end", d, err)
+	}
+}
+
+// TestFleetResetReachesEveryInstance: four instances drain a day's key of 2,000, and keep
+// asking it, each a request every 2ms (denied from memory); one resets it twice, just
+// after another instance's refill answered (its lease dry, the key at its rule): every
+// instance admits again within a refill interval (1s) and a tick of the refiller, and no
+// one instance takes the restored key whole (it was lent all to the first to ask, and the
+// others admitted nothing for seconds).
+func TestFleetResetReachesEveryInstance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real instances for seconds")
+	}
+	const n = 4
+	f := newFleet(t, n)
+	rule := ratelimit.PerDay(2000)
+	ls := f.limiters(fixedwindow.New, rule, "reach")
+	hammer(ls, "k", 4, 1200*time.Millisecond)
+	var mark atomic.Int64
+	first := make([]atomic.Int64, n)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, l := range ls {
+		wg.Go(func() {
+			tick := time.NewTicker(2 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				if d, err := l.Allow(context.Background(), "k"); err == nil && d.Allowed && mark.Load() != 0 {
+					first[i].CompareAndSwap(0, time.Now().UnixNano())
+				}
+			}
+		})
+	}
+	poll := time.NewTicker(100 * time.Microsecond)
+	defer poll.Stop()
+	refills := f.leases[1].Stats().Refills
+	for deadline := time.Now().Add(5 * time.Second); f.leases[1].Stats().Refills == refills && time.Now().Before(deadline); {
+		<-poll.C
+	}
+	for range 2 {
+		if err := ls[0].Reset(context.Background(), "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mark.Store(time.Now().UnixNano())
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		all := true
+		for i := range first {
+			all = all && first[i].Load() != 0
+		}
+		if all {
+			break
+		}
+		<-poll.C
+	}
+	close(stop)
+	wg.Wait()
+	for i := range first {
+		at := first[i].Load()
+		if took := time.Duration(at - mark.Load()); at == 0 || took > 1250*time.Millisecond {
+			t.Errorf("instance %d admitted again %v after the reset (0: not in 3s); want within a refill interval and a tick, 1.25s (%+v %p)", i, took, f.leases[i].Stats(), f.leases[i])
+		}
 	}
 }

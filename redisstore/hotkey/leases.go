@@ -242,7 +242,7 @@ func (p *Leases) fromMemory(e *entry, req ratelimit.Request, now int64) (o ratel
 		p.ask(e) // it ran low, or out of time: a refill is due
 	}
 	if o, ok := e.denial(p, t, req.N, keep, now); ok {
-		if !e.leased.Load() && now-t.heard >= int64(p.cfg.refill) {
+		if !e.leased.Load() && now-t.heard >= int64(p.cfg.refill/2) {
 			p.probe(e) // what it knows is old: a reset may have restored the key since
 		}
 		return o, 0, true
@@ -547,14 +547,12 @@ func (p *Leases) reset(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 	if e := p.entries.get(algKey{req.Spec.Algorithm, req.Spec.Namespace, req.Key}); e != nil {
 		p.drop(e)
 	}
-	o, err := p.next.Apply(ctx, req)
-	if err != nil {
-		return o, err
-	}
+	// the loans revoked first: a refill between a reset and its revoke would take from
+	// the restored key, and its record revoked after, what it took would be lost
 	revoke := ratelimit.Loan{Key: req.Key, Spec: core.WithOp(req.Spec, ""), Holder: p.holder, Share: 1,
 		TTL: p.cfg.ttl, Revoke: true}
 	_, _ = p.lender.Lend(ctx, []ratelimit.Loan{revoke}) // one that fails leaves the others' leases to end with their TTL
-	return o, nil
+	return p.next.Apply(ctx, req)
 }
 
 // refund gives a take's events back where its receipt says they came from: to this

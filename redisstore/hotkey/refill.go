@@ -7,6 +7,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
 const (
@@ -129,7 +130,8 @@ func (p *Leases) tick(now, elapsed int64) {
 			drops = append(drops, e)
 		case e.asking.Load():
 		case t.owes && tokens > 0, tokens < target/2 && now >= t.denied, tokens > 2*target, t.until-now < int64(p.cfg.ttl)/2,
-			now-e.lentAt >= int64(p.cfg.refill): // a debt, a revoke or a new rule reaches the lease within a refill interval
+			now-e.lentAt >= int64(p.cfg.refill-p.cfg.refill/ticks),             // a debt, a revoke or a new rule reaches the lease within a refill interval, ticks a quarter apart
+			(t.dry || now < t.denied) && now-e.lentAt >= int64(p.cfg.refill/2): // a key denied from memory: a reset reaches it sooner
 			e.asking.Store(true)
 			refills = append(refills, e)
 		case tokens < target*3/4 && now >= t.denied, now-e.lentAt >= int64(p.cfg.refill)/2:
@@ -188,12 +190,24 @@ func (p *Leases) lend(refills, drops []*entry) {
 		case held > 2*target:
 			gives[i] = e.giveOut(held - target)
 		}
-		sh := share
-		if t.dry { // the key is at its rule: its refill goes to the instances that ask, divided by the holders
-			sh = 1
+		sh, want := share, max(0, target-held+gives[i])
+		if sh > 1 && t.heard != 0 && !t.owes && !t.dry {
+			// no more than its share of what the key has, what it holds counted, or what
+			// the key accrues in two refill intervals: the next store divides what it has
+			// left, and an instance asked as a spammer asks, its refills a round trip
+			// apart, would take a part of the rest at each
+			fair := max(mathx.CeilDiv(max(0, t.remaining)+held, sh), int64(math.Ceil(2*e.accrues(p.cfg.refill)))) - held
+			want = min(want, max(0, fair)+gives[i])
+		}
+		if t.dry {
+			// the key is at its rule: its refill goes to the instances that ask, divided by
+			// the holders, and no more than twice what it accrues in a refill interval: a
+			// reset since restored the key, whose holders' records it revoked, and one
+			// instance asked as a spammer asks would take it all
+			sh, want = 1, min(want, int64(math.Ceil(2*e.accrues(p.cfg.refill))))
 		}
 		loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: p.holder, Give: gives[i],
-			Want: max(0, target-held+gives[i]), Share: sh, TTL: p.cfg.ttl})
+			Want: want, Share: sh, TTL: p.cfg.ttl})
 	}
 	for _, e := range drops {
 		give := e.tokens.Swap(0)
@@ -237,8 +251,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 // then. A key with more (a day's budget, a window's) is spent as it is asked.
 func (e *entry) lent(r ratelimit.Lent, give, want, sent, now, interval int64, refill time.Duration) {
 	e.lentAt, e.lentDemand = now, e.demand.Load()
-	accrues := max(1, float64(e.spec.Rule.Limit)*float64(refill)/float64(e.spec.Rule.Period))
-	dry := r.N < want && float64(r.Remaining+r.N) < accrues
+	dry := r.N < want && float64(r.Remaining+r.N) < e.accrues(refill)
 	if r.Kept {
 		e.tokens.Add(r.N)
 		e.out += r.N - give
@@ -264,6 +277,11 @@ func (e *entry) lent(r ratelimit.Lent, give, want, sent, now, interval int64, re
 			t.denied, t.retryAt = next, next
 		}
 	})
+}
+
+// accrues is what e's key accrues under its rule in a refill interval, at least one event.
+func (e *entry) accrues(refill time.Duration) float64 {
+	return max(1, float64(e.spec.Rule.Limit)*float64(refill)/float64(e.spec.Rule.Period))
 }
 
 // giveBack ends every lease and gives back what it holds, as Close asks.
