@@ -21,8 +21,17 @@
 //	http.ListenAndServe(":8081", gate.Wrap(mw.Wrap(llmlimit.Proxy(upstream))))
 //
 // The pieces stand alone: the usage readers (ReadUsage for a JSON answer, Meter for a
-// stream of Server-Sent Events, in OpenAI's and Anthropic's formats) and the header
-// writers serve a gateway built otherwise.
+// stream of Server-Sent Events) and the header writers serve a gateway built otherwise.
+//
+// # What is metered
+//
+// The Gate reads OpenAI's chat completions, completions and Responses API requests, and
+// Anthropic's messages. A field of an unexpected type (a max_tokens of "10") reads as
+// what it spells, or as absent; never as another model's request. The meter reads the
+// usage of any JSON answer, and of streams in each of these formats, with LF, CRLF or CR
+// line ends. Proxy asks the upstream for gzip or no compression, and the meter reads
+// gzip, so that every answer's usage is seen. A usage count below 0 is unknown: the
+// estimate stands.
 //
 // # Module
 //

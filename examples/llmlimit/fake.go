@@ -87,9 +87,9 @@ func fakeUsage(req wire) (in, out int64) {
 	for _, m := range req.Messages {
 		in += Words(string(m.Content))
 	}
-	limit := req.MaxTokens
+	limit := int64(req.MaxTokens)
 	if req.MaxCompletionTokens > 0 {
-		limit = req.MaxCompletionTokens
+		limit = int64(req.MaxCompletionTokens)
 	}
 	if limit <= 0 {
 		limit = fakeMaxTokens

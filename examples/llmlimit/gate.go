@@ -119,8 +119,48 @@ func (x *Exchange) rewind(r *http.Request) {
 // client's next request is decided on what this one cost.
 func Proxy(upstream *url.URL) http.Handler {
 	rp := httputil.NewSingleHostReverseProxy(upstream)
+	direct := rp.Director
+	rp.Director = func(r *http.Request) {
+		direct(r)
+		MeteredEncoding(r.Header)
+	}
 	rp.ModifyResponse = MeterResponse
 	return recoverAbort(rp)
+}
+
+// MeteredEncoding leaves in h, a request's header on its way upstream, only the content
+// coding a Meter reads: gzip when the client accepts it, else none (Go's Transport then
+// asks for gzip itself, and decodes the answer before the meter and the client see it).
+// An answer in a coding the meter cannot read would be charged its estimate only.
+func MeteredEncoding(h http.Header) {
+	accepts := false
+	for _, v := range h.Values("Accept-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			coding, params, _ := strings.Cut(strings.TrimSpace(c), ";")
+			coding = strings.ToLower(strings.TrimSpace(coding))
+			if (coding == "gzip" || coding == "x-gzip" || coding == "*") && !zeroQ(params) {
+				accepts = true
+			}
+		}
+	}
+	h.Del("Accept-Encoding")
+	if accepts {
+		h.Set("Accept-Encoding", "gzip")
+	}
+}
+
+// zeroQ reports whether params, a coding's parameters in Accept-Encoding, say q=0: not
+// acceptable.
+func zeroQ(params string) bool {
+	for _, p := range strings.Split(params, ";") {
+		k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+		if strings.EqualFold(strings.TrimSpace(k), "q") {
+			if q, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && q == 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // MeterResponse meters resp, an answer of the upstream to a request through a Gate, for
@@ -138,14 +178,14 @@ func MeterResponse(resp *http.Response) error {
 			resp.Trailer = http.Header{}
 		}
 		resp.Trailer[UsageHeader] = nil // announced: the reverse proxy sends it after the body
-		resp.Body = NewMeter(resp.Body, true, x.Request.Input, func(u Usage, known bool) {
+		resp.Body = NewMeter(resp.Body, resp.Header.Get("Content-Encoding"), true, x.Request.Input, func(u Usage, known bool) {
 			x.Settle(u, known)
 			if known {
 				resp.Trailer.Set(UsageHeader, strconv.FormatInt(u.Total(), 10))
 			}
 		})
 	case "application/json": // read whole, for the tokens in a header
-		m := NewMeter(resp.Body, false, x.Request.Input, x.Settle)
+		m := NewMeter(resp.Body, resp.Header.Get("Content-Encoding"), false, x.Request.Input, x.Settle)
 		body, err := io.ReadAll(io.LimitReader(m, maxBody+1))
 		if err != nil {
 			m.Close()

@@ -3,6 +3,7 @@ package llmlimit
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"io"
 	"net/http"
@@ -250,8 +251,10 @@ func TestBodyTooLarge(t *testing.T) {
 	}
 }
 
-// TestMeter: the usage of streams read in pieces of any size, with CRLF line ends, events
-// of several data lines, comments and unknown events, and a line too long to read.
+// TestMeter: the usage of streams read in pieces of any size, plain and compressed with
+// gzip, with LF, CRLF and CR line ends, events of several data lines, comments and
+// unknown events, and a line too long to read; chat completions, legacy completions, the
+// Responses API and Anthropic's messages.
 func TestMeter(t *testing.T) {
 	for _, c := range []struct {
 		name, stream string
@@ -263,19 +266,98 @@ func TestMeter(t *testing.T) {
 		{"anthropic cut", "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":4,\"output_tokens\":1}}}\n\ndata: {\"type\":\"content_block_delta\"}\n\ndata: {\"type\":\"content_block_delta\"}\n\ndata: {\"type\":\"content_block_delta\"}\n\n", Usage{4, 3}},
 		{"too long a line", "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("x", maxLine) + "\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", Usage{5, 1}},
 		{"no end", "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}", Usage{5, 1}},
+		{"bare cr", "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\r\rdata: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5000,\"total_tokens\":5010}}\r\rdata: [DONE]\r\r", Usage{10, 5000}},
+		{"completions", "data: {\"object\":\"text_completion\",\"choices\":[{\"text\":\"a\",\"index\":0}]}\n\ndata: {\"object\":\"text_completion\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5000,\"total_tokens\":5010}}\n\ndata: [DONE]\n\n", Usage{10, 5000}},
+		{"completions cut", "data: {\"choices\":[{\"text\":\"a\",\"index\":0}]}\n\ndata: {\"choices\":[{\"text\":\"b\",\"index\":0}]}\n\n", Usage{5, 2}},
+		{"responses", "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"usage\":null}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"usage\":{\"input_tokens\":10,\"input_tokens_details\":{\"cached_tokens\":0},\"output_tokens\":5000,\"total_tokens\":5010}}}\n\n", Usage{10, 5000}},
+		{"responses cut", "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\" there\"}\n\n", Usage{5, 2}},
 	} {
-		for _, size := range []int{1, 7, 1 << 16} {
-			var got Usage
-			m := NewMeter(io.NopCloser(strings.NewReader(c.stream)), true, 5, func(u Usage, known bool) { got = u })
-			buf := make([]byte, size)
-			for {
-				if _, err := m.Read(buf); err != nil {
-					break
+		for _, encoding := range []string{"", "gzip"} {
+			body := c.stream
+			if encoding == "gzip" {
+				body = gzipped(c.stream)
+			}
+			for _, size := range []int{1, 7, 1 << 16} {
+				var got Usage
+				m := NewMeter(io.NopCloser(strings.NewReader(body)), encoding, true, 5, func(u Usage, known bool) { got = u })
+				buf := make([]byte, size)
+				for {
+					if _, err := m.Read(buf); err != nil {
+						break
+					}
+				}
+				if got != c.want {
+					t.Errorf("%s (%q), read %d bytes at a time: %+v; want %+v", c.name, encoding, size, got, c.want)
 				}
 			}
-			if got != c.want {
-				t.Errorf("%s, read %d bytes at a time: %+v; want %+v", c.name, size, got, c.want)
-			}
 		}
+	}
+}
+
+// gzipped is s compressed with gzip.
+func gzipped(s string) string {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write([]byte(s))
+	zw.Close()
+	return b.String()
+}
+
+// TestGzipCharged: an upstream that compresses its answers with gzip (as real APIs do
+// when asked) is metered all the same, JSON and streams, and the client gets the bytes
+// the upstream sent: usage 5,010 on a max_tokens of 100 is charged 5,010, not the
+// estimate. A client that asks for a coding the meter cannot read (br) is answered
+// uncompressed.
+func TestGzipCharged(t *testing.T) {
+	const jsonAnswer = `{"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":10,"completion_tokens":5000,"total_tokens":5010}}`
+	const streamAnswer = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5000,\"total_tokens\":5010}}\n\ndata: [DONE]\n\n"
+	var asked []string
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = append(asked, r.Header.Get("Accept-Encoding"))
+		body, _ := io.ReadAll(r.Body)
+		answer, media := jsonAnswer, "application/json"
+		if bytes.Contains(body, []byte(`"stream":true`)) {
+			answer, media = streamAnswer, "text/event-stream"
+		}
+		w.Header().Set("Content-Type", media)
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			answer = gzipped(answer)
+		}
+		io.WriteString(w, answer)
+	})
+	for _, c := range []struct {
+		name, accept, body string
+		want               string // the bytes the client gets
+		wantAsked          string // the Accept-Encoding the upstream got
+	}{
+		{"json, gzip", "gzip, deflate, br", `{"max_tokens":100,"messages":[{"content":"hi"}]}`, gzipped(jsonAnswer), "gzip"},
+		{"stream, gzip", "gzip", `{"stream":true,"max_tokens":100,"messages":[{"content":"hi"}]}`, gzipped(streamAnswer), "gzip"},
+		{"json, br only", "br", `{"max_tokens":100,"messages":[{"content":"hi"}]}`, jsonAnswer, "gzip"}, // the Transport's own, decoded before the meter
+		{"stream, gzip refused", "gzip;q=0, identity", `{"stream":true,"max_tokens":100,"messages":[{"content":"hi"}]}`, streamAnswer, "gzip"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			asked = nil
+			srv, limiter := served(t, upstream)
+			r, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(c.body))
+			r.Header.Set("Authorization", "Bearer k")
+			r.Header.Set("Accept-Encoding", c.accept) // set by hand: the client's Transport leaves the answer as it came
+			resp, err := srv.Client().Do(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || string(got) != c.want {
+				t.Errorf("%d, %q; want 200 and %q", resp.StatusCode, got, c.want)
+			}
+			if len(asked) != 1 || asked[0] != c.wantAsked {
+				t.Errorf("the upstream was asked Accept-Encoding %q; want %q", asked, c.wantAsked)
+			}
+			d, err := limiter.PeekN(context.Background(), LimitKey("k", ""), 1)
+			if err != nil || d.Allowed || d.RetryAfter != 15165*time.Millisecond { // 1011 tokens short at 4000 a minute
+				t.Errorf("after an answer of 5010 tokens: %+v, %v; want the key 1010 in debt", d, err)
+			}
+		})
 	}
 }

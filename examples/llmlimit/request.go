@@ -3,35 +3,47 @@ package llmlimit
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
 
-// Request is what the limits read of a model request before its answer, in either API's
-// format: OpenAI's chat completions and Anthropic's messages.
+// Request is what the limits read of a model request before its answer, in any of the
+// APIs' formats: OpenAI's chat completions, completions and Responses API, and
+// Anthropic's messages.
 type Request struct {
 	// Model is the model the request names ("" when it names none).
 	Model string
 	// Stream says that the answer is asked for as a stream of Server-Sent Events.
 	Stream bool
-	// MaxTokens is the completion asked for at most (max_completion_tokens, or
-	// max_tokens), 0 when the request says none.
+	// MaxTokens is the completion asked for at most (max_completion_tokens,
+	// max_output_tokens or max_tokens), 0 when the request says none.
 	MaxTokens int64
-	// Input is the estimate of the prompt's tokens: the system prompt's and the
-	// messages' text, counted by the Gate's Tokens function.
+	// Input is the estimate of the prompt's tokens: the text of the system prompt or
+	// instructions, the messages, the input or the prompt, counted by the Gate's Tokens
+	// function.
 	Input int64
 }
 
-// wire is the part of a request body the Gate reads.
+// wire is the part of a request body the Gate reads. Each field is read on its own, and
+// one of a type no API sends (a max_tokens of "10", a stream of "true") reads as the
+// value it spells, or as absent: never as a body that is not a request, which would
+// escape its model's limits.
 type wire struct {
-	Model               string    `json:"model"`
+	Model               text      `json:"model"`
 	Messages            []message `json:"messages"`
-	System              content   `json:"system"` // Anthropic's
-	MaxTokens           int64     `json:"max_tokens"`
-	MaxCompletionTokens int64     `json:"max_completion_tokens"` // OpenAI's newer name
-	Stream              bool      `json:"stream"`
+	System              content   `json:"system"`       // Anthropic's
+	Instructions        content   `json:"instructions"` // the Responses API's
+	Input               content   `json:"input"`        // the Responses API's
+	Prompt              content   `json:"prompt"`       // legacy completions'
+	MaxTokens           count     `json:"max_tokens"`
+	MaxCompletionTokens count     `json:"max_completion_tokens"` // OpenAI's newer name
+	MaxOutputTokens     count     `json:"max_output_tokens"`     // the Responses API's
+	Stream              flag      `json:"stream"`
 	StreamOptions       *struct {
-		IncludeUsage bool `json:"include_usage"`
+		IncludeUsage flag `json:"include_usage"`
 	} `json:"stream_options"`
 }
 
@@ -39,35 +51,109 @@ type message struct {
 	Content content `json:"content"`
 }
 
-// content is a message's text: a string, or the text of its parts ({"type": "text",
-// "text": ...}), joined by spaces; other parts (images, tool results) count nothing.
+// text is a string field; anything else reads as "".
+type text string
+
+func (t *text) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*t = text(s)
+	}
+	return nil
+}
+
+// count is a count of tokens: a number (1e1 and 10.0 are 10; a fraction rounds up), or
+// a string that spells one; anything else, or below 0, reads as 0 (none said).
+type count int64
+
+func (c *count) UnmarshalJSON(b []byte) error {
+	*c = 0
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		b = []byte(strings.TrimSpace(s))
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if errors.Is(err, strconv.ErrRange) { // past float64: ±Inf, or a fraction too small
+		err = nil
+	}
+	switch {
+	case err != nil || math.IsNaN(f) || f <= 0:
+	case f >= math.MaxInt64:
+		*c = math.MaxInt64
+	default:
+		*c = count(math.Ceil(f))
+	}
+	return nil
+}
+
+// flag is a boolean: true, or the string "true" in any case; anything else is false.
+type flag bool
+
+func (f *flag) UnmarshalJSON(b []byte) error {
+	var v any
+	json.Unmarshal(b, &v)
+	switch v := v.(type) {
+	case bool:
+		*f = flag(v)
+	case string:
+		*f = flag(strings.EqualFold(strings.TrimSpace(v), "true"))
+	default:
+		*f = false
+	}
+	return nil
+}
+
+// content is a prompt's text: a string, or the text of its parts joined by spaces: parts
+// that are strings (a completions prompt's list), {"type": "text", "text": ...}, or items
+// with a content of their own (the Responses API's input); other parts (images, tool
+// results) count nothing.
 type content string
 
 func (c *content) UnmarshalJSON(b []byte) error {
+	*c = content(contentText(b, 0))
+	return nil
+}
+
+// contentText is the text of b, a content in JSON, at a nesting depth.
+func contentText(b []byte, depth int) string {
 	var s string
 	if json.Unmarshal(b, &s) == nil {
-		*c = content(s)
-		return nil
+		return s
 	}
-	var parts []struct {
-		Text string `json:"text"`
+	if depth > 4 {
+		return ""
 	}
-	if err := json.Unmarshal(b, &parts); err != nil {
-		return err
+	var parts []json.RawMessage
+	if json.Unmarshal(b, &parts) == nil {
+		var texts []string
+		for _, p := range parts {
+			if t := contentText(p, depth+1); t != "" {
+				texts = append(texts, t)
+			}
+		}
+		return strings.Join(texts, " ")
 	}
-	texts := make([]string, len(parts))
-	for i, p := range parts {
-		texts[i] = p.Text
+	var part struct {
+		Text    *string         `json:"text"`
+		Content json.RawMessage `json:"content"`
 	}
-	*c = content(strings.Join(texts, " "))
-	return nil
+	if json.Unmarshal(b, &part) != nil {
+		return ""
+	}
+	if part.Text != nil {
+		return *part.Text
+	}
+	if len(part.Content) > 0 {
+		return contentText(part.Content, depth+1)
+	}
+	return ""
 }
 
 // ParseRequest reads the body of a request to path, counting the prompt's tokens with
 // tokens (ApproxTokens when nil), and returns the body as the upstream gets it: a stream
-// in OpenAI's format (a path ending in /chat/completions) asks for its usage in its last
-// chunk (stream_options.include_usage), as OpenAI reports it only when asked; any other
-// body goes as it came. A body that is not such a request reads as an empty Request.
+// in OpenAI's chat completions or completions format asks for its usage in its last chunk
+// (stream_options.include_usage), as OpenAI reports it only when asked; any other body
+// goes as it came. A body that is not a JSON object reads as an empty Request.
 func ParseRequest(path string, body []byte, tokens func(string) int64) (Request, []byte) {
 	if tokens == nil {
 		tokens = ApproxTokens
@@ -76,14 +162,20 @@ func ParseRequest(path string, body []byte, tokens func(string) int64) (Request,
 	if json.Unmarshal(body, &w) != nil {
 		return Request{}, body
 	}
-	req := Request{Model: w.Model, Stream: w.Stream, MaxTokens: max(0, w.MaxTokens), Input: tokens(string(w.System))}
-	if w.MaxCompletionTokens > 0 {
-		req.MaxTokens = w.MaxCompletionTokens
+	req := Request{Model: string(w.Model), Stream: bool(w.Stream), MaxTokens: int64(w.MaxTokens)}
+	for _, n := range []count{w.MaxOutputTokens, w.MaxCompletionTokens} {
+		if n > 0 {
+			req.MaxTokens = int64(n)
+		}
+	}
+	for _, c := range []content{w.System, w.Instructions, w.Input, w.Prompt} {
+		req.Input += tokens(string(c))
 	}
 	for _, m := range w.Messages {
 		req.Input += tokens(string(m.Content))
 	}
-	if !w.Stream || !strings.HasSuffix(path, "/chat/completions") || w.StreamOptions != nil && w.StreamOptions.IncludeUsage {
+	chunks := strings.HasSuffix(path, "/chat/completions") || strings.HasSuffix(path, "/v1/completions")
+	if !req.Stream || !chunks || w.StreamOptions != nil && bool(w.StreamOptions.IncludeUsage) {
 		return req, body
 	}
 	return req, withUsage(body)

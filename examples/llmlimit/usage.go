@@ -2,8 +2,11 @@ package llmlimit
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"io"
+	"math"
+	"strings"
 	"sync"
 )
 
@@ -13,23 +16,33 @@ type Usage struct {
 }
 
 // ReadUsage reads the usage of a JSON answer, in either API's format (OpenAI's
-// prompt_tokens and completion_tokens, Anthropic's input_tokens, its cached input
-// included, and output_tokens); ok false when body reports none.
+// prompt_tokens and completion_tokens, or input_tokens and output_tokens of its
+// Responses API; Anthropic's input_tokens, its cached input included, and
+// output_tokens); ok false when body reports none, or a count below 0.
 func ReadUsage(body []byte) (u Usage, ok bool) {
 	var e event
 	if json.Unmarshal(body, &e) != nil {
 		return Usage{}, false
 	}
-	u.Input, u.Output, ok = e.Usage.split()
+	u.Input, u.Output, ok = e.usage().split()
 	return u, ok
 }
 
-// Total is what the answer cost in all.
-func (u Usage) Total() int64 { return u.Input + u.Output }
+// Total is what the answer cost in all, at most math.MaxInt64.
+func (u Usage) Total() int64 { return addCapped(u.Input, u.Output) }
 
-// apiUsage is the usage object of either API's answers: OpenAI's chat completions
-// (prompt_tokens, completion_tokens, total_tokens) and Anthropic's messages (input_tokens,
-// the cached input apart, and output_tokens).
+// addCapped is a + b, both at least 0, at most math.MaxInt64.
+func addCapped(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// apiUsage is the usage object of either API's answers: OpenAI's chat completions and
+// completions (prompt_tokens, completion_tokens, total_tokens), OpenAI's Responses API
+// (input_tokens, its cached input included, output_tokens, total_tokens) and Anthropic's
+// messages (input_tokens, the cached input apart, and output_tokens).
 type apiUsage struct {
 	PromptTokens     *int64 `json:"prompt_tokens"`
 	CompletionTokens *int64 `json:"completion_tokens"`
@@ -41,24 +54,34 @@ type apiUsage struct {
 	OutputTokens             *int64 `json:"output_tokens"`
 }
 
-// input and output are the tokens u reports of each (ok false when it reports neither):
-// OpenAI's total_tokens, when it says more than its parts, counts as output.
+// input and output are the tokens u reports of each (ok false when it reports neither,
+// or a count below 0, which no API sends): OpenAI's total_tokens, when it says more than
+// its parts, counts as output. Sums stop at math.MaxInt64.
 func (u *apiUsage) split() (in, out int64, ok bool) {
+	if u == nil {
+		return 0, 0, false
+	}
+	for _, p := range []*int64{u.PromptTokens, u.CompletionTokens, u.TotalTokens, u.InputTokens, u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheReadInputTokens} {
+		if p != nil && *p < 0 {
+			return 0, 0, false
+		}
+	}
 	val := func(p *int64) int64 {
-		if p == nil || *p < 0 {
+		if p == nil {
 			return 0
 		}
 		return *p
 	}
 	switch {
-	case u == nil:
-		return 0, 0, false
-	case u.PromptTokens != nil || u.CompletionTokens != nil || u.TotalTokens != nil:
+	case u.PromptTokens != nil || u.CompletionTokens != nil:
 		in, out = val(u.PromptTokens), val(u.CompletionTokens)
 		return in, max(out, val(u.TotalTokens)-in), true
 	case u.InputTokens != nil || u.OutputTokens != nil:
-		in = val(u.InputTokens) + max(0, u.CacheCreationInputTokens) + max(0, u.CacheReadInputTokens)
-		return in, val(u.OutputTokens), true
+		in = addCapped(addCapped(val(u.InputTokens), u.CacheCreationInputTokens), u.CacheReadInputTokens)
+		out = val(u.OutputTokens)
+		return in, max(out, val(u.TotalTokens)-in), true
+	case u.TotalTokens != nil:
+		return 0, *u.TotalTokens, true
 	}
 	return 0, 0, false
 }
@@ -66,17 +89,51 @@ func (u *apiUsage) split() (in, out int64, ok bool) {
 // event is the part of a JSON answer, or of one event of a stream, that a meter reads,
 // in either API's format.
 type event struct {
-	Type    string    `json:"type"` // Anthropic's: message, message_start, content_block_delta, message_delta, ...
+	Type    string    `json:"type"` // Anthropic's and the Responses API's event types
 	Usage   *apiUsage `json:"usage"`
 	Message *struct { // Anthropic's message_start
 		Usage *apiUsage `json:"usage"`
 	} `json:"message"`
-	Choices []struct { // OpenAI's chunks
-		Delta *struct {
+	Response *struct { // the Responses API's response.completed, and the others of its kind
+		Usage *apiUsage `json:"usage"`
+	} `json:"response"`
+	Choices []struct {
+		Delta *struct { // chat completions' chunks
 			Content   *string           `json:"content"`
 			ToolCalls []json.RawMessage `json:"tool_calls"`
 		} `json:"delta"`
+		Text *string `json:"text"` // legacy completions' chunks
 	} `json:"choices"`
+	Delta json.RawMessage `json:"delta"` // the Responses API's output deltas
+}
+
+// usage is the usage object e carries, wherever its API puts it.
+func (e *event) usage() *apiUsage {
+	switch {
+	case e.Message != nil && e.Message.Usage != nil:
+		return e.Message.Usage
+	case e.Response != nil && e.Response.Usage != nil:
+		return e.Response.Usage
+	}
+	return e.Usage
+}
+
+// produced reports whether e, an event of a stream, carries some of the answer: a delta
+// of content, a tool call, or text.
+func (e *event) produced() bool {
+	for _, c := range e.Choices {
+		if c.Delta != nil && (c.Delta.Content != nil && *c.Delta.Content != "" || len(c.Delta.ToolCalls) > 0) ||
+			c.Text != nil && *c.Text != "" {
+			return true
+		}
+	}
+	switch {
+	case e.Type == "content_block_delta": // Anthropic's
+		return true
+	case strings.HasPrefix(e.Type, "response.") && strings.HasSuffix(e.Type, ".delta"): // the Responses API's
+		return len(e.Delta) > 0 && !bytes.Equal(e.Delta, []byte(`""`))
+	}
+	return false
 }
 
 // maxBody bounds the JSON answers a Meter reads whole for their usage: a larger one is
@@ -88,21 +145,27 @@ const maxBody = 1 << 20
 const maxLine = 1 << 20
 
 // Meter reads a model's answer as it passes to the client: a JSON body whole, or a
-// stream of Server-Sent Events event by event. It learns the usage the answer reports
-// (OpenAI's last chunk, with stream_options.include_usage; Anthropic's message_start and
-// message_delta) and, for a stream that reports none, or is cut before it does (the
-// client left, the upstream failed), counts what was produced: a token per delta of
-// content, after the input the stream reported or the prompt's estimate. When the body
-// ends or is closed, done gets what the answer cost, once; a body that is neither a stream
-// nor JSON with a usage says nothing (known false), and the estimate stands.
+// stream of Server-Sent Events event by event, its lines ended by LF, CRLF or CR. It
+// reads an answer compressed with gzip as the client gets it, and learns the usage the
+// answer reports (OpenAI's last chunk, with stream_options.include_usage; the Responses
+// API's response.completed; Anthropic's message_start and message_delta). For a stream
+// that reports none, or is cut before it does (the client left, the upstream failed), it
+// counts what was produced: a token per delta of content, after the input the stream
+// reported or the prompt's estimate. When the body ends or is closed, done gets what the
+// answer cost, once; an answer it cannot read (another encoding, not JSON, no usage) says
+// nothing (known false), and the estimate stands.
 type Meter struct {
 	body   io.ReadCloser
 	stream bool
 	prompt int64 // the input's estimate, for a stream that reports none
 	done   func(u Usage, known bool)
+	enc    string // the body's Content-Encoding: "" or "gzip"; another one is not read
+
+	inflate *inflater // a stream's bytes on their way through gzip, nil for a plain one
 
 	buf    []byte // the stream's line in progress, or the JSON body
 	skip   bool   // the line in progress is too long to read
+	cr     bool   // the last line ended with CR: an LF next is part of its end
 	data   []byte // the data of the event in progress
 	input  int64  // reported, for a stream: -1 until then
 	output int64  // reported, for a stream (so far, in Anthropic's message_start)
@@ -112,9 +175,22 @@ type Meter struct {
 }
 
 // NewMeter is a Meter of body, an answer of a stream of Server-Sent Events (stream) or of
-// JSON, whose prompt was estimated at prompt tokens, telling done what it cost.
-func NewMeter(body io.ReadCloser, stream bool, prompt int64, done func(u Usage, known bool)) *Meter {
-	return &Meter{body: body, stream: stream, prompt: prompt, done: done, input: -1}
+// JSON, whose prompt was estimated at prompt tokens, telling done what it cost. Encoding
+// is the answer's Content-Encoding: "" (or "identity") and "gzip" are read; an answer in
+// another says nothing of its cost.
+func NewMeter(body io.ReadCloser, encoding string, stream bool, prompt int64, done func(u Usage, known bool)) *Meter {
+	m := &Meter{body: body, stream: stream, prompt: prompt, done: done, input: -1}
+	switch strings.ToLower(strings.TrimSpace(encoding)) {
+	case "", "identity":
+	case "gzip", "x-gzip":
+		m.enc = "gzip"
+		if stream {
+			m.inflate = newInflater(m.feedPlain)
+		}
+	default:
+		m.enc = "unknown"
+	}
+	return m
 }
 
 func (m *Meter) Read(p []byte) (int, error) {
@@ -132,18 +208,32 @@ func (m *Meter) Close() error {
 	return err
 }
 
-// feed reads the bytes of the answer that passed.
+// feed reads the bytes of the answer that passed, as they came.
 func (m *Meter) feed(p []byte) {
-	if !m.stream {
+	switch {
+	case m.enc == "unknown":
+	case !m.stream:
 		if len(m.buf)+len(p) <= maxBody {
 			m.buf = append(m.buf, p...)
 		} else {
 			m.skip = true
 		}
-		return
+	case m.inflate != nil:
+		m.inflate.write(p)
+	default:
+		m.feedPlain(p)
 	}
+}
+
+// feedPlain reads the bytes of a stream, decoded: its lines, each ended by LF, CRLF or
+// CR (Server-Sent Events allows the three).
+func (m *Meter) feedPlain(p []byte) {
+	if m.cr && len(p) > 0 && p[0] == '\n' { // the LF of a CRLF split across reads
+		p = p[1:]
+	}
+	m.cr = false
 	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
+		i := bytes.IndexAny(p, "\r\n")
 		if i < 0 {
 			if len(m.buf)+len(p) > maxLine {
 				m.skip, m.buf = true, m.buf[:0]
@@ -153,9 +243,18 @@ func (m *Meter) feed(p []byte) {
 			return
 		}
 		if !m.skip && len(m.buf)+i <= maxLine {
-			m.line(bytes.TrimSuffix(append(m.buf, p[:i]...), []byte("\r")))
+			m.line(append(m.buf, p[:i]...))
 		}
-		m.buf, m.skip, p = m.buf[:0], false, p[i+1:]
+		end := i + 1
+		if p[i] == '\r' {
+			switch {
+			case end == len(p):
+				m.cr = true
+			case p[end] == '\n':
+				end++
+			}
+		}
+		m.buf, m.skip, p = m.buf[:0], false, p[end:]
 	}
 }
 
@@ -185,18 +284,10 @@ func (m *Meter) dispatch() {
 	if json.Unmarshal(data, &e) != nil {
 		return
 	}
-	for _, c := range e.Choices {
-		if c.Delta != nil && (c.Delta.Content != nil && *c.Delta.Content != "" || len(c.Delta.ToolCalls) > 0) {
-			m.deltas++
-		}
-	}
-	if e.Type == "content_block_delta" {
+	if e.produced() {
 		m.deltas++
 	}
-	u := e.Usage
-	if e.Message != nil && e.Message.Usage != nil {
-		u = e.Message.Usage
-	}
+	u := e.usage()
 	in, out, ok := u.split()
 	if !ok {
 		return
@@ -209,7 +300,7 @@ func (m *Meter) dispatch() {
 			m.input = in
 		}
 		m.output, m.final = out, true
-	default: // OpenAI's last chunk
+	case "response.completed", "response.incomplete", "response.failed", "": // the Responses API's end; OpenAI's last chunk
 		m.input, m.output, m.final = in, out, true
 	}
 }
@@ -218,18 +309,29 @@ func (m *Meter) dispatch() {
 // before (a stream cut short).
 func (m *Meter) finish() {
 	m.once.Do(func() {
+		if m.enc == "unknown" {
+			m.done(Usage{}, false)
+			return
+		}
 		if !m.stream {
+			body := m.buf
+			if m.enc == "gzip" && !m.skip {
+				body = gunzip(m.buf)
+			}
 			var e event
-			if m.skip || json.Unmarshal(m.buf, &e) != nil {
+			if m.skip || body == nil || json.Unmarshal(body, &e) != nil {
 				m.done(Usage{}, false)
 				return
 			}
-			in, out, ok := e.Usage.split()
+			in, out, ok := e.usage().split()
 			m.done(Usage{Input: in, Output: out}, ok)
 			return
 		}
+		if m.inflate != nil {
+			m.inflate.close() // what it decoded is fed when it returns
+		}
 		if len(m.buf) > 0 && !m.skip { // a last line without its end
-			m.line(bytes.TrimSuffix(m.buf, []byte("\r")))
+			m.line(m.buf)
 		}
 		m.dispatch() // an event the stream did not end with a blank line
 		u := Usage{Input: m.input, Output: m.output}
@@ -241,4 +343,62 @@ func (m *Meter) finish() {
 		}
 		m.done(u, true)
 	})
+}
+
+// gunzip is b decoded, nil when it is not gzip, or decodes to more than maxBody.
+func gunzip(b []byte) []byte {
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil
+	}
+	out, err := io.ReadAll(io.LimitReader(zr, maxBody+1))
+	if err != nil || len(out) > maxBody {
+		return nil
+	}
+	return out
+}
+
+// inflater decodes a gzip stream written to it piece by piece, handing what it decodes
+// to out as it goes: compress/gzip reads from an io.Reader, so a goroutine reads the
+// pieces through a pipe. A write returns once the goroutine took it.
+type inflater struct {
+	w    *io.PipeWriter
+	done chan struct{}
+}
+
+func newInflater(out func([]byte)) *inflater {
+	r, w := io.Pipe()
+	f := &inflater{w: w, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		defer r.Close()
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			io.Copy(io.Discard, r) // not gzip: nothing is read, and writes go on
+			return
+		}
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := zr.Read(buf)
+			out(buf[:n])
+			if err != nil {
+				io.Copy(io.Discard, r)
+				return
+			}
+		}
+	}()
+	return f
+}
+
+// write hands p to the decoder.
+func (f *inflater) write(p []byte) {
+	if len(p) > 0 {
+		f.w.Write(p)
+	}
+}
+
+// close ends the stream, and returns once every byte written was decoded and handed on.
+func (f *inflater) close() {
+	f.w.Close()
+	<-f.done
 }
