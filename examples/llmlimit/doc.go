@@ -11,11 +11,13 @@
 //	policies, err := limits.Policies(store, llmlimit.Options{}) // one store: Redis behind hotkey.Leases, say
 //	waiter := &llmlimit.Waiter{Max: 30 * time.Second}
 //	mw := &ratelimit.Middleware{
-//		Key:      llmlimit.APIKey,
-//		Policies: policies,
-//		InFlight: inflight, // requests in progress per key
-//		Headers:  llmlimit.OpenAIHeaders(),
-//		Denied:   waiter.Denied,
+//		Key:            llmlimit.APIKey,
+//		KeyError:       llmlimit.KeyError, // 401 in the API's JSON
+//		Policies:       policies,
+//		InFlight:       inflight, // requests in progress per key
+//		InFlightDenied: llmlimit.Denied,
+//		Headers:        llmlimit.OpenAIHeaders(),
+//		Denied:         waiter.Denied, // llmlimit.Denied without a Waiter: 429 in the API's JSON
 //	}
 //	gate := &llmlimit.Gate{Waiter: waiter} // reads the request: 413 past 1 MiB
 //	http.ListenAndServe(":8081", gate.Wrap(mw.Wrap(llmlimit.Proxy(upstream))))

@@ -82,16 +82,16 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > limit {
-			http.Error(w, fmt.Sprintf("a request body of %d bytes: at most %d", r.ContentLength, limit), http.StatusRequestEntityTooLarge)
+			WriteError(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request body of %d bytes: at most %d", r.ContentLength, limit))
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 		if err != nil {
-			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+			WriteError(w, r, http.StatusBadRequest, "reading the request body: "+err.Error())
 			return
 		}
 		if int64(len(body)) > limit {
-			http.Error(w, fmt.Sprintf("a request body over %d bytes", limit), http.StatusRequestEntityTooLarge)
+			WriteError(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request body over %d bytes", limit))
 			return
 		}
 		req, body := ParseRequest(r.URL.Path, body, g.Tokens)

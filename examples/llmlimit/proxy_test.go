@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -359,5 +360,68 @@ func TestGzipCharged(t *testing.T) {
 				t.Errorf("after an answer of 5010 tokens: %+v, %v; want the key 1010 in debt", d, err)
 			}
 		})
+	}
+}
+
+// TestErrorsInTheAPIsFormat: the gateway's own answers (401 without an API key, 413 for
+// a body too large, 429 when a limit denies) are JSON in the format of the API the
+// request was sent to, with the types its SDK reads.
+func TestErrorsInTheAPIsFormat(t *testing.T) {
+	model := httptest.NewServer(FakeModel())
+	t.Cleanup(model.Close)
+	u, _ := url.Parse(model.URL)
+	ps, err := Table{"": {RequestsPerMinute: 1}}.Policies(localstore.New(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw := &ratelimit.Middleware{Key: APIKey, KeyError: KeyError, Denied: Denied, Policies: ps, Headers: OpenAIHeaders()}
+	srv := httptest.NewServer((&Gate{MaxBody: 1000}).Wrap(mw.Wrap(Proxy(u))))
+	t.Cleanup(srv.Close)
+	for _, c := range []struct {
+		path, key, body string
+		status          int
+		want            string // the error's type
+	}{
+		{"/v1/chat/completions", "", `{"messages":[{"content":"hi"}]}`, 401, "invalid_request_error"},
+		{"/v1/messages", "", `{"messages":[{"content":"hi"}]}`, 401, "authentication_error"},
+		{"/v1/chat/completions", "k", `{"messages":[{"content":"` + strings.Repeat("a", 1000) + `"}]}`, 413, "invalid_request_error"},
+		{"/v1/messages", "k", `{"messages":[{"content":"` + strings.Repeat("a", 1000) + `"}]}`, 413, "request_too_large"},
+		{"/v1/chat/completions", "k", `{"messages":[{"content":"hi"}]}`, 200, ""},
+		{"/v1/chat/completions", "k", `{"messages":[{"content":"hi"}]}`, 429, "rate_limit_exceeded"},
+		{"/v1/messages", "k", `{"messages":[{"content":"hi"}]}`, 429, "rate_limit_error"},
+	} {
+		r, _ := http.NewRequest("POST", srv.URL+c.path, strings.NewReader(c.body))
+		if c.key != "" {
+			r.Header.Set("Authorization", "Bearer "+c.key)
+		}
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("%s (key %q): %d %s; want %d", c.path, c.key, resp.StatusCode, b, c.status)
+			continue
+		}
+		if c.status == 200 {
+			continue
+		}
+		var e struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+				Code    any    `json:"code"`
+			} `json:"error"`
+		}
+		anthropic := strings.HasSuffix(c.path, "/messages")
+		if err := json.Unmarshal(b, &e); err != nil || e.Error.Type != c.want || e.Error.Message == "" ||
+			resp.Header.Get("Content-Type") != "application/json" || anthropic != (e.Type == "error") {
+			t.Errorf("%s %d: %s (%s); want the API's JSON error of type %q", c.path, c.status, b, resp.Header.Get("Content-Type"), c.want)
+		}
+		if c.status == 429 && resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s 429 without Retry-After", c.path)
+		}
 	}
 }

@@ -82,7 +82,7 @@ func (wt *Waiter) Denied(w http.ResponseWriter, r *http.Request, d ratelimit.Dec
 			return
 		}
 	}
-	tooMany(w, w.Header().Get("Retry-After"))
+	tooMany(w, r, w.Header().Get("Retry-After"))
 }
 
 // wait holds r until its limits admit it and serves it (true), or says it cannot wait
@@ -200,9 +200,4 @@ func askedWait(r *http.Request) time.Duration {
 		}
 	}
 	return 0
-}
-
-// tooMany answers 429 Too Many Requests, as the Middleware does by default.
-func tooMany(w http.ResponseWriter, retryAfter string) {
-	http.Error(w, "rate limit exceeded; retry after "+retryAfter+"s", http.StatusTooManyRequests)
 }

@@ -175,11 +175,11 @@ func newProxy(store ratelimit.Store, upstream *url.URL, c config, o options) (ht
 		return nil, err
 	}
 	mw := &ratelimit.Middleware{
-		Key: llmlimit.APIKey,
-		KeyError: func(w http.ResponseWriter, r *http.Request, err error) {
-			http.Error(w, err.Error(), http.StatusUnauthorized)
-		},
-		Policies: policies,
+		Key:            llmlimit.APIKey,
+		KeyError:       llmlimit.KeyError, // errors in the API's JSON, which its SDKs read
+		Denied:         llmlimit.Denied,
+		InFlightDenied: llmlimit.Denied,
+		Policies:       policies,
 	}
 	switch o.headers {
 	case "openai", "":
