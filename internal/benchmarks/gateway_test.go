@@ -511,6 +511,12 @@ func addStats(a, b hotkey.LeasesStats) hotkey.LeasesStats {
 // openGateway opens n instances of way w, each on a client of its own through a proxy
 // that adds delay (give or take jitter) to Redis's replies; the instances close with b.
 func openGateway(b *testing.B, srv *redistest.Server, w way, n int, delay, jitter time.Duration) ([]gatewayInstance, []*redis.Client) {
+	ins, clients, _ := openBehind(b, srv, w, n, delay, jitter)
+	return ins, clients
+}
+
+// openBehind is openGateway, and the proxy the instances reach Redis through.
+func openBehind(b *testing.B, srv *redistest.Server, w way, n int, delay, jitter time.Duration) ([]gatewayInstance, []*redis.Client, *redistest.Proxy) {
 	proxy := redistest.StartProxy(b, srv.Addr)
 	proxy.SetDelay(delay)
 	proxy.SetJitter(jitter)
@@ -523,7 +529,7 @@ func openGateway(b *testing.B, srv *redistest.Server, w way, n int, delay, jitte
 		b.Cleanup(func() { c.Close() })
 		ins[i], clients[i] = w.open(b, c, prefix, n), c
 	}
-	return ins, clients
+	return ins, clients, proxy
 }
 
 func tenantNames(n int) []string {
