@@ -35,6 +35,14 @@
 // gzip, so that every answer's usage is seen. A usage count below 0 is unknown: the
 // estimate stands.
 //
+// # What the client gets
+//
+// The client gets the upstream's answer as it was sent. A chat completions or completions
+// stream asks for its usage (stream_options.include_usage) when the client did not. Then
+// the chunk of usage, and the "usage": null of the other chunks, are taken out before the
+// client reads them; a gzip stream reaches that client decoded. The tokens an answer was
+// charged reach the client in UsageHeader only when the Gate's ReportUsage is set.
+//
 // # Module
 //
 // It is a module of its own, github.com/ratelimit-go/ratelimit/examples/llmlimit, beside

@@ -2,6 +2,7 @@ package llmlimit
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,8 @@ import (
 )
 
 // UsageHeader carries the tokens an answer was charged, input and output together: a
-// header of a JSON answer, a trailer of a stream.
+// header of a JSON answer, a trailer of a stream. A client gets it only from a Gate whose
+// ReportUsage is set.
 const UsageHeader = "X-Usage-Total-Tokens"
 
 // DefaultMaxBody is the largest request body a Gate takes when its MaxBody is 0: 1 MiB.
@@ -34,6 +36,10 @@ type Gate struct {
 	Tokens func(text string) int64
 	// Waiter, when set, lets a request the limits deny wait for them (see Waiter).
 	Waiter *Waiter
+	// ReportUsage, when set, tells the client what each answer was charged, in
+	// UsageHeader. By default the client gets what the upstream sent, and nothing the
+	// gateway added.
+	ReportUsage bool
 }
 
 // Exchange is what a gateway knows of one request: what it asked (Request), and, once the
@@ -41,6 +47,9 @@ type Gate struct {
 type Exchange struct {
 	Request Request
 	body    []byte // as the upstream gets it, to send again after a wait
+
+	report bool // the client is told the usage (Gate.ReportUsage)
+	asked  bool // the gateway asked for a stream's usage: its usage chunk is not the client's
 
 	mu    sync.Mutex
 	usage Usage
@@ -94,8 +103,8 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 			WriteError(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request body over %d bytes", limit))
 			return
 		}
-		req, body := ParseRequest(r.URL.Path, body, g.Tokens)
-		x := &Exchange{Request: req, body: body}
+		req, sent := ParseRequest(r.URL.Path, body, g.Tokens)
+		x := &Exchange{Request: req, body: sent, report: g.ReportUsage, asked: !bytes.Equal(sent, body)}
 		r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
 		x.rewind(r)
 		next.ServeHTTP(w, r)
@@ -174,16 +183,37 @@ func MeterResponse(resp *http.Response) error {
 	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch media {
 	case "text/event-stream": // read as it streams; the tokens in a trailer at its end
-		if resp.Trailer == nil {
-			resp.Trailer = http.Header{}
+		if x.report {
+			if resp.Trailer == nil {
+				resp.Trailer = http.Header{}
+			}
+			resp.Trailer[UsageHeader] = nil // announced: the reverse proxy sends it after the body
 		}
-		resp.Trailer[UsageHeader] = nil // announced: the reverse proxy sends it after the body
-		resp.Body = NewMeter(resp.Body, resp.Header.Get("Content-Encoding"), true, x.Request.Input, func(u Usage, known bool) {
+		encoding := resp.Header.Get("Content-Encoding")
+		if x.asked && isGzip(encoding) { // decoded for the client, so that the usage chunk can be taken out
+			z, err := gzip.NewReader(resp.Body)
+			if err != nil {
+				return err
+			}
+			resp.Body = struct {
+				io.Reader
+				io.Closer
+			}{z, resp.Body}
+			encoding = ""
+			resp.Header.Del("Content-Encoding")
+			resp.Header.Del("Content-Length")
+			resp.ContentLength = -1
+		}
+		m := NewMeter(resp.Body, encoding, true, x.Request.Input, func(u Usage, known bool) {
 			x.Settle(u, known)
-			if known {
+			if known && x.report {
 				resp.Trailer.Set(UsageHeader, strconv.FormatInt(u.Total(), 10))
 			}
 		})
+		resp.Body = m
+		if x.asked && encoding == "" {
+			resp.Body = newUsageDropper(m)
+		}
 	case "application/json": // read whole, for the tokens in a header
 		m := NewMeter(resp.Body, resp.Header.Get("Content-Encoding"), false, x.Request.Input, x.Settle)
 		body, err := io.ReadAll(io.LimitReader(m, maxBody+1))
@@ -200,7 +230,7 @@ func MeterResponse(resp *http.Response) error {
 		}
 		m.Close()
 		resp.Body = io.NopCloser(bytes.NewReader(body))
-		if u, known := x.Usage(); known {
+		if u, known := x.Usage(); known && x.report {
 			resp.Header.Set(UsageHeader, strconv.FormatInt(u.Total(), 10))
 		}
 		// Without a length, the answer ends with the proxy's handler, after the Middleware

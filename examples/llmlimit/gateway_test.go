@@ -30,7 +30,7 @@ func gateway(t *testing.T, table Table, o Options, anthropic bool) (*httptest.Se
 	if anthropic {
 		mw.Headers = AnthropicHeaders(clk.Now)
 	}
-	srv := httptest.NewServer((&Gate{Tokens: Words}).Wrap(mw.Wrap(Proxy(u))))
+	srv := httptest.NewServer((&Gate{Tokens: Words, ReportUsage: true}).Wrap(mw.Wrap(Proxy(u))))
 	t.Cleanup(srv.Close)
 	return srv, clk
 }

@@ -35,7 +35,7 @@ func served(t *testing.T, upstream http.Handler) (*httptest.Server, *ratelimit.A
 		t.Fatal(err)
 	}
 	mw := &ratelimit.Middleware{Key: APIKey, Policies: ps, Headers: OpenAIHeaders()}
-	srv := httptest.NewServer((&Gate{Tokens: Words}).Wrap(mw.Wrap(Proxy(u))))
+	srv := httptest.NewServer((&Gate{Tokens: Words, ReportUsage: true}).Wrap(mw.Wrap(Proxy(u))))
 	t.Cleanup(srv.Close)
 	return srv, ps[0].Limiter.(*ratelimit.AlgorithmLimiter)
 }
@@ -305,13 +305,15 @@ func gzipped(s string) string {
 }
 
 // TestGzipCharged: an upstream that compresses its answers with gzip (as real APIs do
-// when asked) is metered all the same, JSON and streams, and the client gets the bytes
-// the upstream sent: usage 5,010 on a max_tokens of 100 is charged 5,010, not the
-// estimate. A client that asks for a coding the meter cannot read (br) is answered
-// uncompressed.
+// when asked) is metered all the same, JSON and streams: usage 5,010 on a max_tokens of
+// 100 is charged 5,010, not the estimate. The client gets the bytes the upstream sent,
+// but for the usage chunk the gateway asked for: a stream that did not ask gets it
+// decoded, without that chunk. A client that asks for a coding the meter cannot read (br)
+// is answered uncompressed.
 func TestGzipCharged(t *testing.T) {
 	const jsonAnswer = `{"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":10,"completion_tokens":5000,"total_tokens":5010}}`
 	const streamAnswer = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5000,\"total_tokens\":5010}}\n\ndata: [DONE]\n\n"
+	const streamNotAsked = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
 	var asked []string
 	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		asked = append(asked, r.Header.Get("Accept-Encoding"))
@@ -333,9 +335,10 @@ func TestGzipCharged(t *testing.T) {
 		wantAsked          string // the Accept-Encoding the upstream got
 	}{
 		{"json, gzip", "gzip, deflate, br", `{"max_tokens":100,"messages":[{"content":"hi"}]}`, gzipped(jsonAnswer), "gzip"},
-		{"stream, gzip", "gzip", `{"stream":true,"max_tokens":100,"messages":[{"content":"hi"}]}`, gzipped(streamAnswer), "gzip"},
+		{"stream, gzip", "gzip", `{"stream":true,"max_tokens":100,"messages":[{"content":"hi"}]}`, streamNotAsked, "gzip"},
+		{"stream, gzip, usage asked", "gzip", `{"stream":true,"stream_options":{"include_usage":true},"max_tokens":100,"messages":[{"content":"hi"}]}`, gzipped(streamAnswer), "gzip"},
 		{"json, br only", "br", `{"max_tokens":100,"messages":[{"content":"hi"}]}`, jsonAnswer, "gzip"}, // the Transport's own, decoded before the meter
-		{"stream, gzip refused", "gzip;q=0, identity", `{"stream":true,"max_tokens":100,"messages":[{"content":"hi"}]}`, streamAnswer, "gzip"},
+		{"stream, gzip refused", "gzip;q=0, identity", `{"stream":true,"max_tokens":100,"messages":[{"content":"hi"}]}`, streamNotAsked, "gzip"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			asked = nil

@@ -68,7 +68,7 @@ func startFleet(tb testing.TB, redisAddr string, c config, leases bool) *fleet {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		h, err := newProxy(store, u, c, options{headers: "openai", words: true})
+		h, err := newProxy(store, u, c, options{headers: "openai", words: true, report: true})
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -73,6 +73,7 @@ type options struct {
 	maxWait time.Duration
 	maxBody int64
 	words   bool // estimate a prompt's tokens as its words (the fake model's count)
+	report  bool // tell clients what each answer was charged (llmlimit.UsageHeader)
 }
 
 func main() {
@@ -86,6 +87,7 @@ func main() {
 	flag.StringVar(&o.headers, "headers", "openai", "the rate-limit headers clients get beside the IETF draft's: openai or anthropic")
 	flag.DurationVar(&o.maxWait, "max-wait", llmlimit.DefaultMaxWait, "the longest a request that asks to (Prefer: wait=N) waits for its limits")
 	flag.Int64Var(&o.maxBody, "max-body", llmlimit.DefaultMaxBody, "the largest request body in bytes: a larger one gets 413")
+	flag.BoolVar(&o.report, "report-usage", false, "tell clients the tokens each answer was charged, in "+llmlimit.UsageHeader+" (a header, or a stream's trailer)")
 	flag.Parse()
 	if !*serve {
 		if err := demo(os.Stdout); err != nil {
@@ -194,7 +196,7 @@ func newProxy(store ratelimit.Store, upstream *url.URL, c config, o options) (ht
 			return nil, err
 		}
 	}
-	gate := &llmlimit.Gate{MaxBody: o.maxBody}
+	gate := &llmlimit.Gate{MaxBody: o.maxBody, ReportUsage: o.report}
 	if o.words {
 		gate.Tokens = llmlimit.Words
 	}
@@ -214,7 +216,7 @@ func demo(out io.Writer) error {
 	defer fake.Close()
 	u, _ := url.Parse(fake.URL)
 	c := config{Models: llmlimit.Table{"": {RequestsPerMinute: 5, TokensPerMinute: 2000}, "big": {TokensPerMinute: 10_000}}, InFlight: 2}
-	h, err := newProxy(localstore.New(localstore.WithClock(clk)), u, c, options{headers: "openai", words: true})
+	h, err := newProxy(localstore.New(localstore.WithClock(clk)), u, c, options{headers: "openai", words: true, report: true})
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,7 @@
 // shows a live progress line and ends with a table per tenant and one per instance:
 // requests sent, answered 200 and 429, and latency at p50 and p99. With -llm it sends a
 // language model's chat completions (a share of them streamed) and counts the tokens each
-// answer was charged, as examples/llmproxy reports them.
+// answer was charged, as examples/llmproxy reports them with -report-usage.
 //
 //	go run ./examples/loadgen -tenants 10 -rate 2000 -duration 10s
 //	go run ./examples/loadgen -llm -url http://127.0.0.1:8081,http://127.0.0.1:8082 -split 50,50 -stream 0.5
@@ -42,8 +42,8 @@ type config struct {
 	stream    float64 // the share of them streamed
 }
 
-// usageHeader is where examples/llmproxy reports the tokens an answer was charged: a
-// header of a JSON answer, a trailer of a stream.
+// usageHeader is where examples/llmproxy reports the tokens an answer was charged, with
+// -report-usage: a header of a JSON answer, a trailer of a stream.
 const usageHeader = "X-Usage-Total-Tokens"
 
 func main() {

@@ -1,0 +1,166 @@
+package llmlimit
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"time"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/localstore"
+)
+
+// TestClientGetsWhatTheUpstreamSent: through a Gate, the Middleware and Proxy, with
+// ReportUsage off, before a model that compresses its answers with gzip when asked, a
+// client gets the very bytes the model sends it (decoded), whatever the
+// gateway asked the model for: no usage chunk, no "usage": null in a chunk, no
+// UsageHeader, in every API's format, streamed or not; and each answer is charged the
+// tokens the model reported (the prompt's words and the completion's).
+func TestClientGetsWhatTheUpstreamSent(t *testing.T) {
+	const prompt, maxTokens = 5, 12 // the fake model answers min(12, 4x5) = 12 words: 17 tokens in all
+	for _, c := range []struct {
+		path, body string
+	}{
+		{"/v1/chat/completions", `{"model":"m","stream":true,"max_tokens":12,"messages":[{"role":"user","content":"a b c d e"}]}`},
+		{"/v1/chat/completions", `{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":12,"messages":[{"role":"user","content":"a b c d e"}]}`},
+		{"/v1/chat/completions", `{"model":"m","stream":true,"stream_options":{},"max_tokens":12,"messages":[{"role":"user","content":"a b c d e"}]}`},
+		{"/v1/chat/completions", `{"model":"m","max_tokens":12,"messages":[{"role":"user","content":"a b c d e"}]}`},
+		{"/v1/completions", `{"model":"m","stream":true,"max_tokens":12,"prompt":"a b c d e"}`},
+		{"/v1/completions", `{"model":"m","max_tokens":12,"prompt":"a b c d e"}`},
+		{"/v1/responses", `{"model":"m","stream":true,"max_output_tokens":12,"input":"a b c d e"}`},
+		{"/v1/responses", `{"model":"m","max_output_tokens":12,"input":"a b c d e"}`},
+		{"/v1/messages", `{"model":"m","stream":true,"max_tokens":12,"messages":[{"role":"user","content":"a b c d e"}]}`},
+		{"/v1/messages", `{"model":"m","max_tokens":12,"messages":[{"role":"user","content":"a b c d e"}]}`},
+	} {
+		for _, accept := range []string{"gzip", ""} {
+			t.Run(c.path+" "+c.body+" "+accept, func(t *testing.T) {
+				srv, limiter := passThrough(t)
+				r, _ := http.NewRequest("POST", srv.URL+c.path, strings.NewReader(c.body))
+				r.Header.Set("Authorization", "Bearer k")
+				r.Header.Set("Content-Type", "application/json")
+				if accept != "" {
+					r.Header.Set("Accept-Encoding", accept) // set by hand: the answer comes as it was sent
+				}
+				resp, err := srv.Client().Do(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.Header.Get("Content-Encoding") == "gzip" {
+					got = []byte(gunzipped(t, got))
+				}
+				direct := httptest.NewRecorder() // a model of its own: the same ids
+				FakeModel().ServeHTTP(direct, httptest.NewRequest("POST", c.path, strings.NewReader(c.body)))
+				if resp.StatusCode != http.StatusOK || !bytes.Equal(got, direct.Body.Bytes()) {
+					t.Errorf("%d, the client got\n%s\nwhere the model sends\n%s", resp.StatusCode, got, direct.Body.Bytes())
+				}
+				if h, tr := resp.Header.Get(UsageHeader), resp.Trailer.Get(UsageHeader); h != "" || tr != "" {
+					t.Errorf("%s: header %q, trailer %q; want neither", UsageHeader, h, tr)
+				}
+				d, err := limiter.PeekN(context.Background(), LimitKey("k", ""), 1)
+				if want := int64(4000 - prompt - maxTokens - 1); err != nil || d.Remaining != want {
+					t.Errorf("after the answer: %d remaining, %v; want %d (charged %d)", d.Remaining, err, want, prompt+maxTokens)
+				}
+			})
+		}
+	}
+}
+
+// passThrough is served's gateway, with ReportUsage off, before the fake model.
+func passThrough(t *testing.T) (*httptest.Server, *ratelimit.AlgorithmLimiter) {
+	t.Helper()
+	model := httptest.NewServer(gzipping(FakeModel()))
+	t.Cleanup(model.Close)
+	u, _ := url.Parse(model.URL)
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ps, err := Table{"": {TokensPerMinute: 4000}}.Policies(localstore.New(localstore.WithClock(clk)), Options{MaxTokens: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw := &ratelimit.Middleware{Key: APIKey, Policies: ps, Headers: OpenAIHeaders()}
+	srv := httptest.NewServer((&Gate{Tokens: Words}).Wrap(mw.Wrap(Proxy(u))))
+	t.Cleanup(srv.Close)
+	return srv, ps[0].Limiter.(*ratelimit.AlgorithmLimiter)
+}
+
+// gunzipped is b decoded from gzip.
+func gunzipped(t *testing.T, b []byte) string {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(s)
+}
+
+// gzipping is h answering in gzip to a request that accepts it, as real APIs do, each
+// flush of h's flushed through the compressor.
+func gzipping(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := &gzipWriter{ResponseWriter: w, z: gzip.NewWriter(w)}
+		h.ServeHTTP(zw, r)
+		zw.z.Close()
+	})
+}
+
+type gzipWriter struct {
+	http.ResponseWriter
+	z *gzip.Writer
+}
+
+func (g *gzipWriter) Write(p []byte) (int, error) { return g.z.Write(p) }
+
+func (g *gzipWriter) Flush() {
+	g.z.Flush()
+	http.NewResponseController(g.ResponseWriter).Flush()
+}
+
+// TestUsageDropper: the usage chunk is taken out of a stream and the null usage out of
+// every other chunk, whatever its line ends (LF, CRLF, CR) and however the bytes arrive
+// (one at a time, or all at once); every other byte passes as it came, a stream cut in
+// the middle of an event too.
+func TestUsageDropper(t *testing.T) {
+	for _, eol := range []string{"\n", "\r\n", "\r"} {
+		ev := func(lines ...string) string { return strings.Join(lines, eol) + eol + eol }
+		in := ": a comment" + eol + eol +
+			ev(`data: {"choices":[{"delta":{"content":"hi"}}],"usage":null}`) +
+			ev("event: x", `data: {"choices":[],`, `data: "usage":{"total_tokens":5}}`) +
+			ev(`data: {"choices":[],"usage":null}`) +
+			ev("data: [DONE]") + "data: cut"
+		want := ": a comment" + eol + eol +
+			ev(`data: {"choices":[{"delta":{"content":"hi"}}]}`) +
+			ev(`data: {"choices":[]}`) +
+			ev("data: [DONE]") + "data: cut"
+		for _, oneByte := range []bool{true, false} {
+			var src io.Reader = strings.NewReader(in)
+			if oneByte {
+				src = iotest.OneByteReader(src)
+			}
+			got, err := io.ReadAll(newUsageDropper(io.NopCloser(src)))
+			if err != nil || string(got) != want {
+				t.Errorf("line ends %q, a byte at a time %v: %q, %v; want %q", eol, oneByte, got, err, want)
+			}
+		}
+	}
+}
