@@ -389,9 +389,9 @@ func ExampleCost() {
 // decided together (a request one limit refuses costs the others nothing), on a store
 // whose busy keys are decided from leases held in memory.
 func ExampleMiddleware_languageModel() {
-	// Instances sharing Redis: hotkey.NewLeases(fallback.New(redisstore.New(client),
-	// localstore.New(), fallback.WithInstances(n))), and every limit on it. Here, memory
-	// on a clock that stands still, for the output below.
+	// Instances sharing Redis: f, _ := fleet.New(ctx, client, fleet.Config{Instances: n}),
+	// and every limit on f.Store(). Here, memory on a clock that stands still, for the
+	// output below.
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	store, _ := hotkey.NewLeases(localstore.New(localstore.WithClock(clk)))
 	defer store.Close(context.Background()) // what the leases hold goes back

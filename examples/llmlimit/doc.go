@@ -43,6 +43,16 @@
 // client reads them; a gzip stream reaches that client decoded. The tokens an answer was
 // charged reach the client in UsageHeader only when the Gate's ReportUsage is set.
 //
+// # Many instances
+//
+// Instances that share their limits decide on one store: redisstore/fleet builds it
+// (Redis, the fallback's shares while Redis is down, leases, the instance count). Leases
+// decide a busy key's requests from memory. A token limit's request asks for thousands of
+// events at once, more than an instance admits on trust (hotkey.WithTrust), so it takes
+// Redis's round trip unless its key is busy enough to hold a lease. That round trip, 1-8
+// ms under load, is small beside a model's answer. A budget charged after the answer is
+// charged once, also when Redis answers later than the fallback's timeout.
+//
 // # Module
 //
 // It is a module of its own, github.com/ratelimit-go/ratelimit/examples/llmlimit, beside

@@ -25,7 +25,7 @@ const fakeCreated = 1767225600
 // prompt's words times 4. A stream of chat completions or completions reports its usage
 // in a last chunk only when asked to (stream_options.include_usage), as OpenAI's does.
 // It is the upstream of examples/llmproxy's demo and of tests: a gateway tried without a
-// model's API key.
+// model's API key. A Gate estimates prompts as the fake counts them with Tokens: Words.
 func FakeModel() http.Handler {
 	var seq atomic.Int64 // the answers' ids
 	id := func(prefix string) string { return fmt.Sprintf("%s%024d", prefix, seq.Add(1)) }

@@ -35,7 +35,10 @@ const (
 
 // Limits are one model's (or family of models') limits per API key, as the providers
 // state them: 0 is no such limit. A minute's limits refill continuously (a token bucket
-// of a minute's worth, as OpenAI's do), a day's are counted from midnight UTC.
+// of a minute's worth, as OpenAI's do), a day's are counted from midnight UTC. A key
+// unused for a minute holds a minute's worth, so in its first minute it may be admitted
+// twice a minute's limit: the whole at once, then the limit's rate. Where "60 a minute"
+// must mean at most 60 in any minute, set Options.RequestsBurst.
 type Limits struct {
 	RequestsPerMinute     int64 `json:"requests_per_minute,omitempty"`
 	RequestsPerDay        int64 `json:"requests_per_day,omitempty"`
@@ -69,6 +72,11 @@ type Options struct {
 	MaxTokens int64
 	// Key is the key a request is limited by, before its model's: APIKey when nil.
 	Key func(r *http.Request) (string, error)
+	// RequestsBurst is how many requests a key may make at once under RequestsPerMinute:
+	// a minute's worth when 0 (or more than the limit). A key is then admitted at most
+	// RequestsBurst beyond the limit in any minute: with 1, 61 for 60 a minute. The
+	// token limits keep a minute's worth, so that one large request fits.
+	RequestsBurst int64
 }
 
 // family is the entry of t a model's requests are limited by, and whether there is one.
@@ -92,6 +100,9 @@ func (t Table) check(o Options) error {
 				break
 			}
 		}
+	}
+	if o.RequestsBurst < 0 {
+		errs = append(errs, fmt.Errorf("llmlimit: a RequestsBurst of %d is below 0", o.RequestsBurst))
 	}
 	for _, w := range []float64{o.Weights.Input, o.Weights.Output} {
 		if w < 0 || math.IsNaN(w) || math.IsInf(w, 0) {
@@ -169,7 +180,13 @@ func (t Table) Policies(store ratelimit.Store, o Options) ([]ratelimit.Policy, e
 		return weighed(x.Request.Input, out(x)), weighed(u.Input, u.Output)
 	}
 	kinds := []limit{
-		{Requests, func(l Limits) ratelimit.Rule { return ratelimit.PerMinute(l.RequestsPerMinute) }, nil},
+		{Requests, func(l Limits) ratelimit.Rule {
+			r := ratelimit.PerMinute(l.RequestsPerMinute)
+			if o.RequestsBurst > 0 && o.RequestsBurst < r.Limit {
+				r.Burst = o.RequestsBurst
+			}
+			return r
+		}, nil},
 		{RequestsPerDay, func(l Limits) ratelimit.Rule { return ratelimit.PerDay(l.RequestsPerDay) }, nil},
 		{Tokens, func(l Limits) ratelimit.Rule { return ratelimit.PerMinute(l.TokensPerMinute) }, total},
 		{InputTokens, func(l Limits) ratelimit.Rule { return ratelimit.PerMinute(l.InputTokensPerMinute) },

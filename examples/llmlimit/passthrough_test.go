@@ -164,3 +164,41 @@ func TestUsageDropper(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestsBurst: a fresh key of 60 requests a minute, asked every 100ms, is admitted
+// 119 in its first minute by default (the minute's worth at once, then the rate: 59 more
+// whole seconds), and with RequestsBurst 1 it is admitted 60 (one at once, then the rate).
+func TestRequestsBurst(t *testing.T) {
+	for _, c := range []struct {
+		burst int64
+		want  int // admitted in [0, 60s), asked 10 times a second
+	}{{0, 119}, {1, 60}, {500, 119}} {
+		model := httptest.NewServer(FakeModel())
+		u, _ := url.Parse(model.URL)
+		start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		clk := clock.NewFake(start)
+		ps, err := Table{"": {RequestsPerMinute: 60}}.Policies(localstore.New(localstore.WithClock(clk)), Options{RequestsBurst: c.burst})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := (&Gate{Tokens: Words}).Wrap((&ratelimit.Middleware{Key: APIKey, Policies: ps}).Wrap(Proxy(u)))
+		admitted := 0
+		for i := range 600 { // [0, 60s)
+			clk.Set(start.Add(time.Duration(i) * 100 * time.Millisecond))
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(`{"max_tokens":1,"messages":[{"content":"hi"}]}`))
+			r.Header.Set("Authorization", "Bearer k")
+			h.ServeHTTP(w, r)
+			if w.Code == http.StatusOK {
+				admitted++
+			}
+		}
+		model.Close()
+		if admitted != c.want {
+			t.Errorf("RequestsBurst %d: %d admitted in the first minute; want %d", c.burst, admitted, c.want)
+		}
+	}
+	if _, err := (Table{"": {RequestsPerMinute: 60}}).Policies(localstore.New(), Options{RequestsBurst: -1}); err == nil {
+		t.Error("a RequestsBurst of -1: no error")
+	}
+}

@@ -20,8 +20,8 @@ import (
 	"github.com/ratelimit-go/ratelimit/fallback"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/redisstore/fleet"
 	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
-	"github.com/ratelimit-go/ratelimit/redisstore/members"
 )
 
 // Flags registers the store's flags on fs, into c: -redis, -redis-cluster, -instances,
@@ -111,54 +111,40 @@ func Open(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (_ rate
 		client, closeAll = c, append(closeAll, stop, func() { c.Close() }, mr.Close)
 		log.Info("deciding on an embedded miniredis (use -redis or -redis-cluster for a real one)", "addr", mr.Addr())
 	}
-	rs := redisstore.New(client)
 	start, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := checkRedis(start, client, cfg); err != nil {
 		return nil, nil, err
 	}
-	if err := rs.LoadScripts(start, cfg.Algorithms...); err != nil {
+	if err := redisstore.New(client).LoadScripts(start, cfg.Algorithms...); err != nil {
 		if !errors.Is(err, ratelimit.ErrUnavailable) {
 			return nil, nil, err
 		}
 		log.Warn("Redis does not answer; starting on each instance's share of the rules until it does", "err", err)
 	}
-	instances, count := fallback.WithInstances(cfg.Instances), func() int { return cfg.Instances }
+	fc := fleet.Config{Instances: cfg.Instances, Group: cfg.Members, Exact: !cfg.Leases,
+		Local: localstore.New(localstore.WithMaxKeys(cfg.LocalMaxKeys), localstore.WithMaxBytes(cfg.LocalMaxBytes)),
+		Fallback: []fallback.Option{fallback.WithTimeout(cmp.Or(timeout, DefaultTimeout)),
+			fallback.WithBreaker(fallback.Breaker{OpenFor: cfg.BreakerOpen}), fallback.WithHooks(m.Hooks()), fallback.WithLogger(log)},
+		Leases: []hotkey.LeasesOption{hotkey.WithTrust(cfg.Trust)}}
 	if cfg.Instances < 1 { // learned: each instance beats in Redis, and counts the live ones
-		fleet := members.New(client, cfg.Members)
-		if _, err := fleet.Beat(start); err != nil {
-			log.Warn("cannot count the instances in Redis yet; assuming 1 until it answers", "err", err)
-		}
-		beat, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() { defer close(done); fleet.Run(beat) }()
-		closeAll = append([]func(){func() {
-			stopBeat()
-			<-done
-			leave, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			fleet.Leave(leave)
-		}}, closeAll...)
-		instances, count = fallback.WithInstanceCount(fleet.Count), fleet.Count
+		fc.Instances, fc.Learn = 1, true
 	}
-	store := fallback.New(rs, localstore.New(localstore.WithMaxKeys(cfg.LocalMaxKeys), localstore.WithMaxBytes(cfg.LocalMaxBytes)),
-		instances, fallback.WithTimeout(cmp.Or(timeout, DefaultTimeout)),
-		fallback.WithBreaker(fallback.Breaker{OpenFor: cfg.BreakerOpen}), fallback.WithHooks(m.Hooks()), fallback.WithLogger(log))
-	if !cfg.Leases {
-		return store, closeStore, nil
-	}
-	leases, err := hotkey.NewLeases(store, hotkey.WithInstanceCount(count), hotkey.WithTrust(cfg.Trust))
+	f, err := fleet.New(start, client, fc)
 	if err != nil {
 		return nil, nil, err
 	}
 	closeAll = append([]func(){func() { // first: what the leases hold goes back while Redis is there
-		giveBack, cancel := context.WithTimeout(context.Background(), time.Second)
+		leave, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		leases.Close(giveBack)
+		f.Close(leave)
 	}}, closeAll...)
-	m.Leases(leases)
+	if f.Leases() == nil {
+		return f.Store(), closeStore, nil
+	}
+	m.Leases(f.Leases())
 	log.Info("busy keys are decided from leases held in memory")
-	return leases, closeStore, nil
+	return f.Store(), closeStore, nil
 }
 
 // checkRedis refuses a Redis that is not what the flags say: -redis-cluster at a server

@@ -1,0 +1,145 @@
+package fleet_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
+	"github.com/ratelimit-go/ratelimit/redisstore"
+	"github.com/ratelimit-go/ratelimit/redisstore/fleet"
+	"github.com/ratelimit-go/ratelimit/tokenbucket"
+)
+
+func client(t *testing.T, addr string) *redis.Client {
+	c := redis.NewClient(redisstore.Recommended(&redis.Options{Addr: addr}))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestInstancesRequired: a fleet without its instance count is an error, not a count of 1.
+func TestInstancesRequired(t *testing.T) {
+	for _, cfg := range []fleet.Config{{}, {Learn: true}, {Instances: -3}} {
+		if f, err := fleet.New(context.Background(), client(t, "127.0.0.1:1"), cfg); err == nil {
+			f.Close(context.Background())
+			t.Errorf("New(%+v): no error", cfg)
+		}
+	}
+	if _, err := fleet.New(context.Background(), nil, fleet.Config{Instances: 2}); err == nil {
+		t.Error("New with a nil client: no error")
+	}
+}
+
+// TestLearnsTheCount: four instances that learn their count reach 4 within two beats;
+// one that closes leaves it at once for the others' next beat; an instance whose Redis
+// does not answer counts what it was told to assume.
+func TestLearnsTheCount(t *testing.T) {
+	srv := redistest.Start(t)
+	var fs []*fleet.Fleet
+	for range 4 {
+		f, err := fleet.New(context.Background(), client(t, srv.Addr), fleet.Config{Instances: 2, Learn: true, Group: "gw", Exact: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close(context.Background()) })
+		fs = append(fs, f)
+	}
+	if got := fs[3].Count(); got != 4 {
+		t.Errorf("the fourth to start counts %d; want 4", got)
+	}
+	waitCount(t, fs, 4)
+	if err := fs[3].Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, fs[:3], 3)
+
+	away, err := fleet.New(context.Background(), client(t, "127.0.0.1:1"), fleet.Config{Instances: 7, Learn: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer away.Close(context.Background())
+	if got := away.Count(); got != 7 {
+		t.Errorf("an instance that cannot reach Redis counts %d; want the 7 assumed", got)
+	}
+}
+
+// waitCount polls until every instance of fs counts n, for up to three beats.
+func waitCount(t *testing.T, fs []*fleet.Fleet, n int) {
+	t.Helper()
+	deadline := time.Now().Add(7 * time.Second)
+	for {
+		ok := true
+		for _, f := range fs {
+			ok = ok && f.Count() == n
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			for i, f := range fs {
+				t.Errorf("instance %d counts %d; want %d", i, f.Count(), n)
+			}
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
+	}
+}
+
+// TestFleetKeepsTheRule: four instances in tight loops on one key of 100 an hour admit
+// at most the rule and an event each on trust; after they close, Redis holds what they
+// did not admit: nothing created, nothing lost.
+func TestFleetKeepsTheRule(t *testing.T) {
+	srv := redistest.Start(t)
+	rule := ratelimit.Rule{Limit: 100, Period: time.Hour, Burst: 100}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	var fs []*fleet.Fleet
+	for range 4 {
+		f, err := fleet.New(context.Background(), client(t, srv.Addr), fleet.Config{Instances: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, f)
+		l, err := tokenbucket.New(f.Store(), rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for range 400 {
+				d, err := l.Allow(context.Background(), "k")
+				if err == nil && d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, f := range fs {
+		if err := f.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+	got := admitted.Load()
+	if got > 104 || got < 96 {
+		t.Errorf("admitted %d of a rule of 100; want 96 to 104 (an event on trust per instance)", got)
+	}
+	l, err := tokenbucket.New(redisstore.New(srv.Client()), rule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := l.PeekN(context.Background(), "k", 1)
+	level := 100 - got // what Redis holds, below 0 a debt: every admission charged once
+	switch per := time.Hour / 100; {
+	case err != nil:
+		t.Fatal(err)
+	case level >= 1 && (!d.Allowed || d.Remaining != level-1):
+		t.Errorf("after Close, Redis holds %+v; want %d left", d, level)
+	case level < 1 && (d.Allowed || d.RetryAfter > time.Duration(1-level)*per || d.RetryAfter < time.Duration(1-level)*per-5*time.Second):
+		t.Errorf("after Close, Redis holds %+v; want a debt of %d, a RetryAfter of %v", d, -level, time.Duration(1-level)*per)
+	}
+}
