@@ -27,8 +27,9 @@
 //
 // # What is metered
 //
-// The Gate reads OpenAI's chat completions, completions and Responses API requests, and
-// Anthropic's messages. A field of an unexpected type (a max_tokens of "10") reads as
+// The Gate reads OpenAI's chat completions, completions, Responses API and embeddings
+// requests, and Anthropic's messages. By default it serves no other request but a GET
+// of the models (see Endpoint): another's tokens would pass the limits unseen. A field of an unexpected type (a max_tokens of "10") reads as
 // what it spells, or as absent; never as another model's request. The meter reads the
 // usage of any JSON answer, and of streams in each of these formats, with LF, CRLF or CR
 // line ends. Proxy asks the upstream for gzip or no compression, and the meter reads

@@ -12,7 +12,7 @@ import (
 
 // WriteError answers r with status and message as the API it was sent to answers errors,
 // so that its SDK reads them: Anthropic's {"type": "error", "error": {"type", "message"}}
-// for its messages (a path ending in /messages, or an anthropic-version header), and
+// for its messages (a path of /messages, or an anthropic-version header), and
 // OpenAI's {"error": {"message", "type", "param", "code"}} for the others.
 func WriteError(w http.ResponseWriter, r *http.Request, status int, message string) {
 	var body any
@@ -53,7 +53,8 @@ func tooMany(w http.ResponseWriter, r *http.Request, retryAfter string) {
 
 // anthropic reports whether r was sent to Anthropic's API.
 func anthropic(r *http.Request) bool {
-	return strings.HasSuffix(r.URL.Path, "/messages") || r.Header.Get("Anthropic-Version") != ""
+	p := strings.TrimSuffix(r.URL.Path, "/")
+	return strings.HasSuffix(p, "/messages") || strings.Contains(p, "/messages/") || r.Header.Get("Anthropic-Version") != ""
 }
 
 // anthropicType is the error type of Anthropic's API for status.

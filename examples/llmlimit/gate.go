@@ -36,6 +36,9 @@ type Gate struct {
 	Tokens func(text string) int64
 	// Waiter, when set, lets a request the limits deny wait for them (see Waiter).
 	Waiter *Waiter
+	// Endpoints says which requests the Gate serves, by method and path: Endpoint when
+	// nil. Any other gets 404 in the API's format, and never reaches the upstream.
+	Endpoints func(method, path string) bool
 	// ReportUsage, when set, tells the client what each answer was charged, in
 	// UsageHeader. By default the client gets what the upstream sent, and nothing the
 	// gateway added.
@@ -48,6 +51,7 @@ type Exchange struct {
 	Request Request
 	body    []byte // as the upstream gets it, to send again after a wait
 
+	read   bool // a GET or HEAD: it costs no tokens
 	report bool // the client is told the usage (Gate.ReportUsage)
 	asked  bool // the gateway asked for a stream's usage: its usage chunk is not the client's
 
@@ -89,7 +93,15 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 	if g.Waiter != nil {
 		next = g.Waiter.wrap(next)
 	}
+	serves := g.Endpoints
+	if serves == nil {
+		serves = Endpoint
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !serves(r.Method, r.URL.Path) {
+			WriteError(w, r, http.StatusNotFound, fmt.Sprintf("%s %s is not served here: only requests whose tokens are metered", r.Method, r.URL.Path))
+			return
+		}
 		if r.ContentLength > limit {
 			WriteError(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request body of %d bytes: at most %d", r.ContentLength, limit))
 			return
@@ -104,7 +116,8 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		req, sent := ParseRequest(r.URL.Path, body, g.Tokens)
-		x := &Exchange{Request: req, body: sent, report: g.ReportUsage, asked: !bytes.Equal(sent, body)}
+		x := &Exchange{Request: req, body: sent, report: g.ReportUsage, asked: !bytes.Equal(sent, body),
+			read: r.Method == http.MethodGet || r.Method == http.MethodHead}
 		r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
 		x.rewind(r)
 		next.ServeHTTP(w, r)
@@ -112,6 +125,28 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 			panic(http.ErrAbortHandler) // after the Middleware charged what the stream cost
 		}
 	})
+}
+
+// meteredPaths end the paths of the requests whose tokens a Gate and a Meter read.
+var meteredPaths = []string{"/chat/completions", "/completions", "/responses", "/embeddings", "/messages"}
+
+// Endpoint reports whether a Gate serves a request by default: a POST of the endpoints
+// whose tokens it meters (chat completions, completions, the Responses API, embeddings,
+// Anthropic's messages), and a GET of the models, which costs none. Any other request's
+// tokens would pass the limits unseen: a batch, a file, an assistant's run, audio.
+func Endpoint(method, path string) bool {
+	path = strings.TrimSuffix(path, "/")
+	switch method {
+	case http.MethodGet, http.MethodHead:
+		return strings.HasSuffix(path, "/models") || strings.Contains(path, "/models/")
+	case http.MethodPost:
+		for _, p := range meteredPaths {
+			if strings.HasSuffix(path, p) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // rewind sets r's body to the exchange's, from its start.

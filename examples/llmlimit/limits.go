@@ -230,6 +230,9 @@ func (t Table) Policies(store ratelimit.Store, o Options) ([]ratelimit.Policy, e
 				if x == nil {
 					return true // For refuses it
 				}
+				if x.read && k.cost != nil {
+					return false // a read (the models) costs no tokens
+				}
 				f, ok := t.family(x.Request.Model)
 				return ok && k.rule(t[f]).Limit > 0
 			},

@@ -202,3 +202,61 @@ func TestRequestsBurst(t *testing.T) {
 		t.Error("a RequestsBurst of -1: no error")
 	}
 }
+
+// TestEndpoints: a Gate serves only the requests whose tokens it meters, and the model
+// lists: an embedding is charged its usage; a GET of the models passes, charged nothing;
+// audio, a batch, a token count and a DELETE get 404 in the API's format, and never reach
+// the upstream.
+func TestEndpoints(t *testing.T) {
+	var reached []string
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached = append(reached, r.Method+" "+r.URL.Path)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/embeddings") {
+			io.WriteString(w, `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1]}],"model":"m","usage":{"prompt_tokens":8,"total_tokens":8}}`)
+			return
+		}
+		io.WriteString(w, `{"object":"list","data":[]}`)
+	})
+	srv, limiter := served(t, upstream)
+	for _, c := range []struct {
+		method, path string
+		status       int
+		anthropic    bool
+		charged      int64 // in all, after the request
+	}{
+		{"POST", "/v1/embeddings", 200, false, 8},
+		{"GET", "/v1/models", 200, false, 8},
+		{"GET", "/v1/models/gpt-4o", 200, false, 8},
+		{"POST", "/v1/audio/transcriptions", 404, false, 8},
+		{"POST", "/v1/batches", 404, false, 8},
+		{"POST", "/v1/messages/count_tokens", 404, true, 8},
+		{"DELETE", "/v1/chat/completions", 404, false, 8},
+	} {
+		reached = nil
+		r, _ := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader(`{"model":"m","input":"a b c"}`))
+		r.Header.Set("Authorization", "Bearer k")
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("%s %s: %d %s; want %d", c.method, c.path, resp.StatusCode, body, c.status)
+		}
+		if c.status == 404 {
+			want := `"type":"invalid_request_error"`
+			if c.anthropic {
+				want = `"type":"error"`
+			}
+			if !strings.Contains(string(body), want) || len(reached) != 0 {
+				t.Errorf("%s %s: %s, the upstream reached %q; want the API's error (%s), and nothing reached", c.method, c.path, body, reached, want)
+			}
+		}
+		d, err := limiter.PeekN(context.Background(), LimitKey("k", ""), 1)
+		if want := 4000 - c.charged - 1; err != nil || d.Remaining != want {
+			t.Errorf("after %s %s: %d remaining, %v; want %d", c.method, c.path, d.Remaining, err, want)
+		}
+	}
+}
