@@ -52,6 +52,9 @@ type Config struct {
 	Leases   []hotkey.LeasesOption
 	// Local is the store of the instance's shares: localstore.New() when nil.
 	Local *localstore.Store
+	// Algorithms are those whose scripts New loads into Redis: every algorithm of this
+	// module when empty (see redisstore.Store.LoadScripts).
+	Algorithms []*ratelimit.Algorithm
 }
 
 // beat is how often an instance announces itself when it learns the count.
@@ -104,7 +107,7 @@ func New(ctx context.Context, client redis.Scripter, cfg Config) (*Fleet, error)
 		local = localstore.New()
 	}
 	rs := redisstore.New(client, cfg.Redis...)
-	if err := rs.LoadScripts(ctx); err != nil && !errors.Is(err, ratelimit.ErrUnavailable) {
+	if err := rs.LoadScripts(ctx, cfg.Algorithms...); err != nil && !errors.Is(err, ratelimit.ErrUnavailable) {
 		f.Close(ctx)
 		return nil, err
 	}

@@ -113,16 +113,14 @@ func Open(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (_ rate
 	}
 	start, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if err := checkRedis(start, client, cfg); err != nil {
+	answered, err := checkRedis(start, client, cfg)
+	if err != nil {
 		return nil, nil, err
 	}
-	if err := redisstore.New(client).LoadScripts(start, cfg.Algorithms...); err != nil {
-		if !errors.Is(err, ratelimit.ErrUnavailable) {
-			return nil, nil, err
-		}
-		log.Warn("Redis does not answer; starting on each instance's share of the rules until it does", "err", err)
+	if answered != nil {
+		log.Warn("Redis does not answer; starting on each instance's share of the rules until it does", "err", answered)
 	}
-	fc := fleet.Config{Instances: cfg.Instances, Group: cfg.Members, Exact: !cfg.Leases,
+	fc := fleet.Config{Instances: cfg.Instances, Group: cfg.Members, Exact: !cfg.Leases, Algorithms: cfg.Algorithms,
 		Local: localstore.New(localstore.WithMaxKeys(cfg.LocalMaxKeys), localstore.WithMaxBytes(cfg.LocalMaxBytes)),
 		Fallback: []fallback.Option{fallback.WithTimeout(cmp.Or(timeout, DefaultTimeout)),
 			fallback.WithBreaker(fallback.Breaker{OpenFor: cfg.BreakerOpen}), fallback.WithHooks(m.Hooks()), fallback.WithLogger(log)},
@@ -150,21 +148,24 @@ func Open(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger) (_ rate
 // checkRedis refuses a Redis that is not what the flags say: -redis-cluster at a server
 // without cluster support (every decision would fail over to the shares, with nothing to
 // say why), or -redis at a cluster node (every key of another node's slots would be
-// refused with MOVED). A Redis that does not answer passes: the fallback covers it.
-func checkRedis(ctx context.Context, client redis.Scripter, cfg Config) error {
+// refused with MOVED). A Redis that does not answer passes, its error returned as
+// unanswered: the fallback covers it.
+func checkRedis(ctx context.Context, client redis.Scripter, cfg Config) (unanswered, err error) {
 	switch c := client.(type) {
 	case *redis.ClusterClient:
 		err := c.Ping(ctx).Err()
 		if err != nil && strings.Contains(err.Error(), "cluster support disabled") {
-			return fmt.Errorf("-redis-cluster %s: not a Redis Cluster node (%w); use -redis", cfg.Cluster, err)
+			return nil, fmt.Errorf("-redis-cluster %s: not a Redis Cluster node (%w); use -redis", cfg.Cluster, err)
 		}
+		return err, nil
 	case *redis.Client:
 		info, err := c.Info(ctx, "cluster").Result()
 		if err == nil && strings.Contains(info, "cluster_enabled:1") && cfg.RedisURL != "" {
-			return fmt.Errorf("-redis %s: a Redis Cluster node; use -redis-cluster with the cluster's nodes", cfg.RedisURL)
+			return nil, fmt.Errorf("-redis %s: a Redis Cluster node; use -redis-cluster with the cluster's nodes", cfg.RedisURL)
 		}
+		return err, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // expireKeys moves the embedded miniredis's TTLs with real time (miniredis moves them
