@@ -30,7 +30,8 @@ import (
 // change, its burst and its rate over the time since; and a key that turns hot at once
 // (hot-start: 20,000 requests a second of one key for 0.3s over the four instances, 1ms
 // away, alone: the harness's figures over every decision, Redis's calls counted until
-// the instances are closed, the charges of the last decisions and the give-backs included).
+// the instances are closed, the charges of the last decisions and the give-backs included,
+// and the events admitted, against the rule's burst and 0.3s of its rate: 230).
 // Run it once: -benchtime 1x.
 func BenchmarkLeaseScenarios(b *testing.B) {
 	const background, hot = 2000.0, 200.0
@@ -119,6 +120,7 @@ func BenchmarkLeaseScenarios(b *testing.B) {
 			}
 			calls1, cpu1 := redisStats(b, direct)
 			reportTimes(b, r, calls1-calls0, cpu1-cpu0, st)
+			b.ReportMetric(float64(r.admitted[0][0].Load()), "admitted")
 		})
 		b.Run("stop/"+w.name, func(b *testing.B) {
 			srv := redistest.Start(b)
