@@ -29,7 +29,10 @@ import (
 //     before, counted there when lent, and admitted later (a lease's worth of a key's
 //     demand, at most what the key had left over the instances);
 //   - what the costs known after the answer debit (AlgorithmLimiter.Debit, Charge), as
-//     without leases.
+//     without leases;
+//   - what the next store admits without Redis: a fallback.Store decides a call that
+//     misses its timeout on the instance's share, at most the rule's burst over the
+//     instances, which the key pays back once Redis counts it (see fallback.Store).
 //
 // And nothing is lost: with nothing failing, what the instances admitted, what they hold
 // on loan and what they give back at Close add up to what the rule allowed, and a key

@@ -100,7 +100,7 @@ func TestTrustChargesTogether(t *testing.T) {
 	})
 }
 
-// quietCluster is four instances with WithOptimistic a round trip of 1ms from a shared
+// quietCluster is four instances with leases (trust on) a round trip of 1ms from a shared
 // store, deciding a fixed window of 1000 an hour in namespace "api".
 func quietCluster(t *testing.T) (*remote, ratelimit.Rule, []*fixedwindow.Limiter, []*hotkey.Leases) {
 	shared := &remote{Store: localstore.New(), rtt: time.Millisecond}
