@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -87,8 +88,18 @@ func (d *usageDropper) split() {
 }
 
 // nullUsage is the field OpenAI adds to every other chunk of a stream that asked for its
-// usage, as its compact JSON writes it, with the comma that joins it to its neighbour.
-var nullUsage = [][]byte{[]byte(`,"usage":null`), []byte(`"usage":null,`)}
+// usage, with the comma that joins it to its neighbour, compact or spaced as JSON
+// writers space it.
+var nullUsage = func() (forms [][]byte) {
+	for _, colon := range []string{":", ": "} {
+		for _, comma := range []string{",", ", "} {
+			field := `"usage"` + colon + "null"
+			forms = append(forms, []byte(comma+field), []byte(field+comma))
+		}
+	}
+	slices.SortStableFunc(forms, func(a, b []byte) int { return len(b) - len(a) }) // the spaces with their field
+	return forms
+}()
 
 // withoutNullUsage is ev, an event whole, without the null usage the gateway's asking
 // added to its data; ev as it came if that is not there once, or if taking it out

@@ -54,7 +54,7 @@ func tooMany(w http.ResponseWriter, r *http.Request, retryAfter string) {
 // anthropic reports whether r was sent to Anthropic's API.
 func anthropic(r *http.Request) bool {
 	p := strings.TrimSuffix(r.URL.Path, "/")
-	return strings.HasSuffix(p, "/messages") || strings.Contains(p, "/messages/") || r.Header.Get("Anthropic-Version") != ""
+	return p == "/messages" || strings.HasSuffix(p, "/v1/messages") || strings.Contains(p, "/v1/messages/") || r.Header.Get("Anthropic-Version") != ""
 }
 
 // anthropicType is the error type of Anthropic's API for status.

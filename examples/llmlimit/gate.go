@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +29,9 @@ const DefaultMaxBody = 1 << 20
 // MaxBody with 413 (never cut, and nothing charged), parses it (ParseRequest), and puts
 // what the limits and the meter need in the request's context (an Exchange). The
 // Middleware goes inside it, and Proxy (or a handler that meters its answer) inside the
-// Middleware.
+// Middleware. A POST to a metered endpoint whose body is not a JSON object, or spells a
+// field it reads in another case ("Stream"), gets 400: an upstream would read it as the
+// Gate cannot.
 type Gate struct {
 	// MaxBody bounds a request's body in bytes: DefaultMaxBody when 0.
 	MaxBody int64
@@ -115,9 +118,14 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 			WriteError(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request body over %d bytes", limit))
 			return
 		}
-		req, sent := ParseRequest(r.URL.Path, body, g.Tokens)
+		read := r.Method == http.MethodGet || r.Method == http.MethodHead
+		req, sent, err := parseRequest(r.URL.Path, body, g.Tokens)
+		if err != nil && !read && Endpoint(r.Method, r.URL.Path) { // the upstream would read it otherwise: its tokens unseen
+			WriteError(w, r, http.StatusBadRequest, err.Error())
+			return
+		}
 		x := &Exchange{Request: req, body: sent, report: g.ReportUsage, asked: !bytes.Equal(sent, body),
-			read: r.Method == http.MethodGet || r.Method == http.MethodHead}
+			read: read}
 		r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
 		x.rewind(r)
 		next.ServeHTTP(w, r)
@@ -128,20 +136,25 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 }
 
 // meteredPaths end the paths of the requests whose tokens a Gate and a Meter read.
-var meteredPaths = []string{"/chat/completions", "/completions", "/responses", "/embeddings", "/messages"}
+var meteredPaths = []string{"/chat/completions", "/completions", "/responses", "/embeddings", "/v1/messages"}
 
 // Endpoint reports whether a Gate serves a request by default: a POST of the endpoints
 // whose tokens it meters (chat completions, completions, the Responses API, embeddings,
 // Anthropic's messages), and a GET of the models, which costs none. Any other request's
-// tokens would pass the limits unseen: a batch, a file, an assistant's run, audio.
-func Endpoint(method, path string) bool {
-	path = strings.TrimSuffix(path, "/")
+// tokens would pass the limits unseen: a batch, a file, an assistant's run, audio. A path
+// with a dot segment or an empty one ("/v1/models/../files") is refused: an upstream may
+// resolve it to another endpoint.
+func Endpoint(method, p string) bool {
+	p = strings.TrimSuffix(p, "/")
+	if p == "" || path.Clean(p) != p {
+		return false
+	}
 	switch method {
 	case http.MethodGet, http.MethodHead:
-		return strings.HasSuffix(path, "/models") || strings.Contains(path, "/models/")
+		return strings.HasSuffix(p, "/models") || strings.Contains(p, "/models/")
 	case http.MethodPost:
-		for _, p := range meteredPaths {
-			if strings.HasSuffix(path, p) {
+		for _, m := range meteredPaths {
+			if strings.HasSuffix(p, m) || m == "/v1/messages" && p == "/messages" {
 				return true
 			}
 		}
@@ -246,8 +259,10 @@ func MeterResponse(resp *http.Response) error {
 			}
 		})
 		resp.Body = m
-		if x.asked && encoding == "" {
+		if x.asked && encoding == "" { // shorter than the upstream's: its length goes
 			resp.Body = newUsageDropper(m)
+			resp.Header.Del("Content-Length")
+			resp.ContentLength = -1
 		}
 	case "application/json": // read whole, for the tokens in a header
 		m := NewMeter(resp.Body, resp.Header.Get("Content-Encoding"), false, x.Request.Input, x.Settle)

@@ -147,10 +147,12 @@ func TestUsageDropper(t *testing.T) {
 			ev(`data: {"choices":[{"delta":{"content":"hi"}}],"usage":null}`) +
 			ev("event: x", `data: {"choices":[],`, `data: "usage":{"total_tokens":5}}`) +
 			ev(`data: {"choices":[],"usage":null}`) +
+			ev(`data: {"choices": [], "usage": null, "id": "x"}`) + // spaced, as some servers write it
 			ev("data: [DONE]") + "data: cut"
 		want := ": a comment" + eol + eol +
 			ev(`data: {"choices":[{"delta":{"content":"hi"}}]}`) +
 			ev(`data: {"choices":[]}`) +
+			ev(`data: {"choices": [], "id": "x"}`) +
 			ev("data: [DONE]") + "data: cut"
 		for _, oneByte := range []bool{true, false} {
 			var src io.Reader = strings.NewReader(in)
@@ -205,7 +207,8 @@ func TestRequestsBurst(t *testing.T) {
 
 // TestEndpoints: a Gate serves only the requests whose tokens it meters, and the model
 // lists: an embedding is charged its usage; a GET of the models passes, charged nothing;
-// audio, a batch, a token count and a DELETE get 404 in the API's format, and never reach
+// audio, a batch, a token count, a DELETE, a thread's messages and a path an upstream may
+// resolve elsewhere ("/v1/models/../files") get 404 in the API's format, and never reach
 // the upstream.
 func TestEndpoints(t *testing.T) {
 	var reached []string
@@ -232,6 +235,11 @@ func TestEndpoints(t *testing.T) {
 		{"POST", "/v1/batches", 404, false, 8},
 		{"POST", "/v1/messages/count_tokens", 404, true, 8},
 		{"DELETE", "/v1/chat/completions", 404, false, 8},
+		{"GET", "/v1/models/../files/file-abc/content", 404, false, 8}, // an upstream resolves it to a file
+		{"HEAD", "/v1/models/../batches", 404, false, 8},
+		{"GET", "/v1/models/%2e%2e/files/file-abc/content", 404, false, 8},
+		{"GET", "/v1//models", 404, false, 8},
+		{"POST", "/v1/threads/thread_1/messages", 404, false, 8}, // an assistant's, not Anthropic's
 	} {
 		reached = nil
 		r, _ := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader(`{"model":"m","input":"a b c"}`))
@@ -250,6 +258,9 @@ func TestEndpoints(t *testing.T) {
 			if c.anthropic {
 				want = `"type":"error"`
 			}
+			if c.method == "HEAD" {
+				want = "" // no body
+			}
 			if !strings.Contains(string(body), want) || len(reached) != 0 {
 				t.Errorf("%s %s: %s, the upstream reached %q; want the API's error (%s), and nothing reached", c.method, c.path, body, reached, want)
 			}
@@ -257,6 +268,48 @@ func TestEndpoints(t *testing.T) {
 		d, err := limiter.PeekN(context.Background(), LimitKey("k", ""), 1)
 		if want := 4000 - c.charged - 1; err != nil || d.Remaining != want {
 			t.Errorf("after %s %s: %d remaining, %v; want %d", c.method, c.path, d.Remaining, err, want)
+		}
+	}
+}
+
+// TestUnreadableBodiesRefused: a body the Gate reads otherwise than an upstream would is
+// refused with 400, never forwarded with its tokens unseen: a byte-order mark, a field
+// the Gate reads spelled in another case (encoding/json takes "Stream" for "stream", and
+// the last one wins). A stream to any path of completions asks for its usage, and is
+// charged it.
+func TestUnreadableBodiesRefused(t *testing.T) {
+	reached := 0
+	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached++
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n")
+		if bytes.Contains(body, []byte(`"include_usage":true`)) {
+			io.WriteString(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":200,\"completion_tokens\":50,\"total_tokens\":250}}\n\n")
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	for _, body := range []string{
+		"\ufeff" + `{"stream":true,"messages":[{"content":"a b"}]}`,
+		`{"stream":true,"messages":[{"content":"a b"}],"Stream":false}`,
+		`{"stream":true,"messages":[],"Messages":[{"content":"a b"}]}`,
+		`[1, 2]`,
+	} {
+		resp, got := post(t, srv, "/v1/chat/completions", "k", body)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(got, "invalid_request_error") {
+			t.Errorf("%q: %d %s; want 400 in the API's format", body, resp.StatusCode, got)
+		}
+	}
+	if reached != 0 || left(t, limiter, "k") != 4000 {
+		t.Errorf("the upstream reached %d times, %d left; want none, and nothing charged", reached, left(t, limiter, "k"))
+	}
+	charged := int64(0)
+	for _, path := range []string{"/v1/chat/completions/", "/openai/deployments/d/completions"} {
+		before := left(t, limiter, "k")
+		resp, _ := post(t, srv, path, "k", `{"stream":true,"max_tokens":100,"prompt":"a b"}`)
+		charged = before - left(t, limiter, "k")
+		if resp.StatusCode != http.StatusOK || charged != 250 {
+			t.Errorf("%s: %d, charged %d; want 200, and the 250 the stream reported", path, resp.StatusCode, charged)
 		}
 	}
 }

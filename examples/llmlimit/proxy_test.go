@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -426,5 +427,56 @@ func TestErrorsInTheAPIsFormat(t *testing.T) {
 		if c.status == 429 && resp.Header.Get("Retry-After") == "" {
 			t.Errorf("%s 429 without Retry-After", c.path)
 		}
+	}
+}
+
+// TestLargeJSONCharged: a JSON answer past the 1 MiB the meter holds (embeddings of many
+// inputs, 2.3 MB) is charged the usage it reports at its end, plain or gzip, and reaches
+// the client whole; one cut short, or with no usage, keeps its estimate.
+func TestLargeJSONCharged(t *testing.T) {
+	vector := "[" + strings.TrimSuffix(strings.Repeat("0.0123456789,", 1536), ",") + "]"
+	var data []string
+	for i := range 120 {
+		data = append(data, fmt.Sprintf(`{"object":"embedding","index":%d,"embedding":%s}`, i, vector))
+	}
+	answer := `{"object":"list","data":[` + strings.Join(data, ",") + `],"model":"m","usage":{"prompt_tokens":300,"total_tokens":300}}`
+	for _, c := range []struct {
+		name   string
+		body   string // the upstream's answer
+		gzip   bool
+		charge int64
+	}{
+		{"plain", answer, false, 300},
+		{"gzip", answer, true, 300}, // 2.3 MB decoded from far less than 1 MiB
+		{"cut short", answer[:len(answer)-40], false, 2 + 100},
+		{"no usage", strings.Replace(answer, `"usage"`, `"other"`, 1), false, 2 + 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sent := c.body
+			if c.gzip {
+				sent = gzipped(c.body)
+			}
+			srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				if c.gzip {
+					w.Header().Set("Content-Encoding", "gzip")
+				}
+				io.WriteString(w, sent)
+			}))
+			r, _ := http.NewRequest("POST", srv.URL+"/v1/embeddings", strings.NewReader(`{"model":"m","input":"one two"}`))
+			r.Header.Set("Authorization", "Bearer k")
+			resp, err := srv.Client().Do(r) // its Transport asks for gzip, and decodes it
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || string(got) != c.body {
+				t.Errorf("%d, %d bytes; want 200 and the upstream's %d", resp.StatusCode, len(got), len(c.body))
+			}
+			if got := left(t, limiter, "k"); got != 4000-c.charge {
+				t.Errorf("%d left; want %d", got, 4000-c.charge)
+			}
+		})
 	}
 }

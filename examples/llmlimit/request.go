@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -155,12 +156,34 @@ func contentText(b []byte, depth int) string {
 // (stream_options.include_usage), as OpenAI reports it only when asked; any other body
 // goes as it came. A body that is not a JSON object reads as an empty Request.
 func ParseRequest(path string, body []byte, tokens func(string) int64) (Request, []byte) {
+	req, sent, _ := parseRequest(path, body, tokens)
+	return req, sent
+}
+
+// readFields are the fields of a request the Gate reads, as the APIs spell them.
+var readFields = map[string]bool{"model": true, "messages": true, "system": true, "instructions": true,
+	"input": true, "prompt": true, "max_tokens": true, "max_completion_tokens": true,
+	"max_output_tokens": true, "stream": true, "stream_options": true}
+
+// parseRequest is ParseRequest, with an error for a body the Gate cannot read as the
+// upstream does: not a JSON object, or with a field the Gate reads spelled in another
+// case ("Stream"), which encoding/json would take for it and an upstream may not.
+func parseRequest(path string, body []byte, tokens func(string) int64) (Request, []byte, error) {
 	if tokens == nil {
 		tokens = ApproxTokens
 	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+		return Request{}, body, errors.New("the request body is not a JSON object")
+	}
+	for k := range fields {
+		if lower := strings.ToLower(k); lower != k && readFields[lower] {
+			return Request{}, body, fmt.Errorf("the request's field %q: the API's is %q", k, lower)
+		}
+	}
 	var w wire
-	if json.Unmarshal(body, &w) != nil {
-		return Request{}, body
+	if err := json.Unmarshal(body, &w); err != nil {
+		return Request{}, body, errors.New("the request body is not a JSON object")
 	}
 	req := Request{Model: string(w.Model), Stream: bool(w.Stream), MaxTokens: int64(w.MaxTokens)}
 	for _, n := range []count{w.MaxOutputTokens, w.MaxCompletionTokens} {
@@ -174,11 +197,11 @@ func ParseRequest(path string, body []byte, tokens func(string) int64) (Request,
 	for _, m := range w.Messages {
 		req.Input += tokens(string(m.Content))
 	}
-	chunks := strings.HasSuffix(path, "/chat/completions") || strings.HasSuffix(path, "/v1/completions")
+	chunks := strings.HasSuffix(strings.TrimSuffix(path, "/"), "/completions") // chat completions' and legacy completions'
 	if !req.Stream || !chunks || w.StreamOptions != nil && bool(w.StreamOptions.IncludeUsage) {
-		return req, body
+		return req, body, nil
 	}
-	return req, withUsage(body)
+	return req, withUsage(body), nil
 }
 
 // withUsage is body, an OpenAI stream request, asking for its usage; body as it came if

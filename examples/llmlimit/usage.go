@@ -54,6 +54,47 @@ type apiUsage struct {
 	OutputTokens             *int64 `json:"output_tokens"`
 }
 
+// UnmarshalJSON reads the counts as numbers: 30 or 30.0 (as a writer of floats sends it)
+// is 30; a fraction, or a count past int64, is below 0 (unknown).
+func (u *apiUsage) UnmarshalJSON(b []byte) error {
+	var w struct {
+		PromptTokens             *json.Number `json:"prompt_tokens"`
+		CompletionTokens         *json.Number `json:"completion_tokens"`
+		TotalTokens              *json.Number `json:"total_tokens"`
+		InputTokens              *json.Number `json:"input_tokens"`
+		CacheCreationInputTokens *json.Number `json:"cache_creation_input_tokens"`
+		CacheReadInputTokens     *json.Number `json:"cache_read_input_tokens"`
+		OutputTokens             *json.Number `json:"output_tokens"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	n := func(p *json.Number) *int64 {
+		if p == nil {
+			return nil
+		}
+		v, err := p.Int64()
+		if f, ferr := p.Float64(); err != nil && ferr == nil && f == math.Trunc(f) && math.Abs(f) < math.MaxInt64 {
+			v, err = int64(f), nil
+		}
+		if err != nil {
+			v = -1
+		}
+		return &v
+	}
+	*u = apiUsage{PromptTokens: n(w.PromptTokens), CompletionTokens: n(w.CompletionTokens), TotalTokens: n(w.TotalTokens),
+		InputTokens: n(w.InputTokens), OutputTokens: n(w.OutputTokens)}
+	for _, c := range []struct {
+		to   *int64
+		from *json.Number
+	}{{&u.CacheCreationInputTokens, w.CacheCreationInputTokens}, {&u.CacheReadInputTokens, w.CacheReadInputTokens}} {
+		if v := n(c.from); v != nil {
+			*c.to = *v
+		}
+	}
+	return nil
+}
+
 // input and output are the tokens u reports of each (ok false when it reports neither,
 // or a count below 0, which no API sends): OpenAI's total_tokens, when it says more than
 // its parts, counts as output. Sums stop at math.MaxInt64.
@@ -136,8 +177,8 @@ func (e *event) produced() bool {
 	return false
 }
 
-// maxBody bounds the JSON answers a Meter reads whole for their usage: a larger one is
-// passed on, and its usage not read.
+// maxBody bounds the JSON answers a Meter holds whole to read their usage: a larger one
+// (embeddings of many inputs) is read as it passes, holding one value at a time.
 const maxBody = 1 << 20
 
 // maxLine bounds a line of a stream the meter holds to parse: a longer one (no model
@@ -163,14 +204,15 @@ type Meter struct {
 
 	inflate *inflater // a stream's bytes on their way through gzip, nil for a plain one
 
-	buf    []byte // the stream's line in progress, or the JSON body
-	skip   bool   // the line in progress is too long to read
-	cr     bool   // the last line ended with CR: an LF next is part of its end
-	data   []byte // the data of the event in progress
-	input  int64  // reported, for a stream: -1 until then
-	output int64  // reported, for a stream (so far, in Anthropic's message_start)
-	final  bool   // the stream reported its usage whole: OpenAI's last chunk, Anthropic's message_delta
-	deltas int64  // deltas of content streamed
+	buf    []byte     // the stream's line in progress, or the JSON body
+	large  *largeJSON // a JSON body past maxBody, read as it passes
+	skip   bool       // the line in progress is too long to read
+	cr     bool       // the last line ended with CR: an LF next is part of its end
+	data   []byte     // the data of the event in progress
+	input  int64      // reported, for a stream: -1 until then
+	output int64      // reported, for a stream (so far, in Anthropic's message_start)
+	final  bool       // the stream reported its usage whole: OpenAI's last chunk, Anthropic's message_delta
+	deltas int64      // deltas of content streamed
 	once   sync.Once
 }
 
@@ -213,10 +255,16 @@ func (m *Meter) feed(p []byte) {
 	switch {
 	case m.enc == "unknown":
 	case !m.stream:
-		if len(m.buf)+len(p) <= maxBody {
+		switch {
+		case m.large != nil:
+			m.large.write(p)
+		case len(m.buf)+len(p) <= maxBody:
 			m.buf = append(m.buf, p...)
-		} else {
-			m.skip = true
+		default:
+			m.large = newLargeJSON(m.enc == "gzip")
+			m.large.write(m.buf)
+			m.large.write(p)
+			m.buf = nil
 		}
 	case m.inflate != nil:
 		m.inflate.write(p)
@@ -314,16 +362,19 @@ func (m *Meter) finish() {
 			return
 		}
 		if !m.stream {
-			body := m.buf
-			if m.enc == "gzip" && !m.skip {
-				body = gunzip(m.buf)
+			var u *apiUsage
+			switch {
+			case m.large != nil:
+				u = m.large.close()
+			case m.enc == "gzip":
+				u = topUsage(bytes.NewReader(m.buf), true) // it may decode past maxBody
+			default:
+				var e event
+				if json.Unmarshal(m.buf, &e) == nil {
+					u = e.usage()
+				}
 			}
-			var e event
-			if m.skip || body == nil || json.Unmarshal(body, &e) != nil {
-				m.done(Usage{}, false)
-				return
-			}
-			in, out, ok := e.usage().split()
+			in, out, ok := u.split()
 			m.done(Usage{Input: in, Output: out}, ok)
 			return
 		}
@@ -345,17 +396,85 @@ func (m *Meter) finish() {
 	})
 }
 
-// gunzip is b decoded, nil when it is not gzip, or decodes to more than maxBody.
-func gunzip(b []byte) []byte {
-	zr, err := gzip.NewReader(bytes.NewReader(b))
-	if err != nil {
+// largeJSON reads the usage of a JSON answer too large to hold, as it passes: a
+// goroutine walks its top-level object through a pipe (topUsage). A write returns once
+// the goroutine took it, or at once after the walk ended.
+type largeJSON struct {
+	w    *io.PipeWriter
+	done chan struct{}
+	u    *apiUsage
+}
+
+func newLargeJSON(gz bool) *largeJSON {
+	r, w := io.Pipe()
+	l := &largeJSON{w: w, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		l.u = topUsage(r, gz)
+		r.CloseWithError(io.ErrClosedPipe) // the rest of the answer is not read
+	}()
+	return l
+}
+
+func (l *largeJSON) write(p []byte) { _, _ = l.w.Write(p) }
+
+// close ends the answer, and returns the usage it reported, nil for none.
+func (l *largeJSON) close() *apiUsage {
+	l.w.Close()
+	<-l.done
+	return l.u
+}
+
+// topUsage is the usage field of the JSON object r holds (gzip-encoded with gz), where
+// every API puts it in an answer that is not streamed; nil when it has none, or r is not
+// a JSON object. It holds one of the object's values at a time, and skips the others
+// token by token.
+func topUsage(r io.Reader, gz bool) *apiUsage {
+	if gz {
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return nil
+		}
+		r = zr
+	}
+	dec := json.NewDecoder(r)
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return nil
 	}
-	out, err := io.ReadAll(io.LimitReader(zr, maxBody+1))
-	if err != nil || len(out) > maxBody {
+	var found *apiUsage
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		if key == "usage" {
+			var u apiUsage
+			if dec.Decode(&u) != nil {
+				return nil
+			}
+			found = &u
+			continue
+		}
+		for depth := 0; ; { // the value, skipped
+			t, err := dec.Token()
+			if err != nil {
+				return nil
+			}
+			switch t {
+			case json.Delim('{'), json.Delim('['):
+				depth++
+			case json.Delim('}'), json.Delim(']'):
+				depth--
+			}
+			if depth == 0 {
+				break
+			}
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the object's end: an answer cut short reports nothing
 		return nil
 	}
-	return out
+	return found
 }
 
 // inflater decodes a gzip stream written to it piece by piece, handing what it decodes

@@ -23,6 +23,9 @@ func TestReadUsage(t *testing.T) {
 		{`{"object":"response","usage":{"input_tokens":36,"input_tokens_details":{"cached_tokens":0},"output_tokens":87,"total_tokens":123}}`, Usage{36, 87}, true},
 		{`{"usage":{"prompt_tokens":9223372036854775807,"completion_tokens":9223372036854775807}}`, Usage{most, most}, true},
 		{`{"type":"message","usage":{"input_tokens":9223372036854775807,"cache_read_input_tokens":9223372036854775807,"output_tokens":1}}`, Usage{most, 1}, true},
+		{`{"usage":{"prompt_tokens":30.0,"completion_tokens":2e1}}`, Usage{30, 20}, true}, // a writer of floats
+		{`{"usage":{"prompt_tokens":30.5,"completion_tokens":2}}`, Usage{}, false},
+		{`{"usage":{"prompt_tokens":1e30,"completion_tokens":2}}`, Usage{}, false},
 		{`{"choices":[]}`, Usage{}, false},
 		{`not json`, Usage{}, false},
 	} {
