@@ -16,6 +16,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,6 +86,9 @@ func New(ctx context.Context, client redis.Scripter, cfg Config) (*Fleet, error)
 	}
 	if cfg.Instances < 1 {
 		return nil, errors.New("fleet: Config.Instances must be at least 1: the instances sharing the limits, or with Learn those assumed until Redis answers")
+	}
+	if slices.Contains(cfg.Redis, nil) || slices.Contains(cfg.Fallback, nil) || slices.Contains(cfg.Leases, nil) {
+		return nil, errors.New("fleet: a nil option in Config.Redis, Fallback or Leases")
 	}
 	f := &Fleet{assumed: cfg.Instances}
 	if cfg.Learn {
@@ -168,6 +172,9 @@ func (f *Fleet) Count() int {
 // stops beating and takes this instance out of the count, within ctx. It is safe to call
 // more than once; the store takes the exact path after.
 func (f *Fleet) Close(ctx context.Context) error {
+	if f == nil {
+		return nil
+	}
 	f.once.Do(func() {
 		var errs []error
 		if f.leases != nil {

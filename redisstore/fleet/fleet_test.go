@@ -10,9 +10,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/fallback"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 	"github.com/ratelimit-go/ratelimit/redisstore/fleet"
+	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
@@ -24,7 +26,8 @@ func client(t *testing.T, addr string) *redis.Client {
 
 // TestInstancesRequired: a fleet without its instance count is an error, not a count of 1.
 func TestInstancesRequired(t *testing.T) {
-	for _, cfg := range []fleet.Config{{}, {Learn: true}, {Instances: -3}} {
+	for _, cfg := range []fleet.Config{{}, {Learn: true}, {Instances: -3}, {Instances: 2, Redis: []redisstore.Option{nil}},
+		{Instances: 2, Learn: true, Fallback: []fallback.Option{nil}}, {Instances: 2, Leases: []hotkey.LeasesOption{nil}}} {
 		if f, err := fleet.New(context.Background(), client(t, "127.0.0.1:1"), cfg); err == nil {
 			f.Close(context.Background())
 			t.Errorf("New(%+v): no error", cfg)
@@ -32,6 +35,10 @@ func TestInstancesRequired(t *testing.T) {
 	}
 	if _, err := fleet.New(context.Background(), nil, fleet.Config{Instances: 2}); err == nil {
 		t.Error("New with a nil client: no error")
+	}
+	var none *fleet.Fleet
+	if err := none.Close(context.Background()); err != nil {
+		t.Errorf("Close of a nil Fleet: %v", err)
 	}
 }
 

@@ -94,9 +94,11 @@ type Leases struct {
 	charges charges      // the admissions on trust and the debits, waiting to be charged together
 	pending sync.Map     // *ratelimit.Receipt -> chan struct{}: a take on trust with a receipt, closed once charged
 
-	stop   chan struct{} // closed by Close
-	done   chan struct{} // closed when the refiller has given back what it held
-	closed sync.Once
+	stop     chan struct{} // closed by Close
+	done     chan struct{} // closed when the refiller has given back what it held
+	stopped  atomic.Bool   // Close was called: requests take the exact path
+	closeErr error         // what the last charges and give-backs lost, written before done closes
+	closed   sync.Once
 
 	stats leasesCounts
 }
@@ -163,13 +165,17 @@ func newHolder() int64 {
 }
 
 // Close stops the refiller, charges what this instance admitted on trust, and gives back
-// what it holds (within ctx); the keys' requests then take the exact path. It is safe to
-// call more than once.
+// what it holds (within ctx); the keys' requests then take the exact path. It returns an
+// error wrapping ratelimit.ErrUnavailable when a charge or a give-back failed: what it
+// held is then lost to the key until its records end. It is safe to call more than once.
 func (p *Leases) Close(ctx context.Context) error {
-	p.closed.Do(func() { close(p.stop) })
+	p.closed.Do(func() {
+		p.stopped.Store(true)
+		close(p.stop)
+	})
 	select {
 	case <-p.done:
-		return nil
+		return p.closeErr
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -312,7 +318,7 @@ func (p *Leases) admitted(ctx context.Context, e *entry, req ratelimit.Request, 
 // that lends, a request ForRequests selects.
 func (p *Leases) decides(req ratelimit.Request) bool {
 	sp := req.Spec
-	return sp != nil && sp.Algorithm != nil && sp.Algorithm.Lendable && p.cfg.handles(req)
+	return sp != nil && sp.Algorithm != nil && sp.Algorithm.Lendable && p.cfg.handles(req) && !p.stopped.Load()
 }
 
 // keepOf is what sp's reserve keeps back of a key's Remaining under limit.

@@ -1096,3 +1096,26 @@ func TestLeasesThroughAnOutageCount(t *testing.T) {
 		})
 	}
 }
+
+// TestAfterCloseExact: after Close, a key's requests take the exact path: a fresh key of
+// 10 an hour is admitted 10 of 11, none on trust (an event on trust after Close would
+// have been charged by no one's background, and admitted the 11th).
+func TestAfterCloseExact(t *testing.T) {
+	p, err := hotkey.NewLeases(localstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := fixedwindow.New(p, ratelimit.PerHour(10))
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for range 11 {
+		if d, err := l.Allow(context.Background(), "fresh"); err == nil && d.Allowed {
+			admitted++
+		}
+	}
+	if st := p.Stats(); admitted != 10 || st.Trusted != 0 {
+		t.Errorf("after Close: %d of 11 admitted, %d on trust; want 10, none on trust", admitted, st.Trusted)
+	}
+}

@@ -2,6 +2,7 @@ package hotkey
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"time"
 
@@ -27,11 +28,15 @@ func (p *Leases) refill() {
 	for {
 		select {
 		case <-p.stop:
+			failed, uncharged := p.stats.failed.Load(), p.stats.uncharged.Load()
 			if batch := p.charges.take(true); len(batch) > 0 {
 				p.sendAll(batch)
 			}
 			p.charges.flying.Wait()
 			p.giveBack()
+			if f, u := p.stats.failed.Load()-failed, p.stats.uncharged.Load()-uncharged; f > 0 || u > 0 {
+				p.closeErr = fmt.Errorf("hotkey: closing, %d give-backs and the charges of %d events failed: %w", f, u, ratelimit.ErrUnavailable)
+			}
 			return
 		case e := <-p.asks:
 			batch := []*entry{e}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -273,8 +274,9 @@ func (f *failing) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit
 
 // TestTrustUncharged: what was admitted on trust, or debited
 // with those admissions, and could not be charged (the shared store failed the call) is
-// counted in LeasesStats.Uncharged, not lost silently: three admissions on trust and a
-// debit of 19, 22 events, none of them counted by the shared store.
+// counted in LeasesStats.Uncharged and said by Close's error, not lost silently: three
+// admissions on trust and a debit of 19, 22 events, none of them counted by the shared
+// store.
 func TestTrustUncharged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shared := &failing{remote: &remote{Store: localstore.New(), rtt: time.Millisecond}}
@@ -294,7 +296,11 @@ func TestTrustUncharged(t *testing.T) {
 		if d, err := ls[0].Debit(ctx, "known", 19); err != nil || !d.Allowed {
 			t.Fatalf("a debit of 19: %+v, %v; want charged with the admissions", d, err)
 		}
-		st := closeAll(t, ps)
+		if err := ps[0].Close(ctx); !errors.Is(err, ratelimit.ErrUnavailable) || !strings.Contains(err.Error(), "the charges of 22 events failed") {
+			t.Errorf("Close: %v; want the 22 events whose charges failed, ErrUnavailable", err)
+		}
+		st := closeAll(t, ps[1:])
+		st.Trusted += ps[0].Stats().Trusted
 		if got := ps[0].Stats().Uncharged; got != 22 || st.Trusted != 4 {
 			t.Errorf("%+v, %d uncharged: want the 3 admissions and the debit of 19 that could not be charged, 22", st, got)
 		}
