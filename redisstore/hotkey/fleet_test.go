@@ -245,7 +245,8 @@ func TestFleetHotKey(t *testing.T) {
 
 // TestFleetRefunds: four instances take a key's events with Charges in tight loops,
 // settling each at no cost: every one comes back, wherever it was taken (a lease, the
-// exact path, on trust), and after Close the key has all it had.
+// exact path, on trust), and after Close the key has all it had, but for what the
+// fallback's shares decided while Redis was late (see below).
 func TestFleetRefunds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real instances for seconds")
@@ -274,8 +275,13 @@ func TestFleetRefunds(t *testing.T) {
 	}
 	wg.Wait()
 	f.close()
-	if left := f.left(fixedwindow.New, rule, "refunds", "k"); left != rule.Limit || failed.Load() != 0 {
-		t.Errorf("%d charges settled at no cost (%d failed): %d left of %d after Close; want all", charged.Load(), failed.Load(), left, rule.Limit)
+	// A take the fallback decided on a share while Redis counted it too late to reconcile
+	// (past a second, or failed after it was sent) stays counted on Redis: its refund goes
+	// to the share. So each share decision may keep one event of the key; none else may.
+	left, shares := f.left(fixedwindow.New, rule, "refunds", "k"), f.shares.Load()
+	if left > rule.Limit || left < rule.Limit-shares || failed.Load() != 0 {
+		t.Errorf("%d charges settled at no cost (%d failed, %d decided on the shares): %d left of %d after Close; want all, less at most the shares' decisions",
+			charged.Load(), failed.Load(), shares, left, rule.Limit)
 	}
 }
 
