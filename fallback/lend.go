@@ -16,7 +16,8 @@ var _ ratelimit.Lender = (*Store)(nil)
 // through. Loans to a holder (the refills of hotkey.Leases) wait for the primary as long
 // as ctx allows (a refill, not a decision: no timeout of the store's applies), and never
 // fall back to the secondary: the events lent are the primary's, which every instance
-// shares, while the secondary's shares are this instance's alone. When the primary
+// shares, while the secondary's shares are this instance's alone. Loans that only give
+// back are sent while the breaker is open too. When the primary
 // cannot lend (the breaker is open, it fails, or it is no Lender), they fail with an
 // error wrapping ratelimit.ErrUnavailable: the holders' leases then run out by
 // themselves, and their requests are decided here, on the shares. With the LocalShare
@@ -82,7 +83,13 @@ func (s *Store) lendHeld(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 	if !ok {
 		return nil, fmt.Errorf("fallback: the primary (%T) does not lend: %w", s.primary, ratelimit.ErrUnavailable)
 	}
-	if b := s.BreakerState(); b != Closed {
+	// Loans that only give back are sent whatever the breaker says: they decide nothing,
+	// nothing waits on them, and refused they would lose what they hold (a Close's).
+	decides := false
+	for _, l := range loans {
+		decides = decides || l.Want > 0 || l.Revoke
+	}
+	if b := s.BreakerState(); b != Closed && decides {
 		return nil, fmt.Errorf("fallback: the primary is unavailable (the breaker is %v): %w", b, ratelimit.ErrUnavailable)
 	}
 	lent, err := l.Lend(ctx, loans)
