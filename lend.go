@@ -45,6 +45,16 @@ type Loan struct {
 	// more than the record holds out, and none if the record is gone (ended, revoked).
 	Give int64
 
+	// Seq and Out make a loan whose answer was lost safe: the holder's next loan of the
+	// key settles it. Seq numbers the holder's loans in the order it sends them; a loan
+	// numbered at or below its record's latest changes nothing (it arrived late). Out is
+	// how many events the holder counts its record holding out before Give (what the
+	// latest Lent.Out said, less what loans without an answer gave). The store also
+	// gives back whatever the record holds beyond Out: the events a lost answer lent, or
+	// a give-back that did not land. With Seq 0, neither applies.
+	Seq int64
+	Out int64
+
 	// Want is how many events to borrow now (0 to only give back, or renew the loan):
 	// the store lends at most what the key has left divided by Share, and by the holders
 	// on record with events out, whichever is more; but one event when that is none, so
@@ -81,4 +91,8 @@ type Lent struct {
 	// went back to the key. When it was not (the loan ended, or was revoked), the holder
 	// drops whatever it still holds of the key.
 	Kept bool
+
+	// Out is how many events the holder's record holds out after the loan: lent and not
+	// given back, spent or not. 0 when it has none on record.
+	Out int64
 }

@@ -142,6 +142,7 @@ func (s *Store) encodeLoans(loans []ratelimit.Loan) ([]*loanCall, error) {
 		var extra [lend.ArgFields]any
 		extra[lend.ArgGive], extra[lend.ArgWant], extra[lend.ArgShare] = l.Give, l.Want, max(1, l.Share)
 		extra[lend.ArgTTL], extra[lend.ArgRevoke], extra[lend.ArgWindow] = l.TTL.Microseconds(), 0, win
+		extra[lend.ArgOut], extra[lend.ArgSeq] = l.Out, l.Seq
 		if l.Revoke {
 			extra[lend.ArgRevoke] = 1
 		}
@@ -248,20 +249,20 @@ func (s *Store) lendOn(ctx context.Context, g group, cluster bool, out []ratelim
 	return nil
 }
 
-// decodeLent is one loan's reply: a step's five values, then lent, for (us) and kept.
+// decodeLent is one loan's reply: a step's five values, then lent, for (us), kept and out.
 func decodeLent(vals []any, limit int64) (ratelimit.Lent, error) {
 	o, err := decodeVals(vals[:5], limit)
 	if err != nil {
 		return ratelimit.Lent{}, err
 	}
-	var n [3]int64
+	var n [4]int64
 	for i, v := range vals[5:] {
 		var ok bool
 		if n[i], ok = v.(int64); !ok || n[i] < 0 {
 			return ratelimit.Lent{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
 		}
 	}
-	return ratelimit.Lent{Outcome: o, N: n[0], For: time.Duration(n[1]) * time.Microsecond, Kept: n[2] == 1}, nil
+	return ratelimit.Lent{Outcome: o, N: n[0], For: time.Duration(n[1]) * time.Microsecond, Kept: n[2] == 1, Out: n[3]}, nil
 }
 
 func boolIndex(b bool) int {

@@ -28,6 +28,7 @@ type Record struct {
 	// what the key lacked since. At each loan Back is brought up to date, and Since to now.
 	Back  int64
 	Since int64
+	Seq   int64 // the latest Loan.Seq of the holder's the record saw
 }
 
 // Check is the error of a loan no store decides: its key's algorithm does not lend, it
@@ -43,10 +44,11 @@ func Check(l ratelimit.Loan) error {
 			l.Want, l.Spec.Algorithm.Name, int64(mathx.MaxExact))
 	case l.Spec.Op != "" && l.Spec.Op != "debit" || l.Spec.Reserve != 0 && l.Holder != 0:
 		return fmt.Errorf("ratelimit: a loan of %s with an op %q, or a reserve and a holder", l.Spec.Algorithm.Name, l.Spec.Op)
-	case l.Holder == 0 && (l.Give != 0 || l.Revoke):
-		return errors.New("ratelimit: a partial take (a loan without a holder) that gives back or revokes")
-	case l.Give < 0 || l.Want < 0 || l.Share < 0 || l.TTL < 0:
-		return fmt.Errorf("ratelimit: a loan giving %d, wanting %d of %d shares, for %v", l.Give, l.Want, l.Share, l.TTL)
+	case l.Holder == 0 && (l.Give != 0 || l.Revoke || l.Seq != 0 || l.Out != 0):
+		return errors.New("ratelimit: a partial take (a loan without a holder) that gives back, revokes or is numbered")
+	case l.Give < 0 || l.Want < 0 || l.Share < 0 || l.TTL < 0 || l.Seq < 0 || l.Out < 0:
+		return fmt.Errorf("ratelimit: a loan giving %d, wanting %d of %d shares, for %v, numbered %d with %d out",
+			l.Give, l.Want, l.Share, l.TTL, l.Seq, l.Out)
 	}
 	return nil
 }
@@ -58,10 +60,12 @@ func Args(l ratelimit.Loan) (ratelimit.Args, error) {
 
 // Decide decides l on st and recs at now, a its Args: it drops the records that have
 // ended or that were lent under another rule, takes back the holder's Give (no more than
-// its record holds out), drops every record for a Revoke, and lends what
+// its record holds out; for a numbered loan, also what the record holds beyond l.Out),
+// drops every record for a Revoke, and lends what
 // l wants of what the key has left, divided by l.Share or by the holders with events
 // out, whichever is more; then it renews the holder's record (or drops it, if nothing is
-// out). It returns the Lent and the records after, in recs' array.
+// out). A numbered loan no later than the record's latest changes nothing. It returns
+// the Lent and the records after, in recs' array.
 func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now int64, a ratelimit.Args, l ratelimit.Loan) (ratelimit.Lent, []Record) {
 	a.Lease = 0
 	if l.Holder == 0 { // a partial take: no record, and what its reserve keeps back kept
@@ -70,9 +74,17 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 	a.Keep = 0
 	mine := Record{Holder: l.Holder, Limit: a.Limit, Period: a.Period}
 	kept, recs := take(recs, &mine, now, a)
+	if kept && l.Seq > 0 && l.Seq <= mine.Seq { // late: its holder settled it by a later loan
+		_, o := takeUpTo(alg, st, now, a, 0, 1)
+		return ratelimit.Lent{Outcome: o, For: time.Duration(mine.Until-now) * time.Microsecond, Kept: true, Out: mine.Out}, append(recs, mine)
+	}
 	if kept {
 		mine.Back = refundable(alg, st, now, a, mine)
-		if give := min(l.Give, mine.Out); give > 0 {
+		give := l.Give
+		if l.Seq > 0 { // what a loan whose answer was lost lent, or what one gave that did not land
+			give += max(0, mine.Out-l.Out)
+		}
+		if give = min(give, mine.Out); give > 0 {
 			if back := min(give, mine.Back); back > 0 {
 				g := a
 				g.N, g.Taken = back, mine.Since
@@ -98,13 +110,14 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 	if lent > 0 || !kept {
 		mine.Since = st.Time // the loan's instant, after all the key has seen before it
 	}
+	mine.Seq = max(mine.Seq, l.Seq)
 	var until int64
 	if mine.Out > 0 {
 		until = End(alg, now, a.Period, l.TTL)
 		mine.Until = until
 		recs = append(recs, mine)
 	}
-	return ratelimit.Lent{Outcome: o, N: lent, For: time.Duration(max(0, until-now)) * time.Microsecond, Kept: kept}, recs
+	return ratelimit.Lent{Outcome: o, N: lent, For: time.Duration(max(0, until-now)) * time.Microsecond, Kept: kept, Out: mine.Out}, recs
 }
 
 // refundable is how many of r's events out st would still hold now, were they given
@@ -166,7 +179,7 @@ func take(recs []Record, mine *Record, now int64, a ratelimit.Args) (bool, []Rec
 		switch {
 		case r.Until <= now || r.Limit != a.Limit || r.Period != a.Period:
 		case r.Holder == mine.Holder:
-			mine.Out, mine.Back, mine.Since, kept = r.Out, r.Back, r.Since, true
+			mine.Out, mine.Until, mine.Back, mine.Since, mine.Seq, kept = r.Out, r.Until, r.Back, r.Since, r.Seq, true
 		default:
 			live = append(live, r)
 		}

@@ -17,7 +17,9 @@ import (
 // algorithm alone makes of the takes the loans lent and the gives back their records
 // allowed (nothing else touches it), a holder's record holds what it was lent and has
 // not given back, a give never returns more than that, and a loan never lends more than
-// it wants, nor more than its share of what is left.
+// it wants, nor more than its share of what is left (one event when that is none). A
+// numbered loan also gives back what the record holds beyond its Out, and one numbered
+// no later than the record's latest changes nothing.
 func FuzzDecide(f *testing.F) {
 	f.Add([]byte{0, 5, 1, 2, 3, 40, 7, 1, 9, 200, 3, 3})
 	f.Add([]byte{1, 200, 7, 7, 7, 100, 0, 0, 0, 255, 255, 1, 2, 3, 4})
@@ -40,7 +42,8 @@ func FuzzDecide(f *testing.F) {
 		}
 		var st, shadow ratelimit.State
 		var recs []lend.Record
-		out := map[int64]int64{} // what each holder holds, as it knows it
+		out := map[int64]int64{}  // what each holder's record holds out
+		seqs := map[int64]int64{} // and the latest of its numbered loans
 		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
 		for len(data) > 0 {
 			op := next() % 4
@@ -58,6 +61,9 @@ func FuzzDecide(f *testing.F) {
 				Share: next() % 4, TTL: time.Duration(1+next()%30) * 100 * time.Millisecond, Revoke: next()%17 == 0}
 			if holder == 0 {
 				l.Give, l.Revoke = 0, false
+			} else if next()%2 == 1 { // numbered: now and then late, or counting what a lost answer changed
+				l.Seq = max(1, seqs[holder]+next()%8-2)
+				l.Out = max(0, out[holder]+next()%7-3)
 			}
 			var mine lend.Record // the holder's record before the loan
 			for _, r := range recs {
@@ -67,11 +73,28 @@ func FuzzDecide(f *testing.F) {
 			}
 			got, after := lend.Decide(alg, &st, recs, now, a, l)
 			recs = after
+			if got.Kept && l.Seq > 0 && l.Seq <= mine.Seq { // late: nothing changes
+				for _, r := range recs {
+					if r.Holder == holder && r != mine {
+						t.Fatalf("a late loan %+v changed the record %+v to %+v", l, mine, r)
+					}
+				}
+				if got.N != 0 || got.Out != out[holder] || st.Time != shadow.Time || st.Level != shadow.Level || st.Aux != shadow.Aux || !sameLog(st.Log, shadow.Log) {
+					t.Fatalf("a late loan %+v: %+v, state %+v; before %+v", l, got, st, shadow)
+				}
+				continue
+			}
+			seqs[holder] = max(seqs[holder], l.Seq)
 			// the shadow: the record's give back, as far as the key would still hold what
 			// it has out (a refund of it as of its latest loan, on a copy), then the take of
 			// what was lent, with a receipt
+			give := l.Give
+			if l.Seq > 0 {
+				give += max(0, out[holder]-l.Out)
+			}
+			give = min(give, out[holder])
 			if got.Kept {
-				if give := min(l.Give, out[holder]); give > 0 && mine.Back > 0 {
+				if give > 0 && mine.Back > 0 {
 					probe := core.Clone(shadow)
 					g := a
 					g.N, g.Taken = mine.Back, mine.Since
@@ -80,7 +103,7 @@ func FuzzDecide(f *testing.F) {
 						alg.Refund(&shadow, now, g)
 					}
 				}
-				out[holder] -= min(l.Give, out[holder])
+				out[holder] -= give
 			} else {
 				out[holder] = 0
 			}
@@ -110,7 +133,7 @@ func FuzzDecide(f *testing.F) {
 			if st.Time != shadow.Time || st.Level != shadow.Level || st.Aux != shadow.Aux || !sameLog(st.Log, shadow.Log) {
 				t.Fatalf("after %+v: state %+v; the algorithm alone %+v", l, st, shadow)
 			}
-			if got.N > l.Want || got.N > 0 && got.N*max(1, l.Share) > before {
+			if got.N > l.Want || got.N > max(1, before/max(1, l.Share)) {
 				t.Fatalf("lent %d of %d wanted, %d left, share %d", got.N, l.Want, before, l.Share)
 			}
 			held := int64(0)
@@ -122,7 +145,7 @@ func FuzzDecide(f *testing.F) {
 					}
 				}
 			}
-			if held != out[holder] {
+			if held != out[holder] || holder != 0 && got.Out != held {
 				t.Fatalf("holder %d's record holds %d; it was lent %d it did not give back", holder, held, out[holder])
 			}
 		}

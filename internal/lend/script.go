@@ -29,11 +29,13 @@ const (
 	ArgTTL    // microseconds
 	ArgRevoke // 1 or 0
 	ArgWindow // 0: none; a period: the period-aligned window of now; -1: the calendar window of the step's arguments
+	ArgOut    // Loan.Out
+	ArgSeq    // Loan.Seq
 	ArgState  // the name of the key's state
 	ArgBook   // the name of its record of loans
 	ArgFields // how many
 )
 
 // Reply is how many values lend.lua returns per loan: the five of a step's Outcome, then
-// lent, for (microseconds) and kept (1 or 0).
-const Reply = 8
+// lent, for (microseconds), kept (1 or 0) and out.
+const Reply = 9

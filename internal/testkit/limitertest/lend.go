@@ -34,6 +34,7 @@ func testLend(t *testing.T, newStore NewStore) {
 	t.Run("share", func(t *testing.T) { testLendShare(t, newStore) })
 	t.Run("records end", func(t *testing.T) { testLendEnds(t, newStore) })
 	t.Run("revoke and rule change", func(t *testing.T) { testLendRevoke(t, newStore) })
+	t.Run("lost answers", func(t *testing.T) { testLendLost(t, newStore) })
 	t.Run("windows", func(t *testing.T) { testLendWindows(t, newStore) })
 	t.Run("bad loans", func(t *testing.T) { testLendBad(t, newStore) })
 	t.Run("concurrent", func(t *testing.T) { testLendConcurrent(t, newStore) })
@@ -237,6 +238,38 @@ func testLendEnds(t *testing.T, newStore NewStore) {
 	if got.Wait != time.Second || got.For != 2*time.Second {
 		t.Errorf("wait %v, for %v; want 1s until one event, and the renewed record's 2s", got.Wait, got.For)
 	}
+}
+
+// testLendLost: a numbered loan settles the holder's loans whose answers were lost,
+// whether they landed or not: what one lent comes back, what one gave that did not land
+// is given; a loan that arrives after a later one changes nothing.
+func testLendLost(t *testing.T, newStore NewStore) {
+	s, _ := lender(t, newStore)
+	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerMinute(20)}
+	loan := func(key string, seq, out, give, want int64) ratelimit.Loan {
+		return ratelimit.Loan{Key: key, Spec: spec, Holder: 1, Seq: seq, Out: out, Give: give, Want: want, Share: 1, TTL: time.Minute}
+	}
+	wantOut := func(what string, got ratelimit.Lent, n, remaining, out int64) {
+		t.Helper()
+		wantLent(t, what, got, n, true, remaining, got.Kept)
+		if got.Out != out {
+			t.Errorf("%s: out %d; want %d", what, got.Out, out)
+		}
+	}
+	// landed: 2 given back, 3 lent, the answer lost; the holder counts 5-2 out (a
+	// Remaining is a take's, or a peek's of 1 when nothing is lent)
+	wantOut("A borrows 5", lendOne(t, s, loan("landed", 1, 0, 0, 5)), 5, 15, 5)
+	lost := loan("landed", 2, 5, 2, 3)
+	wantOut("its answer lost", lendOne(t, s, lost), 3, 14, 6)
+	wantOut("the next loan gives back the 3 it lent", lendOne(t, s, loan("landed", 3, 3, 0, 0)), 0, 16, 3)
+	wantOut("the lost loan, arriving late", lendOne(t, s, lost), 0, 16, 3)
+	wantOut("the one before", lendOne(t, s, loan("landed", 1, 0, 0, 5)), 0, 16, 3)
+	// not landed: 2 given back in a loan that never reached the store
+	wantOut("B borrows 5", lendOne(t, s, loan("lost", 1, 0, 0, 5)), 5, 15, 5)
+	wantOut("the next loan gives back the 2 the lost one did", lendOne(t, s, loan("lost", 3, 3, 1, 0)), 0, 17, 2)
+	// unnumbered: Give alone
+	wantOut("C borrows 5", lendOne(t, s, loan("unnumbered", 0, 0, 0, 5)), 5, 15, 5)
+	wantOut("C gives 1, counting none out", lendOne(t, s, loan("unnumbered", 0, 0, 1, 0)), 0, 15, 4)
 }
 
 // testLendRevoke: a revoke, and a loan under another rule, end the other holders'

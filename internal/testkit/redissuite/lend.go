@@ -32,6 +32,7 @@ func LendParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, ste
 	rng := rand.New(rand.NewPCG(3, 5))
 	stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore}
 	held := map[string]int64{} // what each holder holds of each key, as far as it knows
+	seqs := map[string]int64{} // and the latest of its numbered loans of it
 	for i := range steps {
 		if rng.IntN(3) == 0 {
 			clk.Advance(time.Duration(rng.IntN(8)) * step)
@@ -49,6 +50,13 @@ func LendParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, ste
 			loans[j] = ratelimit.Loan{Key: key, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule}, Holder: holder,
 				Give: rng.Int64N(held[h] + 1), Want: rng.Int64N(12), Share: 1 + rng.Int64N(3),
 				TTL: time.Duration(1+rng.IntN(40)) * step, Revoke: rng.IntN(30) == 0}
+			if rng.IntN(2) == 0 { // numbered: now and then late, or counting what a lost answer changed
+				seqs[h]++
+				loans[j].Seq, loans[j].Out = seqs[h], max(0, held[h]+rng.Int64N(7)-3)
+				if rng.IntN(5) == 0 {
+					loans[j].Seq = 1 + rng.Int64N(seqs[h])
+				}
+			}
 			if rng.IntN(5) == 0 { // a partial take, keeping a priority's reserve
 				loans[j] = ratelimit.Loan{Key: key, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule, Reserve: reserves[rng.IntN(len(reserves))]},
 					Want: 1 + rng.Int64N(40), Share: 1}
@@ -65,15 +73,15 @@ func LendParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, ste
 		}
 		for j, l := range loans {
 			if got[0][j] != got[1][j] {
-				t.Fatalf("step %d, loan %d (%s %s holder %d give %d want %d share %d ttl %v revoke %v) at %v:\n localstore %+v\n     redis %+v",
-					i, j, l.Spec.Algorithm.Name, l.Key, l.Holder, l.Give, l.Want, l.Share, l.TTL, l.Revoke,
+				t.Fatalf("step %d, loan %d (%s %s holder %d give %d want %d share %d ttl %v revoke %v seq %d out %d) at %v:\n localstore %+v\n     redis %+v",
+					i, j, l.Spec.Algorithm.Name, l.Key, l.Holder, l.Give, l.Want, l.Share, l.TTL, l.Revoke, l.Seq, l.Out,
 					clk.Now().Sub(limitertest.Start), got[0][j], got[1][j])
 			}
 			h := fmt.Sprint(l.Spec.Algorithm.Name, l.Key, l.Holder)
 			if !got[0][j].Kept {
 				held[h] = 0
 			}
-			held[h] = max(0, held[h]-l.Give) + got[0][j].N
+			held[h] = got[0][j].Out
 		}
 		if rng.IntN(2) == 0 { // a take beside the loans
 			l := loans[0]
