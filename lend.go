@@ -15,8 +15,8 @@ import (
 //
 // Lend decides loans in order, each atomically, and returns what each lent; loans of
 // several keys may share one round trip (redisstore sends one call per Redis node). An
-// error is the backend's (nothing is known of what was lent), or the caller's for an
-// invalid loan (nothing is lent).
+// error is the backend's (nothing is known of what was lent: a numbered loan settles
+// it), or the caller's for an invalid loan (nothing is lent).
 //
 // localstore, redisstore and fallback are Lenders.
 type Lender interface {

@@ -36,9 +36,10 @@ const lanes, lanesUnrouted = 2, 4
 // hash slot (see Store, "Keys"), with the TTL of its latest loan.
 //
 // ctx alone bounds the calls: a refill of loans is not a decision, and no decision's
-// timeout applies. As every call of the store, a loan is never sent twice; an error
-// means nothing is known of what the loans lent (their events then count as spent, and
-// their records end with their TTL).
+// timeout applies. As every call of the store, a loan is never sent twice. An error
+// means nothing is known of what the loans lent or gave back: the holder's next
+// numbered loan of each key settles it (Loan.Seq), or its record ends with its TTL, its
+// events counted as spent.
 func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -53,6 +53,7 @@ type entry struct {
 	quiet      int   // ticks in a row with too little demand to keep the lease
 	lentAt     int64 // the latest loan's answer (UnixNano)
 	lentDemand int64 // and demand then
+	recordEnds int64 // the latest its record at the next store may end (UnixNano), once a give-back of it went unanswered
 }
 
 // terms is what the next store last said of a key, as one value that decisions read at

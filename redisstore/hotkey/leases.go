@@ -86,6 +86,10 @@ type Leases struct {
 	lender ratelimit.Lender
 	cfg    leaseConfig
 	holder int64 // names this instance's records of loans at the next store
+	seq    int64 // the refiller's: the latest Loan.Seq it sent
+	// the refiller's: entries that ended but whose last give-back went unanswered, sent
+	// again (a numbered loan settles it) until one is answered or their records end
+	unsettled []*entry
 
 	leased  leaseTable // the entries the refiller looks after (a lease, or one asked for)
 	entries entryMap   // every entry

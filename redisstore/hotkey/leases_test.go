@@ -1119,3 +1119,104 @@ func TestAfterCloseExact(t *testing.T) {
 		t.Errorf("after Close: %d of 11 admitted, %d on trust; want 10, none on trust", admitted, st.Trusted)
 	}
 }
+
+// lossy loses the answers of loans to holders, as a Redis call that timed out does: of
+// every six calls, one lands and its answer is lost, one never lands, and one lands
+// after the next call. The charges on trust (loans without a holder) it passes on.
+type lossy struct {
+	*localstore.Store
+	mu    sync.Mutex
+	calls int
+	late  []ratelimit.Loan // a call's loans that land after the next call's
+	off   atomic.Bool      // every call lands and is answered
+}
+
+func (s *lossy) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	if loans[0].Holder == 0 {
+		return s.Store.Lend(ctx, loans)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	late := s.late
+	s.late = nil
+	defer func() {
+		if late != nil {
+			s.Store.Lend(ctx, late)
+		}
+	}()
+	if s.off.Load() {
+		return s.Store.Lend(ctx, loans)
+	}
+	s.calls++
+	switch s.calls % 6 {
+	case 1: // landed, its answer lost
+		s.Store.Lend(ctx, loans)
+		return nil, ratelimit.ErrUnavailable
+	case 3: // never landed
+		return nil, ratelimit.ErrUnavailable
+	case 5: // lands after the next call
+		s.late = loans
+		return nil, ratelimit.ErrUnavailable
+	}
+	return s.Store.Lend(ctx, loans)
+}
+
+// TestLeasesLostAnswers: two instances' loans of a busy key, and of one busy for a
+// second, lose half their answers (landed, not landed, landed late): once the instances
+// close, what the keys counted is what they admitted, to the event. Before loans were
+// numbered, what a lost answer lent or gave back was lost with it.
+func TestLeasesLostAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := localstore.New()
+		rule := ratelimit.PerHour(1_000_000)
+		var stores []*lossy
+		var limiters []*fixedwindow.Limiter
+		var leases []*hotkey.Leases
+		for range 2 {
+			s := &lossy{Store: shared}
+			p, err := hotkey.NewLeases(s, hotkey.WithInstanceCount(func() int { return 2 }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, _ := fixedwindow.New(p, rule, ratelimit.WithNamespace("lost"))
+			stores, leases, limiters = append(stores, s), append(leases, p), append(limiters, l)
+		}
+		admitted := map[string]int64{}
+		for i := range 3000 {
+			for _, l := range limiters {
+				for _, key := range []string{"busy", "brief"} {
+					if key == "brief" && i >= 1000 {
+						continue
+					}
+					if d, err := l.Allow(context.Background(), key); err != nil {
+						t.Fatal(err)
+					} else if d.Allowed {
+						admitted[key]++
+					}
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+		var failed int64
+		for i, p := range leases {
+			failed += p.Stats().Failed
+			stores[i].off.Store(true)
+			if err := p.Close(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+		if failed == 0 {
+			t.Fatal("no loan failed")
+		}
+		peek := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "lost", Rule: rule, Op: "peek"}
+		for key, n := range admitted {
+			o, err := shared.Apply(context.Background(), ratelimit.Request{Key: key, N: 1, Spec: peek})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if used := rule.Limit - o.Remaining - 1; used != n {
+				t.Errorf("%s: admitted %d, counted %d (%d loans failed)", key, n, used, failed)
+			}
+		}
+	})
+}

@@ -34,8 +34,10 @@ func (p *Leases) refill() {
 			}
 			p.charges.flying.Wait()
 			p.giveBack()
-			if f, u := p.stats.failed.Load()-failed, p.stats.uncharged.Load()-uncharged; f > 0 || u > 0 {
-				p.closeErr = fmt.Errorf("hotkey: closing, %d give-backs and the charges of %d events failed: %w", f, u, ratelimit.ErrUnavailable)
+			p.settle(clock.UnixNano(p.cfg.clock)) // once more, what a give-back failed to settle
+			if f, u := len(p.unsettled), p.stats.uncharged.Load()-uncharged; f > 0 || u > 0 {
+				p.closeErr = fmt.Errorf("hotkey: closing, the give-backs of %d keys and the charges of %d events failed (%d calls): %w",
+					f, u, p.stats.failed.Load()-failed, ratelimit.ErrUnavailable)
 			}
 			return
 		case e := <-p.asks:
@@ -54,6 +56,7 @@ func (p *Leases) refill() {
 		case <-tick.C:
 			now := clock.UnixNano(p.cfg.clock)
 			p.tick(now, max(1, now-last))
+			p.settle(now)
 			last = now
 		}
 	}
@@ -211,14 +214,18 @@ func (p *Leases) lend(refills, drops []*entry) {
 			// instance asked as a spammer asks would take it all
 			sh, want = 1, min(want, int64(math.Ceil(2*e.accrues(p.cfg.refill))))
 		}
+		p.seq++
 		loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: p.holder, Give: gives[i],
-			Want: want, Share: sh, TTL: p.cfg.ttl})
+			Want: want, Share: sh, TTL: p.cfg.ttl, Seq: p.seq, Out: e.out})
 	}
-	for _, e := range drops {
-		give := e.tokens.Swap(0)
+	dropGives := make([]int64, len(drops))
+	for i, e := range drops {
+		dropGives[i] = e.tokens.Swap(0)
 		e.leased.Store(false)
 		e.end()
-		loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: p.holder, Give: give, Share: share, TTL: p.cfg.ttl})
+		p.seq++
+		loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: p.holder, Give: dropGives[i], Share: share,
+			TTL: p.cfg.ttl, Seq: p.seq, Out: e.out})
 	}
 	p.leased.remove(drops...)
 	for _, e := range drops {
@@ -230,8 +237,17 @@ func (p *Leases) lend(refills, drops []*entry) {
 	p.stats.refills.Add(1)
 	if err != nil { // what the key has is not known: the exact path decides what the leases cannot
 		p.stats.failed.Add(1)
-		for _, e := range refills {
+		// what was given back counted as given, and what was lent as not: the entry's next
+		// loan (numbered, and counting this out) settles either at the next store
+		for i, e := range refills {
+			e.out -= gives[i]
 			e.publish(func(t *terms) { t.dry, t.owes, t.denied = false, false, 0 })
+		}
+		ends := clock.UnixNano(p.cfg.clock) + int64(p.cfg.ttl) // a lost loan renewed the record no later
+		for i, e := range drops {
+			e.out -= dropGives[i]
+			e.recordEnds = ends
+			p.unsettled = append(p.unsettled, e)
 		}
 	} else {
 		now := clock.UnixNano(p.cfg.clock)
@@ -257,12 +273,11 @@ func (p *Leases) lend(refills, drops []*entry) {
 func (e *entry) lent(r ratelimit.Lent, give, want, sent, now, interval int64, refill time.Duration) {
 	e.lentAt, e.lentDemand = now, e.demand.Load()
 	dry := r.N < want && float64(r.Remaining+r.N) < e.accrues(refill)
+	e.out = r.Out
 	if r.Kept {
 		e.tokens.Add(r.N)
-		e.out += r.N - give
 	} else { // the record was gone (ended, revoked): what e held went with it, and the takes of it give nothing back
 		e.tokens.Store(r.N)
-		e.out = r.N
 	}
 	e.publish(func(t *terms) {
 		t.heard, t.remaining, t.resetAt = now, r.Remaining, sent+int64(r.Reset)
@@ -282,6 +297,50 @@ func (e *entry) lent(r ratelimit.Lent, give, want, sent, now, interval int64, re
 			t.denied, t.retryAt = next, next
 		}
 	})
+}
+
+// settle sends again, as numbered loans that give nothing and want nothing, the
+// give-backs of ended entries that went unanswered: each loan gives back what its record
+// holds beyond what the entry counts out, whether the lost one landed or not. An entry
+// whose record has ended by now needs none: its events were counted as spent.
+func (p *Leases) settle(now int64) {
+	if len(p.unsettled) == 0 {
+		return
+	}
+	var loans []ratelimit.Loan
+	var es, later []*entry
+	for _, e := range p.unsettled {
+		switch {
+		case e.recordEnds <= now: // its events were counted as spent
+		case len(loans) < maxRefill:
+			p.seq++
+			loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: p.holder, Share: 1, TTL: p.cfg.ttl,
+				Seq: p.seq, Out: e.out})
+			es = append(es, e)
+		default:
+			later = append(later, e)
+		}
+	}
+	p.unsettled = later
+	if len(loans) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ttl)
+	got, err := p.lender.Lend(ctx, loans)
+	cancel()
+	p.stats.refills.Add(1)
+	if err != nil {
+		p.stats.failed.Add(1)
+		ends := clock.UnixNano(p.cfg.clock) + int64(p.cfg.ttl)
+		for _, e := range es {
+			e.recordEnds = ends
+		}
+		p.unsettled = append(p.unsettled, es...)
+		return
+	}
+	for i, e := range es {
+		e.out = got[i].Out
+	}
 }
 
 // accrues is what e's key accrues under its rule in a refill interval, at least one event.
