@@ -213,7 +213,8 @@ func TestFleetReset(t *testing.T) {
 // 20,000 times a second for 0.4s (open loop, each request on a goroutine of its own at
 // its instant): the instances admit what the exact path would (its 5,000, give or take
 // their events on trust), and after Close what they admitted and what Redis has left make
-// the 5,000: nothing stranded on loan.
+// the 5,000: nothing stranded on loan (less, at most, one event per decision the
+// fallback's shares made while Redis was late).
 func TestFleetHotKey(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real instances for seconds")
@@ -242,8 +243,10 @@ func TestFleetHotKey(t *testing.T) {
 	if got > rule.Limit+f.beyond() || got < least {
 		t.Errorf("8,000 asks in 0.4s of a key of 5,000 a day on four instances: %d admitted; want 5,000 (at least %d), and at most %d beyond", got, least, f.beyond())
 	}
-	if got+left < rule.Limit {
-		t.Errorf("after Close: %d admitted, %d left on Redis: %d stranded", got, left, rule.Limit-got-left)
+	// a take a share decided, which Redis counted too late to reconcile, stays counted
+	// there (see TestFleetRefunds)
+	if shares := f.shares.Load(); got+left < rule.Limit-shares {
+		t.Errorf("after Close: %d admitted, %d left on Redis: %d stranded, beyond the %d decisions of the shares", got, left, rule.Limit-got-left, shares)
 	}
 }
 
