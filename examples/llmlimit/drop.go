@@ -38,8 +38,13 @@ func (d *usageDropper) Read(p []byte) (int, error) {
 			if len(d.pending) == 0 {
 				return 0, d.err
 			}
-			d.out, d.pending, d.scanned = d.pending, nil, 0 // an event the stream ended in: as it came
-			break
+			// the event the stream ended in, without its blank line: decided as the others
+			ev := d.pending
+			d.pending, d.scanned = nil, 0
+			if !addedUsage(ev) {
+				d.out = withoutNullUsage(ev)
+			}
+			continue
 		}
 		n, err := d.src.Read(d.buf)
 		d.pending = append(d.pending, d.buf[:n]...)

@@ -154,14 +154,20 @@ func TestUsageDropper(t *testing.T) {
 			ev(`data: {"choices":[]}`) +
 			ev(`data: {"choices": [], "id": "x"}`) +
 			ev("data: [DONE]") + "data: cut"
-		for _, oneByte := range []bool{true, false} {
-			var src io.Reader = strings.NewReader(in)
-			if oneByte {
-				src = iotest.OneByteReader(src)
-			}
-			got, err := io.ReadAll(newUsageDropper(io.NopCloser(src)))
-			if err != nil || string(got) != want {
-				t.Errorf("line ends %q, a byte at a time %v: %q, %v; want %q", eol, oneByte, got, err, want)
+		// a stream that ends in an event without its blank line: decided as the others
+		endsInUsage := ev(`data: {"choices":[{"delta":{"content":"hi"}}],"usage":null}`) + `data: {"choices":[],"usage":{"total_tokens":5}}`
+		endsInChunk := `data: {"choices":[{"delta":{}}],"usage":null}`
+		for _, c := range [][2]string{{in, want}, {endsInUsage, ev(`data: {"choices":[{"delta":{"content":"hi"}}]}`)},
+			{endsInChunk, `data: {"choices":[{"delta":{}}]}`}} {
+			for _, oneByte := range []bool{true, false} {
+				var src io.Reader = strings.NewReader(c[0])
+				if oneByte {
+					src = iotest.OneByteReader(src)
+				}
+				got, err := io.ReadAll(newUsageDropper(io.NopCloser(src)))
+				if err != nil || string(got) != c[1] {
+					t.Errorf("line ends %q, a byte at a time %v: %q, %v; want %q", eol, oneByte, got, err, c[1])
+				}
 			}
 		}
 	}
