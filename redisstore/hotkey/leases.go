@@ -36,7 +36,11 @@ import (
 //
 // And nothing is lost: with nothing failing, what the instances admitted, what they hold
 // on loan and what they give back at Close add up to what the rule allowed, and a key
-// asked beyond its rule is admitted its rule.
+// asked beyond its rule is admitted its rule. A refill or a give-back whose answer is
+// lost (a timeout; it landed or not, or lands late) loses nothing either: each loan is
+// numbered and says what the instance counts out (ratelimit.Loan.Seq), so the key's next
+// one settles it. A key that ended is sent one at each look until it is answered, or
+// its record ends.
 //
 // How a request is decided: from the events this instance holds on loan of its key (a
 // lease), when it holds enough; denied from memory while the key is known to have none
