@@ -359,7 +359,10 @@ func (p *Leases) lookup(sp *ratelimit.Spec, key string, now int64) *entry {
 		return nil
 	}
 	return p.entries.getOrAdd(algKey{sp.Algorithm, sp.Namespace, key}, now, int64(p.cfg.refill), func() *entry {
-		e := &entry{spec: sp, key: key, limit: a.Limit, id: entryIDs.Add(1)}
+		// the key and its rule alone: the request that made the entry may be a debit, a
+		// refund or keep a reserve, which its loans must not (a store refuses them)
+		spec := &ratelimit.Spec{Algorithm: sp.Algorithm, Namespace: sp.Namespace, Rule: sp.Rule}
+		e := &entry{spec: spec, key: key, limit: a.Limit, id: entryIDs.Add(1)}
 		e.terms.Store(&terms{})
 		e.seen.Store(now)
 		return e

@@ -1220,3 +1220,72 @@ func TestLeasesLostAnswers(t *testing.T) {
 		}
 	})
 }
+
+// TestLeasesOfADebitedKey: a key whose first request was a debit, a settlement or kept a
+// reserve is leased as any: its loans lend (a loan of the debit's Spec was refused by
+// every store, so the key's refills all failed and its refunds were lost), and what its
+// refunds give back reaches the key.
+func TestLeasesOfADebitedKey(t *testing.T) {
+	for _, first := range []string{"debit", "settle", "reserve"} {
+		t.Run(first, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				shared := localstore.New()
+				p, err := hotkey.NewLeases(shared)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rule := ratelimit.PerDay(1_000_000)
+				l, _ := fixedwindow.New(p, rule, ratelimit.WithNamespace("first"), ratelimit.WithReserves(0, 10))
+				ctx := context.Background()
+				switch first {
+				case "debit":
+					_, err = l.Debit(ctx, "k", 5)
+				case "settle": // a refund, made before the key was known
+					var c *ratelimit.Charge
+					if c, _, err = l.Charge(ctx, "k", 2); err == nil {
+						_, err = c.Settle(ctx, 1)
+					}
+				case "reserve":
+					_, err = l.Allow(ratelimit.WithPriority(ctx, ratelimit.Normal), "k")
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				var charged int64
+				for range 2000 {
+					c, d, err := l.Charge(ctx, "k", 3)
+					if err != nil || !d.Allowed {
+						t.Fatalf("%+v, %v", d, err)
+					}
+					if _, err := c.Settle(ctx, 1); err != nil {
+						t.Fatal(err)
+					}
+					charged++
+					time.Sleep(time.Millisecond)
+				}
+				st := p.Stats()
+				if err := p.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if st.Failed != 0 || st.Local < 1500 {
+					t.Errorf("%+v: want no failed refill, most decisions from the lease", st)
+				}
+				peek := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "first", Rule: rule, Op: "peek"}
+				o, err := shared.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: peek})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := charged
+				switch first {
+				case "debit":
+					want += 5
+				case "settle", "reserve":
+					want++
+				}
+				if used := rule.Limit - o.Remaining - 1; used != want {
+					t.Errorf("counted %d; want %d, each charge's 1", used, want)
+				}
+			})
+		})
+	}
+}
