@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +24,8 @@ import (
 	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
 	"github.com/ratelimit-go/ratelimit/examples/llmlimit"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
+	"github.com/ratelimit-go/ratelimit/redisstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
@@ -32,7 +37,30 @@ func fleetConfig(tpm, rpm, tpd int64) config {
 		"t": {TokensPerMinute: tpm},
 		"r": {RequestsPerMinute: rpm},
 		"d": {TokensPerDay: tpd},
+		"b": {TokensPerDay: 1_000_000_000},
 	}}
+}
+
+// billed is what Redis counted of key "key"'s day budget of "b", which it never reaches,
+// read beside the instances once they closed, and what the model reported of "b".
+func (f *fleet) billed(tb testing.TB, srv *redistest.Server, c config) (counted, reported int64) {
+	tb.Helper()
+	ps, err := c.Models.Policies(redisstore.New(srv.Client()), llmlimit.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, p := range ps {
+		if p.Name != llmlimit.TokensPerDay {
+			continue
+		}
+		d, err := p.Limiter.(*ratelimit.AlgorithmLimiter).PeekN(context.Background(), llmlimit.LimitKey("key", "b"), 1)
+		if err != nil || !d.Allowed || d.Limit != 1_000_000_000 {
+			tb.Fatalf("the budget of b: %+v, %v", d, err)
+		}
+		return d.Limit - d.Remaining - 1, f.model.tokens("b")
+	}
+	tb.Fatal("no day budget")
+	return 0, 0
 }
 
 // fleetRequest is the fleet's request: a prompt of 20 words and max_tokens 280, which the
@@ -52,19 +80,24 @@ type fleet struct {
 	urls     []string
 	policies []ratelimit.Policy
 	stores   []ratelimit.Store
+	closers  []func()
+	model    *upstream
+	metrics  []*prometheus.Registry
 }
 
 func startFleet(tb testing.TB, redisAddr string, c config, leases bool) *fleet {
 	tb.Helper()
-	model := httptest.NewServer(llmlimit.FakeModel())
+	f := &fleet{model: &upstream{model: llmlimit.FakeModel(), reported: map[string]int64{}}}
+	model := httptest.NewServer(f.model)
 	tb.Cleanup(model.Close)
 	u, _ := url.Parse(model.URL)
-	f := &fleet{}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for range 4 {
+		reg := prometheus.NewRegistry()
+		f.metrics = append(f.metrics, reg)
 		store, closeStore, err := backend.Open(context.Background(), backend.Config{RedisURL: "redis://" + redisAddr, Instances: 4, Leases: leases,
 			Members: "llmproxy", Algorithms: []*ratelimit.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), ratelimit.InFlightAlgorithm()}},
-			backend.NewMetrics(prometheus.NewRegistry()), logger)
+			backend.NewMetrics(reg), logger)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -73,7 +106,9 @@ func startFleet(tb testing.TB, redisAddr string, c config, leases bool) *fleet {
 			tb.Fatal(err)
 		}
 		srv := httptest.NewServer(h)
-		tb.Cleanup(func() { srv.Close(); closeStore() }) // the answers in progress end before the leases go back
+		closeOnce := sync.OnceFunc(func() { srv.Close(); closeStore() }) // the answers in progress end before the leases go back
+		tb.Cleanup(closeOnce)
+		f.closers = append(f.closers, closeOnce)
 		f.urls = append(f.urls, srv.URL)
 		f.stores = append(f.stores, store)
 	}
@@ -83,6 +118,104 @@ func startFleet(tb testing.TB, redisAddr string, c config, leases bool) *fleet {
 	}
 	f.policies = ps
 	return f
+}
+
+// close closes the instances: their answers end, what their leases hold goes back, what
+// they admitted on trust is charged.
+func (f *fleet) close() {
+	for _, c := range f.closers {
+		c()
+	}
+}
+
+// shares is how many decisions the instances' fallback shares made: Redis answered late.
+func (f *fleet) shares(tb testing.TB) (n int64) {
+	tb.Helper()
+	for _, reg := range f.metrics {
+		mfs, err := reg.Gather()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "ratelimit_store_decisions_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "source" && l.GetValue() != "redis" {
+						n += int64(m.GetCounter().GetValue())
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+// upstream is the fleet's model: FakeModel, which compresses its answers with gzip for a
+// client that accepts it, as the APIs do, and counts the tokens it reports, per model.
+type upstream struct {
+	model    http.Handler
+	mu       sync.Mutex
+	reported map[string]int64
+}
+
+func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		Model    string `json:"model"`
+		Input    string `json:"input"`
+		Messages []struct {
+			Content string `json:"content"`
+		} `json:"messages"`
+		MaxTokens       int64 `json:"max_tokens"`
+		MaxOutputTokens int64 `json:"max_output_tokens"`
+	}
+	if err := json.Unmarshal(body, &req); err == nil { // the fake's usage: the prompt's words, and 4 per word up to the most asked
+		in := llmlimit.Words(req.Input)
+		for _, m := range req.Messages {
+			in += llmlimit.Words(m.Content)
+		}
+		u.mu.Lock()
+		u.reported[req.Model] += in + min(4*in, max(req.MaxTokens, req.MaxOutputTokens))
+		u.mu.Unlock()
+	}
+	if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+		u.model.ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set("Content-Encoding", "gzip")
+	gz := &gzipWriter{ResponseWriter: w, z: gzip.NewWriter(w)}
+	u.model.ServeHTTP(gz, r)
+	gz.z.Close()
+}
+
+// tokens is what the model reported of model's answers.
+func (u *upstream) tokens(model string) int64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.reported[model]
+}
+
+// gzipWriter compresses an answer, a stream's events as they are flushed.
+type gzipWriter struct {
+	http.ResponseWriter
+	z *gzip.Writer
+}
+
+func (g *gzipWriter) WriteHeader(code int) {
+	g.Header().Del("Content-Length")
+	g.ResponseWriter.WriteHeader(code)
+}
+
+func (g *gzipWriter) Write(b []byte) (int, error) { return g.z.Write(b) }
+
+func (g *gzipWriter) Flush() {
+	g.z.Flush()
+	if f, ok := g.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // spend spends what key has of the policy named name for model's family, so that the
@@ -111,8 +244,9 @@ type sent struct {
 
 // drive sends each model's requests at its rate per second for d, open loop (each at its
 // due time, whoever answered before), as key, to the instances in turn by their shares of
-// the traffic (50/25/15/10%), half of them streamed; it returns every request sent, and
-// how late the sends ran at the 99th percentile.
+// the traffic (50/25/15/10%): of every four, a chat completion, one streamed, another,
+// and a Responses API stream; the client asks for gzip. It returns every request sent,
+// and how late the sends ran at the 99th percentile.
 func (f *fleet) drive(tb testing.TB, key string, rates map[string]int, d time.Duration) ([]sent, time.Duration) {
 	tb.Helper()
 	split := []int{0, 0, 0, 0, 0, 1, 1, 1, 2, 3, 0, 0, 0, 0, 0, 1, 1, 2, 2, 3} // 50/25/15/10 of 20
@@ -142,7 +276,7 @@ func (f *fleet) drive(tb testing.TB, key string, rates map[string]int, d time.Du
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					s := f.send(client, f.urls[split[i%len(split)]], key, model, i%2 == 1)
+					s := f.send(client, f.urls[split[i%len(split)]], key, model, i%2 == 1, i%4 == 3)
 					s.at = due
 					mu.Lock()
 					out = append(out, s)
@@ -159,7 +293,7 @@ func (f *fleet) drive(tb testing.TB, key string, rates map[string]int, d time.Du
 // once its answer has been read (and charged).
 func (f *fleet) sendHeaders(tb testing.TB, base, key, model string) (int, http.Header) {
 	tb.Helper()
-	resp, err := http.DefaultClient.Do(f.request(base, key, model, false))
+	resp, err := http.DefaultClient.Do(f.request(base, key, model, false, false))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -168,18 +302,26 @@ func (f *fleet) sendHeaders(tb testing.TB, base, key, model string) (int, http.H
 	return resp.StatusCode, resp.Header
 }
 
-// request is one completion of the fleet's to base, as key, for model.
-func (f *fleet) request(base, key, model string, stream bool) *http.Request {
+// request is one completion of the fleet's to base, as key, for model: a chat
+// completion, or a Responses API request (responses).
+func (f *fleet) request(base, key, model string, stream, responses bool) *http.Request {
+	prompt := strings.TrimSpace(strings.Repeat("word ", fleetPrompt))
 	body := `{"model":"` + model + `","stream":` + strconv.FormatBool(stream) + `,"max_tokens":` + strconv.Itoa(fleetMax) +
-		`,"messages":[{"role":"user","content":"` + strings.TrimSpace(strings.Repeat("word ", fleetPrompt)) + `"}]}`
-	r, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
+		`,"messages":[{"role":"user","content":"` + prompt + `"}]}`
+	path := "/v1/chat/completions"
+	if responses {
+		body = `{"model":"` + model + `","stream":` + strconv.FormatBool(stream) + `,"max_output_tokens":` + strconv.Itoa(fleetMax) +
+			`,"input":"` + prompt + `"}`
+		path = "/v1/responses"
+	}
+	r, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
 	r.Header.Set("Authorization", "Bearer "+key)
 	return r
 }
 
 // send sends one completion and reads its answer whole.
-func (f *fleet) send(client *http.Client, base, key, model string, stream bool) sent {
-	resp, err := client.Do(f.request(base, key, model, stream))
+func (f *fleet) send(client *http.Client, base, key, model string, stream, responses bool) sent {
+	resp, err := client.Do(f.request(base, key, model, stream, responses))
 	if err != nil {
 		return sent{model: model}
 	}

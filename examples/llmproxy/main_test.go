@@ -183,7 +183,7 @@ func TestFourInstancesOnRedis(t *testing.T) {
 	f.spend(t, llmlimit.Tokens, "t", "key", 120_000)
 	f.spend(t, llmlimit.Requests, "r", "key", 600)
 	const run = 13 * time.Second
-	runs, late := f.drive(t, "key", map[string]int{"t": 40, "r": 20, "d": 10}, run)
+	runs, late := f.drive(t, "key", map[string]int{"t": 40, "r": 20, "d": 10, "b": 10}, run)
 	t.Logf("the generator ran %v late at p99", late)
 	from := 3 * time.Second // the leases hold what the first seconds refill (see BenchmarkFourInstances)
 	tokens := figures(runs, "t", from, run)
@@ -205,4 +205,13 @@ func TestFourInstancesOnRedis(t *testing.T) {
 		t.Errorf("d: %v; want at most the day's 6,000 tokens, and at least half", day)
 	}
 	t.Logf("t: %v; r: %v; d: %v", tokens, requests, day)
+	// every token the model reported is charged, once: what Redis counted once the
+	// instances gave back what they held. A decision a fallback share made (Redis late)
+	// is charged to the share, not to Redis; or counted on Redis too late to settle there.
+	// Each moves the count by an estimate at most.
+	f.close()
+	counted, reported := f.billed(t, srv, fleetConfig(120_000, 600, 6_000))
+	if shares := f.shares(t); counted < reported-shares*fleetEstimate || counted > reported+shares*fleetEstimate {
+		t.Errorf("b: Redis counted %d tokens, the model reported %d (%d decisions on the shares)", counted, reported, shares)
+	}
 }
