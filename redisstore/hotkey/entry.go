@@ -21,10 +21,12 @@ import (
 // Leases' trust events at a time that it has not (charged to the key at once, as debits:
 // the key owes them if it had none).
 type entry struct {
-	spec  *ratelimit.Spec // of its rule; a request under another rule ends it (see Leases.lookup)
-	key   string
-	limit int64 // the rule's Args.Limit: what its decisions say
-	id    int64 // names its lease in the receipts of its takes (Receipt.Via), never 0
+	spec   *ratelimit.Spec // of its rule; a request under another rule ends it (see Leases.lookup)
+	key    string
+	limit  int64          // the rule's Args.Limit: what its decisions say
+	args   ratelimit.Args // the rule's, of one event: a rule its algorithm reads the same is the same
+	id     int64          // names its lease in the receipts of its takes (Receipt.Via), never 0
+	holder int64          // names its records at the next store (Loan.Holder): its own, never an earlier entry's
 
 	tokens  atomic.Int64          // events held on loan: taken from the key, not yet admitted
 	pending atomic.Int64          // events admitted on trust, their charge not yet answered

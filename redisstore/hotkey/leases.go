@@ -89,7 +89,7 @@ type Leases struct {
 	next   ratelimit.Store
 	lender ratelimit.Lender
 	cfg    leaseConfig
-	holder int64 // names this instance's records of loans at the next store
+	holder int64 // names this instance at the next store: each entry's records, its holder and an entry's number
 	seq    int64 // the refiller's: the latest Loan.Seq it sent
 	// the refiller's: entries that ended but whose last give-back went unanswered, sent
 	// again (a numbered loan settles it) until one is answered or their records end
@@ -339,7 +339,7 @@ func keepOf(sp *ratelimit.Spec, limit int64) int64 {
 
 // lookup is the entry of key under sp's rule, made if it has none (nil when the table is
 // full, or sp's rule is one it cannot count). An entry of the key under another rule
-// ends: the instance decides under the new rule from now on, and the old lease's events
+// (one its algorithm reads otherwise) ends: the instance decides under the new rule from now on, and the old lease's events
 // are spent by no one (giving them back would step the key's state under the old rule).
 // The other instances' leases of the old rule end at their next refill, which finds their
 // records dropped by the new rule's loans.
@@ -348,13 +348,16 @@ func (p *Leases) lookup(sp *ratelimit.Spec, key string, now int64) *entry {
 	if e == nil {
 		e = p.entries.get(algKey{sp.Algorithm, sp.Namespace, key})
 	}
-	if e != nil && (e.spec == sp || e.spec.Rule == sp.Rule) && !e.ended.Load() {
+	if e != nil && e.spec.Rule == sp.Rule && !e.ended.Load() {
+		return e
+	}
+	a, err := sp.Algorithm.Prepare(sp.Rule, 1)
+	if e != nil && err == nil && a == e.args && !e.ended.Load() { // a rule its algorithm reads the same (a window's Burst)
 		return e
 	}
 	if e != nil {
 		p.drop(e)
 	}
-	a, err := sp.Algorithm.Prepare(sp.Rule, 1)
 	if err != nil {
 		return nil
 	}
@@ -362,7 +365,14 @@ func (p *Leases) lookup(sp *ratelimit.Spec, key string, now int64) *entry {
 		// the key and its rule alone: the request that made the entry may be a debit, a
 		// refund or keep a reserve, which its loans must not (a store refuses them)
 		spec := &ratelimit.Spec{Algorithm: sp.Algorithm, Namespace: sp.Namespace, Rule: sp.Rule}
-		e := &entry{spec: spec, key: key, limit: a.Limit, id: entryIDs.Add(1)}
+		id := entryIDs.Add(1)
+		// a holder of its own: the records of an earlier entry of the key (what its lease
+		// spent, until they end) are not this one's, nor its give-backs sent again
+		holder := p.holder ^ id
+		if holder == 0 {
+			holder = p.holder
+		}
+		e := &entry{spec: spec, key: key, limit: a.Limit, args: a, id: id, holder: holder}
 		e.terms.Store(&terms{})
 		e.seen.Store(now)
 		return e

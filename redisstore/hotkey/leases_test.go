@@ -1289,3 +1289,60 @@ func TestLeasesOfADebitedKey(t *testing.T) {
 		})
 	}
 }
+
+// TestLeasesComeBack: a leased key goes quiet until its lease ends (what it spent stays
+// out on its record until the record's TTL), and comes back, within that TTL or after,
+// or under a rule its algorithm reads the same: what the key counts is what was admitted.
+// (A new entry of the key once took the old record for its own, counted nothing out,
+// and its first loan gave back what the old lease had spent: 1,995 events created.)
+func TestLeasesComeBack(t *testing.T) {
+	for _, quiet := range []time.Duration{3 * time.Second, 4 * time.Second, 5 * time.Second, 8 * time.Second, 0} {
+		name := "quiet " + quiet.String()
+		if quiet == 0 {
+			name = "a window's burst changed"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				shared := localstore.New()
+				p, err := hotkey.NewLeases(shared)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rule := ratelimit.PerHour(1_000_000)
+				l, _ := fixedwindow.New(p, rule, ratelimit.WithNamespace("back"))
+				other := rule // quiet 0: the rule changes instead, to one a fixed window reads the same
+				other.Burst = 7
+				l2, _ := fixedwindow.New(p, other, ratelimit.WithNamespace("back"))
+				var admitted int64
+				run := func(l *fixedwindow.Limiter, d time.Duration) {
+					for range int(d / time.Millisecond) {
+						if dec, err := l.Allow(context.Background(), "k"); err != nil {
+							t.Fatal(err)
+						} else if dec.Allowed {
+							admitted++
+						}
+						time.Sleep(time.Millisecond)
+					}
+				}
+				run(l, 2*time.Second)
+				if quiet == 0 {
+					run(l2, 2*time.Second)
+				} else {
+					time.Sleep(quiet)
+					run(l, 2*time.Second)
+				}
+				if err := p.Close(context.Background()); err != nil {
+					t.Error(err)
+				}
+				peek := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "back", Rule: rule, Op: "peek"}
+				o, err := shared.Apply(context.Background(), ratelimit.Request{Key: "k", N: 1, Spec: peek})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if used := rule.Limit - o.Remaining - 1; used != admitted {
+					t.Errorf("admitted %d, counted %d", admitted, used)
+				}
+			})
+		})
+	}
+}

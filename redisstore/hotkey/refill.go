@@ -215,7 +215,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 			sh, want = 1, min(want, int64(math.Ceil(2*e.accrues(p.cfg.refill))))
 		}
 		p.seq++
-		loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: p.holder, Give: gives[i],
+		loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: e.holder, Give: gives[i],
 			Want: want, Share: sh, TTL: p.cfg.ttl, Seq: p.seq, Out: e.out})
 	}
 	dropGives := make([]int64, len(drops))
@@ -224,7 +224,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 		e.leased.Store(false)
 		e.end()
 		p.seq++
-		loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: p.holder, Give: dropGives[i], Share: share,
+		loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: e.holder, Give: dropGives[i], Share: share,
 			TTL: p.cfg.ttl, Seq: p.seq, Out: e.out})
 	}
 	p.leased.remove(drops...)
@@ -314,7 +314,7 @@ func (p *Leases) settle(now int64) {
 		case e.recordEnds <= now: // its events were counted as spent
 		case len(loans) < maxRefill:
 			p.seq++
-			loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: p.holder, Share: 1, TTL: p.cfg.ttl,
+			loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: e.holder, Share: 1, TTL: p.cfg.ttl,
 				Seq: p.seq, Out: e.out})
 			es = append(es, e)
 		default:
