@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"strconv"
 	"sync"
 	"time"
@@ -27,7 +28,7 @@ const maxLoans = 20
 const lanes, lanesUnrouted = 2, 4
 
 // Lend decides loans (ratelimit.Lender) in scripts of up to 20 loans, two calls at a
-// time per Redis server, so that a refill holds two connections of the pool per server
+// time per Redis server (a key's loans in one of the two, in order), so that a refill holds two connections of the pool per server
 // and no script holds Redis much more than a millisecond: on a *redis.Client on its
 // server, on a *redis.ClusterClient on each master (the keys of several slots in one
 // script, with Redis 7's script flags), the masters in parallel. Elsewhere (a Ring, an
@@ -56,21 +57,20 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 	errs := make([]error, len(groups))
 	// two calls at a time per server (the servers in parallel), so that a refill of
 	// thousands of loans holds two connections of the pool per server, and leaves the
-	// others to decisions
+	// others to decisions; a key's loans in one lane, in order
+	type lane struct {
+		to processor
+		n  int
+	}
 	var byLane [][]int
-	next := map[processor][]int{} // a server's lanes, by their place in byLane
+	at := map[lane]int{} // a lane's place in byLane
 	for i, g := range groups {
-		n := lanes
-		if g.to == nil {
-			n = lanesUnrouted
-		}
-		ls := next[g.to]
-		if len(ls) < n {
-			ls = append(ls, len(byLane))
-			next[g.to] = ls
+		j, ok := at[lane{g.to, g.lane}]
+		if !ok {
+			j = len(byLane)
+			at[lane{g.to, g.lane}] = j
 			byLane = append(byLane, nil)
 		}
-		j := ls[i%len(ls)]
 		byLane[j] = append(byLane[j], i)
 	}
 	var wg sync.WaitGroup
@@ -101,11 +101,18 @@ type loanCall struct {
 	args  []any  // its arguments but its step's index (lend.lua), then its keys' names
 }
 
-// group is loans that go to one server together.
+// group is loans that go to one server together, in one of its lanes (see laneOf).
 type group struct {
 	to    processor // nil: the client's own routing, one call per loan
+	lane  int
 	calls []*loanCall
 }
+
+// laneSeed hashes a key's name to its lane.
+var laneSeed = maphash.MakeSeed()
+
+// laneOf is the lane of n lanes a key's loans go in, so that they are decided in order.
+func laneOf(state string, n int) int { return int(maphash.String(laneSeed, state) % uint64(n)) }
 
 // encodeLoans checks loans and encodes each as lend.lua reads it.
 func (s *Store) encodeLoans(loans []ratelimit.Loan) ([]*loanCall, error) {
@@ -198,18 +205,25 @@ func (s *Store) groupLoans(ctx context.Context, calls []*loanCall) ([]group, boo
 	}
 	groups := make([]group, len(calls)) // one call per loan, routed by its key
 	for i, lc := range calls {
-		groups[i] = group{calls: []*loanCall{lc}}
+		groups[i] = group{lane: laneOf(lc.state, lanesUnrouted), calls: []*loanCall{lc}}
 	}
 	return groups, false, nil
 }
 
-// chunks is calls to one server in groups of at most maxLoans.
+// chunks is calls to one server in its lanes, in groups of at most maxLoans.
 func chunks(to processor, calls []*loanCall) []group {
+	var byLane [lanes][]*loanCall
+	for _, lc := range calls {
+		l := laneOf(lc.state, lanes)
+		byLane[l] = append(byLane[l], lc)
+	}
 	var groups []group
-	for len(calls) > 0 {
-		n := min(len(calls), maxLoans)
-		groups = append(groups, group{to: to, calls: calls[:n]})
-		calls = calls[n:]
+	for l, calls := range byLane {
+		for len(calls) > 0 {
+			n := min(len(calls), maxLoans)
+			groups = append(groups, group{to: to, lane: l, calls: calls[:n]})
+			calls = calls[n:]
+		}
 	}
 	return groups
 }

@@ -31,6 +31,9 @@ type Record struct {
 	Seq   int64 // the latest Loan.Seq of the holder's the record saw
 }
 
+// MaxTTL is the longest a loan stays on record: a hundred years.
+const MaxTTL = 100 * 365 * 24 * time.Hour
+
 // Check is the error of a loan no store decides: its key's algorithm does not lend, it
 // names no holder, or asks a negative number.
 func Check(l ratelimit.Loan) error {
@@ -46,9 +49,10 @@ func Check(l ratelimit.Loan) error {
 		return fmt.Errorf("ratelimit: a loan of %s with an op %q, or a reserve and a holder", l.Spec.Algorithm.Name, l.Spec.Op)
 	case l.Holder == 0 && (l.Give != 0 || l.Revoke || l.Seq != 0 || l.Out != 0):
 		return errors.New("ratelimit: a partial take (a loan without a holder) that gives back, revokes or is numbered")
-	case l.Give < 0 || l.Want < 0 || l.Share < 0 || l.TTL < 0 || l.Seq < 0 || l.Out < 0:
-		return fmt.Errorf("ratelimit: a loan giving %d, wanting %d of %d shares, for %v, numbered %d with %d out",
-			l.Give, l.Want, l.Share, l.TTL, l.Seq, l.Out)
+	case l.Give < 0 || l.Want < 0 || l.Share < 0 || l.TTL < 0 || l.Seq < 0 || l.Out < 0 ||
+		max(l.Give, l.Want, l.Share, l.Seq, l.Out) > mathx.MaxExact || l.TTL > MaxTTL:
+		return fmt.Errorf("ratelimit: a loan giving %d, wanting %d of %d shares, for %v, numbered %d with %d out: want 0 to %d, for %v at most",
+			l.Give, l.Want, l.Share, l.TTL, l.Seq, l.Out, int64(mathx.MaxExact), MaxTTL)
 	}
 	return nil
 }
@@ -76,15 +80,19 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 	kept, recs := take(recs, &mine, now, a)
 	if kept && l.Seq > 0 && l.Seq <= mine.Seq { // late: its holder settled it by a later loan
 		_, o := takeUpTo(alg, st, now, a, 0, 1)
-		return ratelimit.Lent{Outcome: o, For: time.Duration(mine.Until-now) * time.Microsecond, Kept: true, Out: mine.Out}, append(recs, mine)
+		var held time.Duration
+		if mine.Out > 0 {
+			held = time.Duration(mine.Until-now) * time.Microsecond
+		}
+		return ratelimit.Lent{Outcome: o, For: held, Kept: true, Out: mine.Out}, append(recs, mine)
 	}
 	if kept {
 		mine.Back = refundable(alg, st, now, a, mine)
-		give := l.Give
+		give := min(l.Give, mine.Out)
 		if l.Seq > 0 { // what a loan whose answer was lost lent, or what one gave that did not land
-			give += max(0, mine.Out-l.Out)
+			give = min(mine.Out, give+max(0, mine.Out-l.Out))
 		}
-		if give = min(give, mine.Out); give > 0 {
+		if give > 0 {
 			if back := min(give, mine.Back); back > 0 {
 				g := a
 				g.N, g.Taken = back, mine.Since
@@ -112,10 +120,12 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 	}
 	mine.Seq = max(mine.Seq, l.Seq)
 	var until int64
-	if mine.Out > 0 {
-		until = End(alg, now, a.Period, l.TTL)
-		mine.Until = until
+	if mine.Out > 0 || l.Seq > 0 { // a numbered loan's record outlives its events: a loan arriving late finds it
+		mine.Until = End(alg, now, a.Period, l.TTL)
 		recs = append(recs, mine)
+		if mine.Out > 0 {
+			until = mine.Until
+		}
 	}
 	return ratelimit.Lent{Outcome: o, N: lent, For: time.Duration(max(0, until-now)) * time.Microsecond, Kept: kept, Out: mine.Out}, recs
 }

@@ -62,12 +62,9 @@ for a = 1, #ARGV, stride do
     p[7] = PEEK
     local allowed, remaining, retry, reset, delay = step(keys, p)
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = allowed, remaining, retry, reset, delay
-    out[o + 6], out[o + 7], out[o + 8], out[o + 9] = 0, muntil - now, 1, mine
+    out[o + 6], out[o + 7], out[o + 8], out[o + 9] = 0, mine > 0 and muntil - now or 0, 1, mine
     o = o + 9
   else
-    if kept and seq > 0 then -- what a loan whose answer was lost lent, or what one gave that did not land
-      give = give + max(0, mine - lout)
-    end
     if kept then
       if back > 0 then -- what the key would still hold of the events out, as of since
         local pr = {unpack(argv)}
@@ -76,6 +73,9 @@ for a = 1, #ARGV, stride do
         back = g
       end
       give = min(give, mine)
+      if seq > 0 then -- what a loan whose answer was lost lent, or what one gave that did not land
+        give = min(mine, give + max(0, mine - lout))
+      end
       if give > 0 then
         local b = min(give, back)
         if b > 0 then
@@ -116,16 +116,17 @@ for a = 1, #ARGV, stride do
     mine = mine + lent
     back = min(back + lent, mine)
     local ends = now
-    if mine > 0 and not partial then
-      ends = now + max(1, ttl)
+    if (mine > 0 or seq > 0) and not partial then -- a numbered loan's record outlives its events: a loan arriving late finds it
+      local e = now + max(1, ttl)
       if win > 0 then
-        ends = min(ends, (floor(now / win) + 1) * win)
+        e = min(e, (floor(now / win) + 1) * win)
       elseif win < 0 then
-        ends = min(ends, windowEnd(now, argv[10], argv[11], argv[12]))
+        e = min(e, windowEnd(now, argv[10], argv[11], argv[12]))
       end
-      redis.call('HSET', book, holder, format('%d:%d:%d:%d:%d:%d:%d', mine, ends, limit, period, back, since, max(mseq, seq)))
-      local need = -floor(-(ends - now) / 1000)
+      redis.call('HSET', book, holder, format('%d:%d:%d:%d:%d:%d:%d', mine, e, limit, period, back, since, max(mseq, seq)))
+      local need = -floor(-(e - now) / 1000)
       if redis.call('PTTL', book) < need then redis.call('PEXPIRE', book, need) end
+      if mine > 0 then ends = e end
     elseif kept then
       redis.call('HDEL', book, holder)
     end

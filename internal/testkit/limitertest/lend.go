@@ -267,6 +267,26 @@ func testLendLost(t *testing.T, newStore NewStore) {
 	// not landed: 2 given back in a loan that never reached the store
 	wantOut("B borrows 5", lendOne(t, s, loan("lost", 1, 0, 0, 5)), 5, 15, 5)
 	wantOut("the next loan gives back the 2 the lost one did", lendOne(t, s, loan("lost", 3, 3, 1, 0)), 0, 17, 2)
+	// emptied: a loan arriving after the one that gave everything back changes nothing
+	first := loan("emptied", 1, 0, 0, 10)
+	wantOut("D borrows 10", lendOne(t, s, first), 10, 10, 10)
+	wantOut("D gives the 10 back", lendOne(t, s, loan("emptied", 2, 10, 10, 0)), 0, 19, 0)
+	wantOut("its first loan, arriving again", lendOne(t, s, first), 0, 19, 0)
+	// many loans of one key in one call: decided in order, each numbered after the last
+	many := make([]ratelimit.Loan, 25)
+	for i := range many {
+		many[i] = loan("many", int64(i+1), int64(i), 0, 1)
+		many[i].Spec = &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerMinute(100)}
+	}
+	got, err := s.Lend(context.Background(), many)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range got {
+		if g.N != 1 || g.Out != int64(i+1) {
+			t.Errorf("loan %d of 25 of one key in one call: lent %d, %d out; want 1, %d", i+1, g.N, g.Out, i+1)
+		}
+	}
 	// unnumbered: Give alone
 	wantOut("C borrows 5", lendOne(t, s, loan("unnumbered", 0, 0, 0, 5)), 5, 15, 5)
 	wantOut("C gives 1, counting none out", lendOne(t, s, loan("unnumbered", 0, 0, 1, 0)), 0, 15, 4)
