@@ -210,8 +210,12 @@ func (s *Store) groupLoans(ctx context.Context, calls []*loanCall) ([]group, boo
 	return groups, false, nil
 }
 
-// chunks is calls to one server in its lanes, in groups of at most maxLoans.
+// chunks is calls to one server in groups of at most maxLoans: one, if they fit; else
+// in its lanes, a key's calls in one.
 func chunks(to processor, calls []*loanCall) []group {
+	if len(calls) <= maxLoans {
+		return []group{{to: to, calls: calls}}
+	}
 	var byLane [lanes][]*loanCall
 	for _, lc := range calls {
 		l := laneOf(lc.state, lanes)
