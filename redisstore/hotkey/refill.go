@@ -42,7 +42,7 @@ func (p *Leases) refill() {
 			return
 		case e := <-p.asks:
 			batch := []*entry{e}
-			time.Sleep(min(coalesce, time.Duration(p.rtt.Load()))) // the asks of the next moments ride along
+			time.Sleep(coalesce) // the asks of the next moments ride along (low water counts this wait)
 			for len(batch) < maxRefill {
 				select {
 				case e := <-p.asks:
@@ -52,7 +52,7 @@ func (p *Leases) refill() {
 				}
 				break
 			}
-			p.lend(batch, nil)
+			p.lend(p.dueSoon(batch), nil)
 		case <-tick.C:
 			now := clock.UnixNano(p.cfg.clock)
 			p.tick(now, max(1, now-last))
@@ -68,7 +68,10 @@ func (p *Leases) refill() {
 // quarter of this instance's share of the rule (its Limit over 4 x the instances, per
 // Period), two requests at least. A lease costs the next store a call to lend it, its
 // refills, and one when it ends; the quieter keys are decided on trust, their charges
-// riding the calls of the others'.
+// riding the calls of the others'. Its first loan goes out at once for a key asked four
+// times that, or that memory missed twice; else at the refiller's next look, with the
+// others' (or at its next request): a key that turns busy by chance, then quiet again,
+// costs no call of its own.
 func (p *Leases) busy(e *entry, n, now int64, missed bool) {
 	if e.leased.Load() {
 		return
@@ -90,7 +93,9 @@ func (p *Leases) busy(e *entry, n, now int64, missed bool) {
 		e.seed.Store(math.Float64bits(rate))
 		e.low.Store(p.low(rate))
 		p.leased.add(e)
-		p.ask(e)
+		if misses >= 2 || float64(asked) >= 4*enough { // else the refiller's next look lends it, with the others'
+			p.ask(e)
+		}
 	}
 }
 
@@ -154,6 +159,22 @@ func (p *Leases) tick(now, elapsed int64) {
 		}
 	}
 	p.lend(refills, drops)
+}
+
+// dueSoon adds to batch, a refill about to go out, the dry keys whose next refill is
+// due within half a refill interval's look: they ride along, and their refills come
+// together, not one call each.
+func (p *Leases) dueSoon(batch []*entry) []*entry {
+	now, early := clock.UnixNano(p.cfg.clock), int64(p.cfg.refill/ticks/2)
+	p.leased.each(func(e *entry) {
+		if len(batch) >= maxRefill {
+			return
+		}
+		if t := e.terms.Load(); t.dry && now >= t.denied-early && !e.ended.Load() && e.asking.CompareAndSwap(false, true) {
+			batch = append(batch, e)
+		}
+	})
+	return batch
 }
 
 // sizes are how many events e should hold after a refill, and below how many it asks
