@@ -47,8 +47,9 @@ import (
 // (a denial, a debt, a lease that lent less than asked waits for its pace or its next
 // refill); else on trust, while fewer than WithTrust events of the key are admitted and
 // not yet charged here; else on the next store (the exact path), as without Leases. A key
-// asked more than its trust serves is leased: the lease's first loan goes out at once,
-// coalesced with every other key's, and its refills are asked for before it runs out. A
+// asked more than its trust serves is leased: the lease's first loan goes out at its next
+// request (at once for a key asked well beyond that), coalesced with every other key's,
+// and its refills are asked for before it runs out. A
 // lease holds about the instance's demand over a refill interval (WithRefill) and a round
 // trip, never more than the key has left divided by the instances (WithInstanceCount),
 // and is renewed at least once a refill interval; what it does not need goes back.
