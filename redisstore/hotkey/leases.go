@@ -102,6 +102,7 @@ type Leases struct {
 	rtt     atomic.Int64 // the round trip of a refill, nanoseconds, a moving average
 	charges charges      // the admissions on trust and the debits, waiting to be charged together
 	pending sync.Map     // *ratelimit.Receipt -> chan struct{}: a take on trust with a receipt, closed once charged
+	paid    sync.Map     // *ratelimit.Receipt -> int64: what a lease paid of a settlement whose rest failed
 
 	stop     chan struct{} // closed by Close
 	done     chan struct{} // closed when the refiller has given back what it held
@@ -572,10 +573,14 @@ func (p *Leases) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.
 // there: the others find theirs gone at their next refill, within a refill interval, and
 // drop what they hold.
 func (p *Leases) reset(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	// the charges of what was admitted before the reset land before it, not on the
+	// restored key
 	if e := p.leased.get(req.Spec, req.Key); e != nil {
+		p.settled(ctx, e)
 		p.drop(e)
 	}
 	if e := p.entries.get(algKey{req.Spec.Algorithm, req.Spec.Namespace, req.Key}); e != nil {
+		p.settled(ctx, e)
 		p.drop(e)
 	}
 	// the loans revoked first: a refill between a reset and its revoke would take from
@@ -627,17 +632,30 @@ func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.O
 // the rest to the next store: with the charges on trust when this instance knows it
 // leaves the key something, at once when it may leave it in debt (whose answer then
 // denies the key from memory) or names a take's receipt. A settlement tried again
-// (Spec.Retry) goes to the next store whole, which applies it once.
+// (Spec.Retry) goes to the next store, which applies it once, less what the lease paid
+// of its first attempt.
 func (p *Leases) debit(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	now := clock.UnixNano(p.cfg.clock)
 	e := p.lookup(req.Spec, req.Key, now)
+	if req.Spec.Retry && req.Receipt != nil { // what the lease paid of its first attempt stays paid
+		if paid, ok := p.paid.Load(req.Receipt); ok {
+			req.N -= paid.(int64)
+		}
+		o, err := p.exactDebit(ctx, e, req, now)
+		if err == nil {
+			p.paid.Delete(req.Receipt)
+		}
+		return o, err
+	}
 	if e == nil || req.Spec.Retry || req.Spec.Reserve != 0 || req.Receipt != nil && req.Receipt.At == 0 {
 		return p.exactDebit(ctx, e, req, now)
 	}
 	e.demand.Add(req.N) // what the key's costs spend, the lease holds next
 	t := e.terms.Load()
+	var paid int64
 	if now < t.until && !t.owes {
-		req.N -= e.giveOut(req.N)
+		paid = e.giveOut(req.N)
+		req.N -= paid
 		if req.N == 0 { // all of it from the lease: the answer is a peek of 1 on what is left
 			held := e.tokens.Load()
 			return ratelimit.Args{Limit: e.limit}.Outcome(held >= 1, min(e.limit, t.remaining+max(0, held-1)), 0, t.resetIn(now)), nil
@@ -649,7 +667,11 @@ func (p *Leases) debit(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 		left = t.remaining - e.pending.Load()
 	}
 	if req.Receipt != nil || now < t.denied || left-req.N < 1 { // a settlement, or a debt for all it knows: at once
-		return p.exactDebit(ctx, e, req, now)
+		o, err := p.exactDebit(ctx, e, req, now)
+		if err != nil && req.Receipt != nil && paid > 0 { // its retry charges the rest alone
+			p.paid.Store(req.Receipt, paid)
+		}
+		return o, err
 	}
 	e.publish(func(t *terms) { t.remaining -= req.N })
 	p.chargeDebit(e, req)

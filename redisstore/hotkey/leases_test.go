@@ -2,6 +2,7 @@ package hotkey_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -1345,4 +1346,133 @@ func TestLeasesComeBack(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestLeasesSmallBurstAtItsRule: a bucket of 500 a second holding 100 (it fills in
+// 200ms, less than a refill interval's look) asked 4,000 a second on each of four
+// instances is admitted its rule: refilled at the looks alone, what it accrued past its
+// burst between them was lost (2,838 of 5,100).
+func TestLeasesSmallBurstAtItsRule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := localstore.New()
+		rule := ratelimit.Rule{Limit: 500, Period: time.Second, Burst: 100}
+		ctx := context.Background()
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		var ps []*hotkey.Leases
+		for range 4 {
+			p, err := hotkey.NewLeases(shared, hotkey.WithInstanceCount(func() int { return 4 }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+			l, _ := tokenbucket.New(p, rule, ratelimit.WithNamespace("small"))
+			for range 2 {
+				wg.Go(func() {
+					for range 20_000 {
+						if d, err := l.Allow(ctx, "k"); err == nil && d.Allowed {
+							admitted.Add(1)
+						}
+						time.Sleep(500 * time.Microsecond)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		for _, p := range ps {
+			if err := p.Close(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+		if got, rule := admitted.Load(), int64(100+5000); got < rule*97/100 || got > rule+4 {
+			t.Errorf("admitted %d in 10s; want the rule's %d (at least 97%%, at most 4 over: the instances' trust)", got, rule)
+		}
+	})
+}
+
+// failDebits fails the next debits with a receipt (a settlement) before they land.
+type failDebits struct {
+	*localstore.Store
+	fail atomic.Int64
+}
+
+func (f *failDebits) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	if req.Spec.Op == "debit" && req.Receipt != nil && f.fail.Add(-1) >= 0 {
+		return ratelimit.Outcome{}, ratelimit.ErrUnavailable
+	}
+	return f.Store.Apply(ctx, req)
+}
+
+// TestLeasesSettlementRetried: a charge from a lease settled above its cost, whose lease
+// pays part and whose rest fails at the next store, then settled again as Settle asks:
+// the key is charged the cost once (the retry charged the lease's part a second time).
+func TestLeasesSettlementRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := &failDebits{Store: localstore.New()}
+		rule := ratelimit.PerHour(1_000_000)
+		p, err := hotkey.NewLeases(shared)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _ := fixedwindow.New(p, rule, ratelimit.WithNamespace("retry"))
+		ctx := context.Background()
+		var want int64
+		for range 2000 { // leased
+			if d, _ := l.Allow(ctx, "k"); d.Allowed {
+				want++
+			}
+			time.Sleep(time.Millisecond)
+		}
+		c, _, err := l.Charge(ctx, "k", 10)
+		if err != nil || c == nil {
+			t.Fatal(err)
+		}
+		shared.fail.Store(1)
+		if _, err := c.Settle(ctx, 5000); !errors.Is(err, ratelimit.ErrUnavailable) {
+			t.Fatalf("the first settlement: %v; want ErrUnavailable", err)
+		}
+		if _, err := c.Settle(ctx, 5000); err != nil {
+			t.Fatal(err)
+		}
+		want += 5000
+		if err := p.Close(ctx); err != nil {
+			t.Error(err)
+		}
+		peek := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "retry", Rule: rule, Op: "peek"}
+		o, err := shared.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: peek})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if used := rule.Limit - o.Remaining - 1; used != want {
+			t.Errorf("counted %d; want %d", used, want)
+		}
+	})
+}
+
+// TestLeasesResetAfterTrust: a key's request admitted on trust, then the key reset at
+// once: the charge lands before the reset, and the restored key is full.
+func TestLeasesResetAfterTrust(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := localstore.New()
+		p, err := hotkey.NewLeases(shared)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rule := ratelimit.PerHour(100)
+		l, _ := fixedwindow.New(p, rule, ratelimit.WithNamespace("trust"))
+		ctx := context.Background()
+		if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed || p.Stats().Trusted != 1 {
+			t.Fatalf("%+v, %v, %+v; want admitted on trust", d, err, p.Stats())
+		}
+		if err := l.Reset(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Close(ctx); err != nil {
+			t.Error(err)
+		}
+		peek := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "trust", Rule: rule, Op: "peek"}
+		if o, err := shared.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: peek}); err != nil || o.Remaining != 99 {
+			t.Errorf("after the reset: %+v, %v; want the key full, 99 left after a peek's one", o, err)
+		}
+	})
 }

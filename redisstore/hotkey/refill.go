@@ -165,12 +165,12 @@ func (p *Leases) tick(now, elapsed int64) {
 // due within half a refill interval's look: they ride along, and their refills come
 // together, not one call each.
 func (p *Leases) dueSoon(batch []*entry) []*entry {
-	now, early := clock.UnixNano(p.cfg.clock), int64(p.cfg.refill/ticks/2)
+	now := clock.UnixNano(p.cfg.clock)
 	p.leased.each(func(e *entry) {
 		if len(batch) >= maxRefill {
 			return
 		}
-		if t := e.terms.Load(); t.dry && now >= t.denied-early && !e.ended.Load() && e.asking.CompareAndSwap(false, true) {
+		if t := e.terms.Load(); t.dry && now >= t.denied-p.dryEvery(e)/2 && !e.ended.Load() && e.asking.CompareAndSwap(false, true) {
 			batch = append(batch, e)
 		}
 	})
@@ -277,7 +277,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 			if !got[i].Kept && e.out > 0 {
 				p.stats.revoked.Add(1)
 			}
-			e.lent(got[i], gives[i], loans[i].Want, sent, now, int64(p.cfg.refill/ticks), p.cfg.refill)
+			e.lent(got[i], gives[i], loans[i].Want, sent, now, p.dryEvery(e), p.cfg.refill)
 		}
 	}
 	for _, e := range refills {
@@ -362,6 +362,24 @@ func (p *Leases) settle(now int64) {
 	for i, e := range es {
 		e.out = got[i].Out
 	}
+}
+
+// dryEvery is how often a dry key (one at its rule) is refilled, in nanoseconds: at the
+// refiller's looks, or twice in the time its key fills from empty when that is shorter
+// (a bucket of 500 a second holding 100 fills in 200ms, and what it accrues beyond its
+// burst between refills would be lost), every 10ms at most.
+func (p *Leases) dryEvery(e *entry) int64 {
+	every := int64(p.cfg.refill / ticks)
+	r := e.spec.Rule
+	if r.Limit <= 0 || r.Period <= 0 {
+		return every
+	}
+	burst := r.Burst
+	if burst <= 0 {
+		burst = r.Limit
+	}
+	fill := float64(burst) * float64(r.Period) / float64(r.Limit)
+	return max(min(every, int64(fill/2)), int64(10*time.Millisecond))
 }
 
 // accrues is what e's key accrues under its rule in a refill interval, at least one event.
