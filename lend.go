@@ -55,6 +55,11 @@ type Loan struct {
 	Seq int64
 	Out int64
 
+	// Receipt, when not nil on a loan to a holder, is written as a take's (see
+	// Request.Receipt) when the loan lends: a refund naming it gives the events the
+	// holder admitted from the loan back to the key, once the holder's record has ended.
+	Receipt *Receipt
+
 	// Want is how many events to borrow now (0 to only give back, or renew the loan):
 	// the store lends at most what the key has left divided by Share, and by the holders
 	// on record with events out, whichever is more; but one event when that is none, so

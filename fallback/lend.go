@@ -92,9 +92,23 @@ func (s *Store) lendHeld(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 	if b := s.BreakerState(); b != Closed && decides {
 		return nil, fmt.Errorf("fallback: the primary is unavailable (the breaker is %v): %w", b, ratelimit.ErrUnavailable)
 	}
-	lent, err := l.Lend(ctx, loans)
+	sent, cloned := loans, false
+	for i, loan := range loans { // receipts of the primary's own, wrapped in the callers' as Apply's are
+		if loan.Receipt != nil {
+			if !cloned {
+				sent, cloned = append([]ratelimit.Loan(nil), loans...), true
+			}
+			sent[i].Receipt = &ratelimit.Receipt{}
+		}
+	}
+	lent, err := l.Lend(ctx, sent)
 	if err != nil && ctx.Err() == nil {
 		return nil, fmt.Errorf("fallback: the primary could not lend: %w: %v", ratelimit.ErrUnavailable, err)
+	}
+	for i, loan := range loans {
+		if err == nil && loan.Receipt != nil && sent[i].Receipt.At > 0 {
+			loan.Receipt.At, loan.Receipt.Via, loan.Receipt.Next = sent[i].Receipt.At, int64(Primary), sent[i].Receipt
+		}
 	}
 	if err == nil && s.policy == LocalShare { // what this instance may spend from memory is spent from its shares too
 		for i, loan := range loans {

@@ -94,11 +94,12 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 
 // loanCall is one loan as lend.lua receives it.
 type loanCall struct {
-	i     int // its place in the loans
-	alg   *ratelimit.Algorithm
-	limit int64
-	state string // the names of its state key and of its record
-	args  []any  // its arguments but its step's index (lend.lua), then its keys' names
+	i       int // its place in the loans
+	alg     *ratelimit.Algorithm
+	limit   int64
+	state   string             // the names of its state key and of its record
+	receipt *ratelimit.Receipt // the loan's, written when it lends
+	args    []any              // its arguments but its step's index (lend.lua), then its keys' names
 }
 
 // group is loans that go to one server together, in one of its lanes (see laneOf).
@@ -156,7 +157,7 @@ func (s *Store) encodeLoans(loans []ratelimit.Loan) ([]*loanCall, error) {
 		}
 		extra[lend.ArgState], extra[lend.ArgBook] = state, book
 		args := append(v[:], extra[:]...)
-		calls[i] = &loanCall{i: i, alg: alg, limit: a.Limit, state: state, args: args}
+		calls[i] = &loanCall{i: i, alg: alg, limit: a.Limit, state: state, args: args, receipt: l.Receipt}
 	}
 	return calls, nil
 }
@@ -261,27 +262,32 @@ func (s *Store) lendOn(ctx context.Context, g group, cluster bool, out []ratelim
 		return fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
 	}
 	for j, lc := range g.calls {
-		if out[lc.i], err = decodeLent(vals[lend.Reply*j:lend.Reply*(j+1)], lc.limit); err != nil {
+		var at int64
+		if out[lc.i], at, err = decodeLent(vals[lend.Reply*j:lend.Reply*(j+1)], lc.limit); err != nil {
 			return err
+		}
+		if lc.receipt != nil && at > 0 {
+			lc.receipt.At = at
 		}
 	}
 	return nil
 }
 
-// decodeLent is one loan's reply: a step's five values, then lent, for (us), kept and out.
-func decodeLent(vals []any, limit int64) (ratelimit.Lent, error) {
+// decodeLent is one loan's reply: a step's five values, then lent, for (us), kept, out,
+// and the instant of its take (0: none).
+func decodeLent(vals []any, limit int64) (ratelimit.Lent, int64, error) {
 	o, err := decodeVals(vals[:5], limit)
 	if err != nil {
-		return ratelimit.Lent{}, err
+		return ratelimit.Lent{}, 0, err
 	}
-	var n [4]int64
+	var n [5]int64
 	for i, v := range vals[5:] {
 		var ok bool
 		if n[i], ok = v.(int64); !ok || n[i] < 0 {
-			return ratelimit.Lent{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
+			return ratelimit.Lent{}, 0, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
 		}
 	}
-	return ratelimit.Lent{Outcome: o, N: n[0], For: time.Duration(n[1]) * time.Microsecond, Kept: n[2] == 1, Out: n[3]}, nil
+	return ratelimit.Lent{Outcome: o, N: n[0], For: time.Duration(n[1]) * time.Microsecond, Kept: n[2] == 1, Out: n[3]}, n[4], nil
 }
 
 func boolIndex(b bool) int {

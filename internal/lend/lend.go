@@ -47,8 +47,8 @@ func Check(l ratelimit.Loan) error {
 			l.Want, l.Spec.Algorithm.Name, int64(mathx.MaxExact))
 	case l.Spec.Op != "" && l.Spec.Op != "debit" || l.Spec.Reserve != 0 && l.Holder != 0:
 		return fmt.Errorf("ratelimit: a loan of %s with an op %q, or a reserve and a holder", l.Spec.Algorithm.Name, l.Spec.Op)
-	case l.Holder == 0 && (l.Give != 0 || l.Revoke || l.Seq != 0 || l.Out != 0):
-		return errors.New("ratelimit: a partial take (a loan without a holder) that gives back, revokes or is numbered")
+	case l.Holder == 0 && (l.Give != 0 || l.Revoke || l.Seq != 0 || l.Out != 0 || l.Receipt != nil):
+		return errors.New("ratelimit: a partial take (a loan without a holder) that gives back, revokes, is numbered or asks a receipt")
 	case l.Give < 0 || l.Want < 0 || l.Share < 0 || l.TTL < 0 || l.Seq < 0 || l.Out < 0 ||
 		max(l.Give, l.Want, l.Share, l.Seq, l.Out) > mathx.MaxExact || l.TTL > MaxTTL:
 		return fmt.Errorf("ratelimit: a loan giving %d, wanting %d of %d shares, for %v, numbered %d with %d out: want 0 to %d, for %v at most",
@@ -117,6 +117,9 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 	mine.Back = min(mine.Back+lent, mine.Out)
 	if lent > 0 || !kept {
 		mine.Since = st.Time // the loan's instant, after all the key has seen before it
+	}
+	if lent > 0 && l.Receipt != nil {
+		l.Receipt.At = mine.Since
 	}
 	mine.Seq = max(mine.Seq, l.Seq)
 	var until int64

@@ -9,8 +9,9 @@
 -- "out:until:limit:period:back:since:seq" (records written before seq: without it). The
 -- time, where a loan's is empty, is the one instant of Redis's clock the script reads.
 -- Per loan it returns the key's allowed, remaining, retry, reset and delay after the loan
--- (a take of what was lent, or a peek of one), then lent, for (us), kept (1 or 0) and
--- the events the holder's record holds out after it.
+-- (a take of what was lent, or a peek of one), then lent, for (us), kept (1 or 0), the
+-- events the holder's record holds out after it, and the instant of its take (0 when it
+-- lent nothing).
 local stride, clock, out, o = 24, nil, {}, 0
 if touchFirst then -- every key before any write, so that a key the node does not hold fails the script first
   for a = 1, #ARGV, stride do
@@ -62,8 +63,8 @@ for a = 1, #ARGV, stride do
     p[7] = PEEK
     local allowed, remaining, retry, reset, delay = step(keys, p)
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = allowed, remaining, retry, reset, delay
-    out[o + 6], out[o + 7], out[o + 8], out[o + 9] = 0, mine > 0 and muntil - now or 0, 1, mine
-    o = o + 9
+    out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = 0, mine > 0 and muntil - now or 0, 1, mine, 0
+    o = o + 10
   else
     if kept then
       if back > 0 then -- what the key would still hold of the events out, as of since
@@ -132,8 +133,8 @@ for a = 1, #ARGV, stride do
     end
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = allowed, remaining, retry, reset, delay
     if partial or mine <= 0 then mine = 0 end
-    out[o + 6], out[o + 7], out[o + 8], out[o + 9] = lent, ends - now, kept and 1 or 0, mine
-    o = o + 9
+    out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = lent, ends - now, kept and 1 or 0, mine, lent > 0 and since or 0
+    o = o + 10
   end
 end
 return out

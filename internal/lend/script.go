@@ -37,5 +37,5 @@ const (
 )
 
 // Reply is how many values lend.lua returns per loan: the five of a step's Outcome, then
-// lent, for (microseconds), kept (1 or 0) and out.
-const Reply = 9
+// lent, for (microseconds), kept (1 or 0), out, and the instant of its take (0: none).
+const Reply = 10

@@ -73,7 +73,8 @@ import (
 // next store with the charges on trust (at once, when this instance knows it leaves the
 // key in debt, or names a take's receipt); a key in debt is denied from memory until it
 // has repaid, on every instance within a refill interval. A refund goes back to the lease
-// that made its take while it holds it, or to the next store as its receipt says. A
+// that made its take while it holds it; once that lease ended, to the next store as of
+// the lease's first loan; or to the next store as its receipt says. A
 // reset drops this instance's entry of the key at once, and every other instance's lease
 // at its next refill: the key is restored everywhere within a refill interval and a quarter. A request
 // under another rule than its key's entry (a rule change) ends that entry, and the other
@@ -313,8 +314,8 @@ func (p *Leases) trusts(e *entry, t *terms, n int64) bool {
 func (p *Leases) admitted(ctx context.Context, e *entry, req ratelimit.Request, how int, now int64) {
 	switch how {
 	case fromLease:
-		if r := req.Receipt; r != nil { // given back to the lease
-			r.At, r.Via, r.Next = max(1, now/1000), e.id, nil
+		if r := req.Receipt; r != nil { // given back to the lease, or once it ended, to the next store as of its first loan
+			r.At, r.Via, r.Next = max(1, now/1000), e.id, e.began.Load()
 		}
 		p.busy(e, req.N, now, false)
 	case onTrust:
@@ -592,9 +593,9 @@ func (p *Leases) reset(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 }
 
 // refund gives a take's events back where its receipt says they came from: to this
-// instance's lease that lent them, while it holds them still (a lease that ended spent
-// them, and nothing comes back), or to the next store, as its receipt there says (a take
-// on trust once its charge has landed, a take of the exact path). The answer is a peek
+// instance's lease that lent them, while it holds them still; once it ended, to the next
+// store as of the lease's first loan; or to the next store, as its receipt there says (a
+// take on trust once its charge has landed, a take of the exact path). The answer is a peek
 // of 1: the lease's, or the next store's.
 func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	r := req.Receipt
@@ -623,7 +624,14 @@ func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.O
 		held := e.tokens.Load()
 		return ratelimit.Args{Limit: e.limit}.Outcome(held >= 1, min(e.limit, t.remaining+max(0, held-1)), 0, t.resetIn(now)), nil
 	}
-	req.N, req.Receipt, req.Spec = 1, nil, core.WithOp(req.Spec, "peek") // its lease spent it: nothing comes back
+	if r.Via != 0 && r.Next != nil {
+		// the lease ended, or its record did (what it held then was spent, or given
+		// back): the events were counted at the next store since the entry's first loan,
+		// and go back there as a take of then would (no more than the key would hold)
+		req.Receipt = r.Next
+		return p.next.Apply(ctx, req)
+	}
+	req.N, req.Receipt, req.Spec = 1, nil, core.WithOp(req.Spec, "peek") // taken where nothing records it: nothing comes back
 	return p.next.Apply(ctx, req)
 }
 

@@ -1476,3 +1476,61 @@ func TestLeasesResetAfterTrust(t *testing.T) {
 		}
 	})
 }
+
+// TestLeasesRefundAfterTheLeaseEnded: charges taken from a key's lease are settled at no
+// cost after the key went quiet for up to 10s (its lease ended, and its record): every
+// charge comes back, as on the store alone (a refund of a lease that had ended gave
+// nothing back: 995 of 1,000 events lost), over the store and over the fallback.
+func TestLeasesRefundAfterTheLeaseEnded(t *testing.T) {
+	for _, overFallback := range []bool{false, true} {
+		for _, gap := range []time.Duration{0, 1500 * time.Millisecond, 3 * time.Second, 10 * time.Second} {
+			t.Run(fmt.Sprintf("fallback %v, %v quiet", overFallback, gap), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					shared := localstore.New()
+					var next ratelimit.Store = shared
+					if overFallback {
+						next = fallback.New(shared, localstore.New(), fallback.WithTimeout(time.Second))
+					}
+					p, err := hotkey.NewLeases(next)
+					if err != nil {
+						t.Fatal(err)
+					}
+					rule := ratelimit.PerHour(1_000_000)
+					l, _ := fixedwindow.New(p, rule, ratelimit.WithNamespace("late"))
+					ctx := context.Background()
+					var want int64
+					var parked []*ratelimit.Charge
+					for i := range 2000 {
+						if i%10 == 0 {
+							c, d, err := l.Charge(ctx, "k", 5)
+							if err != nil || !d.Allowed {
+								t.Fatal(d, err)
+							}
+							parked = append(parked, c)
+						} else if d, _ := l.Allow(ctx, "k"); d.Allowed {
+							want++
+						}
+						time.Sleep(time.Millisecond)
+					}
+					time.Sleep(gap)
+					for _, c := range parked {
+						if _, err := c.Settle(ctx, 0); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if err := p.Close(ctx); err != nil {
+						t.Error(err)
+					}
+					peek := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "late", Rule: rule, Op: "peek"}
+					o, err := shared.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: peek})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if used := rule.Limit - o.Remaining - 1; used != want {
+						t.Errorf("%d charges of 5 settled at 0: counted %d; want %d", len(parked), used, want)
+					}
+				})
+			})
+		}
+	}
+}

@@ -236,8 +236,12 @@ func (p *Leases) lend(refills, drops []*entry) {
 			sh, want = 1, min(want, int64(math.Ceil(2*e.accrues(p.cfg.refill))))
 		}
 		p.seq++
+		var rc *ratelimit.Receipt
+		if e.began.Load() == nil && want > 0 {
+			rc = &ratelimit.Receipt{}
+		}
 		loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: e.holder, Give: gives[i],
-			Want: want, Share: sh, TTL: p.cfg.ttl, Seq: p.seq, Out: e.out})
+			Want: want, Share: sh, TTL: p.cfg.ttl, Seq: p.seq, Out: e.out, Receipt: rc})
 	}
 	dropGives := make([]int64, len(drops))
 	for i, e := range drops {
@@ -276,6 +280,9 @@ func (p *Leases) lend(refills, drops []*entry) {
 		for i, e := range refills {
 			if !got[i].Kept && e.out > 0 {
 				p.stats.revoked.Add(1)
+			}
+			if rc := loans[i].Receipt; rc != nil && rc.At > 0 {
+				e.began.CompareAndSwap(nil, rc)
 			}
 			e.lent(got[i], gives[i], loans[i].Want, sent, now, p.dryEvery(e), p.cfg.refill)
 		}

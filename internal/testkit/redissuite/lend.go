@@ -66,12 +66,25 @@ func LendParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, ste
 			}
 		}
 		var got [2][]ratelimit.Lent
+		var receipts [2][]*ratelimit.Receipt // a holder's loan asks one now and then
+		asks := rng.IntN(2) == 0
 		for s, store := range stores {
-			if got[s], err = store.(ratelimit.Lender).Lend(context.Background(), loans); err != nil {
+			sent := append([]ratelimit.Loan(nil), loans...)
+			receipts[s] = make([]*ratelimit.Receipt, len(sent))
+			for j := range sent {
+				if asks && sent[j].Holder != 0 {
+					receipts[s][j] = &ratelimit.Receipt{}
+					sent[j].Receipt = receipts[s][j]
+				}
+			}
+			if got[s], err = store.(ratelimit.Lender).Lend(context.Background(), sent); err != nil {
 				t.Fatalf("step %d, store %d: %v", i, s, err)
 			}
 		}
 		for j, l := range loans {
+			if r0, r1 := receipts[0][j], receipts[1][j]; r0 != nil && *r0 != *r1 {
+				t.Fatalf("step %d, loan %d: receipts %+v and %+v", i, j, *r0, *r1)
+			}
 			if got[0][j] != got[1][j] {
 				t.Fatalf("step %d, loan %d (%s %s holder %d give %d want %d share %d ttl %v revoke %v seq %d out %d) at %v:\n localstore %+v\n     redis %+v",
 					i, j, l.Spec.Algorithm.Name, l.Key, l.Holder, l.Give, l.Want, l.Share, l.TTL, l.Revoke, l.Seq, l.Out,
