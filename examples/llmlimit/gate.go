@@ -259,11 +259,14 @@ func MeterResponse(resp *http.Response) error {
 			}
 		})
 		resp.Body = m
-		if x.asked && encoding == "" { // shorter than the upstream's: its length goes
+		if x.asked && encoding == "" { // shorter than the upstream's
 			resp.Body = newUsageDropper(m)
-			resp.Header.Del("Content-Length")
-			resp.ContentLength = -1
 		}
+		// Without a length, the answer ends with the proxy's handler, after the Middleware
+		// charged it (and its trailer can be sent): a client that has it whole is decided
+		// on what it cost. With the upstream's length, it had the last byte first.
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
 	case "application/json": // read whole, for the tokens in a header
 		m := NewMeter(resp.Body, resp.Header.Get("Content-Encoding"), false, x.Request.Input, x.Settle)
 		body, err := io.ReadAll(io.LimitReader(m, maxBody+1))
