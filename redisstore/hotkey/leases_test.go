@@ -1534,3 +1534,87 @@ func TestLeasesRefundAfterTheLeaseEnded(t *testing.T) {
 		}
 	}
 }
+
+// TestLeasesRefundInALaterWindow: charges taken from a lease in a key's second window,
+// settled at no cost in that window once the lease ended: every one comes back, as on
+// the store alone (refunded as of the lease's first loan, in the first window, they gave
+// back nothing).
+func TestLeasesRefundInALaterWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := localstore.New()
+		p, err := hotkey.NewLeases(shared)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rule := ratelimit.Rule{Limit: 1_000_000, Period: 10 * time.Second}
+		l, _ := fixedwindow.New(p, rule, ratelimit.WithNamespace("windows"))
+		ctx := context.Background()
+		start := time.Now().Truncate(10 * time.Second)
+		var admitted int64
+		var parked []*ratelimit.Charge
+		for i := 0; time.Since(start) < 12*time.Second; i++ {
+			if time.Since(start) > 11*time.Second && i%10 == 0 {
+				c, d, err := l.Charge(ctx, "k", 5)
+				if err != nil || !d.Allowed {
+					t.Fatal(d, err)
+				}
+				parked = append(parked, c)
+			} else if d, _ := l.Allow(ctx, "k"); d.Allowed && time.Since(start) >= 10*time.Second {
+				admitted++
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		time.Sleep(4 * time.Second) // the lease ends, and its record; still the second window
+		for _, c := range parked {
+			if _, err := c.Settle(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.Close(ctx); err != nil {
+			t.Error(err)
+		}
+		peek := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "windows", Rule: rule, Op: "peek"}
+		o, err := shared.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: peek})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if used := rule.Limit - o.Remaining - 1; used != admitted {
+			t.Errorf("the second window counts %d; want the %d admitted in it, the %d charges given back", used, admitted, len(parked))
+		}
+	})
+}
+
+// TestLeasesResetAfterABurst: a burst of requests makes a key busy, and the key is reset
+// at once, while its first loan waits to go out: the restored key stays full (the loan,
+// sent after the reset, lent to an entry that had ended: 67 events lost until its record
+// ended).
+func TestLeasesResetAfterABurst(t *testing.T) {
+	for _, n := range []int{5, 20, 50} {
+		t.Run(fmt.Sprint(n, " requests"), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				shared := localstore.New()
+				p, err := hotkey.NewLeases(shared)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rule := ratelimit.PerHour(1_000_000)
+				l, _ := fixedwindow.New(p, rule, ratelimit.WithNamespace("burst"))
+				ctx := context.Background()
+				for range n {
+					l.Allow(ctx, "k")
+				}
+				if err := l.Reset(ctx, "k"); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(3 * time.Second)
+				if err := p.Close(ctx); err != nil {
+					t.Error(err)
+				}
+				peek := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "burst", Rule: rule, Op: "peek"}
+				if o, err := shared.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: peek}); err != nil || o.Remaining != rule.Limit-1 {
+					t.Errorf("after the reset: %+v, %v; want the key full", o, err)
+				}
+			})
+		})
+	}
+}

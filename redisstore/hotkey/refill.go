@@ -194,6 +194,15 @@ func (p *Leases) low(rate float64) int64 {
 // lend asks the next store for what refills need, and gives back what drops hold
 // (ending them), in one call.
 func (p *Leases) lend(refills, drops []*entry) {
+	live := refills[:0:0] // an entry that ended since it asked (a reset, a rule change) wants nothing
+	for _, e := range refills {
+		if e.ended.Load() {
+			e.asking.Store(false)
+			continue
+		}
+		live = append(live, e)
+	}
+	refills = live
 	if len(refills)+len(drops) == 0 {
 		return
 	}
@@ -237,7 +246,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 		}
 		p.seq++
 		var rc *ratelimit.Receipt
-		if e.began.Load() == nil && want > 0 {
+		if want > 0 { // the receipt of a record's first loan, for the refunds of its takes (see lent)
 			rc = &ratelimit.Receipt{}
 		}
 		loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: e.holder, Give: gives[i],
@@ -269,6 +278,12 @@ func (p *Leases) lend(refills, drops []*entry) {
 			e.publish(func(t *terms) { t.dry, t.owes, t.denied = false, false, 0 })
 		}
 		ends := clock.UnixNano(p.cfg.clock) + int64(p.cfg.ttl) // a lost loan renewed the record no later
+		for _, e := range refills {
+			if e.ended.Load() { // it ended during the call: no loan of its own will settle it
+				e.recordEnds = ends
+				p.unsettled = append(p.unsettled, e)
+			}
+		}
 		for i, e := range drops {
 			e.out -= dropGives[i]
 			e.recordEnds = ends
@@ -281,8 +296,16 @@ func (p *Leases) lend(refills, drops []*entry) {
 			if !got[i].Kept && e.out > 0 {
 				p.stats.revoked.Add(1)
 			}
-			if rc := loans[i].Receipt; rc != nil && rc.At > 0 {
-				e.began.CompareAndSwap(nil, rc)
+			if rc := loans[i].Receipt; rc != nil && rc.At > 0 && (!got[i].Kept || e.began.Load() == nil) {
+				// the takes from now on are of this record's loans (a new record's, in a
+				// window's the window's): refunded as of its first
+				e.began.Store(rc)
+			}
+			if e.ended.Load() { // it ended during the call (a reset, a rule change): what was lent goes back
+				e.out = got[i].Out - got[i].N
+				e.recordEnds = now + int64(p.cfg.ttl)
+				p.unsettled = append(p.unsettled, e)
+				continue
 			}
 			e.lent(got[i], gives[i], loans[i].Want, sent, now, p.dryEvery(e), p.cfg.refill)
 		}
