@@ -17,7 +17,8 @@ var _ ratelimit.Lender = (*Store)(nil)
 // as ctx allows (a refill, not a decision: no timeout of the store's applies), and never
 // fall back to the secondary: the events lent are the primary's, which every instance
 // shares, while the secondary's shares are this instance's alone. Loans that only give
-// back are sent while the breaker is open too. When the primary
+// back are sent while the breaker is open too. A loan's Receipt holds the primary's, as
+// a take's does (see Apply). When the primary
 // cannot lend (the breaker is open, it fails, or it is no Lender), they fail with an
 // error wrapping ratelimit.ErrUnavailable: the holders' leases then run out by
 // themselves, and their requests are decided here, on the shares. With the LocalShare
@@ -106,7 +107,7 @@ func (s *Store) lendHeld(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 		return nil, fmt.Errorf("fallback: the primary could not lend: %w: %v", ratelimit.ErrUnavailable, err)
 	}
 	for i, loan := range loans {
-		if err == nil && loan.Receipt != nil && sent[i].Receipt.At > 0 {
+		if loan.Receipt != nil && err == nil && sent[i].Receipt.At > 0 {
 			loan.Receipt.At, loan.Receipt.Via, loan.Receipt.Next = sent[i].Receipt.At, int64(Primary), sent[i].Receipt
 		}
 	}

@@ -27,8 +27,9 @@ type entry struct {
 	args   ratelimit.Args // the rule's, of one event: a rule its algorithm reads the same is the same
 	id     int64          // names its lease in the receipts of its takes (Receipt.Via), never 0
 	holder int64          // names its records at the next store (Loan.Holder): its own, never an earlier entry's
-	// the receipt of its first loan that lent (the next store's): a refund of a take from
-	// its lease after the lease ended goes there, as of that loan
+	// the next store's receipt of the first loan that lent of its current record (a new
+	// record's, a window's): a refund of a take from its lease after the lease ended goes
+	// there, as of that loan
 	began atomic.Pointer[ratelimit.Receipt]
 
 	tokens  atomic.Int64          // events held on loan: taken from the key, not yet admitted

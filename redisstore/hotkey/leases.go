@@ -39,8 +39,8 @@ import (
 // asked beyond its rule is admitted its rule. A refill or a give-back whose answer is
 // lost (a timeout; it landed or not, or lands late) loses nothing either: each loan is
 // numbered and says what the instance counts out (ratelimit.Loan.Seq), so the key's next
-// one settles it. A key that ended is sent one at each look until it is answered, or
-// its record ends.
+// one settles it. An ended key's give-back is sent again at each look until it is
+// answered, or its record ends.
 //
 // How a request is decided: from the events this instance holds on loan of its key (a
 // lease), when it holds enough; denied from memory while the key is known to have none
@@ -74,7 +74,7 @@ import (
 // key in debt, or names a take's receipt); a key in debt is denied from memory until it
 // has repaid, on every instance within a refill interval. A refund goes back to the lease
 // that made its take while it holds it; once that lease ended, to the next store as of
-// the lease's first loan; or to the next store as its receipt says. A
+// the first loan of the lease's record; or to the next store as its receipt says. A
 // reset drops this instance's entry of the key at once, and every other instance's lease
 // at its next refill: the key is restored everywhere within a refill interval and a quarter. A request
 // under another rule than its key's entry (a rule change) ends that entry, and the other
@@ -91,7 +91,7 @@ type Leases struct {
 	next   ratelimit.Store
 	lender ratelimit.Lender
 	cfg    leaseConfig
-	holder int64 // names this instance at the next store: each entry's records, its holder and an entry's number
+	holder int64 // names this instance at the next store; each entry's holder is it and the entry's number
 	seq    int64 // the refiller's: the latest Loan.Seq it sent
 	// the refiller's: entries that ended but whose last give-back went unanswered, sent
 	// again (a numbered loan settles it) until one is answered or their records end
@@ -314,7 +314,7 @@ func (p *Leases) trusts(e *entry, t *terms, n int64) bool {
 func (p *Leases) admitted(ctx context.Context, e *entry, req ratelimit.Request, how int, now int64) {
 	switch how {
 	case fromLease:
-		if r := req.Receipt; r != nil { // given back to the lease, or once it ended, to the next store as of its first loan
+		if r := req.Receipt; r != nil { // given back to the lease, or once it ended, to the next store as of its record's first loan
 			r.At, r.Via, r.Next = max(1, now/1000), e.id, e.began.Load()
 		}
 		p.busy(e, req.N, now, false)
@@ -342,8 +342,9 @@ func keepOf(sp *ratelimit.Spec, limit int64) int64 {
 
 // lookup is the entry of key under sp's rule, made if it has none (nil when the table is
 // full, or sp's rule is one it cannot count). An entry of the key under another rule
-// (one its algorithm reads otherwise) ends: the instance decides under the new rule from now on, and the old lease's events
-// are spent by no one (giving them back would step the key's state under the old rule).
+// (one its algorithm reads otherwise) ends: the instance decides under the new rule from
+// now on, and the old lease's events are spent by no one (giving them back would step
+// the key's state under the old rule).
 // The other instances' leases of the old rule end at their next refill, which finds their
 // records dropped by the new rule's loans.
 func (p *Leases) lookup(sp *ratelimit.Spec, key string, now int64) *entry {
@@ -594,7 +595,7 @@ func (p *Leases) reset(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 
 // refund gives a take's events back where its receipt says they came from: to this
 // instance's lease that lent them, while it holds them still; once it ended, to the next
-// store as of the lease's first loan; or to the next store, as its receipt there says (a
+// store as of the first loan of the lease's record; or to the next store, as its receipt there says (a
 // take on trust once its charge has landed, a take of the exact path). The answer is a peek
 // of 1: the lease's, or the next store's.
 func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
@@ -626,7 +627,7 @@ func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.O
 	}
 	if r.Via != 0 && r.Next != nil {
 		// the lease ended, or its record did (what it held then was spent, or given
-		// back): the events were counted at the next store since the entry's first loan,
+		// back): the events were counted at the next store since its record's first loan,
 		// and go back there as a take of then would (no more than the key would hold)
 		req.Receipt = r.Next
 		return p.next.Apply(ctx, req)

@@ -273,12 +273,10 @@ func (p *Leases) lend(refills, drops []*entry) {
 		p.stats.failed.Add(1)
 		// what was given back counted as given, and what was lent as not: the entry's next
 		// loan (numbered, and counting this out) settles either at the next store
+		ends := clock.UnixNano(p.cfg.clock) + int64(p.cfg.ttl) // a lost loan renewed the record no later
 		for i, e := range refills {
 			e.out -= gives[i]
 			e.publish(func(t *terms) { t.dry, t.owes, t.denied = false, false, 0 })
-		}
-		ends := clock.UnixNano(p.cfg.clock) + int64(p.cfg.ttl) // a lost loan renewed the record no later
-		for _, e := range refills {
 			if e.ended.Load() { // it ended during the call: no loan of its own will settle it
 				e.recordEnds = ends
 				p.unsettled = append(p.unsettled, e)
@@ -307,7 +305,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 				p.unsettled = append(p.unsettled, e)
 				continue
 			}
-			e.lent(got[i], gives[i], loans[i].Want, sent, now, p.dryEvery(e), p.cfg.refill)
+			e.lent(got[i], loans[i].Want, sent, now, p.dryEvery(e), p.cfg.refill)
 		}
 	}
 	for _, e := range refills {
@@ -321,7 +319,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 // short of a burst), is spent at an even pace until the next refill, at the refiller's
 // next look, an interval later, and what the lease lacks is denied from memory until
 // then. A key with more (a day's budget, a window's) is spent as it is asked.
-func (e *entry) lent(r ratelimit.Lent, give, want, sent, now, interval int64, refill time.Duration) {
+func (e *entry) lent(r ratelimit.Lent, want, sent, now, interval int64, refill time.Duration) {
 	e.lentAt, e.lentDemand = now, e.demand.Load()
 	dry := r.N < want && float64(r.Remaining+r.N) < e.accrues(refill)
 	e.out = r.Out
