@@ -1,6 +1,7 @@
 package hotkey
 
 import (
+	"context"
 	"maps"
 	"math"
 	"slices"
@@ -32,21 +33,22 @@ type entry struct {
 	// there, as of that loan
 	began atomic.Pointer[ratelimit.Receipt]
 
-	tokens  atomic.Int64          // events held on loan: taken from the key, not yet admitted
-	pending atomic.Int64          // events admitted on trust, their charge not yet answered
-	demand  atomic.Int64          // events asked of it, ever: the refiller's measure of its rate
-	terms   atomic.Pointer[terms] // never nil
-	low     atomic.Int64          // below this many held, a refill is asked for
-	asking  atomic.Bool           // a refill is queued or in flight
-	leased  atomic.Bool           // the refiller looks after it: it holds a lease, or asked for one
-	ended   atomic.Bool           // out of the table (a reset, a rule change, its lease given back): it decides nothing
-	window  atomic.Int64          // the start of the span its demand is counted in (UnixNano), for leasing it
-	asked   atomic.Int64          // and the events asked in it
-	calls   atomic.Int64          // and the requests that asked them
-	missed  atomic.Int64          // and its requests memory could not decide
-	probing atomic.Bool           // a probe of the key is queued or in flight
-	seed    atomic.Uint64         // the rate busy measured as it leased the key (float64 bits), for the refiller
-	seen    atomic.Int64          // its latest decision (UnixNano), for the table's prune
+	tokens  atomic.Int64           // events held on loan: taken from the key, not yet admitted
+	pending atomic.Int64           // events admitted on trust, their charge not yet answered
+	demand  atomic.Int64           // events asked of it, ever: the refiller's measure of its rate
+	terms   atomic.Pointer[terms]  // never nil
+	low     atomic.Int64           // below this many held, a refill is asked for
+	asking  atomic.Bool            // a refill is queued or in flight (see startAsk)
+	flight  atomic.Pointer[flight] // while asking: the refill, for decisions to wait on
+	leased  atomic.Bool            // the refiller looks after it: it holds a lease, or asked for one
+	ended   atomic.Bool            // out of the table (a reset, a rule change, its lease given back): it decides nothing
+	window  atomic.Int64           // the start of the span its demand is counted in (UnixNano), for leasing it
+	asked   atomic.Int64           // and the events asked in it
+	calls   atomic.Int64           // and the requests that asked them
+	missed  atomic.Int64           // and its requests memory could not decide
+	probing atomic.Bool            // a probe of the key is queued or in flight
+	seed    atomic.Uint64          // the rate busy measured as it leased the key (float64 bits), for the refiller
+	seen    atomic.Int64           // its latest decision (UnixNano), for the table's prune
 
 	mu      sync.Mutex // held to publish terms, to join or open charge, and for flights
 	charge  *charge    // the charge of its admissions on trust, queued and not sent; nil for none
@@ -60,6 +62,57 @@ type entry struct {
 	lentAt     int64 // the latest loan's answer (UnixNano)
 	lentDemand int64 // and demand then
 	recordEnds int64 // the latest its record at the next store may end (UnixNano), once a give-back of it went unanswered
+}
+
+// startAsk marks a refill of e queued at now, unless one is queued or in flight, and
+// reports whether it did. Until endAsk, a decision the lease cannot make may wait for
+// its answer (await).
+func (e *entry) startAsk(now int64) bool {
+	if !e.asking.CompareAndSwap(false, true) {
+		return false
+	}
+	e.flight.Store(&flight{at: now, done: make(chan struct{})})
+	return true
+}
+
+// endAsk marks e's refill answered (or dropped), and wakes the decisions waiting for it.
+func (e *entry) endAsk() {
+	f := e.flight.Swap(nil) // before asking is cleared: a next ask's flight is its own
+	e.asking.Store(false)
+	if f != nil {
+		close(f.done)
+	}
+}
+
+// await waits for e's refill in flight to be answered, until patience after it was
+// asked for (UnixNano), and reports whether it was: false when none was in flight, ctx
+// ended, or the time passed. A refill that stalls delays the decisions of its first
+// moments alone.
+func (e *entry) await(ctx context.Context, now int64, patience time.Duration) bool {
+	f := e.flight.Load()
+	if f == nil {
+		return false
+	}
+	wait := f.at + int64(patience) - now
+	if wait <= 0 {
+		return false
+	}
+	t := time.NewTimer(time.Duration(wait))
+	defer t.Stop()
+	select {
+	case <-f.done:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// flight is a refill of an entry, asked for at (UnixNano): done is closed once it is
+// answered.
+type flight struct {
+	at   int64
+	done chan struct{}
 }
 
 // terms is what the next store last said of a key, as one value that decisions read at
@@ -133,7 +186,7 @@ func (e *entry) fromLease(p *Leases, t *terms, n, keep, now int64) (o ratelimit.
 		return o, false
 	}
 	if left < e.low.Load() && now >= t.denied {
-		p.ask(e)
+		p.ask(e, now)
 	}
 	return ratelimit.Args{Limit: e.limit}.Outcome(true, min(e.limit, t.remaining+left), 0, t.resetIn(now)), true
 }

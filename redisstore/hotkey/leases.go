@@ -46,7 +46,10 @@ import (
 // lease), when it holds enough; denied from memory while the key is known to have none
 // (a denial, a debt, a lease that lent less than asked waits for its pace or its next
 // refill); else on trust, while fewer than WithTrust events of the key are admitted and
-// not yet charged here; else on the next store (the exact path), as without Leases. A key
+// not yet charged here; else on the next store (the exact path), as without Leases. While
+// the key's refill is on its way, such a request waits for it instead, up to three round
+// trips and 2ms after it was asked for (5ms at least): a key turning busy costs the next
+// store one loan, not a call per request until the loan lands. A key
 // asked more than its trust serves is leased: the lease's first loan goes out at its next
 // request (at once for a key asked well beyond that), coalesced with every other key's,
 // and its refills are asked for before it runs out. A
@@ -226,7 +229,12 @@ func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 	now := clock.UnixNano(p.cfg.clock)
 	e := p.lookup(sp, req.Key, now)
 	if e != nil {
-		if o, how, ok := p.fromMemory(e, req, now); ok {
+		o, how, ok := p.fromMemory(e, req, now, false)
+		if !ok && e.await(ctx, now, p.patience()) { // a refill was on its way: decide on what it lent
+			now = clock.UnixNano(p.cfg.clock)
+			o, how, ok = p.fromMemory(e, req, now, true)
+		}
+		if ok {
 			p.stats.local.Add(1)
 			trace.Set(ctx, Source)
 			if o.Allowed() {
@@ -239,6 +247,15 @@ func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 	return p.exactTake(ctx, e, req, now)
 }
 
+// patience is how long a decision the lease cannot make waits for a refill on its way,
+// before it takes the exact path: a refill's round trip and its coalescing wait, with
+// room. Waiting costs the decision no more than the exact path's call would, and spares
+// the next store that call: a key turning busy sends one loan, not a call per request
+// until it lands (which, past a fallback's timeout, its shares would decide).
+func (p *Leases) patience() time.Duration {
+	return min(p.cfg.refill/4, max(5*time.Millisecond, 3*time.Duration(p.rtt.Load())+coalesce))
+}
+
 // How a decision in memory admitted a request.
 const (
 	fromLease = iota + 1
@@ -247,19 +264,22 @@ const (
 
 // fromMemory decides req (a take) from what e holds and knows: from its lease, a
 // denial, or on trust (how); ok false when none of them can (the exact path decides).
-func (p *Leases) fromMemory(e *entry, req ratelimit.Request, now int64) (o ratelimit.Outcome, how int, ok bool) {
+// Again is a second look, after a refill: its demand is counted.
+func (p *Leases) fromMemory(e *entry, req ratelimit.Request, now int64, again bool) (o ratelimit.Outcome, how int, ok bool) {
 	if e.ended.Load() {
 		return o, 0, false
 	}
 	e.seen.Store(now)
-	e.demand.Add(req.N)
+	if !again {
+		e.demand.Add(req.N)
+	}
 	keep := keepOf(req.Spec, e.limit)
 	t := e.terms.Load()
 	if o, ok := e.fromLease(p, t, req.N, keep, now); ok {
 		return o, fromLease, true
 	}
 	if e.leased.Load() && now >= t.denied {
-		p.ask(e) // it ran low, or out of time: a refill is due
+		p.ask(e, now) // it ran low, or out of time: a refill is due
 	}
 	if o, ok := e.denial(p, t, req.N, keep, now); ok {
 		if !e.leased.Load() && now-t.heard >= int64(p.cfg.refill/2) {
@@ -447,7 +467,7 @@ func (p *Leases) heard(e *entry, o ratelimit.Outcome, now int64, what int) {
 		}
 	})
 	if debt {
-		p.ask(e)
+		p.ask(e, now)
 	}
 }
 
@@ -525,7 +545,7 @@ func (p *Leases) allFromMemory(ctx context.Context, es []*entry, reqs []ratelimi
 	}
 	all := true
 	for i, r := range reqs {
-		o, how, ok := p.fromMemory(es[i], r, now)
+		o, how, ok := p.fromMemory(es[i], r, now, false)
 		if !ok {
 			undo(i)
 			return nil, false
@@ -669,7 +689,7 @@ func (p *Leases) debit(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 			held := e.tokens.Load()
 			return ratelimit.Args{Limit: e.limit}.Outcome(held >= 1, min(e.limit, t.remaining+max(0, held-1)), 0, t.resetIn(now)), nil
 		}
-		p.ask(e)
+		p.ask(e, now)
 	}
 	left := e.limit - e.pending.Load()
 	if t.heard != 0 {

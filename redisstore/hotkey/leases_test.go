@@ -431,8 +431,9 @@ func (s *stalled) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit
 }
 
 // TestLeasesNeverWait: while a refill is in flight, a key's requests spend what its
-// lease holds, and another key's requests are decided on trust or on the next store:
-// none waits for the refill.
+// lease holds without waiting. Another key's, whose first loan is queued behind the
+// stalled refill, wait for it 5ms after it was asked for, in all, then are decided on
+// trust or on the next store.
 func TestLeasesNeverWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		next := &stalled{Store: localstore.New(), release: make(chan struct{})}
@@ -449,13 +450,77 @@ func TestLeasesNeverWait(t *testing.T) {
 		start := time.Now()
 		for range 10 {
 			in.allow(t, "busy")
-			in.allow(t, "other")
 		}
 		if took := time.Since(start); took != 0 {
-			t.Errorf("20 decisions took %v of the bubble's time; want none: no decision waits for the refill", took)
+			t.Errorf("10 decisions from the lease took %v of the bubble's time; want none", took)
 		}
-		if st := in.leases.Stats(); st.Local-before.Local < 10 {
-			t.Errorf("%+v, before %+v: want the busy key's 10 requests from its lease", st, before)
+		if st := in.leases.Stats(); st.Local-before.Local != 5 || st.Exact-before.Exact != 5 {
+			t.Errorf("%+v, before %+v: want 5 of the busy key's requests from its lease, 5 on the next store", st, before)
+		}
+		before, start = in.leases.Stats(), time.Now()
+		for range 10 {
+			in.allow(t, "other")
+		}
+		if took := time.Since(start); took != 5*time.Millisecond {
+			t.Errorf("10 decisions of a key whose first loan is stalled took %v of the bubble's time; want 5ms", took)
+		}
+		if st := in.leases.Stats(); st.Exact-before.Exact != 5 || st.Trusted-before.Trusted != 5 {
+			t.Errorf("%+v, before %+v: want 5 of the other key's requests on trust (each charged before the next), 5 on the next store", st, before)
+		}
+	})
+}
+
+// slow is a next store 2ms away: every call takes 2ms of the bubble's time. It counts
+// its takes and lends.
+type slow struct {
+	*localstore.Store
+	applies, lends atomic.Int64
+}
+
+func (s *slow) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	if req.Spec != nil && req.Spec.Op == "" {
+		s.applies.Add(1)
+	}
+	time.Sleep(2 * time.Millisecond)
+	return s.Store.Apply(ctx, req)
+}
+
+func (s *slow) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	s.lends.Add(1)
+	time.Sleep(2 * time.Millisecond)
+	return s.Store.Lend(ctx, loans)
+}
+
+// TestLeasesTurningBusy: a key asked 50 times at once, by callers arriving together,
+// sends the next store one loan and a few takes, not a call per request until the loan
+// lands; all 50 are admitted (the key holds 1,000). Before, 49 of the 50 called the next
+// store: a spammer's first moments flooded Redis past the fallback's timeout, and its
+// shares admitted a burst more.
+func TestLeasesTurningBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := &slow{Store: localstore.New()}
+		p, err := hotkey.NewLeases(next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close(context.Background())
+		l, _ := tokenbucket.New(p, ratelimit.Rule{Limit: 1000, Period: time.Second, Burst: 1000})
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 50 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * 10 * time.Microsecond) // 50 in half a millisecond
+				if d, err := l.Allow(context.Background(), "hot"); err == nil && d.Allowed {
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if got := admitted.Load(); got != 50 {
+			t.Errorf("admitted %d of 50", got)
+		}
+		if a, ls := next.applies.Load(), next.lends.Load(); a > 3 || ls > 3 {
+			t.Errorf("the next store had %d takes and %d lends (a loan, the charge on trust); want at most 3 each", a, ls)
 		}
 	})
 }

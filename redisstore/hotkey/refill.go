@@ -94,18 +94,18 @@ func (p *Leases) busy(e *entry, n, now int64, missed bool) {
 		e.low.Store(p.low(rate))
 		p.leased.add(e)
 		if misses >= 2 || float64(asked) >= 4*enough { // else the refiller's next look lends it, with the others'
-			p.ask(e)
+			p.ask(e, now)
 		}
 	}
 }
 
-// ask queues a refill of e, unless one is queued or in flight.
-func (p *Leases) ask(e *entry) {
-	if e.leased.Load() && e.asking.CompareAndSwap(false, true) {
+// ask queues a refill of e at now, unless one is queued or in flight.
+func (p *Leases) ask(e *entry, now int64) {
+	if e.leased.Load() && e.startAsk(now) {
 		select {
 		case p.asks <- e:
 		default: // the queue is full: the next tick refills it
-			e.asking.Store(false)
+			e.endAsk()
 		}
 	}
 }
@@ -145,15 +145,16 @@ func (p *Leases) tick(now, elapsed int64) {
 		case t.owes && tokens > 0, tokens < target/2 && now >= t.denied, tokens > 2*target, t.until-now < int64(p.cfg.ttl)/2,
 			now-e.lentAt >= int64(p.cfg.refill-p.cfg.refill/ticks),             // a debt, a revoke or a new rule reaches the lease within a refill interval, ticks a quarter apart
 			(t.dry || now < t.denied) && now-e.lentAt >= int64(p.cfg.refill/2): // a key denied from memory: a reset reaches it sooner
-			e.asking.Store(true)
-			refills = append(refills, e)
+			if e.startAsk(now) {
+				refills = append(refills, e)
+			}
 		case tokens < target*3/4 && now >= t.denied, now-e.lentAt >= int64(p.cfg.refill)/2:
 			could = append(could, e)
 		}
 	})
 	if len(refills)+len(drops) > 0 { // a call goes out: the leases that would need one soon ride along
 		for _, e := range could {
-			if e.asking.CompareAndSwap(false, true) {
+			if e.startAsk(now) {
 				refills = append(refills, e)
 			}
 		}
@@ -170,7 +171,7 @@ func (p *Leases) dueSoon(batch []*entry) []*entry {
 		if len(batch) >= maxRefill {
 			return
 		}
-		if t := e.terms.Load(); t.dry && now >= t.denied-p.dryEvery(e)/2 && !e.ended.Load() && e.asking.CompareAndSwap(false, true) {
+		if t := e.terms.Load(); t.dry && now >= t.denied-p.dryEvery(e)/2 && !e.ended.Load() && e.startAsk(now) {
 			batch = append(batch, e)
 		}
 	})
@@ -197,7 +198,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 	live := refills[:0:0] // an entry that ended since it asked (a reset, a rule change) wants nothing
 	for _, e := range refills {
 		if e.ended.Load() {
-			e.asking.Store(false)
+			e.endAsk()
 			continue
 		}
 		live = append(live, e)
@@ -309,7 +310,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 		}
 	}
 	for _, e := range refills {
-		e.asking.Store(false)
+		e.endAsk()
 	}
 }
 
