@@ -47,9 +47,9 @@ import (
 // (a denial, a debt, a lease that lent less than asked waits for its pace or its next
 // refill); else on trust, while fewer than WithTrust events of the key are admitted and
 // not yet charged here; else on the next store (the exact path), as without Leases. While
-// the key's refill is on its way, such a request waits for it instead, up to three round
-// trips and 2ms after it was asked for (5ms at least): a key turning busy costs the next
-// store one loan, not a call per request until the loan lands. A key
+// the key's refill is on its way, such a request waits for it first, until 100ms after it
+// was asked for (a quarter of a refill interval, if shorter): a key turning busy costs the
+// next store one loan, not a call per request until the loan lands. A key
 // asked more than its trust serves is leased: the lease's first loan goes out at its next
 // request (at once for a key asked well beyond that), coalesced with every other key's,
 // and its refills are asked for before it runs out. A
@@ -247,13 +247,14 @@ func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 	return p.exactTake(ctx, e, req, now)
 }
 
-// patience is how long a decision the lease cannot make waits for a refill on its way,
-// before it takes the exact path: a refill's round trip and its coalescing wait, with
-// room. Waiting costs the decision no more than the exact path's call would, and spares
-// the next store that call: a key turning busy sends one loan, not a call per request
-// until it lands (which, past a fallback's timeout, its shares would decide).
+// patience is how long after a refill was asked for a decision the lease cannot make
+// waits for it, before it takes the exact path: 100ms, as long as a fallback.Store waits
+// for Redis before its share denies, and a quarter of a refill interval at most. Waiting
+// spares the next store a call per request until the loan lands. A spammer's first
+// moments sent 10,000 takes a second, past the fallback's timeout, and its shares
+// admitted 100 events beyond the burst; waiting 5ms was too short for a loan then.
 func (p *Leases) patience() time.Duration {
-	return min(p.cfg.refill/4, max(5*time.Millisecond, 3*time.Duration(p.rtt.Load())+coalesce))
+	return min(p.cfg.refill/4, 100*time.Millisecond)
 }
 
 // How a decision in memory admitted a request.

@@ -432,8 +432,8 @@ func (s *stalled) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit
 
 // TestLeasesNeverWait: while a refill is in flight, a key's requests spend what its
 // lease holds without waiting. Another key's, whose first loan is queued behind the
-// stalled refill, wait for it 5ms after it was asked for, in all, then are decided on
-// trust or on the next store.
+// stalled refill, wait for it until 100ms after it was asked for, in all, then are
+// decided on trust or on the next store.
 func TestLeasesNeverWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		next := &stalled{Store: localstore.New(), release: make(chan struct{})}
@@ -461,8 +461,8 @@ func TestLeasesNeverWait(t *testing.T) {
 		for range 10 {
 			in.allow(t, "other")
 		}
-		if took := time.Since(start); took != 5*time.Millisecond {
-			t.Errorf("10 decisions of a key whose first loan is stalled took %v of the bubble's time; want 5ms", took)
+		if took := time.Since(start); took != 100*time.Millisecond {
+			t.Errorf("10 decisions of a key whose first loan is stalled took %v of the bubble's time; want 100ms", took)
 		}
 		if st := in.leases.Stats(); st.Exact-before.Exact != 5 || st.Trusted-before.Trusted != 5 {
 			t.Errorf("%+v, before %+v: want 5 of the other key's requests on trust (each charged before the next), 5 on the next store", st, before)
@@ -865,7 +865,9 @@ func TestLeasesAboveTheRuleStayLocal(t *testing.T) {
 // TestLeasesRuleChange: four instances deciding a key leased under 1000 a second (bursts
 // of 2000), asked 4000 a second, all move to 100 a second (bursts of 200) at once: from
 // then on they admit no more than the new rule's burst and its rate over the time since
-// the change, but for 1% of its 10s allowance, and keep deciding from memory.
+// the change, but for 1% of its 10s allowance, and keep deciding from memory. They admit
+// its rate, every second after the first: the key was spent at the change, and what the
+// leases held then (117-175 events in runs) goes back to it and is admitted in the first.
 func TestLeasesRuleChange(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shared := localstore.New()
@@ -878,6 +880,7 @@ func TestLeasesRuleChange(t *testing.T) {
 		ctx := context.Background()
 		tick := time.Second / 4000
 		var changed time.Time
+		var perSecond [3]int // admitted in each second after the first since the change
 		admitted, local := 0, int64(0)
 		for i := range 6 * 4000 {
 			r := old
@@ -896,6 +899,9 @@ func TestLeasesRuleChange(t *testing.T) {
 			}
 			if d.Allowed && !changed.IsZero() {
 				admitted++
+				if since := time.Since(changed); since >= time.Second {
+					perSecond[since/time.Second-1]++
+				}
 				bound := 200 + int(100*time.Since(changed).Seconds()) + 10
 				if admitted > bound {
 					t.Fatalf("%d admitted %v after the change; want the new rule's %d at most", admitted, time.Since(changed), bound)
@@ -909,8 +915,13 @@ func TestLeasesRuleChange(t *testing.T) {
 		if local < 4*4000*99/100 {
 			t.Errorf("%d of the 16000 decisions under the new rule from leases; want 99%%", local)
 		}
-		if admitted < 500 {
-			t.Errorf("admitted %d in the 4s after the change; want the new rule's 600, but for what the leases start with", admitted)
+		for i, n := range perSecond {
+			if n < 98 || n > 102 {
+				t.Errorf("admitted %d in second %d after the change; want the new rule's rate of 100 (%v)", n, i+2, perSecond)
+			}
+		}
+		if admitted < 400 {
+			t.Errorf("admitted %d in the 4s after the change; want the new rule's rate over them at least, 400", admitted)
 		}
 	})
 }
