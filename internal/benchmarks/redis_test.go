@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -292,4 +293,63 @@ func BenchmarkRedisCluster(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkRedisCPUDebits: Redis's CPU a debit of a quiet key costs it (each key a
+// new one), as hotkey.Leases charges the events it admitted on trust: a Lend of 100
+// partial debits a call; beside it, Apply's debits alone and 64 at once (coalesced).
+// redis-cpu-µs/debit is Redis's user and system CPU over the debits.
+func BenchmarkRedisCPUDebits(b *testing.B) {
+	srv := redistest.Start(b)
+	c := newClient(b, srv.Addr)
+	st := redisstore.New(c, redisstore.WithPrefix("cpu"))
+	debit := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: seedRule, Op: "debit"}
+	ctx := context.Background()
+	measure := func(b *testing.B, run func(from, n int)) {
+		const n = 20000
+		_, cpu0 := redisStats(b, c)
+		for i := 0; b.Loop(); i++ {
+			run(i*n, n)
+		}
+		_, cpu1 := redisStats(b, c)
+		b.ReportMetric((cpu1-cpu0)/float64(b.N*n), "redis-cpu-µs/debit")
+	}
+	b.Run("lend-100", func(b *testing.B) {
+		measure(b, func(from, n int) {
+			for i := from; i < from+n; i += 100 {
+				loans := make([]ratelimit.Loan, 100)
+				for j := range loans {
+					loans[j] = ratelimit.Loan{Key: fmt.Sprintf("l%d", i+j), Spec: debit, Want: 1}
+				}
+				if _, err := st.Lend(ctx, loans); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+	b.Run("apply-alone", func(b *testing.B) {
+		measure(b, func(from, n int) {
+			for i := from; i < from+n; i++ {
+				if _, err := st.Apply(ctx, ratelimit.Request{Key: fmt.Sprintf("a%d", i), N: 1, Spec: debit}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+	b.Run("apply-64", func(b *testing.B) {
+		measure(b, func(from, n int) {
+			var wg sync.WaitGroup
+			for g := range 64 {
+				wg.Go(func() {
+					for i := from + g; i < from+n; i += 64 {
+						if _, err := st.Apply(ctx, ratelimit.Request{Key: fmt.Sprintf("c%d", i), N: 1, Spec: debit}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
+	})
 }
