@@ -110,8 +110,13 @@ type Hooks struct {
 // While the primary decides, each instance mirrors its decisions onto its share: an
 // admission takes from the share, a denial (the key spent cluster-wide) empties it. So a
 // share never hands out again what the primary has just admitted, and a breaker that
-// flaps does not let each store admit a full allowance in turn. Nothing decided locally
-// is replayed into the primary when it comes back.
+// flaps does not let each store admit a full allowance in turn.
+//
+// A breaker opened by calls gone unanswered means a slow primary, or a process starved
+// of CPU, while other instances may still decide on the primary. So what the share then
+// admits or debits is charged to the primary too, as debits, within 10ms, in the
+// background; a take with a receipt aside, settled on the share. A breaker opened by
+// errors means an outage: nothing decided locally is replayed into the primary.
 //
 // The bound. Over any interval, the instances together admit at most what the rule
 // allows on the primary plus the sum of their shares' allowances, each share less what
@@ -137,6 +142,7 @@ type Store struct {
 	lastReopenLog      atomic.Int64          // UnixNano of the latest log of a failed probe; 0: none since closed
 	failedProbes       atomic.Int64          // failed probes not logged yet
 	routes             sync.Map              // *ratelimit.Receipt (the share's) -> lateRoute: see late
+	debts              debts                 // what the shares counted while the breaker was open: see owe
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -187,6 +193,15 @@ func New(primary, secondary ratelimit.Store, opts ...Option) *Store {
 			s.logChange(from, to)
 		}
 	}
+	changed := s.breaker.onChange
+	s.breaker.onChange = func(from, to BreakerState) {
+		if changed != nil {
+			changed(from, to)
+		}
+		if to == Closed {
+			s.payOnClose() // what the primary failed to take of the shares' debts
+		}
+	}
 	return s
 }
 
@@ -224,7 +239,9 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 	}
 	var lt *late // a rate algorithm's take, which the primary may count after the wait
 	start := s.clock.Now()
+	refused := true // the breaker let no call through: the primary counts nothing of it
 	if ok, probe := s.breaker.allow(); ok {
+		refused = false
 		decisions := 0
 		if req.Spec.Op == "" {
 			decisions = 1
@@ -268,6 +285,9 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 		local.Receipt = &ratelimit.Receipt{}
 	}
 	d, err := s.decideLocally(ctx, local, a.Limit)
+	if refused && err == nil && (req.Spec.Op == "" && d.Allowed() || req.Spec.Op == "debit") {
+		s.owe(req) // the primary is charged it (see owe)
+	}
 	if lt != nil && err == nil && !d.Allowed() {
 		if outs, ok := s.stillCounted(ctx, lt, start); ok { // the primary, late, admitted it: its decision
 			s.decided(ctx, lt, true)

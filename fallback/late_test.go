@@ -251,3 +251,53 @@ func TestChargesWaitForThePrimary(t *testing.T) {
 		}
 	})
 }
+
+// TestSharesChargedToASlowPrimary: a primary that answers every call, but each after
+// the breaker's Unanswered (a loaded host, or this process starved of CPU), opens the
+// breaker; what the share admits while it is open is charged to the primary, as debits,
+// so that every instance reading the primary sees it (a denial whose late call it
+// admitted stays counted there, one event each). Before, those admissions stayed on the
+// share alone (35 of 100 counted), and four tight loops admitted 1.04-1.26 of a key's
+// rule. An error (the primary down) replays nothing: see TestRedisRestarted.
+func TestSharesChargedToASlowPrimary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		p.slow.Store(int64(150 * time.Millisecond))
+		s := fallback.New(p, localstore.New(), fallback.WithTimeout(3*time.Millisecond), fallback.WithInstances(4))
+		rule := ratelimit.PerHour(400)
+		admitted, asked, opened := int64(0), int64(0), false
+		for range 600 { // a decision every 5ms for 3s
+			calls := p.calls.Load()
+			d, err := s.Apply(t.Context(), req("k", rule))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed() {
+				admitted++
+			} else if p.calls.Load() > calls {
+				asked++ // denied, its call of the primary (a probe) late: the primary may have counted it
+			}
+			opened = opened || s.BreakerState() != fallback.Closed
+			time.Sleep(5 * time.Millisecond)
+		}
+		if !opened {
+			t.Fatal("the breaker never opened on a primary answering in 150ms")
+		}
+		time.Sleep(3 * time.Second) // the late answers and the debts land
+		synctest.Wait()
+		peek := req("k", rule)
+		peek.Spec.Op = "peek"
+		d, err := p.local.Apply(t.Context(), peek)
+		if err != nil {
+			t.Fatal(err)
+		}
+		peek.Key = "untouched"
+		full, err := p.local.Apply(t.Context(), peek)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counted := full.Remaining - d.Remaining; counted < admitted || counted > admitted+asked {
+			t.Errorf("the primary counted %d events, of %d admitted and %d denied late; want each admitted once, and the denied at most", counted, admitted, asked)
+		}
+	})
+}

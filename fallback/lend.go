@@ -178,7 +178,8 @@ func (s *Store) charge(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit
 			return nil, err
 		}
 	}
-	if l, ok := s.primary.(ratelimit.Lender); ok && s.BreakerState() == Closed {
+	closed := s.BreakerState() == Closed
+	if l, ok := s.primary.(ratelimit.Lender); ok && closed {
 		lent, err := l.Lend(ctx, loans)
 		if err == nil && s.policy == LocalShare {
 			for i, loan := range loans {
@@ -189,7 +190,13 @@ func (s *Store) charge(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit
 			return lent, err
 		}
 	}
-	return s.lendLocally(ctx, loans)
+	lent, err := s.lendLocally(ctx, loans)
+	if err == nil && !closed { // counted on the share alone: the primary is charged them (see owe)
+		for _, loan := range loans {
+			s.owe(ratelimit.Request{Key: loan.Key, N: loan.Want, Spec: loan.Spec})
+		}
+	}
+	return lent, err
 }
 
 // allDebits reports whether every loan is a partial debit.
