@@ -59,8 +59,9 @@ import (
 //
 // A key asked more than its rule is decided from memory too, denials and admissions
 // alike: a refill that gets less than it asked (the key is at its rule) is spent at an
-// even pace until the next one, a quarter of a refill interval later, which lends what
-// the key accrued since; what the lease lacks meanwhile is denied from memory.
+// even pace until the next one, which lends what the key accrued since; what the lease
+// lacks meanwhile is denied from memory. The next comes a quarter of a refill interval
+// later, or once the instance was asked 50 requests of the key, every 10ms at most.
 //
 // Several limits of one request (ApplyAll: ratelimit.AllowAll, Middleware.Policies) are
 // decided from memory, all or none, when each can be; else on the next store. A request

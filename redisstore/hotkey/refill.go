@@ -317,9 +317,9 @@ func (p *Leases) lend(refills, drops []*entry) {
 // lent applies what the next store lent e, wanting want, asked at sent and answered at
 // now, which gave back give. A loan that lent less than it wanted, of a key that had less
 // than its rule accrues in a refill interval (dry: the key is at its rule, not only
-// short of a burst), is spent at an even pace until the next refill, at the refiller's
-// next look, an interval later, and what the lease lacks is denied from memory until
-// then. A key with more (a day's budget, a window's) is spent as it is asked.
+// short of a burst), is spent at an even pace until the next refill, an interval later
+// (dryEvery), and what the lease lacks is denied from memory until then. A key with more
+// (a day's budget, a window's) is spent as it is asked.
 func (e *entry) lent(r ratelimit.Lent, want, sent, now, interval int64, refill time.Duration) {
 	e.lentAt, e.lentDemand = now, e.demand.Load()
 	dry := r.N < want && float64(r.Remaining+r.N) < e.accrues(refill)
