@@ -50,7 +50,9 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	}
 	var lt *late // the takes, which the primary may count after the wait
 	start := s.clock.Now()
+	refused := true // the breaker let no call through: the primary counts nothing of them
 	if ok, probe := s.breaker.allow(); ok {
+		refused = false
 		preqs := core.InnerReceipts(reqs)
 		if s.policy == LocalShare {
 			lt = newLate(preqs)
@@ -88,6 +90,11 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	}
 	lreqs := core.InnerReceipts(reqs)
 	ds, err := s.decideAllLocally(ctx, lreqs, capacities)
+	if refused && err == nil && allAllowed(ds) {
+		for _, r := range reqs {
+			s.owe(r) // the primary is charged it (see owe)
+		}
+	}
 	if lt != nil && err == nil && !allAllowed(ds) {
 		if outs, ok := s.stillCounted(ctx, lt, start); ok { // the primary, late, admitted them: its decision
 			s.decided(ctx, lt, true)

@@ -237,6 +237,9 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 	if !(req.Spec.Op == "" || req.Spec.Op == "debit" && a.Taken == core.TakenNow) || core.OfLeases(req.Spec.Algorithm) {
 		outer = nil
 	}
+	if req.Spec.Op == "reset" {
+		s.forgive(ctx, req) // what the share owes the key is not charged after its reset
+	}
 	var lt *late // a rate algorithm's take, which the primary may count after the wait
 	start := s.clock.Now()
 	refused := true // the breaker let no call through: the primary counts nothing of it

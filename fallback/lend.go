@@ -58,8 +58,10 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 			}
 		}
 	}
+	refused := true // the breaker let no call through: the primary counts nothing of them
 	if l, ok := s.primary.(ratelimit.Lender); ok {
 		if ok, probe := s.breaker.allow(); ok {
+			refused = false
 			lent, err := askPrimary(ctx, s, probe, len(loans), false, func(pctx context.Context) ([]ratelimit.Lent, error) {
 				return l.Lend(pctx, loans)
 			}, nil)
@@ -75,7 +77,15 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 			}
 		}
 	}
-	return s.lendLocally(ctx, loans)
+	lent, err := s.lendLocally(ctx, loans)
+	if err == nil && refused {
+		for i, loan := range loans {
+			if lent[i].N > 0 {
+				s.owe(ratelimit.Request{Key: loan.Key, N: lent[i].N, Spec: loan.Spec}) // the primary is charged them (see owe)
+			}
+		}
+	}
+	return lent, err
 }
 
 // lendHeld lends to holders, from the primary alone.

@@ -31,6 +31,7 @@ type debts struct {
 	mu     sync.Mutex
 	m      map[owedKey]*ratelimit.Request // a debit of the events
 	paying bool                           // a payBack is on its way
+	flying chan struct{}                  // closed when the debits sent now have landed; nil: none sent
 }
 
 // owe records that req's events (a take the share admitted, or a debit it took) were
@@ -89,10 +90,14 @@ func (s *Store) payBack() {
 		s.debts.mu.Unlock()
 		return
 	}
+	flying := make(chan struct{})
+	s.debts.flying = flying
 	s.debts.mu.Unlock()
 	again := s.charged(owed)
 	s.debts.mu.Lock()
 	defer s.debts.mu.Unlock()
+	s.debts.flying = nil
+	close(flying)
 	for _, r := range again {
 		s.debts.add(r)
 	}
@@ -104,8 +109,8 @@ func (s *Store) payBack() {
 }
 
 // charged charges owed to the primary (in one call of its Lend, for the algorithms that
-// lend), and returns the debits to charge again: those it did not send. A debit that
-// failed after it was sent may have landed, and is not sent twice.
+// lend), and returns the debits to charge again: those that never reached it. A debit
+// that failed after it was sent may have landed, and is not sent twice.
 func (s *Store) charged(owed map[owedKey]*ratelimit.Request) (again []*ratelimit.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), lateHorizon)
 	defer cancel()
@@ -121,16 +126,41 @@ func (s *Store) charged(owed map[owedKey]*ratelimit.Request) (again []*ratelimit
 		}
 	}
 	if len(loans) > 0 {
-		if _, err := l.Lend(ctx, loans); errors.Is(err, core.ErrNotSent) {
+		if _, err := l.Lend(ctx, loans); notSent(err) {
 			again = append(again, lent...)
 		}
 	}
 	for _, r := range rest {
-		if _, err := s.primary.Apply(ctx, *r); errors.Is(err, core.ErrNotSent) {
+		if _, err := s.primary.Apply(ctx, *r); notSent(err) {
 			again = append(again, r)
 		}
 	}
 	return again
+}
+
+// notSent reports whether err says its call never reached the primary.
+func notSent(err error) bool {
+	return errors.Is(err, core.ErrNotSent) || errors.Is(err, core.ErrUndelivered)
+}
+
+// forgive drops what the shares owe req's key (any rule), and waits, within ctx, for
+// the debits of it on their way: a reset that follows finds them counted, and clears
+// them. Without it, a key reset while its debts waited was charged them after.
+func (s *Store) forgive(ctx context.Context, req ratelimit.Request) {
+	s.debts.mu.Lock()
+	for k := range s.debts.m {
+		if k.alg == req.Spec.Algorithm && k.namespace == req.Spec.Namespace && k.key == req.Key {
+			delete(s.debts.m, k)
+		}
+	}
+	flying := s.debts.flying
+	s.debts.mu.Unlock()
+	if flying != nil {
+		select {
+		case <-flying:
+		case <-ctx.Done():
+		}
+	}
 }
 
 // payOnClose charges, once the breaker closes, what the primary failed to take before.
