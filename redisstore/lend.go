@@ -39,7 +39,7 @@ const lanes, lanesUnrouted = 2, 4
 //
 // A call of partial debits alone (Op "debit", no holder: what hotkey.Leases charges for
 // events admitted on trust) is decided as those debits, up to WithMaxBatch a script.
-// Redis then spends 3.3 µs of CPU a debit, where lend.lua spent 8.3 (BENCHMARKS.md).
+// Redis then spends 3.5-3.8 µs of CPU a debit, where lend.lua spent 8.3 (BENCHMARKS.md).
 //
 // ctx alone bounds the calls: a refill of loans is not a decision, and no decision's
 // timeout applies. As every call of the store, a loan is never sent twice. An error

@@ -295,27 +295,29 @@ func BenchmarkRedisCluster(b *testing.B) {
 	}
 }
 
-// BenchmarkRedisCPUDebits: Redis's CPU a debit of a quiet key costs it (each key a
-// new one), as hotkey.Leases charges the events it admitted on trust: a Lend of 100
-// partial debits a call; beside it, Apply's debits alone and 64 at once (coalesced).
-// redis-cpu-µs/debit is Redis's user and system CPU over the debits.
-func BenchmarkRedisCPUDebits(b *testing.B) {
+// BenchmarkRedisCPU: the CPU Redis spends on what hotkey.Leases asks of it. debits: a
+// debit of a quiet key (each a new one), as Leases charges the events it admitted on
+// trust, in a Lend of 100 partial debits a call; beside it, Apply's debits alone and 64
+// at once (coalesced). loans: a lease's renewal (it gives back 2 and asks 5, numbered)
+// of a key every one of 4 or 20 instances holds, 100 keys a Lend. redis-cpu-µs/op is
+// Redis's user and system CPU over the debits, or the loans.
+func BenchmarkRedisCPU(b *testing.B) {
 	srv := redistest.Start(b)
 	c := newClient(b, srv.Addr)
 	st := redisstore.New(c, redisstore.WithPrefix("cpu"))
 	debit := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: seedRule, Op: "debit"}
 	ctx := context.Background()
-	measure := func(b *testing.B, run func(from, n int)) {
-		const n = 20000
+	measure := func(b *testing.B, n int, run func(from int)) {
 		_, cpu0 := redisStats(b, c)
 		for i := 0; b.Loop(); i++ {
-			run(i*n, n)
+			run(i * n)
 		}
 		_, cpu1 := redisStats(b, c)
-		b.ReportMetric((cpu1-cpu0)/float64(b.N*n), "redis-cpu-µs/debit")
+		b.ReportMetric((cpu1-cpu0)/float64(b.N*n), "redis-cpu-µs/op")
 	}
-	b.Run("lend-100", func(b *testing.B) {
-		measure(b, func(from, n int) {
+	const n = 20000
+	b.Run("debits/lend-100", func(b *testing.B) {
+		measure(b, n, func(from int) {
 			for i := from; i < from+n; i += 100 {
 				loans := make([]ratelimit.Loan, 100)
 				for j := range loans {
@@ -327,8 +329,8 @@ func BenchmarkRedisCPUDebits(b *testing.B) {
 			}
 		})
 	})
-	b.Run("apply-alone", func(b *testing.B) {
-		measure(b, func(from, n int) {
+	b.Run("debits/apply-alone", func(b *testing.B) {
+		measure(b, n, func(from int) {
 			for i := from; i < from+n; i++ {
 				if _, err := st.Apply(ctx, ratelimit.Request{Key: fmt.Sprintf("a%d", i), N: 1, Spec: debit}); err != nil {
 					b.Fatal(err)
@@ -336,8 +338,8 @@ func BenchmarkRedisCPUDebits(b *testing.B) {
 			}
 		})
 	})
-	b.Run("apply-64", func(b *testing.B) {
-		measure(b, func(from, n int) {
+	b.Run("debits/apply-64", func(b *testing.B) {
+		measure(b, n, func(from int) {
 			var wg sync.WaitGroup
 			for g := range 64 {
 				wg.Go(func() {
@@ -352,4 +354,30 @@ func BenchmarkRedisCPUDebits(b *testing.B) {
 			wg.Wait()
 		})
 	})
+	loan := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(100_000)}
+	for _, holders := range []int64{4, 20} {
+		const keys = 500
+		renew := func(seq int64) {
+			for h := int64(1); h <= holders; h++ {
+				for i := 0; i < keys; i += 100 {
+					loans := make([]ratelimit.Loan, 100)
+					for j := range loans {
+						loans[j] = ratelimit.Loan{Key: fmt.Sprintf("h%d-%d", holders, i+j), Spec: loan, Holder: h, Want: 5, Give: 2,
+							Share: holders, TTL: time.Minute, Seq: seq, Out: 3}
+					}
+					if _, err := st.Lend(ctx, loans); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		}
+		renew(1) // every instance holds every key
+		seq := int64(1)
+		b.Run(fmt.Sprintf("loans/holders-%d", holders), func(b *testing.B) {
+			measure(b, int(holders)*keys, func(int) {
+				seq++
+				renew(seq)
+			})
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -77,7 +78,12 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 	}
 	a.Keep = 0
 	mine := Record{Holder: l.Holder, Limit: a.Limit, Period: a.Period}
-	kept, recs := take(recs, &mine, now, a)
+	var kept bool
+	if n, share := int64(len(recs)), max(1, l.Share); l.Revoke || n > share || n == share && !holds(recs, l.Holder) {
+		kept, recs = take(recs, &mine, now, a)
+	} else { // no more holders than shares: lent by its shares whatever the others hold
+		kept, recs = takeOwn(recs, &mine, now, a)
+	}
 	if kept && l.Seq > 0 && l.Seq <= mine.Seq { // late: its holder settled it by a later loan
 		_, o := takeUpTo(alg, st, now, a, 0, 1)
 		var held time.Duration
@@ -180,6 +186,31 @@ func takeUpTo(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a rateli
 		}
 	}
 	return lent, o
+}
+
+// holds reports whether recs has a record of holder's.
+func holds(recs []Record, holder int64) bool {
+	return slices.ContainsFunc(recs, func(r Record) bool { return r.Holder == holder })
+}
+
+// takeOwn removes the holder's own record from recs, and copies it into mine unless it
+// ended by now or was lent under a rule other than a's; it reports whether it did. The
+// others stay, ended or not, until a loan reads them all (take): a key whose holders,
+// with the asker, are no more than its loan's shares lends by the shares, whatever the
+// others hold, and lend.lua then reads one record, not every instance's.
+func takeOwn(recs []Record, mine *Record, now int64, a ratelimit.Args) (bool, []Record) {
+	for i, r := range recs {
+		if r.Holder != mine.Holder {
+			continue
+		}
+		recs = slices.Delete(recs, i, i+1)
+		if r.Until <= now || r.Limit != a.Limit || r.Period != a.Period {
+			return false, recs
+		}
+		mine.Out, mine.Until, mine.Back, mine.Since, mine.Seq = r.Out, r.Until, r.Back, r.Since, r.Seq
+		return true, recs
+	}
+	return false, recs
 }
 
 // take removes from recs the records that ended by now or were lent under a rule other

@@ -37,8 +37,19 @@ for a = 1, #ARGV, stride do
   -- holder's for a revoke (and the holder's own below), the holder's own taken out
   local recs, partial = {}, holder == '0' -- a partial take: no record, and its reserve kept
   if not partial then
-    recs = redis.call('HGETALL', book)
     argv[9] = 0
+    -- every record only when the holders may be more than the shares (or for a revoke):
+    -- else a loan lends by its shares whatever the others hold, and ended ones wait
+    local n, r = 0, nil
+    if not revoke then
+      n = redis.call('HLEN', book)
+      if n <= share then r = redis.call('HGET', book, holder) end
+    end
+    if revoke or n > share or n == share and not r then
+      recs = redis.call('HGETALL', book)
+    elseif r then
+      recs = {holder, r}
+    end
   end
   local mine, back, since, kept, holders, mseq, muntil, others = 0, 0, 0, false, 1, 0, 0, {}
   for i = 1, #recs, 2 do
