@@ -42,7 +42,7 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 	if !allPartial(loans) {
 		return s.lendHeld(ctx, loans)
 	}
-	if allDebits(loans) {
+	if lend.Debits(loans) {
 		return s.charge(ctx, loans)
 	}
 	for _, l := range loans { // the caller's mistakes, before either store is asked
@@ -168,7 +168,7 @@ func (s *Store) lendLocally(ctx context.Context, loans []ratelimit.Loan) ([]rate
 		a, _ := (ratelimit.Request{Key: loans[i].Key, N: 1, Spec: loans[i].Spec}).Args() // checked by Lend
 		lent[i].Outcome = underRule(lent[i].Outcome, a.Limit)
 	}
-	if err == nil && !allDebits(loans) {
+	if err == nil && !lend.Debits(loans) {
 		trace.Set(ctx, Secondary.String())
 		if s.hooks.OnDecision != nil {
 			for range loans {
@@ -207,16 +207,6 @@ func (s *Store) charge(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit
 		}
 	}
 	return lent, err
-}
-
-// allDebits reports whether every loan is a partial debit.
-func allDebits(loans []ratelimit.Loan) bool {
-	for _, l := range loans {
-		if l.Holder != 0 || l.Spec == nil || l.Spec.Op != "debit" {
-			return false
-		}
-	}
-	return true
 }
 
 // allPartial reports whether every loan is a partial take (no holder).

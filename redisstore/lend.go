@@ -51,7 +51,7 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if s.coalescing() && len(loans) > 0 && allDebits(loans) {
+	if s.coalescing() && len(loans) > 0 && lend.Debits(loans) {
 		return s.debitAll(ctx, loans)
 	}
 	calls, err := s.encodeLoans(loans)
@@ -124,18 +124,27 @@ var laneSeed = maphash.MakeSeed()
 // laneOf is the lane of n lanes a key's loans go in, so that they are decided in order.
 func laneOf(state string, n int) int { return int(maphash.String(laneSeed, state) % uint64(n)) }
 
+// check is the error of a loan this store does not decide: lend.Check's, or an
+// algorithm without a state key to lend from.
+func check(l ratelimit.Loan) error {
+	if err := lend.Check(l); err != nil {
+		return err
+	}
+	if !script.ReadsState(l.Spec.Algorithm) {
+		return fmt.Errorf("redisstore: %s lends no state key", l.Spec.Algorithm.Name)
+	}
+	return nil
+}
+
 // encodeLoans checks loans and encodes each as lend.lua reads it.
 func (s *Store) encodeLoans(loans []ratelimit.Loan) ([]*loanCall, error) {
 	calls := make([]*loanCall, len(loans))
 	now := s.now()
 	for i, l := range loans {
-		if err := lend.Check(l); err != nil {
+		if err := check(l); err != nil {
 			return nil, err
 		}
 		alg := l.Spec.Algorithm
-		if !script.ReadsState(alg) {
-			return nil, fmt.Errorf("redisstore: %s lends no state key", alg.Name)
-		}
 		a, err := lend.Args(l)
 		if err != nil {
 			return nil, err
@@ -306,17 +315,6 @@ func boolIndex(b bool) int {
 	return 0
 }
 
-// allDebits reports whether every loan is a partial take's debit: no holder, no record,
-// what it wants taken whatever the key has left.
-func allDebits(loans []ratelimit.Loan) bool {
-	for _, l := range loans {
-		if l.Holder != 0 || l.Spec == nil || l.Spec.Op != "debit" {
-			return false
-		}
-	}
-	return true
-}
-
 // debitAll decides loans, partial debits all, as the debits they are: in the batch script
 // of coalesced decisions, up to the store's batch size a call, in order. A debit needs no
 // record of loans, and the batch script sends what the loans share once, where lend.lua
@@ -326,13 +324,10 @@ func (s *Store) debitAll(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 	calls := make([]*call, len(loans))
 	now := s.now()
 	for i, l := range loans {
-		if err := lend.Check(l); err != nil {
+		if err := check(l); err != nil {
 			return nil, err
 		}
 		alg := l.Spec.Algorithm
-		if !script.ReadsState(alg) {
-			return nil, fmt.Errorf("redisstore: %s lends no state key", alg.Name)
-		}
 		req := ratelimit.Request{Key: l.Key, N: l.Want, Spec: l.Spec}
 		a, err := req.Args()
 		if err != nil {
@@ -371,14 +366,16 @@ func (s *Store) debitAll(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 				}
 				rs, err := s.safeDecideBatch(ctx, n, batch)
 				if errors.Is(err, errAlone) {
-					err = s.lendAlone(ctx, loans, chunk, out)
-					rs = nil
+					if errs[j] = s.lendAlone(ctx, loans, chunk, out); errs[j] != nil {
+						return
+					}
+					continue
 				}
 				if err != nil {
 					errs[j] = err
 					return
 				}
-				for k, i := range chunk[:len(rs)] {
+				for k, i := range chunk {
 					if rs[k].err != nil {
 						errs[j] = rs[k].err
 						return

@@ -58,6 +58,17 @@ func Check(l ratelimit.Loan) error {
 	return nil
 }
 
+// Debits reports whether every loan is a partial take's debit: no holder, no record,
+// what it wants taken whatever the key has left.
+func Debits(loans []ratelimit.Loan) bool {
+	for _, l := range loans {
+		if l.Holder != 0 || l.Spec == nil || l.Spec.Op != "debit" {
+			return false
+		}
+	}
+	return true
+}
+
 // Args are the Args of a loan's take (N 1), and the error of its rule; Check first.
 func Args(l ratelimit.Loan) (ratelimit.Args, error) {
 	return ratelimit.Request{N: 1, Spec: l.Spec}.Args()
