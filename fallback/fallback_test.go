@@ -119,11 +119,13 @@ func TestLend(t *testing.T) {
 
 // TestPartialTakeFallsBack: AllowAtMost is a decision, as a take is: a primary that fails
 // while the breaker is still closed (Redis just killed) sends it to the share, never its
-// error; a healthy one decides it, mirrored on the share.
+// error; a healthy one decides it, mirrored on the share. (The timeout is a minute: under
+// -race beside another run, the default 5ms sent the healthy primary's call to the share.)
 func TestPartialTakeFallsBack(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
 	lp := &lending{primary: newPrimary()}
-	s := fallback.New(lp, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk), fallback.WithInstances(2))
+	s := fallback.New(lp, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk), fallback.WithInstances(2),
+		fallback.WithTimeout(time.Minute), fallback.WithMaxTimeout(time.Minute))
 	l, err := tokenbucket.New(s, ratelimit.PerSecond(10), ratelimit.WithNamespace("atmost"))
 	if err != nil {
 		t.Fatal(err)
