@@ -79,7 +79,7 @@ func Args(l ratelimit.Loan) (ratelimit.Args, error) {
 // its record holds out; for a numbered loan, also what the record holds beyond l.Out),
 // drops every record for a Revoke, and lends what
 // l wants of what the key has left, divided by l.Share or by the holders with events
-// out, whichever is more; then it renews the holder's record (or drops it, if nothing is
+// out, whichever is more (by l.Share alone in the last quarter of a window); then it renews the holder's record (or drops it, if nothing is
 // out). A numbered loan no later than the record's latest changes nothing. It returns
 // the Lent and the records after, in recs' array.
 func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now int64, a ratelimit.Args, l ratelimit.Loan) (ratelimit.Lent, []Record) {
@@ -127,6 +127,9 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 		if r.Out > 0 {
 			holders++
 		}
+	}
+	if closing(alg, now, a.Period) { // what the holders leave unlent now ends with the window
+		holders = 1
 	}
 	a.Taken = core.TakenNow // a loan may be given back
 	lent, o := takeUpTo(alg, st, now, a, l.Want, max(l.Share, holders))
@@ -240,6 +243,36 @@ func take(recs []Record, mine *Record, now int64, a ratelimit.Args) (bool, []Rec
 		}
 	}
 	return kept, live
+}
+
+// closing reports whether now is in the last quarter of its window, for a Windowed
+// algorithm (its Period-aligned window, or its calendar window). A loan there is divided
+// by its Share alone, not by the holders. Each loan of a key asked beyond its rule took a
+// holder's part of what was left; the rest stayed unlent, ending with a fixed window. A
+// sliding window so admitted 0.72 of its rule, four instances asking four times it.
+func closing(alg *ratelimit.Algorithm, now, period int64) bool {
+	start, end, ok := Window(alg, now, period)
+	return ok && (end-now)*4 <= end-start
+}
+
+// Window is the window that holds now, [start, end) in microseconds, of a Windowed
+// algorithm whose rule's Period is period (microseconds): Period-aligned, or its calendar
+// window. ok is false for an algorithm without windows.
+func Window(alg *ratelimit.Algorithm, now, period int64) (start, end int64, ok bool) {
+	switch {
+	case !alg.Windowed:
+		return 0, 0, false
+	case alg.Window != nil:
+		w := alg.Window(now)
+		return w.Start, w.End, w.End > w.Start
+	case period > 0:
+		start = now / period * period
+		if now < 0 && start != now {
+			start -= period
+		}
+		return start, start + period, true
+	}
+	return 0, 0, false
 }
 
 // End is when a loan made at now for ttl ends: ttl from now, and for a Windowed

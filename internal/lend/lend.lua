@@ -13,6 +13,25 @@
 -- events the holder's record holds out after it, and the instant of its take (0 when it
 -- lent nothing).
 local stride, clock, out, o = 24, nil, {}, 0
+-- closing reports whether now is in the last quarter of its window (win a period: the
+-- period-aligned one; -1: the calendar window of ws, we and wn), as lend.go's closing.
+local function closing(now, win, ws, we, wn)
+  local start, e
+  if win > 0 then
+    start = floor(now / win) * win
+    e = start + win
+  elseif win < 0 then
+    if now >= ws and now < we then
+      start, e = ws, we
+    else
+      e = windowEnd(now, ws, we, wn)
+      start = e - (wn - we)
+    end
+  else
+    return false
+  end
+  return e > now and (e - now) * 4 <= e - start
+end
 if touchFirst then -- every key before any write, so that a key the node does not hold fails the script first
   for a = 1, #ARGV, stride do
     redis.call('EXISTS', ARGV[a + 22], ARGV[a + 23])
@@ -110,6 +129,7 @@ for a = 1, #ARGV, stride do
     else
       allowed, remaining, retry, reset, delay = step(keys, p)
       if want > 0 and allowed == 1 then
+        if closing(now, win, argv[10], argv[11], argv[12]) then holders = 1 end -- what the holders leave unlent now ends with the window
         lent = min(want, max(1, floor((remaining + 1) / max(share, holders)))) -- the last few events too, one to each asker
       end
       if lent > 0 then

@@ -61,7 +61,9 @@ import (
 // alike: a refill that gets less than it asked (the key is at its rule) is spent at an
 // even pace until the next one, which lends what the key accrued since; what the lease
 // lacks meanwhile is denied from memory. The next comes a quarter of a refill interval
-// later, or once the instance was asked 50 requests of the key, every 10ms at most.
+// later, or once the instance was asked 50 requests of the key, every 10ms at most. A
+// window's lease holds no more than it spends before the window ends. In the window's
+// last quarter, it is refilled at half the time left, and takes all the key has left.
 //
 // Several limits of one request (ApplyAll: ratelimit.AllowAll, Middleware.Policies) are
 // decided from memory, all or none, when each can be; else on the next store. A request

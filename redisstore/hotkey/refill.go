@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/lend"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
@@ -223,13 +224,21 @@ func (p *Leases) lend(refills, drops []*entry) {
 		target, low := p.sizes(e)
 		e.low.Store(low)
 		held, t := e.tokens.Load(), e.terms.Load()
+		spend := target // what e spends before its loan ends
+		if _, end, ok := lend.Window(e.spec.Algorithm, sent/1000, e.spec.Rule.Period.Microseconds()); ok && e.rate > 0 {
+			// a window's loan ends with it: what e would not spend by then goes back, to
+			// another instance, or to the next window (a sliding window's)
+			spend = min(target, int64(e.rate*float64(end*1000-sent)/1e9))
+		}
 		switch {
 		case t.owes: // all of it, to pay the key's debt
 			gives[i] = e.giveOut(held)
 		case held > 2*target:
 			gives[i] = e.giveOut(held - target)
+		case held > spend && spend < target:
+			gives[i] = e.giveOut(held - spend)
 		}
-		sh, want := share, max(0, target-held+gives[i])
+		sh, want := share, max(0, spend-held+gives[i])
 		if sh > 1 && t.heard != 0 && !t.owes && !t.dry {
 			// no more than its share of what the key has, what it holds counted, or what
 			// the key accrues in two refill intervals: the next store divides what it has
@@ -342,11 +351,27 @@ func (e *entry) lent(r ratelimit.Lent, want, sent, now, interval int64, refill t
 		t.pace = pace{}
 		t.denied, t.retryAt = 0, 0
 		if dry { // the key lent what it has: spent at an even pace until the next refill
-			next := sent + max(interval, int64(r.Wait))
+			next := e.dryNext(sent+max(interval, int64(r.Wait)), now)
 			t.pace = pace{from: now, over: next - now, n: e.tokens.Load()}
 			t.denied, t.retryAt = next, next
 		}
 	})
+}
+
+// dryNext is when a dry lease of e, lent at now, is refilled next, if next is its time
+// by its pace: no later than its window's end, when the key's loan ends. In the window's
+// last quarter, at half the time left (10ms at least): what a sliding window frees there
+// is lent before the window ends (at the end, it would be lost: 0.80 of the rule was).
+func (e *entry) dryNext(next, now int64) int64 {
+	start, end, ok := lend.Window(e.spec.Algorithm, now/1000, e.spec.Rule.Period.Microseconds())
+	if !ok {
+		return next
+	}
+	start, end = start*1000, end*1000
+	if (end-now)*4 <= end-start {
+		next = min(next, now+max((end-now)/2, int64(10*time.Millisecond)))
+	}
+	return min(next, max(end, now+1))
 }
 
 // settle sends again, as numbered loans that give nothing and want nothing, the

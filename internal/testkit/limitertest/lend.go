@@ -326,6 +326,26 @@ func testLendWindows(t *testing.T, newStore NewStore) {
 	spec := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: ratelimit.PerMinute(10)}
 	got := lendOne(t, s, ratelimit.Loan{Key: "w", Spec: spec, Holder: 1, Give: 4, Share: 1, TTL: time.Hour})
 	wantLent(t, "the fixed window's 4 given back in the next window", got, 0, true, 9, false)
+	// two holders with events out: a loan divides what is left by them, but not in the
+	// window's last quarter, where what the other left would end with the window
+	for _, alg := range []*ratelimit.Algorithm{fixedwindow.Algorithm(), slidingwindow.Algorithm()} {
+		clk.Set(Start.Add(2 * time.Hour))
+		spec := &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerMinute(100)}
+		key := "last-" + alg.Name
+		loan := func(holder, want int64) ratelimit.Loan {
+			return ratelimit.Loan{Key: key, Spec: spec, Holder: holder, Want: want, Share: 1, TTL: time.Hour}
+		}
+		lendOne(t, s, loan(1, 20))
+		lendOne(t, s, loan(2, 20))
+		clk.Set(Start.Add(2*time.Hour + 44*time.Second))
+		if got := lendOne(t, s, loan(1, 100)); got.N != 30 {
+			t.Errorf("%s at 0:44, 60 left over 2 holders: lent %d; want 30", alg.Name, got.N)
+		}
+		clk.Set(Start.Add(2*time.Hour + 45*time.Second))
+		if got := lendOne(t, s, loan(2, 100)); got.N != 30 {
+			t.Errorf("%s at 0:45, the window's last quarter, 30 left: lent %d; want all 30", alg.Name, got.N)
+		}
+	}
 	quota := fixedwindow.Quota{Limit: 100, Per: fixedwindow.Day, In: time.UTC}
 	qalg, err := quota.Algorithm()
 	if err != nil {
