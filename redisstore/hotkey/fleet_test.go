@@ -312,9 +312,10 @@ func TestFleetDenialTellsTheRule(t *testing.T) {
 // TestFleetResetReachesEveryInstance: four instances drain a day's key of 2,000, and keep
 // asking it, each a request every 2ms (denied from memory); one resets it twice, just
 // after another instance's refill answered (its lease dry, the key at its rule): every
-// instance admits again within a refill interval (1s) and a tick of the refiller, and no
-// one instance takes the restored key whole (it was lent all to the first to ask, and the
-// others admitted nothing for seconds).
+// instance admits again within a refill interval (1s; 625ms in runs, and 1.25s allowed
+// on a loaded machine, without RATELIMIT_EXACT_TIMING), and no one instance takes the
+// restored key whole (it was lent all to the first to ask, and the others admitted
+// nothing for seconds).
 func TestFleetResetReachesEveryInstance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real instances for seconds")
@@ -368,10 +369,14 @@ func TestFleetResetReachesEveryInstance(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+	within := 1250 * time.Millisecond // a loaded machine's timers fire late
+	if redistest.ExactTiming() {
+		within = time.Second
+	}
 	for i := range first {
 		at := first[i].Load()
-		if took := time.Duration(at - mark.Load()); at == 0 || took > 1250*time.Millisecond {
-			t.Errorf("instance %d admitted again %v after the reset (0: not in 3s); want within a refill interval and a tick, 1.25s (%+v %p)", i, took, f.leases[i].Stats(), f.leases[i])
+		if took := time.Duration(at - mark.Load()); at == 0 || took > within {
+			t.Errorf("instance %d admitted again %v after the reset (0: not in 3s); want within a refill interval, %v here (%+v %p)", i, took, within, f.leases[i].Stats(), f.leases[i])
 		}
 	}
 }

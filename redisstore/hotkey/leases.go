@@ -82,7 +82,7 @@ import (
 // that made its take while it holds it; once that lease ended, to the next store as of
 // the first loan of the lease's record; or to the next store as its receipt says. A
 // reset drops this instance's entry of the key at once, and every other instance's lease
-// at its next refill: the key is restored everywhere within a refill interval and a quarter. A request
+// at its next refill: the key is restored everywhere within a refill interval. A request
 // under another rule than its key's entry (a rule change) ends that entry, and the other
 // instances' leases at their next refill.
 //

@@ -14,16 +14,17 @@ import (
 
 const (
 	maxRefill = 1000                 // the most leases one refill asks for at once
-	ticks     = 4                    // the refiller's looks at every lease in a refill interval
+	ticks     = 4                    // the spans a refill interval measures a key's demand in, and a lease's renewal margin
+	looks     = 8                    // the refiller's looks at every lease in a refill interval
 	coalesce  = 2 * time.Millisecond // how long an ask at low water waits for others
 )
 
 // refill is the refiller: it lends what decisions ask for at low water, coalesced, and
-// four times a refill interval looks at every lease. When Close stops it, it charges
+// eight times a refill interval looks at every lease. When Close stops it, it charges
 // what was admitted on trust, then gives back what the leases hold.
 func (p *Leases) refill() {
 	defer close(p.done)
-	tick := time.NewTicker(p.cfg.refill / ticks)
+	tick := time.NewTicker(p.cfg.refill / looks)
 	defer tick.Stop()
 	last := clock.UnixNano(p.cfg.clock)
 	for {
@@ -140,11 +141,11 @@ func (p *Leases) tick(now, elapsed int64) {
 		e.low.Store(low)
 		t := e.terms.Load()
 		switch tokens := e.tokens.Load(); {
-		case e.quiet >= ticks:
+		case e.quiet >= looks:
 			drops = append(drops, e)
 		case e.asking.Load():
 		case t.owes && tokens > 0, tokens < target/2 && now >= t.denied, tokens > 2*target, t.until-now < int64(p.cfg.ttl)/2,
-			now-e.lentAt >= int64(p.cfg.refill-p.cfg.refill/ticks),             // a debt, a revoke or a new rule reaches the lease within a refill interval, ticks a quarter apart
+			now-e.lentAt >= int64(p.cfg.refill-p.cfg.refill/ticks),             // a debt, a revoke or a new rule reaches the lease within a refill interval: 7/8 of it and a round trip
 			(t.dry || now < t.denied) && now-e.lentAt >= int64(p.cfg.refill/2): // a key denied from memory: a reset reaches it sooner
 			if e.startAsk(now) {
 				refills = append(refills, e)
