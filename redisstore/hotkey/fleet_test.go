@@ -312,7 +312,7 @@ func TestFleetDenialTellsTheRule(t *testing.T) {
 // TestFleetResetReachesEveryInstance: four instances drain a day's key of 2,000, and keep
 // asking it, each a request every 2ms (denied from memory); one resets it twice, just
 // after another instance's refill answered (its lease dry, the key at its rule): every
-// instance admits again within a refill interval (1s; 625ms in runs, and 1.25s allowed
+// instance admits again within a refill interval (1s; 750ms in runs, and 1.25s allowed
 // on a loaded machine, without RATELIMIT_EXACT_TIMING), and no one instance takes the
 // restored key whole (it was lent all to the first to ask, and the others admitted
 // nothing for seconds).

@@ -14,17 +14,16 @@ import (
 
 const (
 	maxRefill = 1000                 // the most leases one refill asks for at once
-	ticks     = 4                    // the spans a refill interval measures a key's demand in, and a lease's renewal margin
-	looks     = 8                    // the refiller's looks at every lease in a refill interval
+	ticks     = 4                    // the refiller's looks at every lease in a refill interval
 	coalesce  = 2 * time.Millisecond // how long an ask at low water waits for others
 )
 
 // refill is the refiller: it lends what decisions ask for at low water, coalesced, and
-// eight times a refill interval looks at every lease. When Close stops it, it charges
+// four times a refill interval looks at every lease. When Close stops it, it charges
 // what was admitted on trust, then gives back what the leases hold.
 func (p *Leases) refill() {
 	defer close(p.done)
-	tick := time.NewTicker(p.cfg.refill / looks)
+	tick := time.NewTicker(p.cfg.refill / ticks)
 	defer tick.Stop()
 	last := clock.UnixNano(p.cfg.clock)
 	for {
@@ -141,11 +140,11 @@ func (p *Leases) tick(now, elapsed int64) {
 		e.low.Store(low)
 		t := e.terms.Load()
 		switch tokens := e.tokens.Load(); {
-		case e.quiet >= looks:
+		case e.quiet >= ticks:
 			drops = append(drops, e)
 		case e.asking.Load():
 		case t.owes && tokens > 0, tokens < target/2 && now >= t.denied, tokens > 2*target, t.until-now < int64(p.cfg.ttl)/2,
-			now-e.lentAt >= int64(p.cfg.refill-p.cfg.refill/ticks),             // a debt, a revoke or a new rule reaches the lease within a refill interval: 7/8 of it and a round trip
+			now-e.lentAt >= int64(p.cfg.refill*11/16),                          // a debt, a revoke or a new rule reaches the lease within a refill interval: at the first look 11/16 of it after its loan, 15/16 at most
 			(t.dry || now < t.denied) && now-e.lentAt >= int64(p.cfg.refill/2): // a key denied from memory: a reset reaches it sooner
 			if e.startAsk(now) {
 				refills = append(refills, e)
