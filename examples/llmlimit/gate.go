@@ -29,9 +29,10 @@ const DefaultMaxBody = 1 << 20
 // MaxBody with 413 (never cut, and nothing charged), parses it (ParseRequest), and puts
 // what the limits and the meter need in the request's context (an Exchange). The
 // Middleware goes inside it, and Proxy (or a handler that meters its answer) inside the
-// Middleware. A POST to a metered endpoint whose body is not a JSON object, or spells a
-// field it reads in another case ("Stream"), gets 400: an upstream would read it as the
-// Gate cannot.
+// Middleware. A POST to a metered endpoint gets 400 when its body is not a JSON object,
+// or spells a field the Gate reads otherwise ("Stream", or "ſtream" with a long s): an
+// upstream would read it as the Gate cannot. So does a background response of the
+// Responses API, whose usage comes after its answer.
 type Gate struct {
 	// MaxBody bounds a request's body in bytes: DefaultMaxBody when 0.
 	MaxBody int64
@@ -221,11 +222,18 @@ func zeroQ(params string) bool {
 }
 
 // MeterResponse meters resp, an answer of the upstream to a request through a Gate, for
-// its Exchange: httputil.ReverseProxy's ModifyResponse. A failed answer (not 200) says
+// its Exchange: httputil.ReverseProxy's ModifyResponse. An error (a status of 400 or
+// more) costs no tokens, as the providers bill none; another answer that is not 200 says
 // nothing of its cost, and the estimates stand.
 func MeterResponse(resp *http.Response) error {
 	x := ExchangeOf(resp.Request)
-	if x == nil || resp.StatusCode != http.StatusOK {
+	switch {
+	case x == nil:
+		return nil
+	case resp.StatusCode >= http.StatusBadRequest:
+		x.Settle(Usage{}, true)
+		return nil
+	case resp.StatusCode != http.StatusOK:
 		return nil
 	}
 	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
@@ -238,6 +246,9 @@ func MeterResponse(resp *http.Response) error {
 			resp.Trailer[UsageHeader] = nil // announced: the reverse proxy sends it after the body
 		}
 		encoding := resp.Header.Get("Content-Encoding")
+		if strings.EqualFold(strings.TrimSpace(encoding), "identity") { // none: the usage chunk is taken out as from a plain stream
+			encoding = ""
+		}
 		if x.asked && isGzip(encoding) { // decoded for the client, so that the usage chunk can be taken out
 			z, err := gzip.NewReader(resp.Body)
 			if err != nil {
@@ -314,14 +325,19 @@ func recoverAbort(next http.Handler) http.Handler {
 }
 
 // APIKey is a request's API key, as the providers take it: Anthropic's x-api-key, or a
-// bearer token (OpenAI's Authorization). A Middleware's Key.
+// bearer token (OpenAI's Authorization). A Middleware's Key. A request that names two
+// different keys is an error: the limits would count one while the upstream bills the
+// other.
 func APIKey(r *http.Request) (string, error) {
-	if key := r.Header.Get("X-Api-Key"); key != "" {
+	key := r.Header.Get("X-Api-Key")
+	bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	switch {
+	case key != "" && ok && bearer != key:
+		return "", errors.New("two API keys: X-Api-Key and Authorization name different keys")
+	case key != "":
 		return key, nil
-	}
-	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || key == "" {
+	case !ok || bearer == "":
 		return "", errors.New("an API key is required: Authorization: Bearer <key>, or X-Api-Key")
 	}
-	return key, nil
+	return bearer, nil
 }

@@ -144,7 +144,7 @@ type limit struct {
 // request is limited under its model's entry (see Table), with the key of its API key
 // (Options.Key) and the entry's name (LimitKey). Each token limit admits it on an
 // estimate, its prompt's tokens and its max_tokens (Options.MaxTokens when it says
-// none), and is charged the usage its answer reports once it is served (the estimate
+// none; embeddings none), and is charged the usage its answer reports once it is served (the estimate
 // stands for an answer that reports none): a debt when it used more, a refund, as far as
 // the key would still hold it, when less.
 //
@@ -170,6 +170,9 @@ func (t Table) Policies(store ratelimit.Store, o Options) ([]ratelimit.Policy, e
 		maxTokens = DefaultMaxTokens
 	}
 	out := func(x *Exchange) int64 {
+		if x.Request.Embeddings {
+			return 0
+		}
 		if x.Request.MaxTokens > 0 {
 			return x.Request.MaxTokens
 		}

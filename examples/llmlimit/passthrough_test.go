@@ -281,8 +281,9 @@ func TestEndpoints(t *testing.T) {
 // TestUnreadableBodiesRefused: a body the Gate reads otherwise than an upstream would is
 // refused with 400, never forwarded with its tokens unseen: a byte-order mark, a field
 // the Gate reads spelled in another case (encoding/json takes "Stream" for "stream", and
-// the last one wins). A stream to any path of completions asks for its usage, and is
-// charged it.
+// the last one wins), or folded as Unicode folds it ("ſtream" with a long s, in
+// stream_options too); a background response, whose usage comes after the answer. A
+// stream to any path of completions asks for its usage, and is charged it.
 func TestUnreadableBodiesRefused(t *testing.T) {
 	reached := 0
 	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -299,6 +300,11 @@ func TestUnreadableBodiesRefused(t *testing.T) {
 		"\ufeff" + `{"stream":true,"messages":[{"content":"a b"}]}`,
 		`{"stream":true,"messages":[{"content":"a b"}],"Stream":false}`,
 		`{"stream":true,"messages":[],"Messages":[{"content":"a b"}]}`,
+		`{"stream":true,"ſtream":false,"messages":[{"content":"a b"}],"meſſageſ":[]}`,
+		`{"stream":true,"stream_options":{"include_uſage":true},"messages":[{"content":"a b"}]}`,
+		`{"stream":true,"stream_options":{"Include_Usage":true},"messages":[{"content":"a b"}]}`,
+		`{"stream":true,"Key":1,"max_toKens":5,"messages":[{"content":"a b"}]}`,
+		`{"background":true,"input":"a b"}`,
 		`[1, 2]`,
 	} {
 		resp, got := post(t, srv, "/v1/chat/completions", "k", body)
@@ -317,5 +323,75 @@ func TestUnreadableBodiesRefused(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || charged != 250 {
 			t.Errorf("%s: %d, charged %d; want 200, and the 250 the stream reported", path, resp.StatusCode, charged)
 		}
+	}
+}
+
+// TestTwoAPIKeys: a request whose X-Api-Key and Authorization name different keys is
+// refused with 401: the limits would count one while the upstream bills the other (ten
+// requests on one bearer key, each with an X-Api-Key of its own, were all admitted past
+// a limit of three). The same key in both is that key.
+func TestTwoAPIKeys(t *testing.T) {
+	srv, limiter := served(t, FakeModel())
+	send := func(bearer, key string) int {
+		r, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"a b c"}]}`))
+		r.Header.Set("Authorization", "Bearer "+bearer)
+		r.Header.Set("X-Api-Key", key)
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := send("sk-real", "junk-1"); got != http.StatusUnauthorized {
+		t.Errorf("two keys: %d; want 401", got)
+	}
+	if got := send("sk-real", "sk-real"); got != http.StatusOK || left(t, limiter, "sk-real") != 4000-3-10 {
+		t.Errorf("one key in both headers: %d, %d left; want 200, charged 13", got, left(t, limiter, "sk-real"))
+	}
+}
+
+// TestUpstreamErrorsCostNothing: an answer of 400 or more from the upstream costs no
+// tokens, as the providers bill none (a 429 from the upstream cost its estimate, 103);
+// embeddings are estimated on their input alone (with a max_tokens default of 4,096 a
+// key of fewer tokens a minute could never embed).
+func TestUpstreamErrorsCostNothing(t *testing.T) {
+	for _, status := range []int{400, 429, 500, 503} {
+		srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			io.WriteString(w, `{"error":{"message":"no","type":"server_error","code":null}}`)
+		}))
+		if resp, _ := post(t, srv, "/v1/chat/completions", "k", `{"model":"m","max_tokens":100,"messages":[{"content":"a b c"}]}`); resp.StatusCode != status || left(t, limiter, "k") != 4000 {
+			t.Errorf("the upstream's %d: %d, %d left; want it passed on, and 4000 left", status, resp.StatusCode, left(t, limiter, "k"))
+		}
+	}
+	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"object":"list","data":[]}`) // no usage: the estimate stands
+	}))
+	if resp, _ := post(t, srv, "/v1/embeddings", "k", `{"model":"m","input":"a b"}`); resp.StatusCode != http.StatusOK || left(t, limiter, "k") != 4000-2 {
+		t.Errorf("embeddings of 2 words without usage: %d, %d left; want 200, charged 2", resp.StatusCode, left(t, limiter, "k"))
+	}
+}
+
+// TestIdentityStream: a stream whose upstream says Content-Encoding: identity (no coding)
+// reaches the client without the usage the gateway asked for, as a plain one does: the
+// client got a "usage": null in every chunk and the usage chunk.
+func TestIdentityStream(t *testing.T) {
+	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "identity")
+		FakeModel().ServeHTTP(w, r)
+	}))
+	body := `{"model":"m","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"a b"}]}`
+	resp, got := post(t, srv, "/v1/chat/completions", "k", body)
+	direct := httptest.NewRecorder()
+	FakeModel().ServeHTTP(direct, httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body)))
+	if resp.StatusCode != http.StatusOK || got != direct.Body.String() {
+		t.Errorf("the client got\n%s\nwhere the model sends\n%s", got, direct.Body.String())
+	}
+	if left(t, limiter, "k") != 4000-2-3 {
+		t.Errorf("%d left; want 3995, charged the 5 the stream reported", left(t, limiter, "k"))
 	}
 }

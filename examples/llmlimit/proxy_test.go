@@ -35,7 +35,7 @@ func served(t *testing.T, upstream http.Handler) (*httptest.Server, *ratelimit.A
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw := &ratelimit.Middleware{Key: APIKey, Policies: ps, Headers: OpenAIHeaders()}
+	mw := &ratelimit.Middleware{Key: APIKey, KeyError: KeyError, Policies: ps, Headers: OpenAIHeaders()}
 	srv := httptest.NewServer((&Gate{Tokens: Words, ReportUsage: true}).Wrap(mw.Wrap(Proxy(u))))
 	t.Cleanup(srv.Close)
 	return srv, ps[0].Limiter.(*ratelimit.AlgorithmLimiter)
@@ -447,9 +447,9 @@ func TestLargeJSONCharged(t *testing.T) {
 		charge int64
 	}{
 		{"plain", answer, false, 300},
-		{"gzip", answer, true, 300}, // 2.3 MB decoded from far less than 1 MiB
-		{"cut short", answer[:len(answer)-40], false, 2 + 100},
-		{"no usage", strings.Replace(answer, `"usage"`, `"other"`, 1), false, 2 + 100},
+		{"gzip", answer, true, 300},                      // 2.3 MB decoded from far less than 1 MiB
+		{"cut short", answer[:len(answer)-40], false, 2}, // the input alone: embeddings have no completion
+		{"no usage", strings.Replace(answer, `"usage"`, `"other"`, 1), false, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sent := c.body

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -26,6 +27,9 @@ type Request struct {
 	// instructions, the messages, the input or the prompt, counted by the Gate's Tokens
 	// function.
 	Input int64
+	// Embeddings says the request asks for embeddings, which produce no completion: its
+	// estimate is its input alone.
+	Embeddings bool
 }
 
 // wire is the part of a request body the Gate reads. Each field is read on its own, and
@@ -46,6 +50,7 @@ type wire struct {
 	StreamOptions       *struct {
 		IncludeUsage flag `json:"include_usage"`
 	} `json:"stream_options"`
+	Background flag `json:"background"` // the Responses API's: answered later, its usage unread
 }
 
 type message struct {
@@ -160,14 +165,18 @@ func ParseRequest(path string, body []byte, tokens func(string) int64) (Request,
 	return req, sent
 }
 
-// readFields are the fields of a request the Gate reads, as the APIs spell them.
-var readFields = map[string]bool{"model": true, "messages": true, "system": true, "instructions": true,
-	"input": true, "prompt": true, "max_tokens": true, "max_completion_tokens": true,
-	"max_output_tokens": true, "stream": true, "stream_options": true}
+// readFields are the fields of a request the Gate reads, as the APIs spell them; and
+// those of its stream_options.
+var (
+	readFields = []string{"model", "messages", "system", "instructions", "input", "prompt", "max_tokens",
+		"max_completion_tokens", "max_output_tokens", "stream", "stream_options", "background"}
+	streamFields = []string{"include_usage"}
+)
 
 // parseRequest is ParseRequest, with an error for a body the Gate cannot read as the
-// upstream does: not a JSON object, or with a field the Gate reads spelled in another
-// case ("Stream"), which encoding/json would take for it and an upstream may not.
+// upstream does: not a JSON object, or with a field the Gate reads spelled otherwise
+// ("Stream", or "ſtream" with a long s), which encoding/json would take for it and an
+// upstream may not; or a request the meter cannot charge (a background response).
 func parseRequest(path string, body []byte, tokens func(string) int64) (Request, []byte, error) {
 	if tokens == nil {
 		tokens = ApproxTokens
@@ -176,16 +185,26 @@ func parseRequest(path string, body []byte, tokens func(string) int64) (Request,
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 		return Request{}, body, errors.New("the request body is not a JSON object")
 	}
-	for k := range fields {
-		if lower := strings.ToLower(k); lower != k && readFields[lower] {
-			return Request{}, body, fmt.Errorf("the request's field %q: the API's is %q", k, lower)
+	if err := spelled(fields, readFields); err != nil {
+		return Request{}, body, err
+	}
+	if raw, ok := fields["stream_options"]; ok {
+		var opts map[string]json.RawMessage
+		if json.Unmarshal(raw, &opts) == nil {
+			if err := spelled(opts, streamFields); err != nil {
+				return Request{}, body, err
+			}
 		}
 	}
 	var w wire
 	if err := json.Unmarshal(body, &w); err != nil {
 		return Request{}, body, errors.New("the request body is not a JSON object")
 	}
-	req := Request{Model: string(w.Model), Stream: bool(w.Stream), MaxTokens: int64(w.MaxTokens)}
+	if w.Background {
+		return Request{}, body, errors.New("a background response is not served here: its tokens are reported after the answer, where the limits cannot charge them")
+	}
+	req := Request{Model: string(w.Model), Stream: bool(w.Stream), MaxTokens: int64(w.MaxTokens),
+		Embeddings: strings.HasSuffix(strings.TrimSuffix(path, "/"), "/embeddings")}
 	for _, n := range []count{w.MaxOutputTokens, w.MaxCompletionTokens} {
 		if n > 0 {
 			req.MaxTokens = int64(n)
@@ -202,6 +221,23 @@ func parseRequest(path string, body []byte, tokens func(string) int64) (Request,
 		return req, body, nil
 	}
 	return req, withUsage(body), nil
+}
+
+// spelled returns an error for a key of fields that is not one of names but that
+// encoding/json would take for one (it matches names without regard to case, as
+// Unicode folds it: "Stream", "ſtream"), where an upstream reads keys as they are.
+func spelled(fields map[string]json.RawMessage, names []string) error {
+	for k := range fields {
+		if slices.Contains(names, k) {
+			continue
+		}
+		for _, n := range names {
+			if strings.EqualFold(k, n) {
+				return fmt.Errorf("the request's field %q: the API's is %q", k, n)
+			}
+		}
+	}
+	return nil
 }
 
 // withUsage is body, an OpenAI stream request, asking for its usage; body as it came if
