@@ -55,8 +55,8 @@ The last answer's headers:
 	}
 }
 
-// TestProxy: a request without an API key never reaches the model (401); an answer that
-// reports no usage (the model failed) keeps the estimate; a second request while the
+// TestProxy: a request without an API key never reaches the model (401); the model's
+// error (503) costs no tokens, as the providers bill none; a second request while the
 // key's one place in progress is held gets 429 from the in-flight limit.
 func TestProxy(t *testing.T) {
 	calls := 0
@@ -94,8 +94,8 @@ func TestProxy(t *testing.T) {
 		t.Errorf("a failed answer: %d, %d calls; want the model's 503", w.Code, calls)
 	}
 	ps, _ := c.Models.Policies(store, llmlimit.Options{})
-	if d, err := ps[0].Limiter.(*ratelimit.AlgorithmLimiter).PeekN(context.Background(), llmlimit.LimitKey("k", ""), 1); err != nil || d.Remaining != 1000-13-1 {
-		t.Errorf("after a failed answer estimated at 13: %+v, %v; want 987 left", d, err)
+	if d, err := ps[0].Limiter.(*ratelimit.AlgorithmLimiter).PeekN(context.Background(), llmlimit.LimitKey("k", ""), 1); err != nil || d.Remaining != 1000-1 {
+		t.Errorf("after the model's error, a request estimated at 13: %+v, %v; want all 1000 left", d, err)
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); ask("k", "hold") }()
