@@ -18,8 +18,8 @@ const fakeCreated = 1767225600
 
 // FakeModel answers as a model's API would, deterministically, in the APIs' documented
 // formats: OpenAI's chat completions (POST /v1/chat/completions), completions (POST
-// /v1/completions) and Responses API (POST /v1/responses), and Anthropic's messages (POST
-// /v1/messages). It answers JSON or, when asked to ("stream": true), Server-Sent Events,
+// /v1/completions), Responses API (POST /v1/responses), embeddings (POST /v1/embeddings)
+// and models (GET /v1/models), and Anthropic's messages (POST /v1/messages). It answers JSON or, when asked to ("stream": true), Server-Sent Events,
 // a word a delta, with the events and fields each API sends. Its tokens are words: the
 // prompt's, and a completion of up to max_tokens (256 when not said), as long as the
 // prompt's words times 4. A stream of chat completions or completions reports its usage
@@ -42,7 +42,7 @@ func FakeModel() http.Handler {
 			"completion_tokens_details": map[string]int64{"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
 		base := func(object string) map[string]any {
 			return map[string]any{"id": id("chatcmpl-"), "object": object, "created": fakeCreated, "model": string(req.Model),
-				"system_fingerprint": "fp_fake"}
+				"service_tier": "default", "system_fingerprint": "fp_fake"}
 		}
 		if !req.Stream {
 			a := base("chat.completion")
@@ -112,7 +112,17 @@ func FakeModel() http.Handler {
 		respID, msgID := id("resp_"), id("msg_")
 		response := func(status string, output []any, usage any) map[string]any {
 			a := map[string]any{"id": respID, "object": "response", "created_at": fakeCreated, "status": status,
-				"model": string(req.Model), "output": output, "usage": usage, "error": nil, "incomplete_details": nil}
+				"model": string(req.Model), "output": output, "usage": usage, "error": nil, "incomplete_details": nil,
+				"instructions": nil, "max_output_tokens": nil, "parallel_tool_calls": true, "previous_response_id": nil,
+				"reasoning": map[string]any{"effort": nil, "summary": nil}, "store": true, "temperature": 1.0,
+				"text": map[string]any{"format": map[string]string{"type": "text"}}, "tool_choice": "auto", "tools": []any{},
+				"top_p": 1.0, "truncation": "disabled", "user": nil, "metadata": map[string]string{}}
+			if string(req.Instructions) != "" {
+				a["instructions"] = string(req.Instructions)
+			}
+			if req.MaxOutputTokens > 0 {
+				a["max_output_tokens"] = int64(req.MaxOutputTokens)
+			}
 			if status == "incomplete" {
 				a["incomplete_details"] = map[string]string{"reason": "max_output_tokens"}
 			}
@@ -179,6 +189,25 @@ func FakeModel() http.Handler {
 		sse.send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": reason, "stop_sequence": nil},
 			"usage": map[string]int64{"output_tokens": out}})
 		sse.send("message_stop", map[string]any{"type": "message_stop"})
+	})
+	mux.HandleFunc("POST /v1/embeddings", func(w http.ResponseWriter, r *http.Request) {
+		req, ok := readFake(w, r)
+		if !ok {
+			return
+		}
+		in, _, _ := fakeUsage(req)
+		writeJSON(w, map[string]any{"object": "list", "model": string(req.Model),
+			"data":  []any{map[string]any{"object": "embedding", "index": 0, "embedding": []float64{0.25, -0.5, 0.75}}},
+			"usage": map[string]int64{"prompt_tokens": in, "total_tokens": in}})
+	})
+	model := func(id string) map[string]any {
+		return map[string]any{"id": id, "object": "model", "created": fakeCreated, "owned_by": "fake"}
+	}
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"object": "list", "data": []any{model("fake-1")}})
+	})
+	mux.HandleFunc("GET /v1/models/{id}", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, model(r.PathValue("id")))
 	})
 	return mux
 }
