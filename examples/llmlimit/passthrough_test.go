@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -393,5 +394,102 @@ func TestIdentityStream(t *testing.T) {
 	}
 	if left(t, limiter, "k") != 4000-2-3 {
 		t.Errorf("%d left; want 3995, charged the 5 the stream reported", left(t, limiter, "k"))
+	}
+}
+
+// TestLineEndsThroughProxy: each API's stream, its lines ended by LF, CRLF or a bare CR
+// (all three allowed by the SSE specification), sent three bytes at a time, plain or
+// gzip, through a Gate, the Middleware and Proxy: charged exactly the usage it reports,
+// and the client gets what the upstream sent (less the usage the gateway asked for).
+func TestLineEndsThroughProxy(t *testing.T) {
+	type api struct {
+		path, body string
+		events     []string // as the upstream sends them, with "\n" between lines of one event
+		addedUsage string   // the usage event the gateway asked for (chat/completions), "" for none
+		charge     int64
+	}
+	apis := []api{
+		{"/v1/chat/completions", `{"model":"m","stream":true,"max_tokens":100,"messages":[{"content":"a b"}]}`,
+			[]string{`data: {"id":"c","choices":[{"index":0,"delta":{"content":"x"}}],"usage":null}`, `data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}`},
+			`data: {"id":"c","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":50,"total_tokens":60}}`, 60},
+		{"/v1/completions", `{"model":"m","stream":true,"max_tokens":100,"prompt":"a b"}`,
+			[]string{`data: {"id":"c","object":"text_completion","choices":[{"index":0,"text":"x","finish_reason":null}],"usage":null}`},
+			`data: {"id":"c","object":"text_completion","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":50,"total_tokens":60}}`, 60},
+		{"/v1/responses", `{"model":"m","stream":true,"max_output_tokens":100,"input":"a b"}`,
+			[]string{"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}",
+				"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"x\"}",
+				"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":50,\"total_tokens\":60}}}"}, "", 60},
+		{"/v1/messages", `{"model":"m","stream":true,"max_tokens":100,"messages":[{"content":"a b"}]}`,
+			[]string{"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"content\":[],\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}",
+				"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}",
+				"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":50}}",
+				"event: message_stop\ndata: {\"type\":\"message_stop\"}"}, "", 60},
+	}
+	join := func(evs []string, eol string) string {
+		var b strings.Builder
+		for _, e := range evs {
+			b.WriteString(strings.ReplaceAll(e, "\n", eol) + eol + eol)
+		}
+		return b.String()
+	}
+	for _, a := range apis {
+		for _, eol := range []string{"\n", "\r\n", "\r"} {
+			for _, gz := range []bool{false, true} {
+				name := fmt.Sprintf("%s %q gzip=%v", a.path, eol, gz)
+				t.Run(name, func(t *testing.T) {
+					evs := a.events
+					if a.addedUsage != "" {
+						evs = append(append([]string{}, evs...), a.addedUsage)
+					}
+					sent := join(evs, eol) + "data: [DONE]" + eol + eol
+					srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						w.Header().Set("Content-Type", "text/event-stream")
+						var out io.Writer = w
+						var zw *gzipWriter
+						if gz {
+							w.Header().Set("Content-Encoding", "gzip")
+							zw = &gzipWriter{ResponseWriter: w, z: gzip.NewWriter(w)}
+							out = zw
+						}
+						rc := http.NewResponseController(w)
+						for i := 0; i < len(sent); i += 3 {
+							io.WriteString(out, sent[i:min(i+3, len(sent))])
+							if zw != nil {
+								zw.Flush()
+							} else {
+								rc.Flush()
+							}
+						}
+						if zw != nil {
+							zw.z.Close()
+						}
+					}))
+					r, _ := http.NewRequest("POST", srv.URL+a.path, strings.NewReader(a.body))
+					r.Header.Set("Authorization", "Bearer k")
+					if gz {
+						r.Header.Set("Accept-Encoding", "gzip")
+					}
+					resp, err := srv.Client().Do(r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.Header.Get("Content-Encoding") == "gzip" {
+						got = []byte(gunzipped(t, got))
+					}
+					want := sent
+					if a.addedUsage != "" { // what the client would have got had it not been asked
+						want = strings.ReplaceAll(join(a.events, eol), `,"usage":null`, "") + "data: [DONE]" + eol + eol
+					}
+					if string(got) != want {
+						t.Errorf("the client got %q\nwant %q", got, want)
+					}
+					if charged := 4000 - left(t, limiter, "k"); charged != a.charge {
+						t.Errorf("charged %d; want %d", charged, a.charge)
+					}
+				})
+			}
+		}
 	}
 }
