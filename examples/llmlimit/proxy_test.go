@@ -268,6 +268,7 @@ func TestMeter(t *testing.T) {
 		{"anthropic cut", "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":4,\"output_tokens\":1}}}\n\ndata: {\"type\":\"content_block_delta\"}\n\ndata: {\"type\":\"content_block_delta\"}\n\ndata: {\"type\":\"content_block_delta\"}\n\n", Usage{4, 3}},
 		{"too long a line", "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("x", maxLine) + "\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", Usage{5, 1}},
 		{"no end", "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}", Usage{5, 1}},
+		{"crlf on lines", "data: {\"type\":\"message_start\",\r\ndata: \"message\":{\"usage\":{\"input_tokens\":4,\"output_tokens\":1}}}\r\n\r\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":6}}\r\n\r\n", Usage{4, 6}},
 		{"bare cr", "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\r\rdata: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5000,\"total_tokens\":5010}}\r\rdata: [DONE]\r\r", Usage{10, 5000}},
 		{"completions", "data: {\"object\":\"text_completion\",\"choices\":[{\"text\":\"a\",\"index\":0}]}\n\ndata: {\"object\":\"text_completion\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5000,\"total_tokens\":5010}}\n\ndata: [DONE]\n\n", Usage{10, 5000}},
 		{"completions cut", "data: {\"choices\":[{\"text\":\"a\",\"index\":0}]}\n\ndata: {\"choices\":[{\"text\":\"b\",\"index\":0}]}\n\n", Usage{5, 2}},
@@ -280,20 +281,39 @@ func TestMeter(t *testing.T) {
 				body = gzipped(c.stream)
 			}
 			for _, size := range []int{1, 7, 1 << 16} {
-				var got Usage
-				m := NewMeter(io.NopCloser(strings.NewReader(body)), encoding, true, 5, func(u Usage, known bool) { got = u })
-				buf := make([]byte, size)
-				for {
-					if _, err := m.Read(buf); err != nil {
-						break
+				for _, empty := range []bool{false, true} { // a read of nothing between two (io.Reader allows it)
+					var got Usage
+					var r io.Reader = strings.NewReader(body)
+					if empty {
+						r = &emptyReads{r: r}
 					}
-				}
-				if got != c.want {
-					t.Errorf("%s (%q), read %d bytes at a time: %+v; want %+v", c.name, encoding, size, got, c.want)
+					m := NewMeter(io.NopCloser(r), encoding, true, 5, func(u Usage, known bool) { got = u })
+					buf := make([]byte, size)
+					for {
+						if _, err := m.Read(buf); err != nil {
+							break
+						}
+					}
+					if got != c.want {
+						t.Errorf("%s (%q), read %d bytes at a time (reads of nothing between: %v): %+v; want %+v", c.name, encoding, size, empty, got, c.want)
+					}
 				}
 			}
 		}
 	}
+}
+
+// emptyReads reads r, with a read of nothing before each read of it.
+type emptyReads struct {
+	r     io.Reader
+	empty bool
+}
+
+func (e *emptyReads) Read(p []byte) (int, error) {
+	if e.empty = !e.empty; e.empty {
+		return 0, nil
+	}
+	return e.r.Read(p)
 }
 
 // gzipped is s compressed with gzip.

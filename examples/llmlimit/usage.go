@@ -276,7 +276,10 @@ func (m *Meter) feed(p []byte) {
 // feedPlain reads the bytes of a stream, decoded: its lines, each ended by LF, CRLF or
 // CR (Server-Sent Events allows the three).
 func (m *Meter) feedPlain(p []byte) {
-	if m.cr && len(p) > 0 && p[0] == '\n' { // the LF of a CRLF split across reads
+	if len(p) == 0 { // a read of nothing: a CR before it may still end in an LF after
+		return
+	}
+	if m.cr && p[0] == '\n' { // the LF of a CRLF split across reads
 		p = p[1:]
 	}
 	m.cr = false
