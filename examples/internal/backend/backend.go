@@ -163,6 +163,10 @@ func checkRedis(ctx context.Context, client redis.Scripter, cfg Config) (unanswe
 		if err == nil && strings.Contains(info, "cluster_enabled:1") && cfg.RedisURL != "" {
 			return nil, fmt.Errorf("-redis %s: a Redis Cluster node; use -redis-cluster with the cluster's nodes", cfg.RedisURL)
 		}
+		var reply redis.Error
+		if errors.As(err, &reply) { // it answered, without the section (miniredis): not a cluster
+			return nil, nil
+		}
 		return err, nil
 	}
 	return nil, nil
