@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -324,20 +325,41 @@ func recoverAbort(next http.Handler) http.Handler {
 	})
 }
 
-// APIKey is a request's API key, as the providers take it: Anthropic's x-api-key, or a
-// bearer token (OpenAI's Authorization). A Middleware's Key. A request that names two
-// different keys is an error: the limits would count one while the upstream bills the
-// other.
+// APIKey is a request's API key, as the providers take it: Anthropic's x-api-key, a
+// bearer token (OpenAI's Authorization, its scheme in any case), Azure's api-key,
+// Google's x-goog-api-key, or a key, api-key or api_key query parameter. A Middleware's
+// Key. A request that names two different keys, in one place or in several, is an
+// error: the limits would count one while the upstream bills another.
 func APIKey(r *http.Request) (string, error) {
-	key := r.Header.Get("X-Api-Key")
-	bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	switch {
-	case key != "" && ok && bearer != key:
-		return "", errors.New("two API keys: X-Api-Key and Authorization name different keys")
-	case key != "":
-		return key, nil
-	case !ok || bearer == "":
-		return "", errors.New("an API key is required: Authorization: Bearer <key>, or X-Api-Key")
+	var keys []string
+	add := func(k string) {
+		if k = strings.TrimSpace(k); k != "" && !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
 	}
-	return bearer, nil
+	for _, h := range []string{"X-Api-Key", "Api-Key", "X-Goog-Api-Key"} {
+		for _, v := range r.Header.Values(h) {
+			add(v)
+		}
+	}
+	for _, v := range r.Header.Values("Authorization") {
+		if f := strings.Fields(v); len(f) == 2 && strings.EqualFold(f[0], "Bearer") {
+			add(f[1])
+		} else if len(f) > 0 && strings.EqualFold(f[0], "Bearer") {
+			return "", errors.New("an Authorization header of a bearer token, please: Bearer <key>")
+		}
+	}
+	q := r.URL.Query()
+	for _, p := range []string{"key", "api-key", "api_key"} {
+		for _, v := range q[p] {
+			add(v)
+		}
+	}
+	switch len(keys) {
+	case 0:
+		return "", errors.New("an API key is required: Authorization: Bearer <key>, or X-Api-Key")
+	case 1:
+		return keys[0], nil
+	}
+	return "", fmt.Errorf("%d different API keys in one request: the headers and the query must name one", len(keys))
 }

@@ -283,8 +283,10 @@ func TestEndpoints(t *testing.T) {
 // refused with 400, never forwarded with its tokens unseen: a byte-order mark, a field
 // the Gate reads spelled in another case (encoding/json takes "Stream" for "stream", and
 // the last one wins), or folded as Unicode folds it ("ſtream" with a long s, in
-// stream_options too); a background response, whose usage comes after the answer. A
-// stream to any path of completions asks for its usage, and is charged it.
+// stream_options too), or twice (encoding/json merged two stream_options an upstream
+// read the last of: its usage went unasked); a stream flag not a boolean (a lenient
+// upstream reads 1 or "yes" as true); a background response, whose usage comes after
+// the answer. A stream to any path of completions asks for its usage, and is charged it.
 func TestUnreadableBodiesRefused(t *testing.T) {
 	reached := 0
 	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -306,6 +308,12 @@ func TestUnreadableBodiesRefused(t *testing.T) {
 		`{"stream":true,"stream_options":{"Include_Usage":true},"messages":[{"content":"a b"}]}`,
 		`{"stream":true,"Key":1,"max_toKens":5,"messages":[{"content":"a b"}]}`,
 		`{"background":true,"input":"a b"}`,
+		`{"stream":true,"stream_options":{"include_usage":true},"stream_options":{},"messages":[{"content":"a b"}]}`,
+		`{"stream":true,"stream_options":{"Include_usage":true},"stream_options":{},"messages":[{"content":"a b"}]}`,
+		`{"stream":false,"stream":true,"messages":[{"content":"a b"}]}`,
+		`{"stream":1,"messages":[{"content":"a b"}]}`,
+		`{"stream":"yes","messages":[{"content":"a b"}]}`,
+		`{"stream":true,"stream_options":{"include_usage":1},"messages":[{"content":"a b"}]}`,
 		`[1, 2]`,
 	} {
 		resp, got := post(t, srv, "/v1/chat/completions", "k", body)
@@ -327,16 +335,16 @@ func TestUnreadableBodiesRefused(t *testing.T) {
 	}
 }
 
-// TestTwoAPIKeys: a request whose X-Api-Key and Authorization name different keys is
+// TestTwoAPIKeys: a request that names two different keys, wherever it names them, is
 // refused with 401: the limits would count one while the upstream bills the other (ten
 // requests on one bearer key, each with an X-Api-Key of its own, were all admitted past
-// a limit of three). The same key in both is that key.
+// a limit of three). A bearer's scheme is read in any case and its spaces trimmed, as an
+// upstream reads it. The same key in several places is that key.
 func TestTwoAPIKeys(t *testing.T) {
 	srv, limiter := served(t, FakeModel())
-	send := func(bearer, key string) int {
-		r, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"a b c"}]}`))
-		r.Header.Set("Authorization", "Bearer "+bearer)
-		r.Header.Set("X-Api-Key", key)
+	send := func(path string, h http.Header) int {
+		r, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"a b c"}]}`))
+		r.Header = h
 		resp, err := srv.Client().Do(r)
 		if err != nil {
 			t.Fatal(err)
@@ -345,11 +353,34 @@ func TestTwoAPIKeys(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if got := send("sk-real", "junk-1"); got != http.StatusUnauthorized {
-		t.Errorf("two keys: %d; want 401", got)
+	for _, c := range []struct {
+		path string
+		h    http.Header
+	}{
+		{"/v1/chat/completions", http.Header{"Authorization": {"Bearer sk-real"}, "X-Api-Key": {"junk-1"}}},
+		{"/v1/chat/completions", http.Header{"Authorization": {"bearer sk-real"}, "X-Api-Key": {"junk-2"}}},
+		{"/v1/chat/completions", http.Header{"Authorization": {"BEARER\tsk-real"}, "X-Api-Key": {"junk-3"}}},
+		{"/v1/chat/completions", http.Header{"Authorization": {"Bearer sk-real", "Bearer junk-4"}}},
+		{"/v1/chat/completions", http.Header{"X-Api-Key": {"", "junk-5"}, "Authorization": {"Bearer sk-real"}}},
+		{"/openai/deployments/d/chat/completions", http.Header{"Api-Key": {"azure-real"}, "X-Api-Key": {"junk-6"}}},
+		{"/v1beta/openai/chat/completions?key=google-real", http.Header{"X-Api-Key": {"junk-7"}}},
+		{"/v1/chat/completions", http.Header{"Authorization": {"Bearer sk-real extra"}}},
+	} {
+		if got := send(c.path, c.h); got != http.StatusUnauthorized {
+			t.Errorf("%s %v: %d; want 401", c.path, c.h, got)
+		}
 	}
-	if got := send("sk-real", "sk-real"); got != http.StatusOK || left(t, limiter, "sk-real") != 4000-3-10 {
-		t.Errorf("one key in both headers: %d, %d left; want 200, charged 13", got, left(t, limiter, "sk-real"))
+	if left(t, limiter, "sk-real") != 4000 {
+		t.Errorf("%d left of sk-real; want nothing charged", left(t, limiter, "sk-real"))
+	}
+	for i, h := range []http.Header{
+		{"Authorization": {"Bearer sk-real"}, "X-Api-Key": {"sk-real"}},
+		{"Authorization": {"bearer   sk-real "}},
+		{"Api-Key": {"sk-real"}},
+	} {
+		if got := send("/v1/chat/completions", h); got != http.StatusOK || left(t, limiter, "sk-real") != 4000-13*int64(i+1) {
+			t.Errorf("%v: %d, %d left; want 200, and sk-real charged 13 more", h, got, left(t, limiter, "sk-real"))
+		}
 	}
 }
 

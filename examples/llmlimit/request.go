@@ -185,14 +185,29 @@ func parseRequest(path string, body []byte, tokens func(string) int64) (Request,
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 		return Request{}, body, errors.New("the request body is not a JSON object")
 	}
-	if err := spelled(fields, readFields); err != nil {
+	keys, values, err := members(body)
+	if err != nil {
 		return Request{}, body, err
 	}
-	if raw, ok := fields["stream_options"]; ok {
-		var opts map[string]json.RawMessage
-		if json.Unmarshal(raw, &opts) == nil {
-			if err := spelled(opts, streamFields); err != nil {
-				return Request{}, body, err
+	if err := spelled(keys, readFields); err != nil {
+		return Request{}, body, err
+	}
+	for i, k := range keys {
+		switch k {
+		case "stream_options":
+			if opts, raw, err := members(values[i]); err == nil {
+				if err := spelled(opts, streamFields); err != nil {
+					return Request{}, body, err
+				}
+				for j, o := range opts {
+					if o == "include_usage" && !boolean(raw[j]) {
+						return Request{}, body, fmt.Errorf("the request's stream_options.include_usage is %s: a boolean, please", raw[j])
+					}
+				}
+			}
+		case "stream", "background":
+			if !boolean(values[i]) {
+				return Request{}, body, fmt.Errorf("the request's %s is %s: a boolean, please", k, values[i])
 			}
 		}
 	}
@@ -223,12 +238,19 @@ func parseRequest(path string, body []byte, tokens func(string) int64) (Request,
 	return req, withUsage(body), nil
 }
 
-// spelled returns an error for a key of fields that is not one of names but that
+// spelled returns an error for a key of keys that is not one of names but that
 // encoding/json would take for one (it matches names without regard to case, as
-// Unicode folds it: "Stream", "ſtream"), where an upstream reads keys as they are.
-func spelled(fields map[string]json.RawMessage, names []string) error {
-	for k := range fields {
+// Unicode folds it: "Stream", "ſtream"), where an upstream reads keys as they are; and
+// for one of names twice, which encoding/json merges (an object) or reads last, where
+// an upstream may read only the last (a duplicate stream_options turned the usage off).
+func spelled(keys []string, names []string) error {
+	seen := map[string]bool{}
+	for _, k := range keys {
 		if slices.Contains(names, k) {
+			if seen[k] {
+				return fmt.Errorf("the request's field %q appears twice", k)
+			}
+			seen[k] = true
 			continue
 		}
 		for _, n := range names {
@@ -238,6 +260,45 @@ func spelled(fields map[string]json.RawMessage, names []string) error {
 		}
 	}
 	return nil
+}
+
+// members are the keys of a JSON object, in order and as often as they appear, and
+// their values.
+func members(b []byte) (keys []string, values []json.RawMessage, err error) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return nil, nil, errors.New("the request body is not a JSON object")
+	}
+	for d.More() {
+		t, err := d.Token()
+		if err != nil {
+			return nil, nil, errors.New("the request body is not a JSON object")
+		}
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			return nil, nil, errors.New("the request body is not a JSON object")
+		}
+		keys, values = append(keys, t.(string)), append(values, v)
+	}
+	return keys, values, nil
+}
+
+// boolean reports whether v, a field's JSON value, is what every parser reads alike as
+// a boolean: true, false or null, or the string "true" or "false" in any case (read as
+// it spells). A lenient upstream reads 1 or "yes" as true, where the Gate would not.
+func boolean(v json.RawMessage) bool {
+	var x any
+	if json.Unmarshal(v, &x) != nil {
+		return false
+	}
+	switch x := x.(type) {
+	case nil, bool:
+		return true
+	case string:
+		s := strings.TrimSpace(x)
+		return strings.EqualFold(s, "true") || strings.EqualFold(s, "false")
+	}
+	return false
 }
 
 // withUsage is body, an OpenAI stream request, asking for its usage; body as it came if

@@ -68,7 +68,7 @@ func TestParseLenient(t *testing.T) {
 		{`{"model":"strict","max_tokens":"10"}`, Request{Model: "strict", MaxTokens: 10}},
 		{`{"model":"strict","max_tokens":1e400}`, Request{Model: "strict", MaxTokens: math.MaxInt64}},
 		{`{"model":"strict","max_tokens":-5,"stream":"true"}`, Request{Model: "strict", Stream: true}},
-		{`{"model":"strict","stream":1,"max_tokens":null}`, Request{Model: "strict"}},
+		{`{"model":"strict","stream":null,"max_tokens":null}`, Request{Model: "strict"}},
 		{`{"model":"strict","messages":[{"content":7}]}`, Request{Model: "strict"}},
 		{`{"model":5,"max_tokens":3}`, Request{MaxTokens: 3}},
 		{`{"model":"r","instructions":"be brief","input":[{"role":"user","content":[{"type":"input_text","text":"hello there"}]},{"role":"user","content":"and you"}],"max_output_tokens":20}`, Request{Model: "r", MaxTokens: 20, Input: 2 + 2 + 2}},
