@@ -191,13 +191,31 @@ func FakeModel() http.Handler {
 		sse.send("message_stop", map[string]any{"type": "message_stop"})
 	})
 	mux.HandleFunc("POST /v1/embeddings", func(w http.ResponseWriter, r *http.Request) {
-		req, ok := readFake(w, r)
-		if !ok {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, DefaultMaxBody))
+		var req struct {
+			Model text            `json:"model"`
+			Input json.RawMessage `json:"input"`
+		}
+		if err := json.Unmarshal(body, &req); err != nil {
+			WriteError(w, r, http.StatusBadRequest, "a request in JSON, please: "+err.Error())
 			return
 		}
-		in, _, _ := fakeUsage(req)
-		writeJSON(w, map[string]any{"object": "list", "model": string(req.Model),
-			"data":  []any{map[string]any{"object": "embedding", "index": 0, "embedding": []float64{0.25, -0.5, 0.75}}},
+		var inputs []json.RawMessage // one embedding an input: a string, or tokens
+		if json.Unmarshal(req.Input, &inputs) != nil || len(inputs) > 0 && inputs[0][0] != '"' && inputs[0][0] != '[' {
+			inputs = []json.RawMessage{req.Input} // one string, or one array of tokens
+		}
+		var data []any
+		in := int64(0)
+		for i, x := range inputs {
+			var tokens []int64
+			if json.Unmarshal(x, &tokens) == nil {
+				in += int64(len(tokens))
+			} else {
+				in += Words(contentText(x, 0))
+			}
+			data = append(data, map[string]any{"object": "embedding", "index": i, "embedding": []float64{0.25, -0.5, 0.75}})
+		}
+		writeJSON(w, map[string]any{"object": "list", "model": string(req.Model), "data": data,
 			"usage": map[string]int64{"prompt_tokens": in, "total_tokens": in}})
 	})
 	model := func(id string) map[string]any {
@@ -209,7 +227,13 @@ func FakeModel() http.Handler {
 	mux.HandleFunc("GET /v1/models/{id}", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, model(r.PathValue("id")))
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" { // 404 and 405 in the API's format, not text
+			WriteError(w, r, http.StatusNotFound, fmt.Sprintf("%s %s: no such endpoint", r.Method, r.URL.Path))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // readFake reads a request of the fake model, or answers 400 in its API's format.

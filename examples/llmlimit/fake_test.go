@@ -188,3 +188,31 @@ func sameShape(got, doc any, path string) error {
 	}
 	return nil
 }
+
+// TestFakeEmbeddingsAndNotFound: the fake embeds each input (strings or tokens), and
+// counts their tokens; a path it does not serve gets 404 in the API's JSON, not text.
+func TestFakeEmbeddingsAndNotFound(t *testing.T) {
+	for _, c := range []struct {
+		input  string
+		n      int
+		tokens float64
+	}{
+		{`"a b"`, 1, 2}, {`["a b", "c"]`, 2, 3}, {`[1, 2, 3]`, 1, 3}, {`[[1, 2], [3]]`, 2, 3},
+	} {
+		w := httptest.NewRecorder()
+		FakeModel().ServeHTTP(w, httptest.NewRequest("POST", "/v1/embeddings", strings.NewReader(`{"model":"m","input":`+c.input+`}`)))
+		got := decoded(t, w.Body.Bytes()).(map[string]any)
+		data, _ := got["data"].([]any)
+		usage, _ := got["usage"].(map[string]any)
+		if len(data) != c.n || usage["prompt_tokens"] != c.tokens {
+			t.Errorf("input %s: %d embeddings, usage %v; want %d, %v tokens", c.input, len(data), usage, c.n, c.tokens)
+		}
+	}
+	for _, path := range []string{"/v1/chat/completions/", "/openai/deployments/d/chat/completions", "/v1/audio/speech"} {
+		w := httptest.NewRecorder()
+		FakeModel().ServeHTTP(w, httptest.NewRequest("POST", path, strings.NewReader(`{}`)))
+		if w.Code != http.StatusNotFound || w.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("%s: %d %s; want 404 in JSON", path, w.Code, w.Header().Get("Content-Type"))
+		}
+	}
+}

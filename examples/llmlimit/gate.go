@@ -60,10 +60,11 @@ type Exchange struct {
 	report bool // the client is told the usage (Gate.ReportUsage)
 	asked  bool // the gateway asked for a stream's usage: its usage chunk is not the client's
 
-	mu    sync.Mutex
-	usage Usage
-	known bool
-	abort bool // the answer was cut short: the connection is aborted once it is charged
+	mu       sync.Mutex
+	usage    Usage
+	known    bool
+	abort    bool // the answer was cut short: the connection is aborted once it is charged
+	answered bool // the upstream's answer came (Proxy): an error after it may have cost tokens
 }
 
 // Settle records what the answer cost (known false: it said nothing of it, and the
@@ -183,7 +184,25 @@ func Proxy(upstream *url.URL) http.Handler {
 		direct(r)
 		MeteredEncoding(r.Header)
 	}
-	rp.ModifyResponse = MeterResponse
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if x := ExchangeOf(resp.Request); x != nil {
+			x.mu.Lock()
+			x.answered = true
+			x.mu.Unlock()
+		}
+		return MeterResponse(resp)
+	}
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		if x := ExchangeOf(r); x != nil {
+			x.mu.Lock()
+			answered := x.answered
+			x.mu.Unlock()
+			if !answered { // the upstream never answered: it bills nothing
+				x.Settle(Usage{}, true)
+			}
+		}
+		WriteError(w, r, http.StatusBadGateway, "the upstream did not answer: "+err.Error())
+	}
 	return recoverAbort(rp)
 }
 
@@ -224,14 +243,19 @@ func zeroQ(params string) bool {
 
 // MeterResponse meters resp, an answer of the upstream to a request through a Gate, for
 // its Exchange: httputil.ReverseProxy's ModifyResponse. An error (a status of 400 or
-// more) costs no tokens, as the providers bill none; another answer that is not 200 says
-// nothing of its cost, and the estimates stand.
+// more), a redirect or an answer of no content costs no tokens, as the providers bill
+// none; another answer that is not 200 says nothing of its cost, and the estimates
+// stand. The upstream's own rate-limit headers are taken out: the client reads the
+// gateway's, once each.
 func MeterResponse(resp *http.Response) error {
 	x := ExchangeOf(resp.Request)
-	switch {
-	case x == nil:
+	if x == nil {
 		return nil
-	case resp.StatusCode >= http.StatusBadRequest:
+	}
+	dropRateLimitHeaders(resp.Header)
+	switch {
+	case resp.StatusCode >= http.StatusBadRequest, resp.StatusCode == http.StatusNoContent,
+		resp.StatusCode >= http.StatusMultipleChoices && resp.StatusCode < http.StatusBadRequest:
 		x.Settle(Usage{}, true)
 		return nil
 	case resp.StatusCode != http.StatusOK:
@@ -246,10 +270,7 @@ func MeterResponse(resp *http.Response) error {
 			}
 			resp.Trailer[UsageHeader] = nil // announced: the reverse proxy sends it after the body
 		}
-		encoding := resp.Header.Get("Content-Encoding")
-		if strings.EqualFold(strings.TrimSpace(encoding), "identity") { // none: the usage chunk is taken out as from a plain stream
-			encoding = ""
-		}
+		encoding := contentCoding(resp.Header)
 		if x.asked && isGzip(encoding) { // decoded for the client, so that the usage chunk can be taken out
 			z, err := gzip.NewReader(resp.Body)
 			if err != nil {
@@ -280,7 +301,7 @@ func MeterResponse(resp *http.Response) error {
 		resp.Header.Del("Content-Length")
 		resp.ContentLength = -1
 	case "application/json": // read whole, for the tokens in a header
-		m := NewMeter(resp.Body, resp.Header.Get("Content-Encoding"), false, x.Request.Input, x.Settle)
+		m := NewMeter(resp.Body, contentCoding(resp.Header), false, x.Request.Input, x.Settle)
 		body, err := io.ReadAll(io.LimitReader(m, maxBody+1))
 		if err != nil {
 			m.Close()
@@ -305,6 +326,35 @@ func MeterResponse(resp *http.Response) error {
 		resp.Header.Del("Content-Length")
 	}
 	return nil
+}
+
+// contentCoding is the coding of an answer whose header is h: "" for none (identity),
+// "gzip", or the codings as they came when there are several or one the meter cannot
+// read (charged the estimate). Every line of Content-Encoding counts.
+func contentCoding(h http.Header) string {
+	var codings []string
+	for _, v := range h.Values("Content-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.ToLower(strings.TrimSpace(c)); c != "" && c != "identity" {
+				codings = append(codings, c)
+			}
+		}
+	}
+	return strings.Join(codings, ", ")
+}
+
+// dropRateLimitHeaders takes out of h, an upstream's answer's header, the headers of
+// rate limits, which the gateway writes its own of: OpenAI's, Anthropic's and the IETF
+// draft's. Beside the gateway's, a client read two values ("60, 10000") it could not
+// parse.
+func dropRateLimitHeaders(h http.Header) {
+	for k := range h {
+		l := strings.ToLower(k)
+		if strings.HasPrefix(l, "x-ratelimit-") || strings.HasPrefix(l, "anthropic-ratelimit-") ||
+			l == "ratelimit" || l == "ratelimit-policy" || strings.HasPrefix(l, "ratelimit-") {
+			h.Del(k)
+		}
+	}
 }
 
 // recoverAbort takes the reverse proxy's abort of an answer cut short

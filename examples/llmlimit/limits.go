@@ -145,7 +145,8 @@ type limit struct {
 // (Options.Key) and the entry's name (LimitKey). Each token limit admits it on an
 // estimate, its prompt's tokens and its max_tokens (Options.MaxTokens when it says
 // none; embeddings none), and is charged the usage its answer reports once it is served (the estimate
-// stands for an answer that reports none): a debt when it used more, a refund, as far as
+// stands for an answer that reports none): a debt when it used more, however much more
+// (a prompt the estimate cannot read: tools, images, token arrays), a refund, as far as
 // the key would still hold it, when less.
 //
 // A request that did not pass a Gate is refused (the Middleware's KeyError answers it),
@@ -256,6 +257,7 @@ func (t Table) Policies(store ratelimit.Store, o Options) ([]ratelimit.Policy, e
 			cost := k.cost
 			p.Cost = &ratelimit.Cost{
 				Unit: tokensUnit,
+				Max:  math.MaxInt64, // every token the answer reports, however far past the estimate
 				Estimate: func(r *http.Request) int64 {
 					x := ExchangeOf(r)
 					if x == nil {

@@ -384,12 +384,13 @@ func TestTwoAPIKeys(t *testing.T) {
 	}
 }
 
-// TestUpstreamErrorsCostNothing: an answer of 400 or more from the upstream costs no
-// tokens, as the providers bill none (a 429 from the upstream cost its estimate, 103);
+// TestUpstreamErrorsCostNothing: an answer of 400 or more from the upstream, a
+// redirect, an answer of no content, or no answer at all (502 in the API's format) costs
+// no tokens, as the providers bill none (a 429 from the upstream cost its estimate, 103);
 // embeddings are estimated on their input alone (with a max_tokens default of 4,096 a
 // key of fewer tokens a minute could never embed).
 func TestUpstreamErrorsCostNothing(t *testing.T) {
-	for _, status := range []int{400, 429, 500, 503} {
+	for _, status := range []int{400, 429, 500, 503, 302, 204} {
 		srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
@@ -397,6 +398,24 @@ func TestUpstreamErrorsCostNothing(t *testing.T) {
 		}))
 		if resp, _ := post(t, srv, "/v1/chat/completions", "k", `{"model":"m","max_tokens":100,"messages":[{"content":"a b c"}]}`); resp.StatusCode != status || left(t, limiter, "k") != 4000 {
 			t.Errorf("the upstream's %d: %d, %d left; want it passed on, and 4000 left", status, resp.StatusCode, left(t, limiter, "k"))
+		}
+	}
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close() // nothing listens there: connection refused
+	u, _ := url.Parse(down.URL)
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ps, err := Table{"": {TokensPerMinute: 4000}}.Policies(localstore.New(localstore.WithClock(clk)), Options{MaxTokens: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw := &ratelimit.Middleware{Key: APIKey, KeyError: KeyError, Policies: ps}
+	gw := httptest.NewServer((&Gate{Tokens: Words}).Wrap(mw.Wrap(Proxy(u))))
+	defer gw.Close()
+	for _, path := range []string{"/v1/chat/completions", "/v1/messages"} {
+		resp, got := post(t, gw, path, "k", `{"model":"m","max_tokens":100,"messages":[{"content":"a b c"}]}`)
+		if left := left(t, ps[0].Limiter.(*ratelimit.AlgorithmLimiter), "k"); resp.StatusCode != http.StatusBadGateway ||
+			resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(got, `"error"`) || left != 4000 {
+			t.Errorf("%s, the upstream down: %d %s %s, %d left; want 502 in the API's JSON, nothing charged", path, resp.StatusCode, resp.Header.Get("Content-Type"), got, left)
 		}
 	}
 	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -522,5 +541,52 @@ func TestLineEndsThroughProxy(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestUpstreamHeadersAndCodings: the upstream's own rate-limit headers are taken out
+// (the client read "60, 10000", the gateway's and the upstream's); a list of codings
+// with identity in it is read as the codings left ("identity, gzip" was charged the
+// estimate, and the client got the usage chunk); and an answer's usage is charged whole,
+// far past the request's estimate and ten times the minute's budget (a prompt the
+// estimate cannot read was charged 40,000 of 100,001).
+func TestUpstreamHeadersAndCodings(t *testing.T) {
+	body := `{"model":"m","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"a b"}]}`
+	for _, coding := range [][]string{{"identity, gzip"}, {"gzip, identity"}, {"identity", "gzip"}} {
+		srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Content-Encoding"] = coding
+			w.Header().Set("X-Ratelimit-Limit-Requests", "10000")
+			w.Header().Set("Anthropic-Ratelimit-Tokens-Limit", "5")
+			z := &gzipWriter{ResponseWriter: w, z: gzip.NewWriter(w)}
+			FakeModel().ServeHTTP(z, r)
+			z.z.Close()
+		}))
+		r, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer k")
+		r.Header.Set("Accept-Encoding", "gzip")
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		direct := httptest.NewRecorder()
+		FakeModel().ServeHTTP(direct, httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body)))
+		if string(got) != direct.Body.String() || left(t, limiter, "k") != 4000-2-3 {
+			t.Errorf("%q: the client got\n%s\nwant\n%s\n%d left; want 3995", coding, got, direct.Body.String(), left(t, limiter, "k"))
+		}
+		if v := resp.Header.Values("X-Ratelimit-Limit-Requests"); len(v) > 1 || resp.Header.Get("Anthropic-Ratelimit-Tokens-Limit") != "" {
+			t.Errorf("%q: the upstream's rate-limit headers reached the client: %v", coding, resp.Header)
+		}
+	}
+	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[],"usage":{"prompt_tokens":100000,"completion_tokens":1,"total_tokens":100001}}`)
+	}))
+	post(t, srv, "/v1/chat/completions", "k", `{"model":"m","max_tokens":1,"messages":[{"content":"a"}]}`)
+	d, err := limiter.PeekN(context.Background(), LimitKey("k", ""), 1)
+	// a debt of 96,001 at 4,000 a minute: 24 minutes and a fraction until one token
+	if want := time.Duration(96_002) * time.Minute / 4000; err != nil || d.Allowed || d.RetryAfter < want-time.Second || d.RetryAfter > want+time.Second {
+		t.Errorf("after 100,001 tokens of a 4,000 a minute budget: %+v, %v; want denied for %v", d, err, want)
 	}
 }
