@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -121,6 +122,11 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 			WriteError(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request body over %d bytes", limit))
 			return
 		}
+		r.Trailer = nil // a trailer would reach the upstream after the Gate read the request
+		if msg := unread(r, body); msg != "" {
+			WriteError(w, r, http.StatusBadRequest, msg)
+			return
+		}
 		read := r.Method == http.MethodGet || r.Method == http.MethodHead
 		req, sent, err := parseRequest(r.URL.Path, body, g.Tokens)
 		if err != nil && !read && Endpoint(r.Method, r.URL.Path) { // the upstream would read it otherwise: its tokens unseen
@@ -136,6 +142,23 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 			panic(http.ErrAbortHandler) // after the Middleware charged what the stream cost
 		}
 	})
+}
+
+// unread says why r, with body, would reach the upstream otherwise than the Gate reads
+// it ("" when it would not): a protocol upgrade (a tunnel of requests the Gate never
+// sees), a method override, a body in a coding, or a read with a body.
+func unread(r *http.Request, body []byte) string {
+	switch {
+	case r.Header.Get("Upgrade") != "":
+		return "a protocol upgrade is not served here"
+	case r.Header.Get("X-Http-Method-Override") != "" || r.Header.Get("X-Http-Method") != "" || r.Header.Get("X-Method-Override") != "":
+		return "a method override is not served here"
+	case contentCoding(http.Header{"Content-Encoding": r.Header.Values("Content-Encoding")}) != "":
+		return "a request body in JSON, not encoded, please"
+	case (r.Method == http.MethodGet || r.Method == http.MethodHead) && len(body) > 0:
+		return "a " + r.Method + " has no body here"
+	}
+	return ""
 }
 
 // meteredPaths end the paths of the requests whose tokens a Gate and a Meter read.
@@ -183,6 +206,7 @@ func Proxy(upstream *url.URL) http.Handler {
 	rp.Director = func(r *http.Request) {
 		direct(r)
 		MeteredEncoding(r.Header)
+		r.Header.Del("Upgrade") // no tunnel: a Gate refuses an upgrade, and Proxy never asks for one
 	}
 	rp.ModifyResponse = func(resp *http.Response) error {
 		if x := ExchangeOf(resp.Request); x != nil {
@@ -193,18 +217,65 @@ func Proxy(upstream *url.URL) http.Handler {
 		return MeterResponse(resp)
 	}
 	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
-		if x := ExchangeOf(r); x != nil {
+		x := ExchangeOf(r)
+		answered := false
+		if x != nil {
 			x.mu.Lock()
-			answered := x.answered
+			answered = x.answered
 			x.mu.Unlock()
-			if !answered { // the upstream never answered: it bills nothing
-				x.Settle(Usage{}, true)
-			}
 		}
-		WriteError(w, r, http.StatusBadGateway, "the upstream did not answer: "+err.Error())
+		var op *net.OpError
+		switch {
+		case answered: // its answer could not be read: the estimates stand
+			WriteError(w, r, http.StatusBadGateway, "the upstream's answer could not be read: "+err.Error())
+		case x != nil && errors.As(err, &op) && op.Op == "dial": // it never got the request: it bills nothing
+			x.Settle(Usage{}, true)
+			fallthrough
+		default: // the client left, or the upstream failed with the request: the estimates stand
+			WriteError(w, r, http.StatusBadGateway, "the upstream did not answer: "+err.Error())
+		}
 	}
-	return recoverAbort(rp)
+	return recoverAbort(no1xx(rp))
 }
+
+// no1xx passes no informational answer (103 Early Hints) of the upstream on: the reverse
+// proxy writes one with the answer's header, which holds the Middleware's rate-limit
+// headers, and then clears it, so that the final answer went without them.
+func no1xx(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(&finalOnly{ResponseWriter: w, kept: w.Header().Clone()}, r)
+	})
+}
+
+// finalOnly is a ResponseWriter that drops 1xx answers, and keeps its header as it was
+// before one.
+type finalOnly struct {
+	http.ResponseWriter
+	kept    http.Header // the header before any 1xx
+	cleared bool        // a 1xx was dropped: the header is restored at its next use
+}
+
+func (f *finalOnly) Header() http.Header {
+	h := f.ResponseWriter.Header()
+	if f.cleared {
+		f.cleared = false
+		clear(h)
+		for k, v := range f.kept {
+			h[k] = v
+		}
+	}
+	return h
+}
+
+func (f *finalOnly) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		f.cleared = true
+		return
+	}
+	f.ResponseWriter.WriteHeader(code)
+}
+
+func (f *finalOnly) Unwrap() http.ResponseWriter { return f.ResponseWriter }
 
 // MeteredEncoding leaves in h, a request's header on its way upstream, only the content
 // coding a Meter reads: gzip when the client accepts it, else none (Go's Transport then
@@ -253,7 +324,10 @@ func MeterResponse(resp *http.Response) error {
 		return nil
 	}
 	dropRateLimitHeaders(resp.Header)
+	defer func() { resp.Body = &dropTrailers{ReadCloser: resp.Body, resp: resp} }() // they come at the body's end
 	switch {
+	case resp.StatusCode == http.StatusSwitchingProtocols: // never asked for
+		return errors.New("the upstream switched protocols unasked")
 	case resp.StatusCode >= http.StatusBadRequest, resp.StatusCode == http.StatusNoContent,
 		resp.StatusCode >= http.StatusMultipleChoices && resp.StatusCode < http.StatusBadRequest:
 		x.Settle(Usage{}, true)
@@ -349,12 +423,27 @@ func contentCoding(h http.Header) string {
 // parse.
 func dropRateLimitHeaders(h http.Header) {
 	for k := range h {
-		l := strings.ToLower(k)
-		if strings.HasPrefix(l, "x-ratelimit-") || strings.HasPrefix(l, "anthropic-ratelimit-") ||
-			l == "ratelimit" || l == "ratelimit-policy" || strings.HasPrefix(l, "ratelimit-") {
-			h.Del(k)
+		switch l := strings.ToLower(k); {
+		case strings.HasPrefix(l, "x-ratelimit-"), strings.HasPrefix(l, "anthropic-ratelimit-"),
+			l == "ratelimit", l == "ratelimit-policy", l == "ratelimit-limit", l == "ratelimit-remaining", l == "ratelimit-reset":
+			delete(h, k)
 		}
 	}
+}
+
+// dropTrailers reads an answer's body, and takes the upstream's rate-limit trailers out
+// once they came, at its end.
+type dropTrailers struct {
+	io.ReadCloser
+	resp *http.Response
+}
+
+func (d *dropTrailers) Read(p []byte) (int, error) {
+	n, err := d.ReadCloser.Read(p)
+	if err == io.EOF {
+		dropRateLimitHeaders(d.resp.Trailer)
+	}
+	return n, err
 }
 
 // recoverAbort takes the reverse proxy's abort of an answer cut short
@@ -399,7 +488,10 @@ func APIKey(r *http.Request) (string, error) {
 			return "", errors.New("an Authorization header of a bearer token, please: Bearer <key>")
 		}
 	}
-	q := r.URL.Query()
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil { // a ';' the upstream may read a key after
+		return "", fmt.Errorf("a query the gateway cannot read: %w", err)
+	}
 	for _, p := range []string{"key", "api-key", "api_key"} {
 		for _, v := range q[p] {
 			add(v)

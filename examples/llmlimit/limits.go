@@ -143,8 +143,8 @@ type limit struct {
 // header writers know it (Requests, Tokens, ...), for the requests through a Gate. A
 // request is limited under its model's entry (see Table), with the key of its API key
 // (Options.Key) and the entry's name (LimitKey). Each token limit admits it on an
-// estimate, its prompt's tokens and its max_tokens (Options.MaxTokens when it says
-// none; embeddings none), and is charged the usage its answer reports once it is served (the estimate
+// estimate, its prompt's tokens and its max_tokens for each completion it asks for (n;
+// Options.MaxTokens when it says none; embeddings none), and is charged the usage its answer reports once it is served (the estimate
 // stands for an answer that reports none): a debt when it used more, however much more
 // (a prompt the estimate cannot read: tools, images, token arrays), a refund, as far as
 // the key would still hold it, when less.
@@ -174,10 +174,11 @@ func (t Table) Policies(store ratelimit.Store, o Options) ([]ratelimit.Policy, e
 		if x.Request.Embeddings {
 			return 0
 		}
+		each := maxTokens
 		if x.Request.MaxTokens > 0 {
-			return x.Request.MaxTokens
+			each = x.Request.MaxTokens
 		}
-		return maxTokens
+		return ceil(float64(each) * float64(max(1, x.Request.Choices)))
 	}
 	weighed := func(in, out int64) int64 { return ceil(float64(in)*wIn + float64(out)*wOut) }
 	total := func(x *Exchange, u Usage, known bool) (int64, int64) {

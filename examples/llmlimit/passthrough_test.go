@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -249,7 +250,11 @@ func TestEndpoints(t *testing.T) {
 		{"POST", "/v1/threads/thread_1/messages", 404, false, 8}, // an assistant's, not Anthropic's
 	} {
 		reached = nil
-		r, _ := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader(`{"model":"m","input":"a b c"}`))
+		var sent io.Reader = strings.NewReader(`{"model":"m","input":"a b c"}`)
+		if c.method == "GET" || c.method == "HEAD" {
+			sent = nil
+		}
+		r, _ := http.NewRequest(c.method, srv.URL+c.path, sent)
 		r.Header.Set("Authorization", "Bearer k")
 		resp, err := srv.Client().Do(r)
 		if err != nil {
@@ -314,6 +319,11 @@ func TestUnreadableBodiesRefused(t *testing.T) {
 		`{"stream":1,"messages":[{"content":"a b"}]}`,
 		`{"stream":"yes","messages":[{"content":"a b"}]}`,
 		`{"stream":true,"stream_options":{"include_usage":1},"messages":[{"content":"a b"}]}`,
+		`{"messages":[{"role":"user","content":"a b","Content":"x"}]}`,
+		`{"messages":[{"role":"user","content":"a b","content":"x"}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"a b","TEXT":"x"}]}]}`,
+		`{"input":[{"role":"user","CONTENT":"x","content":"a b"}]}`,
+		`{"system":[{"type":"text","Text":"a b"}],"messages":[]}`,
 		`[1, 2]`,
 	} {
 		resp, got := post(t, srv, "/v1/chat/completions", "k", body)
@@ -588,5 +598,130 @@ func TestUpstreamHeadersAndCodings(t *testing.T) {
 	// a debt of 96,001 at 4,000 a minute: 24 minutes and a fraction until one token
 	if want := time.Duration(96_002) * time.Minute / 4000; err != nil || d.Allowed || d.RetryAfter < want-time.Second || d.RetryAfter > want+time.Second {
 		t.Errorf("after 100,001 tokens of a 4,000 a minute budget: %+v, %v; want denied for %v", d, err, want)
+	}
+}
+
+// TestRequestsAsTheUpstreamReadsThem: a request that would reach the upstream otherwise
+// than the Gate read it is refused, in the API's format, and reaches nothing: a protocol
+// upgrade (a 101 opened a tunnel of requests the gateway never saw), a method override,
+// a body in a coding, a GET with a body, a query with ';' (dropped by Go, read by some
+// upstreams as a key). A request's trailer never reaches the upstream. A request for n
+// completions is estimated at n times its max_tokens.
+func TestRequestsAsTheUpstreamReadsThem(t *testing.T) {
+	var reached []*http.Request
+	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		reached = append(reached, r)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[]}`) // no usage: the estimate stands
+	}))
+	body := `{"model":"m","max_tokens":10,"messages":[{"content":"a b c"}]}`
+	for _, c := range []struct {
+		method, path string
+		h            http.Header
+		status       int
+	}{
+		{"POST", "/v1/chat/completions", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"x-tunnel"}}, 400},
+		{"POST", "/v1/chat/completions", http.Header{"X-Http-Method-Override": {"PUT"}}, 400},
+		{"GET", "/v1/models/gemini:generateContent", http.Header{"X-Http-Method-Override": {"POST"}}, 400},
+		{"POST", "/v1/chat/completions", http.Header{"Content-Encoding": {"br"}}, 400},
+		{"POST", "/v1/chat/completions?x=1;key=B", nil, 401},
+	} {
+		r, _ := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader(body))
+		for k, v := range c.h {
+			r.Header[k] = v
+		}
+		r.Header.Set("Authorization", "Bearer k")
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(got), `"error"`) {
+			t.Errorf("%s %s %v: %d %s; want %d in the API's format", c.method, c.path, c.h, resp.StatusCode, got, c.status)
+		}
+	}
+	if len(reached) != 0 || left(t, limiter, "k") != 4000 {
+		t.Errorf("%d reached the upstream, %d left; want none, nothing charged", len(reached), left(t, limiter, "k"))
+	}
+	r, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", io.MultiReader(strings.NewReader(body))) // chunked: a trailer may follow
+	r.Header.Set("Authorization", "Bearer k")
+	r.Trailer = http.Header{"X-Api-Key": {"B"}}
+	resp, err := srv.Client().Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if len(reached) != 1 || len(reached[0].Trailer) != 0 || left(t, limiter, "k") != 4000-3-10 {
+		t.Errorf("a request with a trailer: %d reached, trailer %v, %d left; want it without its trailer, charged 13", len(reached), reached[0].Trailer, left(t, limiter, "k"))
+	}
+	post(t, srv, "/v1/chat/completions", "n", `{"model":"m","max_tokens":10,"n":8,"messages":[{"content":"a b c"}]}`)
+	if left(t, limiter, "n") != 4000-3-80 {
+		t.Errorf("n 8 of max_tokens 10: %d left; want 3917, charged its estimate of 83", left(t, limiter, "n"))
+	}
+}
+
+// TestAnswersAsTheUpstreamSentThem: a client that leaves before the answer is charged
+// the estimate (it was charged nothing, though the upstream read its whole prompt); a
+// 103 Early Hints of the upstream is not passed on (it carried the gateway's headers
+// with the upstream's, and the final answer none); the upstream's rate-limit trailers
+// are taken out, and its other headers kept.
+func TestAnswersAsTheUpstreamSentThem(t *testing.T) {
+	release := make(chan struct{})
+	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		switch r.Header.Get("User-Agent") {
+		case "leaves":
+			<-release
+		case "hints":
+			w.Header().Set("Link", "</x>; rel=preload")
+			w.Header().Set("X-Ratelimit-Limit-Tokens", "999")
+			w.WriteHeader(http.StatusEarlyHints)
+		}
+		w.Header().Set("Ratelimit-Bucket-Id", "abc")
+		w.Header().Set("Trailer", "X-Ratelimit-Remaining-Tokens")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7,"total_tokens":10}}`)
+		w.Header().Set("X-Ratelimit-Remaining-Tokens", "12345")
+	}))
+	defer close(release)
+	ctx, cancel := context.WithCancel(context.Background())
+	r, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","max_tokens":10,"messages":[{"content":"a b c"}]}`))
+	r.Header.Set("Authorization", "Bearer k")
+	r.Header.Set("User-Agent", "leaves")
+	go func() { // the client leaves once its estimate was taken (polled, with a deadline)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if d, err := limiter.PeekN(context.Background(), LimitKey("k", ""), 1); err == nil && d.Remaining+1 < 4000 {
+				break
+			}
+		}
+		cancel()
+	}()
+	if resp, err := srv.Client().Do(r); err == nil {
+		resp.Body.Close()
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if d, _ := limiter.PeekN(context.Background(), LimitKey("k", ""), 1); d.Remaining+1 == 4000-13 {
+			break
+		}
+	}
+	if got := left(t, limiter, "k"); got != 4000-13 {
+		t.Errorf("a client that left before the answer: %d left; want 3987, charged its estimate", got)
+	}
+	r, _ = http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","max_tokens":10,"messages":[{"content":"a b c"}]}`))
+	r.Header.Set("Authorization", "Bearer h")
+	r.Header.Set("User-Agent", "hints")
+	resp, err := srv.Client().Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if v := resp.Header.Values("X-Ratelimit-Limit-Tokens"); resp.StatusCode != 200 || len(v) != 1 || v[0] != "4000" || resp.Header.Get("Ratelimit-Bucket-Id") != "abc" {
+		t.Errorf("after a 103: %d, X-Ratelimit-Limit-Tokens %v, Ratelimit-Bucket-Id %q; want 200, the gateway's 4000 alone, and abc", resp.StatusCode, v, resp.Header.Get("Ratelimit-Bucket-Id"))
+	}
+	if v := resp.Trailer.Values("X-Ratelimit-Remaining-Tokens"); slices.Contains(v, "12345") {
+		t.Errorf("the upstream's rate-limit trailer reached the client: %v", resp.Trailer)
 	}
 }

@@ -30,6 +30,9 @@ type Request struct {
 	// Embeddings says the request asks for embeddings, which produce no completion: its
 	// estimate is its input alone.
 	Embeddings bool
+	// Choices is how many completions the request asks for (n, or best_of), 0 when it
+	// says none (one): each may be max_tokens long.
+	Choices int64
 }
 
 // wire is the part of a request body the Gate reads. Each field is read on its own, and
@@ -50,7 +53,9 @@ type wire struct {
 	StreamOptions       *struct {
 		IncludeUsage flag `json:"include_usage"`
 	} `json:"stream_options"`
-	Background flag `json:"background"` // the Responses API's: answered later, its usage unread
+	Background flag  `json:"background"` // the Responses API's: answered later, its usage unread
+	N          count `json:"n"`          // completions asked for
+	BestOf     count `json:"best_of"`    // legacy completions': made, of which n are sent
 }
 
 type message struct {
@@ -169,8 +174,11 @@ func ParseRequest(path string, body []byte, tokens func(string) int64) (Request,
 // those of its stream_options.
 var (
 	readFields = []string{"model", "messages", "system", "instructions", "input", "prompt", "max_tokens",
-		"max_completion_tokens", "max_output_tokens", "stream", "stream_options", "background"}
+		"max_completion_tokens", "max_output_tokens", "stream", "stream_options", "background", "n", "best_of"}
 	streamFields = []string{"include_usage"}
+	// the fields of a message, and of a content's part or item, the Gate reads
+	messageFields = []string{"content"}
+	partFields    = []string{"text", "content"}
 )
 
 // parseRequest is ParseRequest, with an error for a body the Gate cannot read as the
@@ -209,6 +217,19 @@ func parseRequest(path string, body []byte, tokens func(string) int64) (Request,
 			if !boolean(values[i]) {
 				return Request{}, body, fmt.Errorf("the request's %s is %s: a boolean, please", k, values[i])
 			}
+		case "messages":
+			var msgs []json.RawMessage
+			if json.Unmarshal(values[i], &msgs) == nil {
+				for _, m := range msgs {
+					if err := nested(m, messageFields, 0); err != nil {
+						return Request{}, body, err
+					}
+				}
+			}
+		case "system", "instructions", "input", "prompt":
+			if err := nested(values[i], partFields, 0); err != nil {
+				return Request{}, body, err
+			}
 		}
 	}
 	var w wire
@@ -219,7 +240,7 @@ func parseRequest(path string, body []byte, tokens func(string) int64) (Request,
 		return Request{}, body, errors.New("a background response is not served here: its tokens are reported after the answer, where the limits cannot charge them")
 	}
 	req := Request{Model: string(w.Model), Stream: bool(w.Stream), MaxTokens: int64(w.MaxTokens),
-		Embeddings: strings.HasSuffix(strings.TrimSuffix(path, "/"), "/embeddings")}
+		Embeddings: strings.HasSuffix(strings.TrimSuffix(path, "/"), "/embeddings"), Choices: int64(max(w.N, w.BestOf))}
 	for _, n := range []count{w.MaxOutputTokens, w.MaxCompletionTokens} {
 		if n > 0 {
 			req.MaxTokens = int64(n)
@@ -256,6 +277,40 @@ func spelled(keys []string, names []string) error {
 		for _, n := range names {
 			if strings.EqualFold(k, n) {
 				return fmt.Errorf("the request's field %q: the API's is %q", k, n)
+			}
+		}
+	}
+	return nil
+}
+
+// nested returns spelled's error for an object in b, a message or a content, that
+// spells a field the Gate reads in it otherwise, or twice ("Content" beside "content"
+// hid a prompt of 1,000 words from the estimate); and for the parts and items of its
+// content, as deep as contentText reads them.
+func nested(b json.RawMessage, names []string, depth int) error {
+	if depth > 4 {
+		return nil
+	}
+	var parts []json.RawMessage
+	if json.Unmarshal(b, &parts) == nil {
+		for _, p := range parts {
+			if err := nested(p, partFields, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	keys, values, err := members(b)
+	if err != nil {
+		return nil // not an object: contentText reads it as it is
+	}
+	if err := spelled(keys, names); err != nil {
+		return err
+	}
+	for i, k := range keys {
+		if k == "content" {
+			if err := nested(values[i], partFields, depth+1); err != nil {
+				return err
 			}
 		}
 	}
