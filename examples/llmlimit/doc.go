@@ -31,8 +31,12 @@
 // requests, and Anthropic's messages. By default it serves no other request but a GET
 // of the models (see Endpoint): another's tokens would pass the limits unseen. A field of
 // an unexpected type (a max_tokens of "10") reads as what it spells, or as absent; never
-// as another model's request. An error answer of the upstream (400 or more) costs no
-// tokens; embeddings are estimated on their input alone. The meter reads the
+// as another model's request. A body an upstream would read otherwise (a field the
+// Gate reads spelled otherwise or twice, a stream flag not a boolean, a protocol upgrade,
+// a method override) gets 400, and a request naming two API keys 401. An error answer of
+// the upstream (400 or more), a redirect, or an upstream never reached costs no tokens;
+// a client that leaves before the answer costs its estimate. Embeddings are estimated on
+// their input alone, n completions n times. The meter reads the
 // usage of any JSON answer, and of streams in each of these formats, with LF, CRLF or CR
 // line ends. Proxy asks the upstream for gzip or no compression, and the meter reads
 // gzip, so that every answer's usage is seen. A usage count below 0 is unknown: the
@@ -43,8 +47,10 @@
 // The client gets the upstream's answer as it was sent. A chat completions or completions
 // stream asks for its usage (stream_options.include_usage) when the client did not. Then
 // the chunk of usage, and the "usage": null of the other chunks, are taken out before the
-// client reads them; a gzip stream reaches that client decoded. The tokens an answer was
-// charged reach the client in UsageHeader only when the Gate's ReportUsage is set.
+// client reads them; a gzip stream reaches that client decoded. The upstream's own
+// rate-limit headers and trailers are replaced by the gateway's, and its 103 Early Hints
+// dropped. The tokens an answer was charged reach the client in UsageHeader only when the
+// Gate's ReportUsage is set.
 //
 // # Many instances
 //
