@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"path"
@@ -66,6 +66,7 @@ type Exchange struct {
 	known    bool
 	abort    bool // the answer was cut short: the connection is aborted once it is charged
 	answered bool // the upstream's answer came (Proxy): an error after it may have cost tokens
+	sent     bool // the request was written whole to the upstream (Proxy)
 }
 
 // Settle records what the answer cost (known false: it said nothing of it, and the
@@ -145,12 +146,10 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 }
 
 // unread says why r, with body, would reach the upstream otherwise than the Gate reads
-// it ("" when it would not): a protocol upgrade (a tunnel of requests the Gate never
-// sees), a method override, a body in a coding, or a read with a body.
+// it ("" when it would not): a method override, a body in a coding, or a read with a
+// body. A protocol upgrade is only offered: Proxy forwards the request without it.
 func unread(r *http.Request, body []byte) string {
 	switch {
-	case r.Header.Get("Upgrade") != "":
-		return "a protocol upgrade is not served here"
 	case r.Header.Get("X-Http-Method-Override") != "" || r.Header.Get("X-Http-Method") != "" || r.Header.Get("X-Method-Override") != "":
 		return "a method override is not served here"
 	case contentCoding(http.Header{"Content-Encoding": r.Header.Values("Content-Encoding")}) != "":
@@ -206,8 +205,9 @@ func Proxy(upstream *url.URL) http.Handler {
 	rp.Director = func(r *http.Request) {
 		direct(r)
 		MeteredEncoding(r.Header)
-		r.Header.Del("Upgrade") // no tunnel: a Gate refuses an upgrade, and Proxy never asks for one
+		r.Header.Del("Upgrade") // no tunnel of requests the Gate never sees: an upgrade is an offer, declined
 	}
+	rp.Transport = sentTracker{http.DefaultTransport}
 	rp.ModifyResponse = func(resp *http.Response) error {
 		if x := ExchangeOf(resp.Request); x != nil {
 			x.mu.Lock()
@@ -224,11 +224,10 @@ func Proxy(upstream *url.URL) http.Handler {
 			answered = x.answered
 			x.mu.Unlock()
 		}
-		var op *net.OpError
 		switch {
 		case answered: // its answer could not be read: the estimates stand
 			WriteError(w, r, http.StatusBadGateway, "the upstream's answer could not be read: "+err.Error())
-		case x != nil && errors.As(err, &op) && op.Op == "dial": // it never got the request: it bills nothing
+		case x != nil && !x.wasSent(): // it never got the request (no connection, no TLS): it bills nothing
 			x.Settle(Usage{}, true)
 			fallthrough
 		default: // the client left, or the upstream failed with the request: the estimates stand
@@ -236,6 +235,33 @@ func Proxy(upstream *url.URL) http.Handler {
 		}
 	}
 	return recoverAbort(no1xx(rp))
+}
+
+// sentTracker is a RoundTripper that marks an Exchange's request sent once it is
+// written whole to the upstream: one never sent (its connection or its TLS handshake
+// failed, or the client left first) costs nothing.
+type sentTracker struct{ next http.RoundTripper }
+
+func (s sentTracker) RoundTrip(r *http.Request) (*http.Response, error) {
+	if x := ExchangeOf(r); x != nil {
+		r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+			WroteRequest: func(w httptrace.WroteRequestInfo) {
+				if w.Err == nil {
+					x.mu.Lock()
+					x.sent = true
+					x.mu.Unlock()
+				}
+			},
+		}))
+	}
+	return s.next.RoundTrip(r)
+}
+
+// wasSent reports whether x's request was written whole to the upstream.
+func (x *Exchange) wasSent() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.sent
 }
 
 // no1xx passes no informational answer (103 Early Hints) of the upstream on: the reverse
@@ -346,14 +372,10 @@ func MeterResponse(resp *http.Response) error {
 		}
 		encoding := contentCoding(resp.Header)
 		if x.asked && isGzip(encoding) { // decoded for the client, so that the usage chunk can be taken out
-			z, err := gzip.NewReader(resp.Body)
-			if err != nil {
-				return err
-			}
 			resp.Body = struct {
 				io.Reader
 				io.Closer
-			}{z, resp.Body}
+			}{&gunzip{src: resp.Body}, resp.Body}
 			encoding = ""
 			resp.Header.Del("Content-Encoding")
 			resp.Header.Del("Content-Length")
@@ -429,6 +451,25 @@ func dropRateLimitHeaders(h http.Header) {
 			delete(h, k)
 		}
 	}
+}
+
+// gunzip decodes src from gzip, from its first read: the answer's status and headers
+// reach the client before the stream's first bytes (a gzip reader made at once waits for
+// them), and an empty stream is an empty answer.
+type gunzip struct {
+	src io.Reader
+	z   *gzip.Reader
+}
+
+func (g *gunzip) Read(p []byte) (int, error) {
+	if g.z == nil {
+		z, err := gzip.NewReader(g.src)
+		if err != nil {
+			return 0, err
+		}
+		g.z = z
+	}
+	return g.z.Read(p)
 }
 
 // dropTrailers reads an answer's body, and takes the upstream's rate-limit trailers out

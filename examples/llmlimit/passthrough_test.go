@@ -602,11 +602,11 @@ func TestUpstreamHeadersAndCodings(t *testing.T) {
 }
 
 // TestRequestsAsTheUpstreamReadsThem: a request that would reach the upstream otherwise
-// than the Gate read it is refused, in the API's format, and reaches nothing: a protocol
-// upgrade (a 101 opened a tunnel of requests the gateway never saw), a method override,
-// a body in a coding, a GET with a body, a query with ';' (dropped by Go, read by some
-// upstreams as a key). A request's trailer never reaches the upstream. A request for n
-// completions is estimated at n times its max_tokens.
+// than the Gate read it is refused, in the API's format, and reaches nothing: a method
+// override, a body in a coding, a GET with a body, a query with ';' (dropped by Go, read
+// by some upstreams as a key). A request's trailer never reaches the upstream, nor an
+// upgrade it offers (a 101 opened a tunnel of requests the gateway never saw). A request
+// for n completions is estimated at n times its max_tokens.
 func TestRequestsAsTheUpstreamReadsThem(t *testing.T) {
 	var reached []*http.Request
 	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -621,7 +621,6 @@ func TestRequestsAsTheUpstreamReadsThem(t *testing.T) {
 		h            http.Header
 		status       int
 	}{
-		{"POST", "/v1/chat/completions", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"x-tunnel"}}, 400},
 		{"POST", "/v1/chat/completions", http.Header{"X-Http-Method-Override": {"PUT"}}, 400},
 		{"GET", "/v1/models/gemini:generateContent", http.Header{"X-Http-Method-Override": {"POST"}}, 400},
 		{"POST", "/v1/chat/completions", http.Header{"Content-Encoding": {"br"}}, 400},
@@ -655,6 +654,17 @@ func TestRequestsAsTheUpstreamReadsThem(t *testing.T) {
 	resp.Body.Close()
 	if len(reached) != 1 || len(reached[0].Trailer) != 0 || left(t, limiter, "k") != 4000-3-10 {
 		t.Errorf("a request with a trailer: %d reached, trailer %v, %d left; want it without its trailer, charged 13", len(reached), reached[0].Trailer, left(t, limiter, "k"))
+	}
+	r, _ = http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(body))
+	r.Header.Set("Authorization", "Bearer u")
+	r.Header.Set("Connection", "Upgrade, HTTP2-Settings")
+	r.Header.Set("Upgrade", "h2c") // an offer (curl --http2), declined
+	if resp, err = srv.Client().Do(r); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if up := reached[len(reached)-1]; resp.StatusCode != http.StatusOK || up.Header.Get("Upgrade") != "" {
+		t.Errorf("an upgrade offered: %d, the upstream saw Upgrade %q; want 200, and no upgrade asked of it", resp.StatusCode, up.Header.Get("Upgrade"))
 	}
 	post(t, srv, "/v1/chat/completions", "n", `{"model":"m","max_tokens":10,"n":8,"messages":[{"content":"a b c"}]}`)
 	if left(t, limiter, "n") != 4000-3-80 {
@@ -723,5 +733,63 @@ func TestAnswersAsTheUpstreamSentThem(t *testing.T) {
 	}
 	if v := resp.Trailer.Values("X-Ratelimit-Remaining-Tokens"); slices.Contains(v, "12345") {
 		t.Errorf("the upstream's rate-limit trailer reached the client: %v", resp.Trailer)
+	}
+}
+
+// TestNeverSentCostsNothing: a request the upstream never got costs nothing, whether no
+// connection was made or its TLS handshake failed (an untrusted certificate cost every
+// request its estimate); an empty gzip stream is an empty answer, not a 502; and an
+// Azure path is limited as the deployment it names, which Azure bills whatever the
+// body's model says.
+func TestNeverSentCostsNothing(t *testing.T) {
+	hit := 0
+	tlsUp := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hit++ }))
+	defer tlsUp.Close()
+	u, _ := url.Parse(tlsUp.URL)
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ps, err := Table{"": {TokensPerMinute: 4000}}.Policies(localstore.New(localstore.WithClock(clk)), Options{MaxTokens: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw := &ratelimit.Middleware{Key: APIKey, KeyError: KeyError, Policies: ps}
+	gw := httptest.NewServer((&Gate{Tokens: Words}).Wrap(mw.Wrap(Proxy(u))))
+	defer gw.Close()
+	resp, _ := post(t, gw, "/v1/chat/completions", "k", `{"model":"m","max_tokens":100,"messages":[{"content":"a b c"}]}`)
+	if left := left(t, ps[0].Limiter.(*ratelimit.AlgorithmLimiter), "k"); resp.StatusCode != http.StatusBadGateway || hit != 0 || left != 4000 {
+		t.Errorf("an upstream whose certificate is not trusted: %d, %d requests reached it, %d left; want 502, none, nothing charged", resp.StatusCode, hit, left)
+	}
+	srv, _ := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Content-Encoding", "gzip")
+	}))
+	if resp, got := post(t, srv, "/v1/chat/completions", "e", `{"model":"m","stream":true,"max_tokens":10,"messages":[{"content":"a b"}]}`); resp.StatusCode != http.StatusOK || got != "" {
+		t.Errorf("an empty gzip stream: %d %q; want 200 and nothing", resp.StatusCode, got)
+	}
+	model := httptest.NewServer(FakeModel())
+	defer model.Close()
+	mu, _ := url.Parse(model.URL)
+	ps, err = Table{"gpt-4o": {RequestsPerMinute: 1}, "gpt-4o-mini": {RequestsPerMinute: 1000}}.Policies(localstore.New(localstore.WithClock(clk)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw = &ratelimit.Middleware{Key: APIKey, KeyError: KeyError, Policies: ps, Denied: Denied}
+	az := httptest.NewServer((&Gate{Tokens: Words}).Wrap(mw.Wrap(http.StripPrefix("/openai/deployments/gpt-4o", Proxy(mu)))))
+	defer az.Close()
+	admitted := 0
+	for _, body := range []string{`{"model":"gpt-4o-mini","messages":[{"content":"a"}]}`, `{"messages":[{"content":"a"}]}`, `{"model":"gpt-4o-mini","messages":[{"content":"a"}]}`} {
+		r, _ := http.NewRequest("POST", az.URL+"/openai/deployments/gpt-4o/v1/chat/completions?api-version=2024-10-21", strings.NewReader(body))
+		r.Header.Set("Api-Key", "k")
+		resp, err := az.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			admitted++
+		}
+	}
+	if admitted != 1 {
+		t.Errorf("three requests to the deployment gpt-4o of 1 a minute: %d admitted; want 1, whatever their bodies' model", admitted)
 	}
 }

@@ -239,6 +239,9 @@ func parseRequest(path string, body []byte, tokens func(string) int64) (Request,
 	if w.Background {
 		return Request{}, body, errors.New("a background response is not served here: its tokens are reported after the answer, where the limits cannot charge them")
 	}
+	if d, ok := azureDeployment(path); ok { // Azure serves, and bills, the deployment its path names
+		w.Model = text(d)
+	}
 	req := Request{Model: string(w.Model), Stream: bool(w.Stream), MaxTokens: int64(w.MaxTokens),
 		Embeddings: strings.HasSuffix(strings.TrimSuffix(path, "/"), "/embeddings"), Choices: int64(max(w.N, w.BestOf))}
 	for _, n := range []count{w.MaxOutputTokens, w.MaxCompletionTokens} {
@@ -281,6 +284,17 @@ func spelled(keys []string, names []string) error {
 		}
 	}
 	return nil
+}
+
+// azureDeployment is the deployment an Azure OpenAI path names
+// (/openai/deployments/{deployment}/...), which Azure serves whatever the body's model.
+func azureDeployment(path string) (string, bool) {
+	_, rest, ok := strings.Cut(path, "/openai/deployments/")
+	if !ok {
+		return "", false
+	}
+	d, _, _ := strings.Cut(rest, "/")
+	return d, d != ""
 }
 
 // nested returns spelled's error for an object in b, a message or a content, that
