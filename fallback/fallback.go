@@ -138,6 +138,7 @@ type Store struct {
 	breaker            breaker
 	log                *slog.Logger
 	lastErr            atomic.Pointer[error] // the primary's latest failure, for the log
+	outageAt           atomic.Int64          // UnixNano on clock of its latest failure other than a timeout: see owe
 	lastLogged         atomic.Int64          // UnixNano of the latest error logged that opens nothing
 	lastReopenLog      atomic.Int64          // UnixNano of the latest log of a failed probe; 0: none since closed
 	failedProbes       atomic.Int64          // failed probes not logged yet

@@ -49,6 +49,9 @@ func (s *Store) owe(req ratelimit.Request) {
 	if e := s.lastErr.Load(); e == nil || !errors.Is(*e, errUnanswered) {
 		return // the primary refuses or fails (down, restarted): an outage, nothing decided locally is replayed
 	}
+	if at := s.outageAt.Load(); at != 0 && s.clock.Now().UnixNano()-at < s.breaker.slice*slices {
+		return // it refused or failed within the breaker's window: an outage, though a call timed out since
+	}
 	owed := req
 	owed.Receipt = nil
 	owed.Spec = core.WithOp(req.Spec, "debit")
@@ -141,6 +144,15 @@ func (s *Store) charged(owed map[owedKey]*ratelimit.Request) (again []*ratelimit
 // notSent reports whether err says its call never reached the primary.
 func notSent(err error) bool {
 	return errors.Is(err, core.ErrNotSent) || errors.Is(err, core.ErrUndelivered)
+}
+
+// forgiveAll drops every debt not yet sent: the primary refused or failed, an outage,
+// whose local decisions are not replayed (a key used only while Redis was down was
+// written into it once it came back, when a call had timed out as it went down).
+func (s *Store) forgiveAll() {
+	s.debts.mu.Lock()
+	s.debts.m = nil
+	s.debts.mu.Unlock()
 }
 
 // forgive drops what the shares owe req's key (any rule), and waits, within ctx, for

@@ -165,3 +165,40 @@ func TestResetForgivesTheSharesDebts(t *testing.T) {
 		}
 	})
 }
+
+// TestOutageNotReplayedAfterATimeout: the primary refuses a call (down), and a call sent
+// before then times out after it: the breaker opens on both, and the latest failure is
+// the timeout. What the share decides then is an outage's, and is not charged to the
+// primary once it is back. Before, it was (TestRedisRestarted failed under -race with a
+// second run beside it: a key used only while Redis was down was written into it).
+func TestOutageNotReplayedAfterATimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		s := fallback.New(slowLender{p}, localstore.New(), fallback.WithTimeout(3*time.Millisecond),
+			fallback.WithMaxTimeout(3*time.Millisecond), fallback.WithInstances(4),
+			fallback.WithBreaker(fallback.Breaker{MinCalls: 2, OpenFor: time.Hour}))
+		rule := ratelimit.PerHour(400)
+		p.slow.Store(int64(150 * time.Millisecond))
+		go s.Apply(context.Background(), req("slow", rule)) // unanswered at 100ms, after the refusal
+		time.Sleep(10 * time.Millisecond)
+		p.slow.Store(0)
+		down := errDown
+		p.once.Store(&down)
+		s.Apply(t.Context(), req("refused", rule))
+		time.Sleep(150 * time.Millisecond)
+		synctest.Wait()
+		if st := s.BreakerState(); st != fallback.Open {
+			t.Fatalf("the breaker is %v after a refusal and a timeout; want open", st)
+		}
+		for range 20 {
+			if d, err := s.Apply(t.Context(), req("outage-only", rule)); err != nil || !d.Allowed() {
+				t.Fatalf("the primary down: %+v, %v", d, err)
+			}
+		}
+		time.Sleep(2 * time.Second) // what is owed is charged within payEvery
+		synctest.Wait()
+		if c := counted(t, p.local, "outage-only", rule); c != 0 {
+			t.Errorf("the primary counts %d events of a key used only during the outage; want 0", c)
+		}
+	})
+}

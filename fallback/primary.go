@@ -203,6 +203,10 @@ func (s *Store) settle(ctx context.Context, probe bool, err error, took time.Dur
 	if failure || probe {
 		s.lastErr.Store(&err) // for the log of the breaker's opening, which follows
 	}
+	if failure && !errors.Is(err, errUnanswered) { // down or refusing: an outage, whose local decisions are not replayed
+		s.outageAt.Store(s.clock.Now().UnixNano())
+		s.forgiveAll()
+	}
 	switch {
 	case failure:
 		how := failed
