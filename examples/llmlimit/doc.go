@@ -31,16 +31,18 @@
 // requests, and Anthropic's messages. By default it serves no other request but a GET
 // of the models (see Endpoint): another's tokens would pass the limits unseen. A field of
 // an unexpected type (a max_tokens of "10") reads as what it spells, or as absent; never
-// as another model's request. A body an upstream would read otherwise (a field the
-// Gate reads spelled otherwise or twice, a stream flag not a boolean, a protocol upgrade,
-// a method override) gets 400, and a request naming two API keys 401. An error answer of
-// the upstream (400 or more), a redirect, or an upstream never reached costs no tokens;
-// a client that leaves before the answer costs its estimate. Embeddings are estimated on
-// their input alone, n completions n times. The meter reads the
-// usage of any JSON answer, and of streams in each of these formats, with LF, CRLF or CR
-// line ends. Proxy asks the upstream for gzip or no compression, and the meter reads
-// gzip, so that every answer's usage is seen. A usage count below 0 is unknown: the
-// estimate stands.
+// as another model's request. A body an upstream would read otherwise gets 400: a field
+// the Gate reads spelled otherwise or twice, a stream flag not a boolean, a method
+// override. A request naming two API keys gets 401. An upgrade a client offers is
+// declined.
+//
+// An error answer of the upstream (400 or more), a redirect, or a request the upstream
+// never got costs no tokens. A client that leaves once its request was sent costs its
+// estimate. Embeddings are estimated on their input alone, n completions n times. The
+// meter reads the usage of any JSON answer, and of streams in each of these formats,
+// with LF, CRLF or CR line ends. Proxy asks the upstream for gzip or no compression, and
+// the meter reads gzip, so that every answer's usage is seen. A usage count below 0 is
+// unknown: the estimate stands.
 //
 // # What the client gets
 //
