@@ -228,7 +228,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 		if _, end, ok := lend.Window(e.spec.Algorithm, sent/1000, e.spec.Rule.Period.Microseconds()); ok && e.rate > 0 {
 			// a window's loan ends with it: what e would not spend by then goes back, to
 			// another instance, or to the next window (a sliding window's)
-			spend = min(target, int64(e.rate*float64(end*1000-sent)/1e9))
+			spend = int64(min(float64(target), e.rate*float64(end*1000-sent)/1e9)) // in float: a month's window at a high rate is past int64
 		}
 		switch {
 		case t.owes: // all of it, to pay the key's debt
