@@ -60,11 +60,11 @@
 // (Redis, the fallback's shares while Redis is down, leases, the instance count). Leases
 // decide a busy key's requests from memory. A token limit's request asks for thousands of
 // events at once, more than an instance admits on trust (hotkey.WithTrust), so it takes
-// Redis's round trip unless its key is busy enough to hold a lease: at 60 requests a
-// minute per key over four instances, 2-10% of decisions came from memory. That round
-// trip, 1-8 ms under load, is small beside a model's answer. So a gateway of model
-// requests may set fleet.Config.Exact and decide every request on Redis; leases pay for
-// keys that send many small requests. A budget charged after the answer is charged once,
+// Redis's round trip unless its key is busy enough to hold a lease: at a provider's
+// rates of a few requests a second per key, few are. That round trip, 1-8 ms under load,
+// is small beside a model's answer. So a gateway of model requests may set
+// fleet.Config.Exact and decide every request on Redis; leases pay for keys that send
+// many small requests. A budget charged after the answer is charged once,
 // also when Redis answers later than the fallback's timeout.
 //
 // # Module

@@ -152,7 +152,7 @@ func unread(r *http.Request, body []byte) string {
 	switch {
 	case r.Header.Get("X-Http-Method-Override") != "" || r.Header.Get("X-Http-Method") != "" || r.Header.Get("X-Method-Override") != "":
 		return "a method override is not served here"
-	case contentCoding(http.Header{"Content-Encoding": r.Header.Values("Content-Encoding")}) != "":
+	case contentCoding(r.Header) != "":
 		return "a request body in JSON, not encoded, please"
 	case (r.Method == http.MethodGet || r.Method == http.MethodHead) && len(body) > 0:
 		return "a " + r.Method + " has no body here"

@@ -413,17 +413,10 @@ func TestUpstreamErrorsCostNothing(t *testing.T) {
 	down := httptest.NewServer(http.NotFoundHandler())
 	down.Close() // nothing listens there: connection refused
 	u, _ := url.Parse(down.URL)
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	ps, err := Table{"": {TokensPerMinute: 4000}}.Policies(localstore.New(localstore.WithClock(clk)), Options{MaxTokens: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw := &ratelimit.Middleware{Key: APIKey, KeyError: KeyError, Policies: ps}
-	gw := httptest.NewServer((&Gate{Tokens: Words}).Wrap(mw.Wrap(Proxy(u))))
-	defer gw.Close()
+	gw, gwLimiter := servedAt(t, u)
 	for _, path := range []string{"/v1/chat/completions", "/v1/messages"} {
 		resp, got := post(t, gw, path, "k", `{"model":"m","max_tokens":100,"messages":[{"content":"a b c"}]}`)
-		if left := left(t, ps[0].Limiter.(*ratelimit.AlgorithmLimiter), "k"); resp.StatusCode != http.StatusBadGateway ||
+		if left := left(t, gwLimiter, "k"); resp.StatusCode != http.StatusBadGateway ||
 			resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(got, `"error"`) || left != 4000 {
 			t.Errorf("%s, the upstream down: %d %s %s, %d left; want 502 in the API's JSON, nothing charged", path, resp.StatusCode, resp.Header.Get("Content-Type"), got, left)
 		}
@@ -746,16 +739,9 @@ func TestNeverSentCostsNothing(t *testing.T) {
 	tlsUp := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hit++ }))
 	defer tlsUp.Close()
 	u, _ := url.Parse(tlsUp.URL)
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	ps, err := Table{"": {TokensPerMinute: 4000}}.Policies(localstore.New(localstore.WithClock(clk)), Options{MaxTokens: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw := &ratelimit.Middleware{Key: APIKey, KeyError: KeyError, Policies: ps}
-	gw := httptest.NewServer((&Gate{Tokens: Words}).Wrap(mw.Wrap(Proxy(u))))
-	defer gw.Close()
+	gw, gwLimiter := servedAt(t, u)
 	resp, _ := post(t, gw, "/v1/chat/completions", "k", `{"model":"m","max_tokens":100,"messages":[{"content":"a b c"}]}`)
-	if left := left(t, ps[0].Limiter.(*ratelimit.AlgorithmLimiter), "k"); resp.StatusCode != http.StatusBadGateway || hit != 0 || left != 4000 {
+	if left := left(t, gwLimiter, "k"); resp.StatusCode != http.StatusBadGateway || hit != 0 || left != 4000 {
 		t.Errorf("an upstream whose certificate is not trusted: %d, %d requests reached it, %d left; want 502, none, nothing charged", resp.StatusCode, hit, left)
 	}
 	srv, _ := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -768,11 +754,11 @@ func TestNeverSentCostsNothing(t *testing.T) {
 	model := httptest.NewServer(FakeModel())
 	defer model.Close()
 	mu, _ := url.Parse(model.URL)
-	ps, err = Table{"gpt-4o": {RequestsPerMinute: 1}, "gpt-4o-mini": {RequestsPerMinute: 1000}}.Policies(localstore.New(localstore.WithClock(clk)), Options{})
+	ps, err := Table{"gpt-4o": {RequestsPerMinute: 1}, "gpt-4o-mini": {RequestsPerMinute: 1000}}.Policies(localstore.New(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw = &ratelimit.Middleware{Key: APIKey, KeyError: KeyError, Policies: ps, Denied: Denied}
+	mw := &ratelimit.Middleware{Key: APIKey, KeyError: KeyError, Policies: ps, Denied: Denied}
 	az := httptest.NewServer((&Gate{Tokens: Words}).Wrap(mw.Wrap(http.StripPrefix("/openai/deployments/gpt-4o", Proxy(mu)))))
 	defer az.Close()
 	admitted := 0

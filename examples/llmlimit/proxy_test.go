@@ -30,6 +30,12 @@ func served(t *testing.T, upstream http.Handler) (*httptest.Server, *ratelimit.A
 	model := httptest.NewServer(upstream)
 	t.Cleanup(model.Close)
 	u, _ := url.Parse(model.URL)
+	return servedAt(t, u)
+}
+
+// servedAt is served's gateway in front of the upstream at u.
+func servedAt(t *testing.T, u *url.URL) (*httptest.Server, *ratelimit.AlgorithmLimiter) {
+	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ps, err := Table{"": {TokensPerMinute: 4000}}.Policies(localstore.New(localstore.WithClock(clk)), Options{MaxTokens: 100})
 	if err != nil {

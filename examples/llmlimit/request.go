@@ -189,10 +189,6 @@ func parseRequest(path string, body []byte, tokens func(string) int64) (Request,
 	if tokens == nil {
 		tokens = ApproxTokens
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
-		return Request{}, body, errors.New("the request body is not a JSON object")
-	}
 	keys, values, err := members(body)
 	if err != nil {
 		return Request{}, body, err

@@ -266,10 +266,7 @@ func Window(alg *ratelimit.Algorithm, now, period int64) (start, end int64, ok b
 		w := alg.Window(now)
 		return w.Start, w.End, w.End > w.Start
 	case period > 0:
-		start = now / period * period
-		if now < 0 && start != now {
-			start -= period
-		}
+		start = mathx.FloorDiv(now, period) * period
 		return start, start + period, true
 	}
 	return 0, 0, false

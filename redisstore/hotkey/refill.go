@@ -361,7 +361,7 @@ func (e *entry) lent(r ratelimit.Lent, want, sent, now, interval int64, refill t
 // dryNext is when a dry lease of e, lent at now, is refilled next, if next is its time
 // by its pace: no later than its window's end, when the key's loan ends. In the window's
 // last quarter, at half the time left (10ms at least): what a sliding window frees there
-// is lent before the window ends (at the end, it would be lost: 0.80 of the rule was).
+// is lent before the window ends (TestLeasesWindowsAskedBeyond).
 func (e *entry) dryNext(next, now int64) int64 {
 	start, end, ok := lend.Window(e.spec.Algorithm, now/1000, e.spec.Rule.Period.Microseconds())
 	if !ok {
