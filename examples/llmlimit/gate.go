@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // UsageHeader carries the tokens an answer was charged, input and output together: a
@@ -65,8 +66,8 @@ type Exchange struct {
 	usage    Usage
 	known    bool
 	abort    bool // the answer was cut short: the connection is aborted once it is charged
-	answered bool // the upstream's answer came (Proxy): an error after it may have cost tokens
-	sent     bool // the request was written whole to the upstream (Proxy)
+	answered atomic.Bool // the upstream's answer came (Proxy): an error after it may have cost tokens
+	sent     atomic.Bool // the request was written whole to the upstream (Proxy)
 }
 
 // Settle records what the answer cost (known false: it said nothing of it, and the
@@ -210,24 +211,16 @@ func Proxy(upstream *url.URL) http.Handler {
 	rp.Transport = sentTracker{http.DefaultTransport}
 	rp.ModifyResponse = func(resp *http.Response) error {
 		if x := ExchangeOf(resp.Request); x != nil {
-			x.mu.Lock()
-			x.answered = true
-			x.mu.Unlock()
+			x.answered.Store(true)
 		}
 		return MeterResponse(resp)
 	}
 	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
 		x := ExchangeOf(r)
-		answered := false
-		if x != nil {
-			x.mu.Lock()
-			answered = x.answered
-			x.mu.Unlock()
-		}
 		switch {
-		case answered: // its answer could not be read: the estimates stand
+		case x != nil && x.answered.Load(): // its answer could not be read: the estimates stand
 			WriteError(w, r, http.StatusBadGateway, "the upstream's answer could not be read: "+err.Error())
-		case x != nil && !x.wasSent(): // it never got the request (no connection, no TLS): it bills nothing
+		case x != nil && !x.sent.Load(): // it never got the request (no connection, no TLS): it bills nothing
 			x.Settle(Usage{}, true)
 			fallthrough
 		default: // the client left, or the upstream failed with the request: the estimates stand
@@ -247,21 +240,12 @@ func (s sentTracker) RoundTrip(r *http.Request) (*http.Response, error) {
 		r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
 			WroteRequest: func(w httptrace.WroteRequestInfo) {
 				if w.Err == nil {
-					x.mu.Lock()
-					x.sent = true
-					x.mu.Unlock()
+					x.sent.Store(true)
 				}
 			},
 		}))
 	}
 	return s.next.RoundTrip(r)
-}
-
-// wasSent reports whether x's request was written whole to the upstream.
-func (x *Exchange) wasSent() bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.sent
 }
 
 // no1xx passes no informational answer (103 Early Hints) of the upstream on: the reverse
