@@ -65,7 +65,7 @@ type Exchange struct {
 	mu       sync.Mutex
 	usage    Usage
 	known    bool
-	abort    bool // the answer was cut short: the connection is aborted once it is charged
+	abort    bool        // the answer was cut short: the connection is aborted once it is charged
 	answered atomic.Bool // the upstream's answer came (Proxy): an error after it may have cost tokens
 	sent     atomic.Bool // the request was written whole to the upstream (Proxy)
 }
