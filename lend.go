@@ -79,6 +79,12 @@ type Loan struct {
 	// records gone (Lent.Kept false), so that they drop what they hold. For a reset or a
 	// refund of the key.
 	Revoke bool
+
+	// End drops the holder's record after its Give, and lends nothing: the events it
+	// holds out, spent, are then forgotten. Set it on a holder's last loan, when every
+	// earlier loan was answered: a loan still on its way would find no record, and lend
+	// anew. It spares the loans of the key's other holders reading the ended record.
+	End bool
 }
 
 // Lent is what a store answered a Loan.

@@ -172,6 +172,8 @@ func (s *Store) encodeLoans(loans []ratelimit.Loan) ([]*loanCall, error) {
 		extra[lend.ArgOut], extra[lend.ArgSeq] = l.Out, l.Seq
 		if l.Revoke {
 			extra[lend.ArgRevoke] = 1
+		} else if l.End {
+			extra[lend.ArgRevoke] = 2
 		}
 		extra[lend.ArgState], extra[lend.ArgBook] = state, book
 		args := append(v[:], extra[:]...)

@@ -505,6 +505,7 @@ func addStats(a, b hotkey.LeasesStats) hotkey.LeasesStats {
 	a.Trusted += b.Trusted
 	a.Short += b.Short
 	a.Refills += b.Refills
+	a.Loans += b.Loans
 	return a
 }
 
@@ -594,6 +595,7 @@ func reportTimes(b *testing.B, r *run, calls, cpu float64, st hotkey.LeasesStats
 		b.ReportMetric(float64(st.Exact)/n, "exact-path/decision")
 		b.ReportMetric(float64(st.Trusted)/n, "trusted/decision")
 		b.ReportMetric(float64(st.Refills)/n, "lend-calls/decision")
+		b.ReportMetric(float64(st.Loans)/n, "loans/decision")
 		b.ReportMetric(float64(st.Short), "short-events")
 	}
 	b.ReportMetric(float64(r.errors.Load()), "errors")

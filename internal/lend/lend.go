@@ -48,8 +48,10 @@ func Check(l ratelimit.Loan) error {
 			l.Want, l.Spec.Algorithm.Name, int64(mathx.MaxExact))
 	case l.Spec.Op != "" && l.Spec.Op != "debit" || l.Spec.Reserve != 0 && l.Holder != 0:
 		return fmt.Errorf("ratelimit: a loan of %s with an op %q, or a reserve and a holder", l.Spec.Algorithm.Name, l.Spec.Op)
-	case l.Holder == 0 && (l.Give != 0 || l.Revoke || l.Seq != 0 || l.Out != 0 || l.Receipt != nil):
-		return errors.New("ratelimit: a partial take (a loan without a holder) that gives back, revokes, is numbered or asks a receipt")
+	case l.Holder == 0 && (l.Give != 0 || l.Revoke || l.End || l.Seq != 0 || l.Out != 0 || l.Receipt != nil):
+		return errors.New("ratelimit: a partial take (a loan without a holder) that gives back, revokes, ends, is numbered or asks a receipt")
+	case l.End && (l.Want != 0 || l.Revoke || l.Receipt != nil):
+		return errors.New("ratelimit: a loan that ends its record, and wants, revokes or asks a receipt")
 	case l.Give < 0 || l.Want < 0 || l.Share < 0 || l.TTL < 0 || l.Seq < 0 || l.Out < 0 ||
 		max(l.Give, l.Want, l.Share, l.Seq, l.Out) > mathx.MaxExact || l.TTL > MaxTTL:
 		return fmt.Errorf("ratelimit: a loan giving %d, wanting %d of %d shares, for %v, numbered %d with %d out: want 0 to %d, for %v at most",
@@ -80,7 +82,8 @@ func Args(l ratelimit.Loan) (ratelimit.Args, error) {
 // drops every record for a Revoke, and lends what
 // l wants of what the key has left, divided by l.Share or by the holders with events
 // out, whichever is more (by l.Share alone in the last quarter of a window); then it renews the holder's record (or drops it, if nothing is
-// out). A numbered loan no later than the record's latest changes nothing. It returns
+// out; for an End, drops it). A numbered loan no later than the record's latest changes
+// nothing. It returns
 // the Lent and the records after, in recs' array.
 func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now int64, a ratelimit.Args, l ratelimit.Loan) (ratelimit.Lent, []Record) {
 	a.Lease = 0
@@ -130,6 +133,10 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 	}
 	if closing(alg, now, a.Period) { // what the holders leave unlent now ends with the window
 		holders = 1
+	}
+	if l.End { // the record ends: what it holds out was spent
+		_, o := takeUpTo(alg, st, now, a, 0, 1)
+		return ratelimit.Lent{Outcome: o, Kept: kept}, recs
 	}
 	a.Taken = core.TakenNow // a loan may be given back
 	lent, o := takeUpTo(alg, st, now, a, l.Want, max(l.Share, holders))

@@ -3,7 +3,7 @@
 -- (stride 24): the index of its step; a step's arguments (decode.lua's, with n 1, op
 -- take (or debit, for a partial take's debit of want), the holder as the lease, keep 0
 -- and taken 0); then give, want, share, ttl (us),
--- revoke ('1' or '0'), its window (0: none; a period: the period-aligned window of
+-- revoke ('1'; '2': end the holder's record; else '0'), its window (0: none; a period: the period-aligned window of
 -- now; -1: the calendar window of its arguments), out and seq; then the names of its
 -- state key and of its record of loans, a hash of holder ->
 -- "out:until:limit:period:back:since:seq" (records written before seq: without it). The
@@ -48,7 +48,7 @@ for a = 1, #ARGV, stride do
   end
   local now, limit, period, holder, debit = argv[6], argv[2], argv[3], argv[8], argv[7] == DEBIT
   local give, want, share = tonumber(ARGV[a + 14]), tonumber(ARGV[a + 15]), tonumber(ARGV[a + 16])
-  local ttl, revoke, win = tonumber(ARGV[a + 17]), ARGV[a + 18] == '1', tonumber(ARGV[a + 19])
+  local ttl, revoke, ending, win = tonumber(ARGV[a + 17]), ARGV[a + 18] == '1', ARGV[a + 18] == '2', tonumber(ARGV[a + 19])
   local lout, seq = tonumber(ARGV[a + 20]), tonumber(ARGV[a + 21])
   local keys, book = {ARGV[a + 22]}, ARGV[a + 23]
   argv[8], argv[13] = 0, 0 -- the step's lease, and taken: none
@@ -148,7 +148,8 @@ for a = 1, #ARGV, stride do
     mine = mine + lent
     back = min(back + lent, mine)
     local ends = now
-    if (mine > 0 or seq > 0) and not partial then -- a numbered loan's record outlives its events: a loan arriving late finds it
+    if ending then mine = 0 end -- what it holds out was spent: the record ends
+    if (mine > 0 or seq > 0) and not partial and not ending then -- a numbered loan's record outlives its events: a loan arriving late finds it
       local e = now + max(1, ttl)
       if win > 0 then
         e = min(e, (floor(now / win) + 1) * win)

@@ -27,7 +27,7 @@ const (
 	ArgWant
 	ArgShare
 	ArgTTL    // microseconds
-	ArgRevoke // 1 or 0
+	ArgRevoke // 1: Revoke; 2: End; else 0
 	ArgWindow // 0: none; a period: the period-aligned window of now; -1: the calendar window of the step's arguments
 	ArgOut    // Loan.Out
 	ArgSeq    // Loan.Seq

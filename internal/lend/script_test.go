@@ -19,8 +19,9 @@ func TestScriptPlaces(t *testing.T) {
 	}
 	at := func(f int) string { return "ARGV[a + " + strconv.Itoa(int(script.Fields)+1+f) + "]" }
 	for f, reads := range map[int]string{
-		ArgGive:   "give, want, share = tonumber(" + at(ArgGive) + "), tonumber(" + at(ArgWant) + "), tonumber(" + at(ArgShare) + ")",
-		ArgTTL:    "ttl, revoke, win = tonumber(" + at(ArgTTL) + "), " + at(ArgRevoke) + " == '1', tonumber(" + at(ArgWindow) + ")",
+		ArgGive: "give, want, share = tonumber(" + at(ArgGive) + "), tonumber(" + at(ArgWant) + "), tonumber(" + at(ArgShare) + ")",
+		ArgTTL: "ttl, revoke, ending, win = tonumber(" + at(ArgTTL) + "), " + at(ArgRevoke) + " == '1', " + at(ArgRevoke) + " == '2', tonumber(" +
+			at(ArgWindow) + ")",
 		ArgState:  "keys, book = {" + at(ArgState) + "}, " + at(ArgBook),
 		ArgFields: "redis.call('EXISTS', " + at(ArgState) + ", " + at(ArgBook) + ")",
 	} {

@@ -62,6 +62,7 @@ type entry struct {
 	lentAt     int64 // the latest loan's answer (UnixNano)
 	lentDemand int64 // and demand then
 	recordEnds int64 // the latest its record at the next store may end (UnixNano), once a give-back of it went unanswered
+	lost       bool  // a loan of it went unanswered: it may still land, so its last loan leaves the record to end (Loan.End)
 }
 
 // startAsk marks a refill of e queued at now, unless one is queued or in flight, and

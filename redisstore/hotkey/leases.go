@@ -123,7 +123,7 @@ type Leases struct {
 // leasesCounts are what Stats reports, counted as it happens.
 type leasesCounts struct {
 	local, exact, trusted, short, uncharged atomic.Int64
-	refills, failed, revoked                atomic.Int64
+	refills, loans, failed, revoked         atomic.Int64
 }
 
 // LeasesStats is what Leases has done since it was made.
@@ -135,6 +135,7 @@ type LeasesStats struct {
 	Short     int64         // of them, those whose charge found the key spent after it: owed by it (a debt it repays), or its last
 	Uncharged int64         // events admitted on trust, or debited, whose charge failed (the next store's error)
 	Refills   int64         // calls to the next store's Lend for leases
+	Loans     int64         // loans in them: a lease's first, its refills and renewals, and its give-back when it ends
 	Failed    int64         // of them, the ones that failed
 	Revoked   int64         // loans that found this instance's record gone (ended, revoked)
 	RoundTrip time.Duration // of a refill, a moving average
@@ -144,7 +145,7 @@ type LeasesStats struct {
 func (p *Leases) Stats() LeasesStats {
 	c := &p.stats
 	return LeasesStats{Leases: p.leased.size(), Local: c.local.Load(), Exact: c.exact.Load(), Trusted: c.trusted.Load(),
-		Short: c.short.Load(), Uncharged: c.uncharged.Load(), Refills: c.refills.Load(), Failed: c.failed.Load(),
+		Short: c.short.Load(), Uncharged: c.uncharged.Load(), Refills: c.refills.Load(), Loans: c.loans.Load(), Failed: c.failed.Load(),
 		Revoked: c.revoked.Load(), RoundTrip: time.Duration(p.rtt.Load())}
 }
 

@@ -143,6 +143,68 @@ func TestLeasesConserve(t *testing.T) {
 	})
 }
 
+// ends records what each holder's last loan says (Loan.End), and can fail the refills
+// of one holder's lease.
+type ends struct {
+	*localstore.Store
+	fail atomic.Bool            // refills (loans that want) fail, after they land
+	mu   sync.Mutex
+	last map[int64]ratelimit.Loan // each holder's latest loan
+}
+
+func (s *ends) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	got, err := s.Store.Lend(ctx, loans)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range loans {
+		if l.Holder != 0 {
+			s.last[l.Holder] = l
+		}
+	}
+	if s.fail.Load() && loans[0].Want > 0 {
+		return nil, ratelimit.ErrUnavailable
+	}
+	return got, err
+}
+
+// TestLeasesLastLoanEnds: a lease given back at Close ends its record (Loan.End), so that
+// the key's other holders no longer count it; but not after a loan of it went
+// unanswered, which may still land and must find the record. Either way the key gets
+// back all it did not admit.
+func TestLeasesLastLoanEnds(t *testing.T) {
+	for _, lose := range []bool{false, true} {
+		t.Run(fmt.Sprint("lost answer ", lose), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				shared := &ends{Store: localstore.New(), last: map[int64]ratelimit.Loan{}}
+				in := newInstance(t, shared)
+				start := time.Now()
+				drive(t, "tenant", 1000, time.Second, []*instance{in}, []int{1})
+				if lose {
+					shared.fail.Store(true)
+					drive(t, "tenant", 1000, 500*time.Millisecond, []*instance{in}, []int{1})
+					shared.fail.Store(false)
+				}
+				elapsed := time.Since(start)
+				if err := in.leases.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if len(shared.last) != 1 {
+					t.Fatalf("holders %v; want one", shared.last)
+				}
+				for h, l := range shared.last {
+					if l.End == lose || l.Want != 0 {
+						t.Errorf("holder %d's last loan %+v: want End %v, nothing wanted", h, l, !lose)
+					}
+				}
+				want := 200 + int64(elapsed.Seconds()*100)
+				if got := int64(in.admitted) + left(t, shared, "tenant"); got < want-1 || got > want {
+					t.Errorf("admitted %d + left %d = %d; want the bucket and %v of refill, %d", in.admitted, got-int64(in.admitted), got, elapsed, want)
+				}
+			})
+		})
+	}
+}
+
 // TestLeasesShared: four instances sharing one key unevenly (50/25/15/10%), at 4 times
 // its rule for 10s: together they admit what the bucket gives, exactly, each instance
 // some of it.

@@ -269,7 +269,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 		e.end()
 		p.seq++
 		loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: e.holder, Give: dropGives[i], Share: share,
-			TTL: p.cfg.ttl, Seq: p.seq, Out: e.out})
+			TTL: p.cfg.ttl, Seq: p.seq, Out: e.out, End: !e.lost})
 	}
 	p.leased.remove(drops...)
 	for _, e := range drops {
@@ -279,6 +279,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 	got, err := p.lender.Lend(ctx, loans)
 	cancel()
 	p.stats.refills.Add(1)
+	p.stats.loans.Add(int64(len(loans)))
 	if err != nil { // what the key has is not known: the exact path decides what the leases cannot
 		p.stats.failed.Add(1)
 		// what was given back counted as given, and what was lent as not: the entry's next
@@ -286,6 +287,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 		ends := clock.UnixNano(p.cfg.clock) + int64(p.cfg.ttl) // a lost loan renewed the record no later
 		for i, e := range refills {
 			e.out -= gives[i]
+			e.lost = true
 			e.publish(func(t *terms) { t.dry, t.owes, t.denied = false, false, 0 })
 			if e.ended.Load() { // it ended during the call: no loan of its own will settle it
 				e.recordEnds = ends

@@ -34,6 +34,7 @@ func testLend(t *testing.T, newStore NewStore) {
 	t.Run("share", func(t *testing.T) { testLendShare(t, newStore) })
 	t.Run("records end", func(t *testing.T) { testLendEnds(t, newStore) })
 	t.Run("revoke and rule change", func(t *testing.T) { testLendRevoke(t, newStore) })
+	t.Run("end", func(t *testing.T) { testLendEnd(t, newStore) })
 	t.Run("lost answers", func(t *testing.T) { testLendLost(t, newStore) })
 	t.Run("windows", func(t *testing.T) { testLendWindows(t, newStore) })
 	t.Run("bad loans", func(t *testing.T) { testLendBad(t, newStore) })
@@ -310,6 +311,27 @@ func testLendRevoke(t *testing.T, newStore NewStore) {
 	wantLent(t, "B after a loan under another rule", lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 2, Give: 2, Share: 1, TTL: time.Minute}), 0, true, 3, false)
 }
 
+// testLendEnd: a holder's last loan (End) gives back what it holds and drops its record:
+// what it spent is forgotten, its next loan finds no record, and the key's other holders
+// lend by their shares again.
+func testLendEnd(t *testing.T, newStore NewStore) {
+	s, _ := lender(t, newStore)
+	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerHour(100)}
+	l := ratelimit.Loan{Key: "k", Spec: spec, Want: 10, Share: 1, TTL: time.Minute}
+	for h := int64(1); h <= 3; h++ {
+		l.Holder, l.Seq = h, 1
+		wantLent(t, fmt.Sprint("holder ", h), lendOne(t, s, l), 10, true, 100-10*h, false)
+	}
+	got := lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 1, Give: 4, Share: 1, TTL: time.Minute, Seq: 2, Out: 10, End: true})
+	wantLent(t, "holder 1 ends, giving back 4 of 10", got, 0, true, 73, true) // 74 left: a peek of 1 leaves 73
+	if got.Out != 0 || got.For != 0 {
+		t.Errorf("holder 1 ends: out %d for %v; want 0 for 0s", got.Out, got.For)
+	}
+	// two holders have events out, not three: of 74, holder 2 is lent half
+	wantLent(t, "holder 2 with two holders out", lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 2, Want: 60, Share: 1, TTL: time.Minute, Seq: 2, Out: 10}), 37, true, 37, true)
+	wantLent(t, "holder 1 after its end", lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 1, Give: 6, Share: 1, TTL: time.Minute, Seq: 3}), 0, true, 36, false)
+}
+
 // testLendWindows: a windowed algorithm's loan ends with its window, and what it lent
 // then never comes back into the next window.
 func testLendWindows(t *testing.T, newStore NewStore) {
@@ -373,6 +395,9 @@ func testLendBad(t *testing.T, newStore NewStore) {
 		{Key: "k", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.Rule{Limit: -1, Period: time.Second}}, Holder: 1, Want: 1, TTL: time.Second},
 		{Key: "k", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10), Op: "peek"}, Holder: 1, Want: 1, TTL: time.Second},
 		{Key: "k", Holder: 1, Want: 1, TTL: time.Second},
+		{Key: "k", Spec: spec, Want: 1, End: true, TTL: time.Second},                 // a partial take that ends a record
+		{Key: "k", Spec: spec, Holder: 1, Want: 1, End: true, TTL: time.Second},      // an end that wants
+		{Key: "k", Spec: spec, Holder: 1, Revoke: true, End: true, TTL: time.Second}, // an end that revokes
 	}
 	for i, b := range bad {
 		if got, err := s.Lend(context.Background(), []ratelimit.Loan{good, b}); err == nil {
