@@ -115,8 +115,10 @@ type Hooks struct {
 // A breaker opened by calls gone unanswered means a slow primary, or a process starved
 // of CPU, while other instances may still decide on the primary. So what the share then
 // admits or debits is charged to the primary too, as debits, within 10ms, in the
-// background; a take with a receipt aside, settled on the share. A breaker opened by
-// errors means an outage: nothing decided locally is replayed into the primary.
+// background. A take with a receipt is charged with a receipt of the primary's, and its
+// settlement goes there. A refund of a take the primary counted waits for it too. A
+// breaker opened by errors means an outage: nothing decided locally is replayed into
+// the primary, but the refunds of its takes are given back once it answers.
 //
 // The bound. Over any interval, the instances together admit at most what the rule
 // allows on the primary plus the sum of their shares' allowances, each share less what
@@ -290,7 +292,11 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 	}
 	d, err := s.decideLocally(ctx, local, a.Limit)
 	if refused && err == nil && (req.Spec.Op == "" && d.Allowed() || req.Spec.Op == "debit") {
-		s.owe(req) // the primary is charged it (see owe)
+		if outer != nil {
+			s.oweTake(req, local.Receipt) // the primary is charged it, and its settlement goes there (see oweTake)
+		} else {
+			s.owe(req) // the primary is charged it (see owe)
+		}
 	}
 	if lt != nil && err == nil && !d.Allowed() {
 		if outs, ok := s.stillCounted(ctx, lt, start); ok { // the primary, late, admitted it: its decision
@@ -321,8 +327,9 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 
 // refund gives back a take's events where its receipt says it was taken: on the primary,
 // or on this instance's share of the secondary. A take of the primary's is given back
-// only while the primary answers (what the share mirrored of it stays spent), and one
-// taken nowhere (FailOpen) gives nothing back; the answer is then the share's peek.
+// there (what the share mirrored of it stays spent): at once, or in the background once
+// the primary answers (oweRefund). One taken nowhere (FailOpen) gives nothing back. The
+// answer is then the share's peek.
 func (s *Store) refund(ctx context.Context, req ratelimit.Request, a ratelimit.Args) (ratelimit.Outcome, error) {
 	r := req.Receipt
 	req.Receipt = r.Next
@@ -333,7 +340,8 @@ func (s *Store) refund(ctx context.Context, req ratelimit.Request, a ratelimit.A
 		}
 	}
 	if r.Next != nil && r.Via == int64(Primary) {
-		if ok, probe := s.breaker.allow(); ok {
+		ok, probe := s.breaker.allow()
+		if ok {
 			preq := req // the call may go on after the wait, while req becomes the share's peek
 			d, err := askPrimary(ctx, s, probe, 0, true, func(pctx context.Context) (ratelimit.Outcome, error) {
 				return s.primary.Apply(pctx, preq)
@@ -341,6 +349,10 @@ func (s *Store) refund(ctx context.Context, req ratelimit.Request, a ratelimit.A
 			if err == nil || ctx.Err() != nil {
 				return d, err
 			}
+			ok = !notSent(err) // a call that reached the primary may have given back: not sent twice
+		}
+		if !ok {
+			s.oweRefund(req) // given back once the primary answers (see oweRefund)
 		}
 	}
 	if r.Next == nil || r.Via != int64(Secondary) { // nothing to give back here: a peek of 1

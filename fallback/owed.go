@@ -28,10 +28,17 @@ type owedKey struct {
 // debts are the events the shares admitted, or debited, while the breaker let no call of
 // the primary through: charged to the primary as debits, one call at a time.
 type debts struct {
-	mu     sync.Mutex
-	m      map[owedKey]*ratelimit.Request // a debit of the events
-	paying bool                           // a payBack is on its way
-	flying chan struct{}                  // closed when the debits sent now have landed; nil: none sent
+	mu sync.Mutex
+	m  map[owedKey]*ratelimit.Request // a debit of the events
+	// the takes with a receipt, each a debit with a receipt of the primary's, where its
+	// settlement goes once it landed (a late, already decided, whose primary counted
+	// nothing: see oweTake)
+	takes []*late
+	// the refunds of takes the primary counted, asked while the breaker let no call
+	// through, or whose call never reached it
+	refunds []ratelimit.Request
+	paying  bool          // a payBack is on its way
+	flying  chan struct{} // closed when the debits sent now have landed; nil: none sent
 }
 
 // owe records that req's events (a take the share admitted, or a debit it took) were
@@ -43,14 +50,8 @@ type debts struct {
 // replayed). Without it, an instance whose breaker opens while the others' do not
 // spends its share of the rule while the others spend the whole rule on the primary.
 func (s *Store) owe(req ratelimit.Request) {
-	if s.policy != LocalShare || req.N <= 0 || req.Receipt != nil || req.Spec.Algorithm.Debit == nil || core.OfLeases(req.Spec.Algorithm) {
-		return // a take with a receipt is settled on the share, where it counts
-	}
-	if e := s.lastErr.Load(); e == nil || !errors.Is(*e, errUnanswered) {
-		return // the primary refuses or fails (down, restarted): an outage, nothing decided locally is replayed
-	}
-	if at := s.outageAt.Load(); at != 0 && s.clock.Now().UnixNano()-at < s.breaker.slice*slices {
-		return // it refused or failed within the breaker's window: an outage, though a call timed out since
+	if req.Receipt != nil || !s.replays(req) {
+		return // a take with a receipt: see oweTake
 	}
 	owed := req
 	owed.Receipt = nil
@@ -65,6 +66,83 @@ func (s *Store) owe(req ratelimit.Request) {
 		time.AfterFunc(payEvery, s.payBack) // the debts of the next moments ride along
 	}
 }
+
+// replays reports whether req, decided on this instance's share while the breaker let no
+// call through, is charged to the primary (see owe).
+func (s *Store) replays(req ratelimit.Request) bool {
+	return s.policy == LocalShare && req.N > 0 && req.Spec.Algorithm.Debit != nil && !core.OfLeases(req.Spec.Algorithm) && s.slow()
+}
+
+// slow reports whether the primary's latest failure is a call gone unanswered (a slow
+// primary), not an outage: it refuses or fails (down, restarted), or did within the
+// breaker's window, though a call timed out since. Nothing decided locally in an outage
+// is replayed.
+func (s *Store) slow() bool {
+	if e := s.lastErr.Load(); e == nil || !errors.Is(*e, errUnanswered) {
+		return false
+	}
+	at := s.outageAt.Load()
+	return at == 0 || s.clock.Now().UnixNano()-at >= s.breaker.slice*slices
+}
+
+// oweTake is owe for a take with a receipt, which the share admitted under the receipt
+// shared: it is charged to the primary as a debit with a receipt of the primary's, and
+// its settlement goes there once it landed (see settling), as for a take the primary
+// counted late. Charged with the others, it would be settled on the share: the primary
+// would keep the whole take, a budget charged after the answer its estimate.
+func (s *Store) oweTake(req ratelimit.Request, shared *ratelimit.Receipt) {
+	if !s.replays(req) {
+		return
+	}
+	owed := req
+	owed.Spec = core.WithOp(req.Spec, "debit")
+	owed.Spec.Reserve, owed.Spec.Retry = 0, false
+	owed.Receipt = &ratelimit.Receipt{}
+	l := newLate([]ratelimit.Request{owed})
+	l.settle = make([]*ratelimit.Receipt, 1)
+	s.debts.mu.Lock()
+	if len(s.debts.takes) >= maxOwed {
+		s.debts.mu.Unlock()
+		return
+	}
+	s.route(shared, l, 0)
+	s.debts.takes = append(s.debts.takes, l)
+	start := !s.debts.paying
+	s.debts.paying = true
+	s.debts.mu.Unlock()
+	if start {
+		time.AfterFunc(payEvery, s.payBack)
+	}
+}
+
+// oweRefund gives req, a refund of a take the primary counted (its receipt the
+// primary's), back to the primary in the background, once it answers (after an outage,
+// when the breaker closes): the breaker let no call through, or the call never reached
+// the primary. Dropped, it would charge the key the whole take.
+func (s *Store) oweRefund(req ratelimit.Request) {
+	s.debts.mu.Lock()
+	if len(s.debts.refunds) >= maxOwed {
+		s.debts.mu.Unlock()
+		return
+	}
+	s.debts.refunds = append(s.debts.refunds, req)
+	start := !s.debts.paying
+	s.debts.paying = true
+	s.debts.mu.Unlock()
+	if start {
+		time.AfterFunc(payEvery, s.payBack)
+	}
+}
+
+// due reports whether d holds what payBack sends now (refunds only while the primary
+// answers); d.mu is held.
+func (d *debts) due(answers bool) bool {
+	return len(d.m)+len(d.takes) > 0 || answers && len(d.refunds) > 0
+}
+
+// answers reports whether the primary answers calls: the breaker is closed, or it opened
+// on a slow primary (see slow).
+func (s *Store) answers() bool { return s.BreakerState() == Closed || s.slow() }
 
 // add adds r, a debit, to what d owes; d.mu is held.
 func (d *debts) add(r *ratelimit.Request) {
@@ -85,10 +163,15 @@ func (d *debts) add(r *ratelimit.Request) {
 // more is owed; a debit not sent is owed again, and waits for the next debt or the
 // breaker's closing. One runs at a time (debts.paying).
 func (s *Store) payBack() {
+	answers := s.answers()
 	s.debts.mu.Lock()
-	owed := s.debts.m
-	s.debts.m = nil
-	if len(owed) == 0 {
+	owed, takes := s.debts.m, s.debts.takes
+	s.debts.m, s.debts.takes = nil, nil
+	var refunds []ratelimit.Request
+	if answers { // the refunds wait out an outage
+		refunds, s.debts.refunds = s.debts.refunds, nil
+	}
+	if len(owed)+len(takes)+len(refunds) == 0 {
 		s.debts.paying = false
 		s.debts.mu.Unlock()
 		return
@@ -97,6 +180,8 @@ func (s *Store) payBack() {
 	s.debts.flying = flying
 	s.debts.mu.Unlock()
 	again := s.charged(owed)
+	s.chargeTakes(takes)
+	unsent := s.refunded(refunds)
 	s.debts.mu.Lock()
 	defer s.debts.mu.Unlock()
 	s.debts.flying = nil
@@ -104,7 +189,8 @@ func (s *Store) payBack() {
 	for _, r := range again {
 		s.debts.add(r)
 	}
-	if len(again) > 0 || len(s.debts.m) == 0 {
+	s.debts.refunds = append(unsent, s.debts.refunds...)
+	if len(again)+len(unsent) > 0 || !s.debts.due(s.answers()) {
 		s.debts.paying = false
 		return
 	}
@@ -141,6 +227,50 @@ func (s *Store) charged(owed map[owedKey]*ratelimit.Request) (again []*ratelimit
 	return again
 }
 
+// chargeTakes charges each of takes to the primary, and says where its settlement goes:
+// the primary's receipt, or the share's when the debit failed (it may have landed: it is
+// not sent twice).
+func (s *Store) chargeTakes(takes []*late) {
+	s.eachCall(len(takes), func(ctx context.Context, i int) {
+		l := takes[i]
+		owed := l.takes[0]
+		if _, err := s.primary.Apply(ctx, owed); err == nil && owed.Receipt.At > 0 {
+			l.settle[0] = owed.Receipt
+		}
+		close(l.done)
+	})
+}
+
+// refunded sends refunds to the primary, and returns those that never reached it. One
+// that failed after it was sent may have landed, and is not sent twice.
+func (s *Store) refunded(refunds []ratelimit.Request) (unsent []ratelimit.Request) {
+	var mu sync.Mutex
+	s.eachCall(len(refunds), func(ctx context.Context, i int) {
+		if _, err := s.primary.Apply(ctx, refunds[i]); notSent(err) {
+			mu.Lock()
+			unsent = append(unsent, refunds[i])
+			mu.Unlock()
+		}
+	})
+	return unsent
+}
+
+// eachCall calls f for 0 to n-1, eight calls at a time, each within lateHorizon.
+func (s *Store) eachCall(n int, f func(ctx context.Context, i int)) {
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, 8)
+	for i := range n {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			ctx, cancel := context.WithTimeout(context.Background(), lateHorizon)
+			defer cancel()
+			f(ctx, i)
+		})
+	}
+	wg.Wait()
+}
+
 // notSent reports whether err says its call never reached the primary.
 func notSent(err error) bool {
 	return errors.Is(err, core.ErrNotSent) || errors.Is(err, core.ErrUndelivered)
@@ -151,8 +281,12 @@ func notSent(err error) bool {
 // written into it once it came back, when a call had timed out as it went down).
 func (s *Store) forgiveAll() {
 	s.debts.mu.Lock()
-	s.debts.m = nil
+	takes := s.debts.takes
+	s.debts.m, s.debts.takes = nil, nil
 	s.debts.mu.Unlock()
+	for _, l := range takes { // settled on the share
+		close(l.done)
+	}
 }
 
 // forgive drops what the shares owe req's key (any rule), and waits, within ctx, for
@@ -165,6 +299,24 @@ func (s *Store) forgive(ctx context.Context, req ratelimit.Request) {
 			delete(s.debts.m, k)
 		}
 	}
+	kept := s.debts.takes[:0]
+	for _, l := range s.debts.takes {
+		if r := l.takes[0]; r.Spec.Algorithm == req.Spec.Algorithm && r.Spec.Namespace == req.Spec.Namespace && r.Key == req.Key {
+			close(l.done) // settled on the share, whose receipt the reset voids too
+			continue
+		}
+		kept = append(kept, l)
+	}
+	clear(s.debts.takes[len(kept):])
+	s.debts.takes = kept
+	refunds := s.debts.refunds[:0] // a reset voids the receipts of the key's takes before it
+	for _, r := range s.debts.refunds {
+		if r.Spec.Algorithm != req.Spec.Algorithm || r.Spec.Namespace != req.Spec.Namespace || r.Key != req.Key {
+			refunds = append(refunds, r)
+		}
+	}
+	clear(s.debts.refunds[len(refunds):])
+	s.debts.refunds = refunds
 	flying := s.debts.flying
 	s.debts.mu.Unlock()
 	if flying != nil {
@@ -178,7 +330,7 @@ func (s *Store) forgive(ctx context.Context, req ratelimit.Request) {
 // payOnClose charges, once the breaker closes, what the primary failed to take before.
 func (s *Store) payOnClose() {
 	s.debts.mu.Lock()
-	start := !s.debts.paying && len(s.debts.m) > 0
+	start := !s.debts.paying && s.debts.due(true)
 	s.debts.paying = s.debts.paying || start
 	s.debts.mu.Unlock()
 	if start {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/fallback"
+	"github.com/ratelimit-go/ratelimit/fixedwindow"
 	"github.com/ratelimit-go/ratelimit/localstore"
 )
 
@@ -113,6 +114,62 @@ func TestSharesChargedToASlowPrimary(t *testing.T) {
 	}
 }
 
+// TestSettledWhereASlowPrimaryCounts: as TestSharesChargedToASlowPrimary, with takes of 3
+// events, each with a receipt, settled at once at a cost of 1 (a budget charged after the
+// answer), on a fixed window (which gives back a take's events exactly): what the share
+// admits while the breaker is open is charged to the primary with a receipt of its own,
+// and settled there. The primary ends counting 1 event for
+// each take admitted, and for each denied whose late call it admitted, 3 at most. Before,
+// those takes stayed on the share alone, settled there, and the primary counted none.
+func TestSettledWhereASlowPrimaryCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		p.slow.Store(int64(150 * time.Millisecond))
+		s := fallback.New(slowLender{p}, localstore.New(), fallback.WithTimeout(3*time.Millisecond), fallback.WithInstances(4))
+		rule := ratelimit.PerHour(1200)
+		admitted, asked, opened, shared := int64(0), int64(0), false, 0
+		for range 600 { // a decision every 5ms for 3s
+			calls := p.calls.Load()
+			take := ratelimit.Request{Key: "k", N: 3, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule}, Receipt: &ratelimit.Receipt{}}
+			d, err := s.Apply(t.Context(), take)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed() {
+				admitted++
+				if take.Receipt.Via == int64(fallback.Secondary) {
+					shared++
+				}
+				refund := take
+				refund.N, refund.Spec = 2, &ratelimit.Spec{Algorithm: take.Spec.Algorithm, Rule: rule, Op: "refund"}
+				go func() { // the answer comes later: the settlement does not hold the next request
+					if _, err := s.Apply(context.Background(), refund); err != nil {
+						t.Error(err)
+					}
+				}()
+			} else if p.calls.Load() > calls {
+				asked++
+			}
+			opened = opened || s.BreakerState() != fallback.Closed
+			time.Sleep(5 * time.Millisecond)
+		}
+		if !opened || shared == 0 {
+			t.Fatalf("breaker opened %v, %d takes admitted on the share; want both", opened, shared)
+		}
+		time.Sleep(10 * time.Second) // the late answers, the debts and the settlements land
+		synctest.Wait()
+		peek := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule, Op: "peek"}}
+		o, err := p.local.Apply(context.Background(), peek)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := rule.Limit - 1 - o.Remaining; c < admitted || c > admitted+3*asked {
+			t.Errorf("the primary counted %d events, of %d takes admitted (%d on the share) and %d denied late; want 1 for each admitted, and 3 for each denied at most",
+				c, admitted, shared, asked)
+		}
+	})
+}
+
 // TestResetForgivesTheSharesDebts: takes the share admitted while the breaker was
 // half-open (its probe held by a slow primary) are owed to the primary; the probe's
 // answer closes the breaker, and the key is reset at once. The debts are not charged
@@ -199,6 +256,45 @@ func TestOutageNotReplayedAfterATimeout(t *testing.T) {
 		synctest.Wait()
 		if c := counted(t, p.local, "outage-only", rule); c != 0 {
 			t.Errorf("the primary counts %d events of a key used only during the outage; want 0", c)
+		}
+	})
+}
+
+// TestRefundWaitsOutAnOutage: a take the primary counted, refunded while the breaker
+// lets no call through (the primary down), is given back there once the breaker closes.
+// Before, the refund was dropped, and the key stayed charged the whole take.
+func TestRefundWaitsOutAnOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		s := fallback.New(p, localstore.New(), fallback.WithBreaker(fallback.Breaker{MinCalls: 1}), fallback.WithTimeout(time.Second))
+		rule := ratelimit.PerHour(100)
+		spec := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule}
+		take := ratelimit.Request{Key: "k", N: 5, Spec: spec, Receipt: &ratelimit.Receipt{}}
+		if d, err := s.Apply(t.Context(), take); err != nil || !d.Allowed() || take.Receipt.Via != int64(fallback.Primary) {
+			t.Fatalf("the take: %+v, %v, receipt %+v; want it admitted by the primary", d, err, take.Receipt)
+		}
+		p.fail(errDown)
+		s.Apply(t.Context(), req("other", rule)) // opens the breaker
+		if s.BreakerState() != fallback.Open {
+			t.Fatalf("breaker %v; want open", s.BreakerState())
+		}
+		refund := take
+		refund.N, refund.Spec = 4, &ratelimit.Spec{Algorithm: spec.Algorithm, Rule: rule, Op: "refund"}
+		if _, err := s.Apply(t.Context(), refund); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(fallback.DefaultOpenFor)
+		p.heal()
+		s.Apply(t.Context(), req("other", rule)) // the probe: closed
+		time.Sleep(time.Second)
+		synctest.Wait()
+		peek := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: spec.Algorithm, Rule: rule, Op: "peek"}}
+		o, err := p.local.Apply(context.Background(), peek)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := rule.Limit - 1 - o.Remaining; c != 1 {
+			t.Errorf("the primary counts %d of the key; want 1, the take less its refund", c)
 		}
 	})
 }
