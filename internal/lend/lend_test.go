@@ -19,7 +19,7 @@ import (
 // not given back, a give never returns more than that, and a loan never lends more than
 // it wants, nor more than its share of what is left (one event when that is none). A
 // numbered loan also gives back what the record holds beyond its Out, and one numbered
-// no later than the record's latest changes nothing.
+// no later than the record's latest changes nothing. A last loan (End) ends the record.
 func FuzzDecide(f *testing.F) {
 	f.Add([]byte{0, 5, 1, 2, 3, 40, 7, 1, 9, 200, 3, 3})
 	f.Add([]byte{1, 200, 7, 7, 7, 100, 0, 0, 0, 255, 255, 1, 2, 3, 4})
@@ -61,7 +61,10 @@ func FuzzDecide(f *testing.F) {
 				Share: next() % 4, TTL: time.Duration(1+next()%30) * 100 * time.Millisecond, Revoke: next()%17 == 0}
 			if holder == 0 {
 				l.Give, l.Revoke = 0, false
-			} else if next()%2 == 1 { // numbered: now and then late, or counting what a lost answer changed
+			} else if !l.Revoke && next()%11 == 0 { // its last loan: the record ends
+				l.Want, l.End = 0, true
+			}
+			if holder != 0 && next()%2 == 1 { // numbered: now and then late, or counting what a lost answer changed
 				l.Seq = max(1, seqs[holder]+next()%8-2)
 				l.Out = max(0, out[holder]+next()%7-3)
 			}
@@ -111,6 +114,9 @@ func FuzzDecide(f *testing.F) {
 				for h := range out {
 					out[h] = 0
 				}
+			}
+			if l.End { // the record ends: what it held out was spent
+				out[holder] = 0
 			}
 			peek := core.Clone(shadow) // what was left once the give was back
 			before := int64(0)
