@@ -31,16 +31,16 @@ type Store interface {
 }
 
 // Outcome is a store's answer to one Request, as an Algorithm's Step gives it
-// (Args.Outcome makes one): the Decision, its two waits in one. Its Limit and whether it
-// allowed share a word, so that the whole is four words: it comes back from a Store and
-// from a Step in registers, where a fifth word would copy it through memory at every
-// return. The zero Outcome is a denial under a Limit of 0.
+// (Args.Outcome makes one): the Decision, with its two waits in one. The zero Outcome
+// is a denial under a Limit of 0.
 type Outcome struct {
 	Remaining int64 // Decision.Remaining
 	// Wait is Decision.Delay when allowed, and Decision.RetryAfter when denied.
 	Wait  time.Duration
 	Reset time.Duration // Decision.ResetAfter
-	limit int64         // Limit when denied, ^Limit when allowed
+	// Limit when denied, ^Limit when allowed: one field, so that an Outcome is four
+	// words, returned in registers (a fifth would copy it through memory at every return)
+	limit int64
 }
 
 // Outcome is an Outcome under a's Limit: allowed or not, remaining, the wait (the delay of
@@ -87,8 +87,7 @@ type BatchStore interface {
 }
 
 // Request is one decision asked of a Store: N events of Key, decided as its Spec says.
-// It is three words and two pointers, so that it goes to a Store in registers; what a
-// limiter's requests share is behind the Spec, made once.
+// What a limiter's requests share is behind the Spec, made once.
 type Request struct {
 	// Key is any string, the empty one included; two different strings never share state.
 	Key string
