@@ -91,8 +91,12 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	lreqs := core.InnerReceipts(reqs)
 	ds, err := s.decideAllLocally(ctx, lreqs, capacities)
 	if refused && err == nil && allAllowed(ds) {
-		for _, r := range reqs {
-			s.owe(r) // the primary is charged it (see owe)
+		for i, r := range reqs {
+			if r.Receipt != nil {
+				s.oweTake(r, lreqs[i].Receipt) // charged with a receipt, its settlement there (see oweTake)
+			} else {
+				s.owe(r) // the primary is charged it (see owe)
+			}
 		}
 	}
 	if lt != nil && err == nil && !allAllowed(ds) {

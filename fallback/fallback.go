@@ -116,9 +116,11 @@ type Hooks struct {
 // of CPU, while other instances may still decide on the primary. So what the share then
 // admits or debits is charged to the primary too, as debits, within 10ms, in the
 // background. A take with a receipt is charged with a receipt of the primary's, and its
-// settlement goes there. A refund of a take the primary counted waits for it too. A
-// breaker opened by errors means an outage: nothing decided locally is replayed into
-// the primary, but the refunds of its takes are given back once it answers.
+// settlement goes there, if it comes within 10 minutes; later, to the share. A refund
+// of a take the primary counted waits for it too. A breaker opened by errors means an
+// outage: nothing decided locally is replayed into the primary, but the refunds of its
+// takes are given back once it answers. A primary that restarted without its data gives
+// them back from what it counted since: a window's count, not a bucket's.
 //
 // The bound. Over any interval, the instances together admit at most what the rule
 // allows on the primary plus the sum of their shares' allowances, each share less what

@@ -41,7 +41,8 @@ type debts struct {
 	flying  chan struct{} // closed when the debits sent now have landed; nil: none sent
 }
 
-// owe records that req's events (a take the share admitted, or a debit it took) were
+// owe records that req's events (a take the share admitted, or a debit it took: a
+// settlement's too, beyond its take's cost, charged without its receipt) were
 // counted on this instance's share alone because the breaker let no call through, and
 // charges them to the primary, which every instance reads, in the background (see
 // payBack), as the late answers of a timeout are reconciled there: while the breaker is
@@ -50,7 +51,7 @@ type debts struct {
 // replayed). Without it, an instance whose breaker opens while the others' do not
 // spends its share of the rule while the others spend the whole rule on the primary.
 func (s *Store) owe(req ratelimit.Request) {
-	if req.Receipt != nil || !s.replays(req) {
+	if req.Receipt != nil && req.Spec.Op != "debit" || !s.replays(req) {
 		return // a take with a receipt: see oweTake
 	}
 	owed := req
@@ -180,7 +181,7 @@ func (s *Store) payBack() {
 	s.debts.flying = flying
 	s.debts.mu.Unlock()
 	again := s.charged(owed)
-	s.chargeTakes(takes)
+	takes = s.chargeTakes(takes)
 	unsent := s.refunded(refunds)
 	s.debts.mu.Lock()
 	defer s.debts.mu.Unlock()
@@ -189,8 +190,9 @@ func (s *Store) payBack() {
 	for _, r := range again {
 		s.debts.add(r)
 	}
+	s.debts.takes = append(takes, s.debts.takes...)
 	s.debts.refunds = append(unsent, s.debts.refunds...)
-	if len(again)+len(unsent) > 0 || !s.debts.due(s.answers()) {
+	if len(again)+len(takes)+len(unsent) > 0 || !s.debts.due(s.answers()) {
 		s.debts.paying = false
 		return
 	}
@@ -228,17 +230,29 @@ func (s *Store) charged(owed map[owedKey]*ratelimit.Request) (again []*ratelimit
 }
 
 // chargeTakes charges each of takes to the primary, and says where its settlement goes:
-// the primary's receipt, or the share's when the debit failed (it may have landed: it is
-// not sent twice).
-func (s *Store) chargeTakes(takes []*late) {
+// the primary's receipt, or the share's when the debit failed after it was sent (it may
+// have landed: it is not sent twice). It returns the takes whose debit never reached
+// the primary, to charge again.
+func (s *Store) chargeTakes(takes []*late) (again []*late) {
+	var mu sync.Mutex
 	s.eachCall(len(takes), func(ctx context.Context, i int) {
 		l := takes[i]
 		owed := l.takes[0]
-		if _, err := s.primary.Apply(ctx, owed); err == nil && owed.Receipt.At > 0 {
+		_, err := s.primary.Apply(ctx, owed)
+		if notSent(err) {
+			owed.Receipt = &ratelimit.Receipt{}
+			l.takes[0] = owed
+			mu.Lock()
+			again = append(again, l)
+			mu.Unlock()
+			return
+		}
+		if err == nil && owed.Receipt.At > 0 {
 			l.settle[0] = owed.Receipt
 		}
 		close(l.done)
 	})
+	return again
 }
 
 // refunded sends refunds to the primary, and returns those that never reached it. One
@@ -309,14 +323,8 @@ func (s *Store) forgive(ctx context.Context, req ratelimit.Request) {
 	}
 	clear(s.debts.takes[len(kept):])
 	s.debts.takes = kept
-	refunds := s.debts.refunds[:0] // a reset voids the receipts of the key's takes before it
-	for _, r := range s.debts.refunds {
-		if r.Spec.Algorithm != req.Spec.Algorithm || r.Spec.Namespace != req.Spec.Namespace || r.Key != req.Key {
-			refunds = append(refunds, r)
-		}
-	}
-	clear(s.debts.refunds[len(refunds):])
-	s.debts.refunds = refunds
+	// the refunds stay: a reset that reaches the primary voids their receipts there, and
+	// one decided on the share alone leaves the primary's takes to be given back
 	flying := s.debts.flying
 	s.debts.mu.Unlock()
 	if flying != nil {

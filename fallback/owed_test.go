@@ -2,6 +2,8 @@ package fallback_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/fallback"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/localstore"
 )
 
@@ -295,6 +298,235 @@ func TestRefundWaitsOutAnOutage(t *testing.T) {
 		}
 		if c := rule.Limit - 1 - o.Remaining; c != 1 {
 			t.Errorf("the primary counts %d of the key; want 1, the take less its refund", c)
+		}
+	})
+}
+
+// openSlow opens s's breaker on a primary whose answers take 150ms (calls unanswered):
+// the breaker is open on a slow primary, not an outage, when it returns.
+func openSlow(t *testing.T, s *fallback.Store, rule ratelimit.Rule) {
+	t.Helper()
+	for i := 0; s.BreakerState() == fallback.Closed; i++ {
+		if i > 1000 {
+			t.Fatal("the breaker never opened on a primary answering in 150ms")
+		}
+		if _, err := s.Apply(t.Context(), req("warm", rule)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// fwCounted is how many events st counts of key under rule, a fixed window.
+func fwCounted(t *testing.T, st ratelimit.Store, key string, rule ratelimit.Rule) int64 {
+	t.Helper()
+	peek := ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule, Op: "peek"}}
+	o, err := st.Apply(context.Background(), peek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Allowed() {
+		return rule.Limit
+	}
+	return rule.Limit - 1 - o.Remaining
+}
+
+func fwTake(key string, n int64, rule ratelimit.Rule) ratelimit.Request {
+	return ratelimit.Request{Key: key, N: n, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule}, Receipt: &ratelimit.Receipt{}}
+}
+
+func fwRefund(take ratelimit.Request, n int64) ratelimit.Request {
+	r := take
+	r.N, r.Spec = n, &ratelimit.Spec{Algorithm: take.Spec.Algorithm, Rule: take.Spec.Rule, Op: "refund"}
+	return r
+}
+
+// TestApplyAllReceiptsChargedToASlowPrimary: takes with a receipt that the share
+// admits through ApplyAll, while the breaker is open on a slow primary, are charged to
+// the primary, as Apply's are. Before, the primary counted none of them. Found by an
+// attacker.
+func TestApplyAllReceiptsChargedToASlowPrimary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		p.slow.Store(int64(150 * time.Millisecond))
+		s := fallback.New(slowLender{p}, localstore.New(), fallback.WithTimeout(3*time.Millisecond),
+			fallback.WithMaxTimeout(3*time.Millisecond), fallback.WithInstances(4))
+		rule := ratelimit.PerHour(400)
+		openSlow(t, s, rule)
+		var viaApply, viaApplyAll int64
+		for range 10 {
+			one := req("apply", rule)
+			one.Receipt = &ratelimit.Receipt{}
+			if d, err := s.Apply(t.Context(), one); err != nil {
+				t.Fatal(err)
+			} else if d.Allowed() {
+				viaApply++
+			}
+			a, b := req("all-a", rule), req("all-b", rule)
+			a.Receipt, b.Receipt = &ratelimit.Receipt{}, &ratelimit.Receipt{}
+			if ds, err := s.ApplyAll(t.Context(), []ratelimit.Request{a, b}); err != nil {
+				t.Fatal(err)
+			} else if ds[0].Allowed() && ds[1].Allowed() {
+				viaApplyAll++
+			}
+		}
+		if s.BreakerState() == fallback.Closed {
+			t.Fatal("the breaker closed")
+		}
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if c := counted(t, p.local, "apply", rule); c != viaApply {
+			t.Errorf("Apply: the primary counts %d of %d takes with a receipt admitted on the share", c, viaApply)
+		}
+		if c := counted(t, p.local, "all-a", rule); c != viaApplyAll {
+			t.Errorf("ApplyAll: the primary counts %d of %d takes with a receipt admitted on the share; want %d", c, viaApplyAll, viaApplyAll)
+		}
+	})
+}
+
+// TestSettlementDebitChargedToASlowPrimary: a Charge settled above its estimate (a
+// debit naming the take's receipt), while the breaker is open on a slow primary, is
+// charged to the primary too. Before, the share alone counted the rest of the cost.
+// Found by an attacker.
+func TestSettlementDebitChargedToASlowPrimary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		s := fallback.New(slowLender{p}, localstore.New(), fallback.WithTimeout(3*time.Millisecond),
+			fallback.WithMaxTimeout(3*time.Millisecond), fallback.WithInstances(4))
+		rule := ratelimit.PerHour(400)
+		l, err := fixedwindow.New(s, rule, ratelimit.WithNamespace(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		early, d, err := l.Charge(t.Context(), "early", 1) // on the primary, the breaker closed
+		if err != nil || early == nil || !d.Allowed {
+			t.Fatalf("Charge: %v %+v %v", early, d, err)
+		}
+		p.slow.Store(int64(150 * time.Millisecond))
+		openSlow(t, s, rule)
+		late, d, err := l.Charge(t.Context(), "late", 1) // on the share, charged to the primary (oweTake)
+		if err != nil || late == nil || !d.Allowed {
+			t.Fatalf("Charge: %v %+v %v", late, d, err)
+		}
+		for _, c := range []*ratelimit.Charge{early, late} {
+			if _, err := c.Settle(t.Context(), 10); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		for _, key := range []string{"early", "late"} {
+			if c := fwCounted(t, p.local, key, rule); c != 10 {
+				t.Errorf("%s: a charge of 1 settled at 10 while the breaker was open on a slow primary: the primary counts %d; want 10", key, c)
+			}
+		}
+	})
+}
+
+// TestRefundOutlivesAResetInAnOutage: a refund of a take the primary counted, held back
+// by an outage, is still given back after a reset of the key decided on the share alone
+// (which never reached the primary). Before, the reset dropped it, and the primary kept
+// the whole take. Found by an attacker.
+func TestRefundOutlivesAResetInAnOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		s := fallback.New(p, localstore.New(), fallback.WithBreaker(fallback.Breaker{MinCalls: 1}), fallback.WithTimeout(time.Second))
+		rule := ratelimit.PerHour(100)
+		take := fwTake("k", 5, rule)
+		if d, err := s.Apply(t.Context(), take); err != nil || !d.Allowed() || take.Receipt.Via != int64(fallback.Primary) {
+			t.Fatalf("take: %+v %v %+v", d, err, take.Receipt)
+		}
+		p.fail(errDown)
+		s.Apply(t.Context(), req("other", rule))
+		if s.BreakerState() != fallback.Open {
+			t.Fatal("breaker not open")
+		}
+		if _, err := s.Apply(t.Context(), fwRefund(take, 4)); err != nil {
+			t.Fatal(err)
+		}
+		reset := fwTake("k", 1, rule)
+		reset.Receipt, reset.Spec.Op = nil, "reset"
+		if _, err := s.Apply(t.Context(), reset); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(fallback.DefaultOpenFor)
+		p.heal()
+		s.Apply(t.Context(), req("other", rule)) // the probe closes the breaker
+		if s.BreakerState() != fallback.Closed {
+			t.Fatal("breaker not closed")
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if c := fwCounted(t, p.local, "k", rule); c > 1 {
+			t.Errorf("a take of 5 refunded 4 (then the key reset, on the share alone) during an outage: the primary counts %d; want 1 (or 0)", c)
+		}
+	})
+}
+
+// errRefused is a call that never reached the primary (its connection refused).
+var errRefused = fmt.Errorf("dial tcp: connection refused: %w: %w", core.ErrUndelivered, ratelimit.ErrUnavailable)
+
+// dropOnce is a slow lending primary whose first debit with an unwritten receipt (an
+// oweTake's) and first Lend (owe's debits) fail undelivered: neither reached it.
+type dropOnce struct {
+	slowLender
+	take, lend atomic.Bool
+}
+
+func (d *dropOnce) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+	if req.Spec.Op == "debit" && req.Receipt != nil && req.Receipt.At == 0 && d.take.CompareAndSwap(true, false) {
+		return ratelimit.Outcome{}, errRefused
+	}
+	return d.slowLender.Apply(ctx, req)
+}
+
+func (d *dropOnce) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+	if d.lend.CompareAndSwap(true, false) {
+		return nil, errRefused
+	}
+	return d.slowLender.Lend(ctx, loans)
+}
+
+// TestUndeliveredTakeChargedAgain: a take with a receipt owed to a slow primary, whose
+// debit never reached it, is charged again, as a take without one is. Before, it was
+// settled on the share and forgotten. Found by an attacker.
+func TestUndeliveredTakeChargedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPrimary()
+		p.slow.Store(int64(150 * time.Millisecond))
+		dp := &dropOnce{slowLender: slowLender{p}}
+		s := fallback.New(dp, localstore.New(), fallback.WithTimeout(3*time.Millisecond),
+			fallback.WithMaxTimeout(3*time.Millisecond), fallback.WithInstances(4))
+		rule := ratelimit.PerHour(400)
+		openSlow(t, s, rule)
+		time.Sleep(200 * time.Millisecond) // the opening's late calls end
+		synctest.Wait()
+		if s.BreakerState() != fallback.Open {
+			t.Fatal("breaker not open")
+		}
+		dp.take.Store(true)
+		dp.lend.Store(true)
+		with := req("with-receipt", rule)
+		with.Receipt = &ratelimit.Receipt{}
+		for _, r := range []ratelimit.Request{with, req("without", rule)} {
+			if d, err := s.Apply(t.Context(), r); err != nil || !d.Allowed() {
+				t.Fatalf("%+v %v", d, err)
+			}
+		}
+		time.Sleep(time.Second) // payBack; then the breaker lets a probe through
+		synctest.Wait()
+		p.slow.Store(0)
+		s.Apply(t.Context(), req("probe", rule))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if s.BreakerState() != fallback.Closed {
+			t.Fatalf("breaker %v", s.BreakerState())
+		}
+		if c := counted(t, p.local, "without", rule); c != 1 {
+			t.Errorf("a take without a receipt, its debit undelivered once: the primary counts %d; want 1", c)
+		}
+		if c := counted(t, p.local, "with-receipt", rule); c != 1 {
+			t.Errorf("a take with a receipt, its debit undelivered once: the primary counts %d; want 1", c)
 		}
 	})
 }
