@@ -210,6 +210,8 @@ func (e *entry) denial(p *Leases, t *terms, n, keep, now int64) (o ratelimit.Out
 // while the lease holds them still (it is not ended, and the take was made since its
 // loans last ran out); events of a lease that ended were spent, and come back to no one.
 func (e *entry) give(n, at int64) bool {
+	e.mu.Lock() // not while end takes what e holds: the events would be lost
+	defer e.mu.Unlock()
 	t := e.terms.Load()
 	if e.ended.Load() || at < t.since || at >= t.until {
 		return false
@@ -230,11 +232,15 @@ func (e *entry) giveOut(n int64) int64 {
 	}
 }
 
-// end takes e out of use: what it holds is spent by no one.
-func (e *entry) end() {
+// end takes e out of use, and returns what it held: spent by no one, unless the caller
+// gives it back.
+func (e *entry) end() int64 {
+	e.mu.Lock()
 	e.ended.Store(true)
-	e.tokens.Store(0)
+	held := e.tokens.Swap(0)
+	e.mu.Unlock()
 	e.publish(func(t *terms) { t.until = 0 })
+	return held
 }
 
 // entryIDs numbers the entries of every Leases of the process: a receipt names its lease.

@@ -264,9 +264,8 @@ func (p *Leases) lend(refills, drops []*entry) {
 	}
 	dropGives := make([]int64, len(drops))
 	for i, e := range drops {
-		dropGives[i] = e.tokens.Swap(0)
+		dropGives[i] = e.end()
 		e.leased.Store(false)
-		e.end()
 		p.seq++
 		loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: e.holder, Give: dropGives[i], Share: share,
 			TTL: p.cfg.ttl, Seq: p.seq, Out: e.out, End: !e.lost})
