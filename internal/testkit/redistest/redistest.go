@@ -46,8 +46,12 @@ func Start(t testing.TB, args ...string) *Server {
 
 // launch starts n servers with args through the current Launcher and waits until each
 // answers PING, trying fresh ports when one was taken between finding it and binding it.
+// With -short, it skips the test: the quick loop runs what needs no server.
 func launch(t testing.TB, n int, args []string) []*Server {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("a test of a real Redis: run without -short")
+	}
 	l := CurrentLauncher()
 	var err error
 	for range 5 {

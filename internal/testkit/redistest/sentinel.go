@@ -43,6 +43,9 @@ func StartReplica(t testing.TB, master *Server) *Server {
 // failover timeout of 5s, and waits until it answers and knows the master's replicas.
 func StartSentinel(t testing.TB, master *Server, replicas int) *Sentinel {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("a test of a real Redis: run without -short")
+	}
 	binary(t, "redis-server")
 	_, mport, _ := strings.Cut(master.Addr, ":")
 	dir := t.TempDir()
