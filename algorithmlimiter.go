@@ -269,7 +269,7 @@ func badN(alg *Algorithm, rule Rule, n int64) error {
 // PeekN is the Decision AllowN(ctx, key, n) would give now, at ctx's priority, consuming
 // nothing.
 func (l *AlgorithmLimiter) PeekN(ctx context.Context, key string, n int64) (Decision, error) {
-	return l.do(ctx, key, n, "peek")
+	return l.do(ctx, key, n, OpPeek)
 }
 
 // Charge admits n events for key as AllowN does, and, when it admits them, returns their
@@ -363,12 +363,12 @@ func (c *Charge) Settle(ctx context.Context, cost int64) (Decision, error) {
 			c.spec.Algorithm.Name, c.key, cost, c.tried-1, ErrInvalidN, c.tried-1)
 	}
 	// a debit names the take it settles (its receipt), as a refund does
-	req := Request{Key: c.key, Spec: withOp(c.spec, "debit"), N: cost - c.n, Receipt: c.receipt}
+	req := Request{Key: c.key, Spec: withOp(c.spec, OpDebit), N: cost - c.n, Receipt: c.receipt}
 	switch {
 	case cost == c.n:
-		req.Spec, req.N, req.Receipt = withOp(c.spec, "peek"), 1, nil
+		req.Spec, req.N, req.Receipt = withOp(c.spec, OpPeek), 1, nil
 	case cost < c.n:
-		req.Spec, req.N = withOp(c.spec, "refund"), c.n-cost
+		req.Spec, req.N = withOp(c.spec, OpRefund), c.n-cost
 		req.Spec.Reserve = 0
 	}
 	req.Spec.Retry = c.tried != 0 && cost != c.n
@@ -398,7 +398,7 @@ func (l *AlgorithmLimiter) Debit(ctx context.Context, key string, n int64) (Deci
 	if l.alg.Debit == nil {
 		return Decision{}, fmt.Errorf("%s: a debit: %w: it takes no debts", l.alg.Name, errors.ErrUnsupported)
 	}
-	spec := withOp(l.takes[l.priority(ctx)], "debit")
+	spec := withOp(l.takes[l.priority(ctx)], OpDebit)
 	o, err := l.store.Apply(ctx, Request{Key: key, N: n, Spec: spec})
 	if err != nil {
 		return Decision{}, err
@@ -431,16 +431,16 @@ func (l *AlgorithmLimiter) AllowAtMost(ctx context.Context, key string, n int64)
 
 // Reset forgets key: its next decision sees it full (after a successful login, say).
 func (l *AlgorithmLimiter) Reset(ctx context.Context, key string) error {
-	_, err := l.do(ctx, key, 1, "reset")
+	_, err := l.do(ctx, key, 1, OpReset)
 	return err
 }
 
-func (l *AlgorithmLimiter) do(ctx context.Context, key string, n int64, op string) (Decision, error) {
+func (l *AlgorithmLimiter) do(ctx context.Context, key string, n int64, op Op) (Decision, error) {
 	if n < 1 || n > l.limit {
 		return Decision{}, badN(l.alg, l.rule, n)
 	}
 	spec := withOp(l.takes[0], op)
-	if op == "peek" {
+	if op == OpPeek {
 		spec.Reserve = l.takes[l.priority(ctx)].Reserve
 	} else {
 		spec.Reserve = 0

@@ -178,9 +178,9 @@ func (c charge) charge(ctx context.Context, o observer, cost int64) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseTimeout)
 	defer cancel()
-	req := Request{Key: c.key, N: min(cost-c.admitted, mathx.MaxExact), Spec: withOp(c.spec, "debit")}
+	req := Request{Key: c.key, N: min(cost-c.admitted, mathx.MaxExact), Spec: withOp(c.spec, OpDebit)}
 	if cost < c.admitted {
-		req.N, req.Spec, req.Receipt = c.admitted-cost, withOp(c.spec, "refund"), c.receipt
+		req.N, req.Spec, req.Receipt = c.admitted-cost, withOp(c.spec, OpRefund), c.receipt
 		req.Spec.Reserve = 0
 	}
 	if _, err := c.store.Apply(ctx, req); err != nil {

@@ -138,7 +138,7 @@ func (x *Lease) Release(ctx context.Context) error {
 	if x == nil || x.limiter == nil {
 		return nil
 	}
-	_, err := x.apply(ctx, "refund")
+	_, err := x.apply(ctx, OpRefund)
 	return err
 }
 
@@ -150,11 +150,11 @@ func (x *Lease) Extend(ctx context.Context) (bool, error) {
 	if x == nil || x.limiter == nil {
 		return false, nil
 	}
-	d, err := x.apply(ctx, "extend")
+	d, err := x.apply(ctx, OpExtend)
 	return err == nil && d.Allowed(), err
 }
 
-func (x *Lease) apply(ctx context.Context, op string) (Outcome, error) {
+func (x *Lease) apply(ctx context.Context, op Op) (Outcome, error) {
 	return x.limiter.base.store.Apply(ctx, Request{Key: x.key, N: 1, Spec: withOp(x.spec, op)})
 }
 

@@ -28,8 +28,8 @@ type Lender interface {
 // borrow more.
 type Loan struct {
 	// Key and Spec name the key and its rule, as the Request of a take would; Spec's
-	// Algorithm is Lendable, its Op empty, and its Reserve too but for a partial take.
-	// A partial take's Op may be "debit" (for an algorithm that takes debts): it charges
+	// Algorithm is Lendable, its Op OpTake, and its Reserve too but for a partial take.
+	// A partial take's Op may be OpDebit (for an algorithm that takes debts): it charges
 	// Want whole, whatever the key has left, as a Request of that Op would; its Lent says
 	// Want was taken, and its Outcome is the debit's (a peek of 1 after it).
 	Key  string

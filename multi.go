@@ -81,7 +81,7 @@ func ApplyAll(ctx context.Context, store Store, reqs []Request) ([]Decision, err
 		return nil, nil
 	}
 	for i, r := range reqs {
-		if r.Spec == nil || r.Spec.Algorithm == nil || r.Spec.Op != "" {
+		if r.Spec == nil || r.Spec.Algorithm == nil || r.Spec.Op != OpTake {
 			return nil, fmt.Errorf("ratelimit: ApplyAll: request %d is not a take of an algorithm", i)
 		}
 	}
@@ -158,7 +158,7 @@ func applyEach(ctx context.Context, store Store, reqs []Request) ([]Outcome, err
 		}
 		for j := range i { // give back what was taken
 			back := taken[j]
-			back.Spec = withOp(back.Spec, "refund")
+			back.Spec = withOp(back.Spec, OpRefund)
 			if _, rerr := store.Apply(context.WithoutCancel(ctx), back); rerr != nil && err == nil {
 				err = rerr
 			}
@@ -169,7 +169,7 @@ func applyEach(ctx context.Context, store Store, reqs []Request) ([]Outcome, err
 		ds[i] = d
 		for k := i + 1; k < len(reqs); k++ { // the rest, as they stand
 			peek := reqs[k]
-			peek.Spec = withOp(peek.Spec, "peek")
+			peek.Spec = withOp(peek.Spec, OpPeek)
 			if ds[k], err = store.Apply(ctx, peek); err != nil {
 				return nil, err
 			}

@@ -36,7 +36,7 @@ func TestApplyAll(t *testing.T) {
 			for _, bad := range [][]ratelimit.Request{
 				{reqs[0], reqs[0]},
 				{{Key: "x", N: 1}},
-				{{Key: "x", N: 1, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerHour(1), Op: "peek"}}}} {
+				{{Key: "x", N: 1, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerHour(1), Op: ratelimit.OpPeek}}}} {
 				if _, err := ratelimit.ApplyAll(ctx, store, bad); err == nil {
 					t.Errorf("ApplyAll(%+v): no error", bad)
 				}

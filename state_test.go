@@ -48,7 +48,7 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	if err != nil {
 		return ratelimit.Outcome{}, err
 	}
-	if req.Spec.Op == "extend" && alg.Extend == nil {
+	if req.Spec.Op == ratelimit.OpExtend && alg.Extend == nil {
 		return ratelimit.Outcome{}, fmt.Errorf("bytesStore: %s has no leases", alg.Name)
 	}
 	id := ratelimit.Key(alg.Name, req.Spec.Namespace, req.Key)
@@ -79,18 +79,18 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		return alg.Step(&c, now, after)
 	}
 	switch req.Spec.Op {
-	case "":
+	case ratelimit.OpTake:
 		d := alg.Step(&st, now, a)
 		if r := req.Receipt; r != nil && d.Allowed() {
 			r.At = st.Time
 		}
 		return d, save(d)
-	case "peek":
+	case ratelimit.OpPeek:
 		after.N, after.Lease, after.Keep = a.N, a.Lease, a.Keep
 		return peek(), nil
-	case "refund":
+	case ratelimit.OpRefund:
 		alg.Refund(&st, now, a)
-	case "debit":
+	case ratelimit.OpDebit:
 		if alg.Debit == nil {
 			return ratelimit.Outcome{}, fmt.Errorf("bytesStore: %s takes no debts", alg.Name)
 		}
@@ -99,13 +99,13 @@ func (s *bytesStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 			r.At = st.Time
 		}
 		after.Keep = a.Keep // whether the debit left the key in debt, or in the reserve
-	case "reset":
+	case ratelimit.OpReset:
 		if _, held := s.states[id]; held && alg.Void != nil {
 			keep = alg.Void(&st, now, a)
 		} else {
 			st = ratelimit.State{}
 		}
-	case "extend":
+	case ratelimit.OpExtend:
 		held := alg.Extend(&st, now, a)
 		d := peek()
 		d = a.Outcome(held, d.Remaining, d.Wait, d.Reset)

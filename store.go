@@ -114,24 +114,11 @@ type Spec struct {
 	Algorithm *Algorithm
 	Namespace string
 	Rule      Rule
-	// Op is what the request does to the key, as the Script receives it:
-	//   - "" takes N events, all or none (AllowN);
-	//   - "peek" gives the Outcome a take would give, changing nothing;
-	//   - "refund" gives back N events taken before (a request the upstream failed,
-	//     say), never above the key's full allowance;
-	//   - "reset" forgets the key: its next decision sees it full;
-	//   - "extend" renews Lease for another Period from now, for an algorithm of leases
-	//     (Algorithm.Extend), and its Allowed() says whether the lease was still held (a
-	//     lease released, or expired, stays gone); stores refuse it for the others.
-	//   - "debit" takes N events whatever the key has left, even past zero (a cost known
-	//     after the answer: the tokens of a completion), for an algorithm that takes debts
-	//     (Algorithm.Debit); a key in debt denies until it is repaid. N may exceed the
-	//     rule's Limit; stores refuse it for the others.
-	// The Outcome of a refund, a reset or an extension is a peek of 1 after it (an
-	// extension's Allowed aside); a debit's is a peek of 1 at the request's Reserve, so
-	// that it says whether the debit left the key in debt, or inside the part kept for
-	// more important requests. A store refuses any other Op with an error.
-	Op string
+	// Op is what the request does to the key: a take (the zero Op), a peek, a refund, a
+	// reset, an extension or a debit (see the constants). The Outcome of a refund, a reset
+	// or an extension is a peek of 1 after it (an extension's Allowed aside). A debit's is
+	// a peek of 1 at the request's Reserve. A store refuses any other Op with an error.
+	Op Op
 	// Lease names the lease a request of an in-flight limit takes, refunds (releases) or
 	// extends; 0 for the rate algorithms. Stores copy it into Args.Lease, and into the
 	// script's arguments.
@@ -180,7 +167,7 @@ func (r Request) Args() (Args, error) {
 		return Args{}, errors.New("ratelimit: a request without an algorithm")
 	}
 	n := r.N
-	if sp.Op == "debit" { // any cost, however far past the rule's Limit
+	if sp.Op == OpDebit { // any cost, however far past the rule's Limit
 		if n < 1 || n > mathx.MaxExact {
 			return Args{}, fmt.Errorf("%s: a debit of %d: %w: want 1 to %d", sp.Algorithm.Name, n, ErrInvalidN, int64(mathx.MaxExact))
 		}
@@ -195,7 +182,7 @@ func (r Request) Args() (Args, error) {
 		return Args{}, fmt.Errorf("%s: a reserve of %d%%: %w: want 0 to 99", sp.Algorithm.Name, sp.Reserve, ErrInvalidRule)
 	}
 	a.Lease = sp.Lease
-	if sp.Reserve != 0 && (sp.Op == "" || sp.Op == "peek" || sp.Op == "debit") {
+	if sp.Reserve != 0 && (sp.Op == OpTake || sp.Op == OpPeek || sp.Op == OpDebit) {
 		a.Keep = mathx.Keep(a.Limit, sp.Reserve)
 	}
 	if a.Taken, err = r.taken(); err != nil {
@@ -208,16 +195,16 @@ func (r Request) Args() (Args, error) {
 func (r Request) taken() (int64, error) {
 	sp := r.Spec
 	switch {
-	case sp.Op == "" && r.Receipt != nil:
+	case sp.Op == OpTake && r.Receipt != nil:
 		return -1, nil // internal/core's TakenNow
-	case sp.Op == "refund" && sp.Algorithm.Extend == nil: // a rate algorithm's: of the take it names
+	case sp.Op == OpRefund && sp.Algorithm.Extend == nil: // a rate algorithm's: of the take it names
 		if r.Receipt == nil || r.Receipt.At <= 0 {
 			return 0, fmt.Errorf("%s: a refund without the Receipt of its take: %w: what it gives back must be known to have been taken", sp.Algorithm.Name, ErrInvalidN)
 		}
 		return r.Receipt.At, nil
-	case sp.Op == "debit" && r.Receipt != nil && r.Receipt.At > 0: // a take's settlement: names the take
+	case sp.Op == OpDebit && r.Receipt != nil && r.Receipt.At > 0: // a take's settlement: names the take
 		return r.Receipt.At, nil
-	case sp.Op == "debit" && r.Receipt != nil: // a take whatever the key has, that may be refunded
+	case sp.Op == OpDebit && r.Receipt != nil: // a take whatever the key has, that may be refunded
 		return -1, nil
 	}
 	return 0, nil
@@ -225,10 +212,42 @@ func (r Request) taken() (int64, error) {
 
 // withOp is a copy of s that does op, for a request of another kind under the same limit
 // (a refund of a take, the release of a lease).
-func withOp(s *Spec, op string) *Spec {
+func withOp(s *Spec, op Op) *Spec {
 	c := *s
 	c.Op = op
 	return &c
+}
+
+// Op is what a Request does to its key (Spec.Op).
+type Op uint8
+
+const (
+	// OpTake takes N events, all or none (AllowN).
+	OpTake Op = iota
+	// OpPeek gives the Outcome a take would give, changing nothing.
+	OpPeek
+	// OpRefund gives back N events taken before, never above the key's full allowance.
+	OpRefund
+	// OpReset forgets the key: its next decision sees it full.
+	OpReset
+	// OpExtend renews Lease for another Period from now, for an algorithm of leases
+	// (Algorithm.Extend). Its Allowed says whether the lease was still held. Stores
+	// refuse it for the others.
+	OpExtend
+	// OpDebit takes N events whatever the key has left, even past zero: a cost known
+	// after the answer. N may exceed the rule's Limit. A key in debt denies until it is
+	// repaid. Stores refuse it for an algorithm without Algorithm.Debit.
+	OpDebit
+)
+
+var opNames = [...]string{OpTake: "take", OpPeek: "peek", OpRefund: "refund", OpReset: "reset", OpExtend: "extend", OpDebit: "debit"}
+
+// String is op's name: "take", "peek", "refund", "reset", "extend" or "debit".
+func (op Op) String() string {
+	if int(op) < len(opNames) {
+		return opNames[op]
+	}
+	return fmt.Sprintf("Op(%d)", uint8(op))
 }
 
 // Window is a calendar window and the next one, as a clock places them (Algorithm.Window):
@@ -295,13 +314,13 @@ type Algorithm struct {
 	// a key taken below what it allows denies until it has earned them back (a window
 	// counts past its Limit until it ends; the sliding window counter holds no more than
 	// its Limit in a window, so its debt lasts no longer than two windows). The Script
-	// does the same for op "debit". Stores refuse a debit for an algorithm without it.
+	// does the same for OpDebit. Stores refuse a debit for an algorithm without it.
 	Debit func(st *State, now int64, a Args) (reset int64)
 
 	// Extend is set only by an algorithm of leases (the in-flight limit of
 	// InFlightLimiter), whose state is a set of leases, each expiring by itself: it renews
 	// the lease a.Lease so that it expires no sooner than a.Period after now, and reports
-	// whether st held it. Stores refuse an "extend" for an algorithm without it, and the
+	// whether st held it. Stores refuse OpExtend for an algorithm without it, and the
 	// decorators that cache or split a key's decisions pass leases straight through.
 	Extend func(st *State, now int64, a Args) bool
 

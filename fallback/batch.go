@@ -36,7 +36,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if r.Spec.Algorithm == nil {
 			return nil, errors.New("fallback: request has no algorithm")
 		}
-		if r.Spec.Op != "" || core.OfLeases(r.Spec.Algorithm) {
+		if r.Spec.Op != ratelimit.OpTake || core.OfLeases(r.Spec.Algorithm) {
 			return nil, errors.New("fallback: ApplyAll only takes, and no leases")
 		}
 		a, err := r.Args()

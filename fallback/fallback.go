@@ -227,7 +227,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	if err != nil {
 		return ratelimit.Outcome{}, err // the caller's mistake, not the primary's
 	}
-	if req.Receipt != nil && req.Spec.Op == "refund" && !core.OfLeases(req.Spec.Algorithm) {
+	if req.Receipt != nil && req.Spec.Op == ratelimit.OpRefund && !core.OfLeases(req.Spec.Algorithm) {
 		return s.refund(ctx, req, a)
 	}
 	return s.decide(ctx, req, a)
@@ -239,10 +239,10 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 // writes none the caller reads.
 func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.Args) (ratelimit.Outcome, error) {
 	outer := req.Receipt // of a take, or a debit that writes one (a take whatever the key has)
-	if !(req.Spec.Op == "" || req.Spec.Op == "debit" && a.Taken == core.TakenNow) || core.OfLeases(req.Spec.Algorithm) {
+	if !(req.Spec.Op == ratelimit.OpTake || req.Spec.Op == ratelimit.OpDebit && a.Taken == core.TakenNow) || core.OfLeases(req.Spec.Algorithm) {
 		outer = nil
 	}
-	if req.Spec.Op == "reset" {
+	if req.Spec.Op == ratelimit.OpReset {
 		s.forgive(ctx, req) // what the share owes the key is not charged after its reset
 	}
 	var lt *late // a rate algorithm's take, which the primary may count after the wait
@@ -251,17 +251,17 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 	if ok, probe := s.breaker.allow(); ok {
 		refused = false
 		decisions := 0
-		if req.Spec.Op == "" {
+		if req.Spec.Op == ratelimit.OpTake {
 			decisions = 1
 		}
 		preq := req
 		if outer != nil {
 			preq.Receipt = &ratelimit.Receipt{}
 		}
-		if req.Spec.Op == "" && !core.OfLeases(req.Spec.Algorithm) && s.policy == LocalShare {
+		if req.Spec.Op == ratelimit.OpTake && !core.OfLeases(req.Spec.Algorithm) && s.policy == LocalShare {
 			lt = newLate([]ratelimit.Request{preq})
 		}
-		change := req.Spec.Op == "reset" || req.Spec.Op == "debit" || req.Spec.Op == "refund"
+		change := req.Spec.Op == ratelimit.OpReset || req.Spec.Op == ratelimit.OpDebit || req.Spec.Op == ratelimit.OpRefund
 		d, err := askPrimary(ctx, s, probe, decisions, change, func(pctx context.Context) (ratelimit.Outcome, error) {
 			return s.primary.Apply(pctx, preq)
 		}, func(pctx context.Context, d ratelimit.Outcome, err error) {
@@ -293,7 +293,7 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 		local.Receipt = &ratelimit.Receipt{}
 	}
 	d, err := s.decideLocally(ctx, local, a.Limit)
-	if refused && err == nil && (req.Spec.Op == "" && d.Allowed() || req.Spec.Op == "debit") {
+	if refused && err == nil && (req.Spec.Op == ratelimit.OpTake && d.Allowed() || req.Spec.Op == ratelimit.OpDebit) {
 		if outer != nil {
 			s.oweTake(req, local.Receipt) // the primary is charged it, and its settlement goes there (see oweTake)
 		} else {
@@ -318,7 +318,7 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 		}
 		s.decided(ctx, lt, err == nil && d.Allowed())
 	}
-	if err == nil && outer != nil && (d.Allowed() || req.Spec.Op == "debit") {
+	if err == nil && outer != nil && (d.Allowed() || req.Spec.Op == ratelimit.OpDebit) {
 		outer.At, outer.Via, outer.Next = local.Receipt.At, int64(Secondary), local.Receipt
 		if outer.At <= 0 { // admitted, and taken nowhere (FailOpen): nothing to give back
 			outer.At, outer.Next = max(1, s.clock.Now().UnixMicro()), nil
@@ -359,7 +359,7 @@ func (s *Store) refund(ctx context.Context, req ratelimit.Request, a ratelimit.A
 	}
 	if r.Next == nil || r.Via != int64(Secondary) { // nothing to give back here: a peek of 1
 		req.N, req.Receipt = 1, nil
-		req.Spec = core.WithOp(req.Spec, "peek")
+		req.Spec = core.WithOp(req.Spec, ratelimit.OpPeek)
 	}
 	return s.decideLocally(ctx, req, a.Limit)
 }

@@ -463,7 +463,7 @@ func TestHooks(t *testing.T) {
 		s.Apply(ctx, req("k", ratelimit.PerHour(10)))
 	}
 	peek := req("k", ratelimit.PerHour(10))
-	peek.Spec.Op = "peek"
+	peek.Spec.Op = ratelimit.OpPeek
 	s.Apply(ctx, peek)
 	lease, _, err := inflight.Acquire(ctx, "k")
 	if err != nil || lease == nil {
@@ -865,7 +865,7 @@ func TestLateLeaseReleased(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the primary's late answers, and the releases
 		synctest.Wait()
 		p.slow.Store(0)
-		d, err := p.local.Apply(t.Context(), ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: "late", Rule: in.Rule(), Op: "peek"}})
+		d, err := p.local.Apply(t.Context(), ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: "late", Rule: in.Rule(), Op: ratelimit.OpPeek}})
 		if err != nil || d.Remaining != 1 { // a peek of one more: 1 left after it, none held
 			t.Errorf("the primary after two late grants: %+v, %v; want both leases released", d, err)
 		}
@@ -947,7 +947,7 @@ func TestRefundOutlivesTheWait(t *testing.T) {
 		release := make(chan struct{})
 		p.hangUntil(release)
 		refund := take
-		refund.Spec = &ratelimit.Spec{Algorithm: take.Spec.Algorithm, Rule: rule, Op: "refund"}
+		refund.Spec = &ratelimit.Spec{Algorithm: take.Spec.Algorithm, Rule: rule, Op: ratelimit.OpRefund}
 		if _, err := s.Apply(t.Context(), refund); err != nil {
 			t.Fatal(err)
 		}
@@ -955,7 +955,7 @@ func TestRefundOutlivesTheWait(t *testing.T) {
 		close(release)
 		synctest.Wait() // the refund lands on the primary, late
 		peek := req("k", rule)
-		peek.Spec.Op = "peek"
+		peek.Spec.Op = ratelimit.OpPeek
 		if d, err := p.local.Apply(t.Context(), peek); err != nil || d.Remaining != 999 {
 			t.Errorf("the primary after the late refund of 10: %+v, %v; want 999 left (1000, less the peek's 1)", d, err)
 		}

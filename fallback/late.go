@@ -111,7 +111,7 @@ func (s *Store) reconcile(ctx context.Context, l *late) {
 		for _, r := range l.takes {
 			if r.Receipt != nil && r.Receipt.At > 0 {
 				back := r
-				back.Spec = core.WithOp(r.Spec, "refund")
+				back.Spec = core.WithOp(r.Spec, ratelimit.OpRefund)
 				back.Spec.Reserve = 0
 				_, _ = s.primary.Apply(ctx, back)
 			}
@@ -122,7 +122,7 @@ func (s *Store) reconcile(ctx context.Context, l *late) {
 				continue // it takes no debts: the share's count stands
 			}
 			owed := r
-			owed.Spec = core.WithOp(r.Spec, "debit")
+			owed.Spec = core.WithOp(r.Spec, ratelimit.OpDebit)
 			owed.Spec.Reserve = 0
 			if r.Receipt != nil { // a take whatever the key has, with its receipt there
 				owed.Receipt = &ratelimit.Receipt{}

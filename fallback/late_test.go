@@ -23,7 +23,7 @@ func lateSetup(t *testing.T) (*fallback.Store, *primary, ratelimit.Store, func(s
 	s := fallback.New(batching{p}, share, fallback.WithTimeout(5*time.Millisecond), fallback.WithMaxTimeout(5*time.Millisecond))
 	left := func(store ratelimit.Store, key string) int64 {
 		peek := req(key, ratelimit.PerHour(100))
-		peek.Spec.Op = "peek"
+		peek.Spec.Op = ratelimit.OpPeek
 		d, err := store.Apply(context.Background(), peek)
 		if err != nil {
 			t.Fatal(err)
@@ -140,7 +140,7 @@ func TestLateTakeCountedOnce(t *testing.T) {
 		}
 		settle()
 		debit := req("owed", rule)
-		debit.Spec.Op = "peek"
+		debit.Spec.Op = ratelimit.OpPeek
 		if d, err := p.local.Apply(ctx, debit); err != nil || d.Allowed() || d.Wait < 10*36*time.Second {
 			t.Errorf("a take of 10 the share admitted and the primary denied late: the primary's key %+v, %v; want it owing the 10 (denied for 396s at least)", d, err)
 		}
@@ -169,7 +169,7 @@ func TestLateTakeCountedOnce(t *testing.T) {
 		settle()
 		p.slow.Store(0)
 		refund := reqs[1]
-		refund.N, refund.Spec = 5, &ratelimit.Spec{Algorithm: refund.Spec.Algorithm, Rule: rule, Op: "refund"}
+		refund.N, refund.Spec = 5, &ratelimit.Spec{Algorithm: refund.Spec.Algorithm, Rule: rule, Op: ratelimit.OpRefund}
 		if _, err := s.Apply(ctx, refund); err != nil {
 			t.Fatal(err)
 		}
@@ -226,7 +226,7 @@ func TestChargesWaitForThePrimary(t *testing.T) {
 		share := localstore.New()
 		s := fallback.New(slowLending{p}, share, fallback.WithTimeout(5*time.Millisecond), fallback.WithMaxTimeout(5*time.Millisecond))
 		rule := ratelimit.PerHour(100)
-		debit := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule, Op: "debit"}
+		debit := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule, Op: ratelimit.OpDebit}
 		charge := func() {
 			t.Helper()
 			lent, err := s.Lend(t.Context(), []ratelimit.Loan{{Key: "k", Spec: debit, Want: 10}})
@@ -236,7 +236,7 @@ func TestChargesWaitForThePrimary(t *testing.T) {
 		}
 		left := func(store ratelimit.Store) int64 {
 			peek := req("k", rule)
-			peek.Spec.Op = "peek"
+			peek.Spec.Op = ratelimit.OpPeek
 			d, _ := store.Apply(t.Context(), peek)
 			return d.Remaining + 1
 		}

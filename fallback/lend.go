@@ -52,7 +52,7 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 		if _, err := (ratelimit.Request{Key: l.Key, N: 1, Spec: l.Spec}).Args(); err != nil {
 			return nil, err
 		}
-		if l.Spec.Op == "debit" {
+		if l.Spec.Op == ratelimit.OpDebit {
 			if err := lend.Check(l); err != nil {
 				return nil, err
 			}
@@ -148,7 +148,7 @@ func (s *Store) lendLocally(ctx context.Context, loans []ratelimit.Loan) ([]rate
 				return nil, err
 			}
 			lent[i].Outcome = o
-			if o.Allowed() || l.Spec.Op == "debit" { // a debit is charged whatever the key has left
+			if o.Allowed() || l.Spec.Op == ratelimit.OpDebit { // a debit is charged whatever the key has left
 				lent[i].N = l.Want
 			}
 		}

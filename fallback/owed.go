@@ -51,12 +51,12 @@ type debts struct {
 // replayed). Without it, an instance whose breaker opens while the others' do not
 // spends its share of the rule while the others spend the whole rule on the primary.
 func (s *Store) owe(req ratelimit.Request) {
-	if req.Receipt != nil && req.Spec.Op != "debit" || !s.replays(req) {
+	if req.Receipt != nil && req.Spec.Op != ratelimit.OpDebit || !s.replays(req) {
 		return // a take with a receipt: see oweTake
 	}
 	owed := req
 	owed.Receipt = nil
-	owed.Spec = core.WithOp(req.Spec, "debit")
+	owed.Spec = core.WithOp(req.Spec, ratelimit.OpDebit)
 	owed.Spec.Reserve, owed.Spec.Retry = 0, false
 	s.debts.mu.Lock()
 	s.debts.add(&owed)
@@ -96,7 +96,7 @@ func (s *Store) oweTake(req ratelimit.Request, shared *ratelimit.Receipt) {
 		return
 	}
 	owed := req
-	owed.Spec = core.WithOp(req.Spec, "debit")
+	owed.Spec = core.WithOp(req.Spec, ratelimit.OpDebit)
 	owed.Spec.Reserve, owed.Spec.Retry = 0, false
 	owed.Receipt = &ratelimit.Receipt{}
 	l := newLate([]ratelimit.Request{owed})

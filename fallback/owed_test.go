@@ -42,7 +42,7 @@ func (b slowLender) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 func counted(t *testing.T, st ratelimit.Store, key string, rule ratelimit.Rule) int64 {
 	t.Helper()
 	peek := req(key, rule)
-	peek.Spec.Op = "peek"
+	peek.Spec.Op = ratelimit.OpPeek
 	d, err := st.Apply(context.Background(), peek)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestSettledWhereASlowPrimaryCounts(t *testing.T) {
 					shared++
 				}
 				refund := take
-				refund.N, refund.Spec = 2, &ratelimit.Spec{Algorithm: take.Spec.Algorithm, Rule: rule, Op: "refund"}
+				refund.N, refund.Spec = 2, &ratelimit.Spec{Algorithm: take.Spec.Algorithm, Rule: rule, Op: ratelimit.OpRefund}
 				go func() { // the answer comes later: the settlement does not hold the next request
 					if _, err := s.Apply(context.Background(), refund); err != nil {
 						t.Error(err)
@@ -161,7 +161,7 @@ func TestSettledWhereASlowPrimaryCounts(t *testing.T) {
 		}
 		time.Sleep(10 * time.Second) // the late answers, the debts and the settlements land
 		synctest.Wait()
-		peek := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule, Op: "peek"}}
+		peek := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule, Op: ratelimit.OpPeek}}
 		o, err := p.local.Apply(context.Background(), peek)
 		if err != nil {
 			t.Fatal(err)
@@ -214,7 +214,7 @@ func TestResetForgivesTheSharesDebts(t *testing.T) {
 		close(release)
 		synctest.Wait()
 		reset := req("k", rule)
-		reset.Spec.Op = "reset"
+		reset.Spec.Op = ratelimit.OpReset
 		if _, err := s.Apply(t.Context(), reset); err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +282,7 @@ func TestRefundWaitsOutAnOutage(t *testing.T) {
 			t.Fatalf("breaker %v; want open", s.BreakerState())
 		}
 		refund := take
-		refund.N, refund.Spec = 4, &ratelimit.Spec{Algorithm: spec.Algorithm, Rule: rule, Op: "refund"}
+		refund.N, refund.Spec = 4, &ratelimit.Spec{Algorithm: spec.Algorithm, Rule: rule, Op: ratelimit.OpRefund}
 		if _, err := s.Apply(t.Context(), refund); err != nil {
 			t.Fatal(err)
 		}
@@ -291,7 +291,7 @@ func TestRefundWaitsOutAnOutage(t *testing.T) {
 		s.Apply(t.Context(), req("other", rule)) // the probe: closed
 		time.Sleep(time.Second)
 		synctest.Wait()
-		peek := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: spec.Algorithm, Rule: rule, Op: "peek"}}
+		peek := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: spec.Algorithm, Rule: rule, Op: ratelimit.OpPeek}}
 		o, err := p.local.Apply(context.Background(), peek)
 		if err != nil {
 			t.Fatal(err)
@@ -320,7 +320,7 @@ func openSlow(t *testing.T, s *fallback.Store, rule ratelimit.Rule) {
 // fwCounted is how many events st counts of key under rule, a fixed window.
 func fwCounted(t *testing.T, st ratelimit.Store, key string, rule ratelimit.Rule) int64 {
 	t.Helper()
-	peek := ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule, Op: "peek"}}
+	peek := ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule, Op: ratelimit.OpPeek}}
 	o, err := st.Apply(context.Background(), peek)
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +337,7 @@ func fwTake(key string, n int64, rule ratelimit.Rule) ratelimit.Request {
 
 func fwRefund(take ratelimit.Request, n int64) ratelimit.Request {
 	r := take
-	r.N, r.Spec = n, &ratelimit.Spec{Algorithm: take.Spec.Algorithm, Rule: take.Spec.Rule, Op: "refund"}
+	r.N, r.Spec = n, &ratelimit.Spec{Algorithm: take.Spec.Algorithm, Rule: take.Spec.Rule, Op: ratelimit.OpRefund}
 	return r
 }
 
@@ -445,7 +445,7 @@ func TestRefundOutlivesAResetInAnOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 		reset := fwTake("k", 1, rule)
-		reset.Receipt, reset.Spec.Op = nil, "reset"
+		reset.Receipt, reset.Spec.Op = nil, ratelimit.OpReset
 		if _, err := s.Apply(t.Context(), reset); err != nil {
 			t.Fatal(err)
 		}
@@ -474,7 +474,7 @@ type dropOnce struct {
 }
 
 func (d *dropOnce) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
-	if req.Spec.Op == "debit" && req.Receipt != nil && req.Receipt.At == 0 && d.take.CompareAndSwap(true, false) {
+	if req.Spec.Op == ratelimit.OpDebit && req.Receipt != nil && req.Receipt.At == 0 && d.take.CompareAndSwap(true, false) {
 		return ratelimit.Outcome{}, errRefused
 	}
 	return d.slowLender.Apply(ctx, req)

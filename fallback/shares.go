@@ -13,8 +13,8 @@ import (
 // secondary (its answer came after the timeout): nobody holds it, and left alone it
 // would keep a slot of the in-flight limit until it expired.
 func (s *Store) release(ctx context.Context, req ratelimit.Request, d ratelimit.Outcome) {
-	if req.Spec.Op == "" && d.Allowed() && core.OfLeases(req.Spec.Algorithm) {
-		req.Spec = core.WithOp(req.Spec, "refund")
+	if req.Spec.Op == ratelimit.OpTake && d.Allowed() && core.OfLeases(req.Spec.Algorithm) {
+		req.Spec = core.WithOp(req.Spec, ratelimit.OpRefund)
 		s.primary.Apply(ctx, req)
 	}
 }
@@ -29,15 +29,15 @@ func (s *Store) release(ctx context.Context, req ratelimit.Request, d ratelimit.
 // release or an extension finds its lease on the share too; a denial leaves the share's
 // leases alone.
 func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.Outcome) {
-	if req.Spec.Op == "peek" || req.Spec.Op == "refund" && !core.OfLeases(req.Spec.Algorithm) {
+	if req.Spec.Op == ratelimit.OpPeek || req.Spec.Op == ratelimit.OpRefund && !core.OfLeases(req.Spec.Algorithm) {
 		return // a refund of the share's own takes alone: what it mirrored stays spent
 	}
 	req.Receipt = nil // the primary's, not the share's
 	req.Spec = core.WithRule(req.Spec, s.share(req))
-	if req.Spec.Op == "extend" && !d.Allowed() {
+	if req.Spec.Op == ratelimit.OpExtend && !d.Allowed() {
 		return // a lease the primary no longer holds: the share's copy expires by itself
 	}
-	if req.Spec.Op == "" {
+	if req.Spec.Op == ratelimit.OpTake {
 		share := shareCapacity(req)
 		if share == 0 || (!d.Allowed() && d.Remaining > 0) { // nothing to mirror; or n was too many, the key not spent
 			return
@@ -47,7 +47,7 @@ func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.O
 		}
 		if !d.Allowed() {
 			empty := req
-			empty.Spec = core.WithOp(req.Spec, "reset")
+			empty.Spec = core.WithOp(req.Spec, ratelimit.OpReset)
 			s.secondary.Apply(ctx, empty)
 			req.N = share // all of a full share
 		}
@@ -94,13 +94,13 @@ func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capaci
 		// this instance's share of the rule; its capacity is the rule's divided likewise,
 		// and the Decision says the rule's (what a client reads as the limit)
 		req.Spec = core.WithRule(req.Spec, s.share(req))
-		if share := shareCapacity(req); req.Spec.Op != "debit" && req.N > share-mathx.Keep(share, req.Spec.Reserve) { // never fits the share
+		if share := shareCapacity(req); req.Spec.Op != ratelimit.OpDebit && req.N > share-mathx.Keep(share, req.Spec.Reserve) { // never fits the share
 			d = ratelimit.Args{Limit: capacity}.Outcome(false, 0, s.breaker.retryAfter(), 0) // wait for the primary
 		} else if d, err = s.secondary.Apply(ctx, req); err == nil {
 			d = underRule(d, capacity)
 		}
 	}
-	if err == nil && req.Spec.Op == "" {
+	if err == nil && req.Spec.Op == ratelimit.OpTake {
 		trace.Set(ctx, Secondary.String())
 		if s.hooks.OnDecision != nil {
 			s.hooks.OnDecision(Secondary, 0)

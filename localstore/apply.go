@@ -21,7 +21,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Outcome{}, err
 	}
-	if req.Spec != nil && req.Spec.Op != "" {
+	if req.Spec != nil && req.Spec.Op != ratelimit.OpTake {
 		return s.applyOp(req)
 	}
 	k := s.specs.find(req.Spec)
@@ -134,12 +134,12 @@ func (s *Store) applyOp(req ratelimit.Request) (ratelimit.Outcome, error) {
 func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, args ratelimit.Args, now int64) (ratelimit.Outcome, error) {
 	alg := sp.alg
 	switch req.Spec.Op {
-	case "peek", "refund", "reset":
-	case "debit":
+	case ratelimit.OpPeek, ratelimit.OpRefund, ratelimit.OpReset:
+	case ratelimit.OpDebit:
 		if alg.Debit == nil {
 			return ratelimit.Outcome{}, fmt.Errorf("localstore: %s takes no debts", alg.Name)
 		}
-	case "extend":
+	case ratelimit.OpExtend:
 		if alg.Extend == nil {
 			return ratelimit.Outcome{}, fmt.Errorf("localstore: %s has no leases to extend", alg.Name)
 		}
@@ -152,7 +152,7 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 	t := sh.table(sp)
 	sh.sweepIfDue(now, s.sweepEvery)
 	e := t.keys.get(h, req.Key)
-	if e == nil && (req.Spec.Op == "debit" || req.Spec.Op == "refund" && alg.Extend != nil && args.Lease > 0) {
+	if e == nil && (req.Spec.Op == ratelimit.OpDebit || req.Spec.Op == ratelimit.OpRefund && alg.Extend != nil && args.Lease > 0) {
 		e = s.add(sh, &t.keys, h, req.Key, now, &entry{}) // a debt, or a lease released before its acquire ran
 	}
 	if e != nil {
@@ -163,16 +163,16 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 		}
 	}
 	switch req.Spec.Op {
-	case "peek":
+	case ratelimit.OpPeek:
 		return sh.peek(alg, e, now, args, false), nil
-	case "refund":
+	case ratelimit.OpRefund:
 		if e != nil {
 			alg.Refund(&e.state, now, args) // the key is full no later than before: expires stays
 			if alg.Extend != nil {          // but a lease released while not held is remembered a lease's duration
 				e.expires = max(e.expires, now+expiry(time.Duration(args.Period)*time.Microsecond))
 			}
 		}
-	case "reset":
+	case ratelimit.OpReset:
 		if e != nil && alg.Void != nil { // forgotten, but for what voids the receipts of its takes
 			if keep := alg.Void(&e.state, now, args); keep > 0 {
 				e.expires = now + expiry(time.Duration(keep)*time.Microsecond) // as Redis keeps it
@@ -185,14 +185,14 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 			sh.forget(req.Key)
 			e = nil
 		}
-	case "debit": // then a peek of 1 at the request's reserve
+	case ratelimit.OpDebit: // then a peek of 1 at the request's reserve
 		e.expires = now + expiry(time.Duration(alg.Debit(&e.state, now, args))*time.Microsecond)
 		if args.Taken == core.TakenNow { // a take whatever the key has, with its receipt
 			req.Receipt.At = e.state.Time
 		}
 		args.N, args.Lease, args.Taken = 1, 0, 0
 		return sh.peek(alg, e, now, args, false), nil
-	case "extend":
+	case ratelimit.OpExtend:
 		held := e != nil && alg.Extend(&e.state, now, args)
 		o := sh.peek(alg, e, now, args, true)
 		if !held {

@@ -59,7 +59,7 @@ func (s *Store) newBatch(reqs []ratelimit.Request) (*batch, error) {
 		if err != nil {
 			return nil, err
 		}
-		if r.Spec.Op != "" || core.OfLeases(r.Spec.Algorithm) {
+		if r.Spec.Op != ratelimit.OpTake || core.OfLeases(r.Spec.Algorithm) {
 			return nil, errors.New("localstore: ApplyAll only takes, and no leases")
 		}
 		if b.args[i], err = r.Args(); err != nil {

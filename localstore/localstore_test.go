@@ -219,7 +219,7 @@ func TestIncompleteAlgorithm(t *testing.T) {
 	noRefund := *tokenbucket.Algorithm()
 	noRefund.Refund = nil
 	for _, alg := range []*ratelimit.Algorithm{nil, &noRefund} {
-		for _, op := range []string{"", "peek", "refund", "reset"} {
+		for _, op := range []ratelimit.Op{ratelimit.OpTake, ratelimit.OpPeek, ratelimit.OpRefund, ratelimit.OpReset} {
 			req := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerSecond(1), Op: op}}
 			if _, err := s.Apply(ctx, req); err == nil {
 				t.Errorf("Apply(%v, op %q): no error", alg, op)
@@ -280,7 +280,7 @@ func TestExactUnderChurn(t *testing.T) {
 			}
 		})
 	}
-	churn := func(key string, op string) {
+	churn := func(key string, op ratelimit.Op) {
 		_, err := s.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tb, Namespace: "churn", Rule: ratelimit.PerSecond(10), Op: op}})
 		if err != nil {
 			t.Error(err)
@@ -288,12 +288,12 @@ func TestExactUnderChurn(t *testing.T) {
 	}
 	wg.Go(func() { // far more keys than the store holds: evictions in every shard
 		for i := range 20000 {
-			churn("churn-"+strconv.Itoa(i), "")
+			churn("churn-"+strconv.Itoa(i), ratelimit.OpTake)
 		}
 	})
 	wg.Go(func() { // resets, and time for the sweeps (the churned keys are full in 100ms)
 		for i := range 2000 {
-			churn("churn-"+strconv.Itoa(i*7), "reset")
+			churn("churn-"+strconv.Itoa(i*7), ratelimit.OpReset)
 			if i%20 == 0 {
 				clk.Advance(time.Second)
 			}
@@ -304,7 +304,7 @@ func TestExactUnderChurn(t *testing.T) {
 		if got := admitted[k].Load(); got != limit {
 			t.Errorf("key %d admitted %d; want exactly %d", k, got, limit)
 		}
-		if d, err := s.Apply(ctx, ratelimit.Request{Key: strconv.Itoa(k), N: 1, Spec: &ratelimit.Spec{Algorithm: tb, Namespace: "counted", Rule: counted, Op: "peek"}}); err != nil || d.Allowed() {
+		if d, err := s.Apply(ctx, ratelimit.Request{Key: strconv.Itoa(k), N: 1, Spec: &ratelimit.Spec{Algorithm: tb, Namespace: "counted", Rule: counted, Op: ratelimit.OpPeek}}); err != nil || d.Allowed() {
 			t.Errorf("key %d after the test: %+v, %v; want used up", k, d, err)
 		}
 	}

@@ -84,7 +84,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 // decided its take at, when it was admitted.
 func writeReceipt(req ratelimit.Request, o ratelimit.Outcome, at any) error {
 	r := req.Receipt
-	if r == nil || (req.Spec.Op != "" || !o.Allowed()) && req.Spec.Op != "debit" { // a debit takes whatever the key has
+	if r == nil || (req.Spec.Op != ratelimit.OpTake || !o.Allowed()) && req.Spec.Op != ratelimit.OpDebit { // a debit takes whatever the key has
 		return nil
 	}
 	v, ok := at.(int64)
@@ -107,7 +107,7 @@ func (s *Store) encodeAll(reqs []ratelimit.Request) (names []string, algs []*rat
 			return nil, nil, nil, nil, errors.New("redisstore: request has no algorithm with a script")
 		}
 		alg := r.Spec.Algorithm
-		if r.Spec.Op != "" || core.OfLeases(alg) {
+		if r.Spec.Op != ratelimit.OpTake || core.OfLeases(alg) {
 			return nil, nil, nil, nil, errors.New("redisstore: ApplyAll only takes, and no leases")
 		}
 		a, err := r.Args()

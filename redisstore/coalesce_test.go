@@ -44,11 +44,11 @@ func run(s ratelimit.Store, seq []step) ([]ratelimit.Outcome, []int64, error) {
 		case st.receipt:
 			receipts[i] = &ratelimit.Receipt{}
 			req.Receipt = receipts[i]
-		case req.Spec.Op == "refund" && receipts[st.of].At == 0: // its take was denied: nothing to refund
+		case req.Spec.Op == ratelimit.OpRefund && receipts[st.of].At == 0: // its take was denied: nothing to refund
 			spec := *req.Spec
-			spec.Op, req.N = "peek", 1
+			spec.Op, req.N = ratelimit.OpPeek, 1
 			req.Spec = &spec
-		case req.Spec.Op == "refund":
+		case req.Spec.Op == ratelimit.OpRefund:
 			req.Receipt = receipts[st.of]
 		}
 		d, err := s.Apply(context.Background(), req)
@@ -91,19 +91,19 @@ func TestCoalescedParity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req := ratelimit.Request{Key: fmt.Sprint("key-", k), N: 1 + rng.Int64N(a.Limit), Spec: &ratelimit.Spec{Algorithm: kind.Algorithm, Namespace: "parity", Rule: rule, Op: []string{"", "peek", "refund", "reset"}[rng.IntN(8)/5*(1+rng.IntN(3))]}}
-			if req.Spec.Op != "" {
+			req := ratelimit.Request{Key: fmt.Sprint("key-", k), N: 1 + rng.Int64N(a.Limit), Spec: &ratelimit.Spec{Algorithm: kind.Algorithm, Namespace: "parity", Rule: rule, Op: []ratelimit.Op{ratelimit.OpTake, ratelimit.OpPeek, ratelimit.OpRefund, ratelimit.OpReset}[rng.IntN(8)/5*(1+rng.IntN(3))]}}
+			if req.Spec.Op != ratelimit.OpTake {
 				req.N = 1
 			}
 			req.Spec.Reserve = []int64{0, 0, 20, 50}[rng.IntN(4)] // calls of several reserves share batches
 			st := step{req: req}
 			switch {
-			case req.Spec.Op == "" && rng.IntN(2) == 0:
+			case req.Spec.Op == ratelimit.OpTake && rng.IntN(2) == 0:
 				st.receipt = true
 				takes = append(takes, i)
-			case req.Spec.Op == "refund" && len(takes) == 0:
-				st.req.Spec.Op = "peek"
-			case req.Spec.Op == "refund":
+			case req.Spec.Op == ratelimit.OpRefund && len(takes) == 0:
+				st.req.Spec.Op = ratelimit.OpPeek
+			case req.Spec.Op == ratelimit.OpRefund:
 				st.of = takes[rng.IntN(len(takes))]
 				st.req.N, st.req.Spec.Reserve = 1+rng.Int64N(seqs[k][st.of].req.N), 0
 				st.req.Spec.Rule = seqs[k][st.of].req.Spec.Rule
@@ -659,7 +659,7 @@ func TestCoalescedReplyLost(t *testing.T) {
 	}
 	peeker := redisstore.New(direct, redisstore.WithPrefix("lostb"))
 	for _, key := range keys {
-		d, err := peeker.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule, Op: "peek"}})
+		d, err := peeker.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule, Op: ratelimit.OpPeek}})
 		if err != nil || d.Remaining != 98 { // a peek answers as a take would: 98 left after one take
 			t.Errorf("%s: a peek gives %+v, %v; want 98 left: taken once", key, d, err)
 		}

@@ -109,7 +109,7 @@ func TestInFlightRedisRestart(t *testing.T) {
 	srv.Kill()
 	srv.Restart()
 	redistest.Eventually(t, "the store deciding again", func() bool {
-		_, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: "x", Rule: l.Rule(), Op: "peek"}})
+		_, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: "x", Rule: l.Rule(), Op: ratelimit.OpPeek}})
 		return err == nil
 	})
 	after := acquire(15)

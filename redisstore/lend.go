@@ -38,7 +38,7 @@ const lanes, lanesUnrouted = 2, 4
 // once. A key's record of loans is a hash beside its state, in its
 // hash slot (see Store, "Keys"), with the TTL of its latest loan.
 //
-// A call of partial debits alone (Op "debit", no holder: what hotkey.Leases charges for
+// A call of partial debits alone (OpDebit, no holder: what hotkey.Leases charges for
 // events admitted on trust) is decided as those debits, up to WithMaxBatch a script.
 // Redis then spends 3.5-3.8 µs of CPU a debit, where lend.lua spent 8.3 (BENCHMARKS.md).
 //
@@ -160,7 +160,7 @@ func (s *Store) encodeLoans(loans []ratelimit.Loan) ([]*loanCall, error) {
 		}
 		w := s.window(alg)
 		op := script.Take
-		if l.Spec.Op == "debit" { // a partial take's debit (lend.lua)
+		if l.Spec.Op == ratelimit.OpDebit { // a partial take's debit (lend.lua)
 			op = script.Debit
 		}
 		v := script.Values{script.N: 1, script.Limit: a.Limit, script.Period: a.Period, script.Unit: a.Unit,

@@ -136,7 +136,7 @@ func TestLendDebits(t *testing.T) {
 	algs := map[string]*ratelimit.Algorithm{"tokenbucket": tokenbucket.Algorithm(), "fixedwindow": fixedwindow.Algorithm(),
 		"slidingwindow": slidingwindow.Algorithm()}
 	for name, alg := range algs {
-		debit := &ratelimit.Spec{Algorithm: alg, Namespace: name, Rule: ratelimit.Rule{Limit: 10, Period: time.Second, Burst: 10}, Op: "debit"}
+		debit := &ratelimit.Spec{Algorithm: alg, Namespace: name, Rule: ratelimit.Rule{Limit: 10, Period: time.Second, Burst: 10}, Op: ratelimit.OpDebit}
 		loans := make([]ratelimit.Loan, 300)
 		for i := range loans {
 			loans[i] = ratelimit.Loan{Key: fmt.Sprintf("k%d", i%100), Spec: debit, Want: int64(1 + i%4)}

@@ -43,7 +43,7 @@ const (
 // releaseLater releases the lease that acq, an acquire whose caller had no answer, may
 // have taken, in the background; lease is its duration in microseconds.
 func (s *Store) releaseLater(acq ratelimit.Request, lease int64) {
-	req := ratelimit.Request{Key: acq.Key, N: 1, Spec: core.WithOp(acq.Spec, "refund")}
+	req := ratelimit.Request{Key: acq.Key, N: 1, Spec: core.WithOp(acq.Spec, ratelimit.OpRefund)}
 	o := &s.orphans
 	o.mu.Lock()
 	defer o.mu.Unlock()

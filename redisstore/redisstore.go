@@ -291,10 +291,10 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	if !ok {
 		return ratelimit.Outcome{}, fmt.Errorf("redisstore: unknown op %q", req.Spec.Op)
 	}
-	if req.Spec.Op == "extend" && alg.Extend == nil {
+	if req.Spec.Op == ratelimit.OpExtend && alg.Extend == nil {
 		return ratelimit.Outcome{}, fmt.Errorf("redisstore: %s has no leases to extend", alg.Name)
 	}
-	if req.Spec.Op == "debit" && alg.Debit == nil {
+	if req.Spec.Op == ratelimit.OpDebit && alg.Debit == nil {
 		return ratelimit.Outcome{}, fmt.Errorf("redisstore: %s takes no debts", alg.Name)
 	}
 	sc := s.scriptOf(alg)
@@ -307,7 +307,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	} else {
 		d, err = s.single(ctx, &c)
 	}
-	if err != nil && c.a.Lease != 0 && req.Spec.Op == "" && !errors.Is(err, core.ErrNotSent) {
+	if err != nil && c.a.Lease != 0 && req.Spec.Op == ratelimit.OpTake && !errors.Is(err, core.ErrNotSent) {
 		s.releaseLater(req, c.a.Period) // it may have taken a lease that nobody holds (see orphans)
 	}
 	if err == nil && c.receipt() {

@@ -305,7 +305,7 @@ func BenchmarkRedisCPU(b *testing.B) {
 	srv := redistest.Start(b)
 	c := newClient(b, srv.Addr)
 	st := redisstore.New(c, redisstore.WithPrefix("cpu"))
-	debit := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: seedRule, Op: "debit"}
+	debit := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: seedRule, Op: ratelimit.OpDebit}
 	ctx := context.Background()
 	measure := func(b *testing.B, n int, run func(from int)) {
 		_, cpu0 := redisStats(b, c)

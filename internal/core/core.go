@@ -216,7 +216,7 @@ func WithRule(s *ratelimit.Spec, rule ratelimit.Rule) *ratelimit.Spec {
 }
 
 // WithOp is a copy of s that does op: a refund of what a take took, say.
-func WithOp(s *ratelimit.Spec, op string) *ratelimit.Spec {
+func WithOp(s *ratelimit.Spec, op ratelimit.Op) *ratelimit.Spec {
 	c := *s
 	c.Op = op
 	return &c

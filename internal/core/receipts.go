@@ -236,7 +236,7 @@ func WireReceipts(reqs, sent []ratelimit.Request, os []ratelimit.Outcome, via, n
 	for i, r := range reqs {
 		outer := r.Receipt
 		switch {
-		case outer == nil || !os[i].Allowed() || r.Spec.Op != "":
+		case outer == nil || !os[i].Allowed() || r.Spec.Op != ratelimit.OpTake:
 		case sent[i].Receipt.At > 0:
 			outer.At, outer.Via, outer.Next = sent[i].Receipt.At, via, sent[i].Receipt
 		case now > 0:

@@ -43,10 +43,10 @@ func Check(l ratelimit.Loan) error {
 		return errors.New("ratelimit: a loan without an algorithm")
 	case !l.Spec.Algorithm.Lendable:
 		return fmt.Errorf("ratelimit: %s does not lend", l.Spec.Algorithm.Name)
-	case l.Spec.Op == "debit" && (l.Holder != 0 || l.Spec.Algorithm.Debit == nil || l.Want < 1 || l.Want > mathx.MaxExact):
+	case l.Spec.Op == ratelimit.OpDebit && (l.Holder != 0 || l.Spec.Algorithm.Debit == nil || l.Want < 1 || l.Want > mathx.MaxExact):
 		return fmt.Errorf("ratelimit: a debit of %d of %s by a loan: want a partial take (no holder) of 1 to %d, of an algorithm that takes debts",
 			l.Want, l.Spec.Algorithm.Name, int64(mathx.MaxExact))
-	case l.Spec.Op != "" && l.Spec.Op != "debit" || l.Spec.Reserve != 0 && l.Holder != 0:
+	case l.Spec.Op != ratelimit.OpTake && l.Spec.Op != ratelimit.OpDebit || l.Spec.Reserve != 0 && l.Holder != 0:
 		return fmt.Errorf("ratelimit: a loan of %s with an op %q, or a reserve and a holder", l.Spec.Algorithm.Name, l.Spec.Op)
 	case l.Holder == 0 && (l.Give != 0 || l.Revoke || l.End || l.Seq != 0 || l.Out != 0 || l.Receipt != nil):
 		return errors.New("ratelimit: a partial take (a loan without a holder) that gives back, revokes, ends, is numbered or asks a receipt")
@@ -64,7 +64,7 @@ func Check(l ratelimit.Loan) error {
 // what it wants taken whatever the key has left.
 func Debits(loans []ratelimit.Loan) bool {
 	for _, l := range loans {
-		if l.Holder != 0 || l.Spec == nil || l.Spec.Op != "debit" {
+		if l.Holder != 0 || l.Spec == nil || l.Spec.Op != ratelimit.OpDebit {
 			return false
 		}
 	}
@@ -175,7 +175,7 @@ func refundable(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a rate
 // partial takes what l wants of what the key has left, at most, as a take would (keeping
 // its reserve), or all of it for a debit, and keeps no record.
 func partial(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a ratelimit.Args, l ratelimit.Loan) ratelimit.Lent {
-	if l.Spec != nil && l.Spec.Op == "debit" { // then a peek of 1 at the reserve, as Apply answers a debit
+	if l.Spec != nil && l.Spec.Op == ratelimit.OpDebit { // then a peek of 1 at the reserve, as Apply answers a debit
 		d := a
 		d.N, d.Taken = l.Want, 0
 		alg.Debit(st, now, d)

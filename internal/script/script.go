@@ -76,9 +76,6 @@ const Reply = 7
 // Outcome is how many of a step's values make its Outcome: the first five.
 const Outcome = 5
 
-// OpNames are the operations by code, as ratelimit.Spec.Op names them.
-var OpNames = [...]string{Take: "", Peek: "peek", Refund: "refund", Reset: "reset", Extend: "extend", Debit: "debit"}
-
 // TakenNow is Taken's value for a take with a receipt, as core.TakenNow and
 // prelude.lua's TAKENNOW.
 const TakenNow = -1
@@ -97,14 +94,10 @@ func Code(sp *ratelimit.Spec) (int, bool) {
 	return code, ok
 }
 
-// OpCode is the code of op, and whether it is one of ratelimit.Spec.Op's.
-func OpCode(op string) (int, bool) {
-	for code, name := range OpNames {
-		if name == op {
-			return code, true
-		}
-	}
-	return 0, false
+// OpCode is the code of op, and whether it is one of ratelimit.Op's: the codes follow
+// its constants.
+func OpCode(op ratelimit.Op) (int, bool) {
+	return int(op), op <= ratelimit.OpDebit
 }
 
 var (

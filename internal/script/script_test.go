@@ -51,13 +51,14 @@ func TestOpCodes(t *testing.T) {
 	if TakenNow != core.TakenNow {
 		t.Errorf("script.TakenNow %d, core.TakenNow %d", TakenNow, core.TakenNow)
 	}
-	for code, op := range OpNames {
+	for code, op := range map[int]ratelimit.Op{Take: ratelimit.OpTake, Peek: ratelimit.OpPeek, Refund: ratelimit.OpRefund,
+		Reset: ratelimit.OpReset, Extend: ratelimit.OpExtend, Debit: ratelimit.OpDebit} {
 		if got, ok := OpCode(op); !ok || got != code {
-			t.Errorf("OpCode(%q) = %d, %v; want %d", op, got, ok, code)
+			t.Errorf("OpCode(%v) = %d, %v; want %d", op, got, ok, code)
 		}
 	}
-	if _, ok := OpCode("take"); ok {
-		t.Error(`OpCode("take"): an op no Spec has`)
+	if _, ok := OpCode(ratelimit.OpDebit + 1); ok {
+		t.Error("OpCode(OpDebit+1): an op no Spec has")
 	}
 }
 

@@ -99,7 +99,7 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	if !b.cfg.handles(req) {
 		return b.next.Apply(ctx, req)
 	}
-	if req.Spec.Op == "debit" { // a cost to charge whatever the key has left: to the store
+	if req.Spec.Op == ratelimit.OpDebit { // a cost to charge whatever the key has left: to the store
 		return b.next.Apply(ctx, req)
 	}
 	if _, err := req.Spec.Algorithm.Prepare(req.Spec.Rule, req.N); err != nil {
@@ -107,7 +107,7 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 	}
 	now := clock.UnixNano(b.cfg.clock)
 	bl := b.blocked.get(algKey{req.Spec.Algorithm, req.Spec.Namespace, req.Key}, now)
-	gives := req.Spec.Op == "refund" || req.Spec.Op == "reset" // the key may have room after it
+	gives := req.Spec.Op == ratelimit.OpRefund || req.Spec.Op == ratelimit.OpReset // the key may have room after it
 	bl.mu.Lock()
 	if gives {
 		bl.unblock()
@@ -128,11 +128,11 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		bl.mu.Lock()
 		bl.unblock()
 		bl.mu.Unlock()
-	case err == nil && d.Allowed() && req.Spec.Op == "" && bl.held.Load(): // what it took moves every denial's wait
+	case err == nil && d.Allowed() && req.Spec.Op == ratelimit.OpTake && bl.held.Load(): // what it took moves every denial's wait
 		bl.mu.Lock()
 		bl.unblock()
 		bl.mu.Unlock()
-	case err == nil && !d.Allowed() && d.Wait > 0 && req.Spec.Op == "":
+	case err == nil && !d.Allowed() && d.Wait > 0 && req.Spec.Op == ratelimit.OpTake:
 		bl.mu.Lock()
 		if bl.gen == gen { // no refund or reset came between the decision and now
 			bl.record(denial{rule: req.Spec.Rule, n: req.N, reserve: req.Spec.Reserve, limit: d.Limit(), remaining: d.Remaining,

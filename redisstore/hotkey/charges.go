@@ -49,7 +49,7 @@ func (p *Leases) chargeEvery() time.Duration { return p.cfg.refill / 32 }
 // so, so that its refund waits for it, and goes where it lands.
 func (p *Leases) chargeTrust(ctx context.Context, e *entry, req ratelimit.Request, now int64) {
 	debit := req
-	debit.Spec = core.WithOp(req.Spec, "debit")
+	debit.Spec = core.WithOp(req.Spec, ratelimit.OpDebit)
 	debit.Receipt = nil
 	if rc := req.Receipt; rc != nil {
 		c := &charge{e: e, req: debit, trust: req.N, inner: &ratelimit.Receipt{}, landed: make(chan struct{})}
@@ -104,7 +104,7 @@ func (p *Leases) probe(e *entry) {
 	if !e.probing.CompareAndSwap(false, true) {
 		return
 	}
-	p.queue(&charge{e: e, req: ratelimit.Request{Key: e.key, Spec: core.WithOp(e.spec, "")}, probe: true, landed: make(chan struct{})})
+	p.queue(&charge{e: e, req: ratelimit.Request{Key: e.key, Spec: core.WithOp(e.spec, ratelimit.OpTake)}, probe: true, landed: make(chan struct{})})
 }
 
 // queue queues c, to be sent with the others queued within chargeEvery.

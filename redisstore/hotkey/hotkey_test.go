@@ -178,7 +178,7 @@ type gated struct {
 
 func (g *gated) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	d, err := g.Store.Apply(ctx, req)
-	if req.Spec.Op == "" {
+	if req.Spec.Op == ratelimit.OpTake {
 		g.once.Do(func() {
 			close(g.reached)
 			<-g.release
@@ -208,7 +208,7 @@ func TestBlockCacheRefundRace(t *testing.T) {
 	}()
 	<-g.reached // denied by the store, not yet recorded
 	refund := tb("k", rule)
-	refund.Spec.Op, refund.Receipt = "refund", taken.Receipt
+	refund.Spec.Op, refund.Receipt = ratelimit.OpRefund, taken.Receipt
 	if _, err := b.Apply(ctx, refund); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ type blocking struct {
 
 func (b *blocking) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	d, err := b.Store.Apply(ctx, req)
-	if req.Spec.Op == "" && b.slow[req.Key] {
+	if req.Spec.Op == ratelimit.OpTake && b.slow[req.Key] {
 		b.reached <- req.Key
 		<-b.release
 	}

@@ -211,21 +211,21 @@ func (p *Leases) instances() int64 {
 func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
 	sp := req.Spec
 	if !p.decides(req) {
-		if sp != nil && sp.Op == "refund" && req.Receipt != nil && sp.Algorithm != nil && sp.Algorithm.Lendable {
+		if sp != nil && sp.Op == ratelimit.OpRefund && req.Receipt != nil && sp.Algorithm != nil && sp.Algorithm.Lendable {
 			return p.refund(ctx, req) // a take from memory, whatever selects it now
 		}
-		if sp != nil && sp.Op == "" {
+		if sp != nil && sp.Op == ratelimit.OpTake {
 			p.stats.exact.Add(1)
 		}
 		return p.next.Apply(ctx, req)
 	}
 	switch sp.Op {
-	case "":
-	case "refund":
+	case ratelimit.OpTake:
+	case ratelimit.OpRefund:
 		return p.refund(ctx, req)
-	case "debit":
+	case ratelimit.OpDebit:
 		return p.debit(ctx, req)
-	case "reset":
+	case ratelimit.OpReset:
 		return p.reset(ctx, req)
 	default: // a peek
 		return p.next.Apply(ctx, req)
@@ -485,7 +485,7 @@ func (p *Leases) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]rate
 	now := clock.UnixNano(p.cfg.clock)
 	es := make([]*entry, len(reqs))
 	for i, r := range reqs {
-		if p.decides(r) && r.Spec.Op == "" {
+		if p.decides(r) && r.Spec.Op == ratelimit.OpTake {
 			es[i] = p.lookup(r.Spec, r.Key, now)
 		}
 		if es[i] == nil {
@@ -583,7 +583,7 @@ func (p *Leases) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.
 			if e := p.lookup(l.Spec, l.Key, now); e != nil {
 				what := toTake
 				switch {
-				case l.Spec.Op == "debit":
+				case l.Spec.Op == ratelimit.OpDebit:
 					what = toDebit
 				case lent[i].N == 0:
 					what = toPeek
@@ -612,7 +612,7 @@ func (p *Leases) reset(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 	}
 	// the loans revoked first: a refill between a reset and its revoke would take from
 	// the restored key, and its record revoked after, what it took would be lost
-	revoke := ratelimit.Loan{Key: req.Key, Spec: core.WithOp(req.Spec, ""), Holder: p.holder, Share: 1,
+	revoke := ratelimit.Loan{Key: req.Key, Spec: core.WithOp(req.Spec, ratelimit.OpTake), Holder: p.holder, Share: 1,
 		TTL: p.cfg.ttl, Revoke: true}
 	_, _ = p.lender.Lend(ctx, []ratelimit.Loan{revoke}) // one that fails leaves the others' leases to end with their TTL
 	return p.next.Apply(ctx, req)
@@ -633,7 +633,7 @@ func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.O
 			return ratelimit.Outcome{}, err
 		}
 		if r.Next.At <= 0 { // its charge failed: nothing of it was counted, nothing to give back
-			req.N, req.Receipt, req.Spec = 1, nil, core.WithOp(req.Spec, "peek")
+			req.N, req.Receipt, req.Spec = 1, nil, core.WithOp(req.Spec, ratelimit.OpPeek)
 		} else {
 			req.Receipt = r.Next
 		}
@@ -657,7 +657,7 @@ func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.O
 		req.Receipt = r.Next
 		return p.next.Apply(ctx, req)
 	}
-	req.N, req.Receipt, req.Spec = 1, nil, core.WithOp(req.Spec, "peek") // taken where nothing records it: nothing comes back
+	req.N, req.Receipt, req.Spec = 1, nil, core.WithOp(req.Spec, ratelimit.OpPeek) // taken where nothing records it: nothing comes back
 	return p.next.Apply(ctx, req)
 }
 

@@ -84,7 +84,7 @@ func (in *instance) allow(t *testing.T, key string) {
 // they held.
 func left(t *testing.T, shared ratelimit.Store, key string) int64 {
 	t.Helper()
-	peek := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "api", Rule: seedRule, Op: "peek"}
+	peek := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "api", Rule: seedRule, Op: ratelimit.OpPeek}
 	o, err := shared.Apply(context.Background(), ratelimit.Request{Key: key, N: 1, Spec: peek})
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestLeasesConserve(t *testing.T) {
 // of one holder's lease.
 type ends struct {
 	*localstore.Store
-	fail atomic.Bool            // refills (loans that want) fail, after they land
+	fail atomic.Bool // refills (loans that want) fail, after they land
 	mu   sync.Mutex
 	last map[int64]ratelimit.Loan // each holder's latest loan
 }
@@ -468,7 +468,7 @@ func TestLeasesOnRedis(t *testing.T) {
 	if int64(calls)*20 > decisions {
 		t.Errorf("Redis ran %d scripts for %d decisions; want fewer than 1 in 20", calls, decisions)
 	}
-	peek := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "api", Rule: rule, Op: "peek"}
+	peek := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "api", Rule: rule, Op: ratelimit.OpPeek}
 	o, err := redisstore.New(srv.Client(), redisstore.WithPrefix("hot")).Apply(context.Background(), ratelimit.Request{Key: "tenant-big", N: 1, Spec: peek})
 	if err != nil {
 		t.Fatal(err)
@@ -541,7 +541,7 @@ type slow struct {
 }
 
 func (s *slow) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
-	if req.Spec != nil && req.Spec.Op == "" {
+	if req.Spec != nil && req.Spec.Op == ratelimit.OpTake {
 		s.applies.Add(1)
 	}
 	time.Sleep(2 * time.Millisecond)
@@ -1130,7 +1130,7 @@ func TestLeasesSeveralLimits(t *testing.T) {
 			t.Errorf("%d of %d limits decided from leases, %d calls to the shared store; want 95%% and one call for 10 decisions at most", local, 2*decisions, calls)
 		}
 		peek := func(alg *ratelimit.Algorithm, ns, key string, rule ratelimit.Rule) int64 {
-			o, err := shared.Store.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: alg, Namespace: ns, Rule: rule, Op: "peek"}})
+			o, err := shared.Store.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: alg, Namespace: ns, Rule: rule, Op: ratelimit.OpPeek}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1356,7 +1356,7 @@ func TestAfterCloseExact(t *testing.T) {
 // counted is what a fixed window of rule in namespace ns counts of key on store, peeked.
 func counted(t *testing.T, store ratelimit.Store, ns, key string, rule ratelimit.Rule) int64 {
 	t.Helper()
-	peek := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: ns, Rule: rule, Op: "peek"}
+	peek := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: ns, Rule: rule, Op: ratelimit.OpPeek}
 	o, err := store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1, Spec: peek})
 	if err != nil {
 		t.Fatal(err)
@@ -1625,7 +1625,7 @@ type failDebits struct {
 }
 
 func (f *failDebits) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
-	if req.Spec.Op == "debit" && req.Receipt != nil && f.fail.Add(-1) >= 0 {
+	if req.Spec.Op == ratelimit.OpDebit && req.Receipt != nil && f.fail.Add(-1) >= 0 {
 		return ratelimit.Outcome{}, ratelimit.ErrUnavailable
 	}
 	return f.Store.Apply(ctx, req)

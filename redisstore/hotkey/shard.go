@@ -47,7 +47,7 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 		return s.next.Apply(ctx, req)
 	}
 	n := req.N
-	if req.Spec.Op == "debit" { // a cost of any size, spread over every shard
+	if req.Spec.Op == ratelimit.OpDebit { // a cost of any size, spread over every shard
 		if _, err := req.Args(); err != nil {
 			return ratelimit.Outcome{}, err
 		}
@@ -57,11 +57,11 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 	if err != nil {
 		return ratelimit.Outcome{}, err
 	}
-	if req.Spec.Op == "refund" && req.Receipt != nil && !core.OfLeases(req.Spec.Algorithm) {
+	if req.Spec.Op == ratelimit.OpRefund && req.Receipt != nil && !core.OfLeases(req.Spec.Algorithm) {
 		return s.refund(ctx, req, whole, shareSpec)
 	}
 	switch req.Spec.Op {
-	case "reset": // every shard
+	case ratelimit.OpReset: // every shard
 		var d ratelimit.Outcome
 		for i := range uint64(s.shards) {
 			sub := req
@@ -71,7 +71,7 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 			}
 		}
 		return s.whole(whole, d), nil
-	case "debit":
+	case ratelimit.OpDebit:
 		if r := req.Receipt; r != nil && r.At == 0 { // a take whatever the key has, with its receipt: of the next shard
 			shard := s.turn.Add(1) % uint64(s.shards)
 			sub := req
@@ -91,7 +91,7 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 		shard := (first + uint64(i)) % uint64(s.shards)
 		sub := req
 		sub.Key, sub.Spec = shardKey(req.Key, shard), shareSpec
-		if req.Receipt != nil && req.Spec.Op == "" { // the receipt says which shard took it, and holds that shard's
+		if req.Receipt != nil && req.Spec.Op == ratelimit.OpTake { // the receipt says which shard took it, and holds that shard's
 			sub.Receipt = &ratelimit.Receipt{}
 		}
 		d, err := s.next.Apply(ctx, sub)
@@ -101,10 +101,10 @@ func (s *Shard) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 		if d.Allowed() || i == 0 || d.Wait < best.Wait {
 			best = d
 		}
-		if d.Allowed() && req.Receipt != nil && req.Spec.Op == "" {
+		if d.Allowed() && req.Receipt != nil && req.Spec.Op == ratelimit.OpTake {
 			req.Receipt.At, req.Receipt.Via, req.Receipt.Next = sub.Receipt.At, int64(shard), sub.Receipt
 		}
-		if d.Allowed() || req.Spec.Op != "" {
+		if d.Allowed() || req.Spec.Op != ratelimit.OpTake {
 			break
 		}
 	}
@@ -118,7 +118,7 @@ func (s *Shard) refund(ctx context.Context, req ratelimit.Request, whole ratelim
 	sub := req
 	sub.Spec, sub.Receipt = shareSpec, r.Next
 	if r.Next == nil || r.Via < 0 || r.Via >= s.shards {
-		sub.Spec, sub.N, sub.Receipt, r = core.WithOp(shareSpec, "peek"), 1, nil, &ratelimit.Receipt{}
+		sub.Spec, sub.N, sub.Receipt, r = core.WithOp(shareSpec, ratelimit.OpPeek), 1, nil, &ratelimit.Receipt{}
 	}
 	sub.Key = shardKey(req.Key, uint64(r.Via))
 	d, err := s.next.Apply(ctx, sub)
@@ -169,7 +169,7 @@ func (s *Shard) debit(ctx context.Context, req ratelimit.Request, whole ratelimi
 			sub.N++
 		}
 		if sub.N == 0 { // a debit smaller than the shards: the others owe nothing, and are asked as they stand
-			sub.N, sub.Spec = 1, core.WithOp(shareSpec, "peek")
+			sub.N, sub.Spec = 1, core.WithOp(shareSpec, ratelimit.OpPeek)
 		}
 		d, err := s.next.Apply(ctx, sub)
 		if err != nil {
@@ -226,7 +226,7 @@ func (s *Shard) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 		if loan.Holder != 0 {
 			return nil, fmt.Errorf("hotkey: a Shard lends no leases (holder %d): %w", loan.Holder, errors.ErrUnsupported)
 		}
-		if loan.Spec.Op == "debit" { // a debit, spread over the shards as Apply spreads it
+		if loan.Spec.Op == ratelimit.OpDebit { // a debit, spread over the shards as Apply spreads it
 			if err := lend.Check(loan); err != nil {
 				return nil, err
 			}

@@ -70,7 +70,7 @@ func TestTrustQuietKeys(t *testing.T) {
 		for i := range 200 {
 			key := fmt.Sprintf("tenant-%d", i)
 			o, err := shared.Store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1,
-				Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: rule, Op: "peek"}})
+				Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: rule, Op: ratelimit.OpPeek}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +147,7 @@ func closeAll(t *testing.T, ps []*hotkey.Leases) hotkey.LeasesStats {
 func leftOf(t *testing.T, shared *remote, key string, rule ratelimit.Rule) int64 {
 	t.Helper()
 	o, err := shared.Store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1,
-		Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: rule, Op: "peek"}})
+		Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: rule, Op: ratelimit.OpPeek}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func TestTrustSeveralLimits(t *testing.T) {
 		}
 		peek := func(ns, key string, rule ratelimit.Rule) int64 {
 			o, err := shared.Store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1,
-				Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: ns, Rule: rule, Op: "peek"}})
+				Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: ns, Rule: rule, Op: ratelimit.OpPeek}})
 			if err != nil {
 				t.Fatal(err)
 			}

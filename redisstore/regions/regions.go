@@ -245,7 +245,7 @@ func (s *regionStore) Apply(ctx context.Context, req ratelimit.Request) (ratelim
 	if err != nil {
 		return ratelimit.Outcome{}, err
 	}
-	if req.Spec.Op == "" && req.N > 0 {
+	if req.Spec.Op == ratelimit.OpTake && req.N > 0 {
 		s.r.count(fam, req.N)
 	}
 	req.Spec = core.WithRule(req.Spec, share)
@@ -287,7 +287,7 @@ func (s *regionStore) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([
 	ds, err := bs.ApplyAll(ctx, scaled)
 	if err == nil || !errors.Is(err, errors.ErrUnsupported) {
 		for _, req := range reqs {
-			if req.Spec.Op == "" && req.N > 0 {
+			if req.Spec.Op == ratelimit.OpTake && req.N > 0 {
 				s.r.count(s.r.family(req), req.N)
 			}
 		}

@@ -112,7 +112,7 @@ func (dc *Decider) Decide(ctx context.Context, d *Domain, descriptors [][]Entry,
 	if ok && len(quota) > 0 {
 		over := 0
 		for _, i := range quota {
-			if err := dc.decide(ctx, &res.Statuses[i], n, ""); err != nil {
+			if err := dc.decide(ctx, &res.Statuses[i], n, ratelimit.OpTake); err != nil {
 				return Result{}, err
 			}
 			if res.Statuses[i].OverLimit {
@@ -124,21 +124,21 @@ func (dc *Decider) Decide(ctx context.Context, d *Domain, descriptors [][]Entry,
 		if over == len(quota) { // every quota descriptor is over: the request is, and gives back
 			ok = false
 			for _, i := range taken {
-				if err := dc.decide(ctx, &Status{Match: res.Statuses[i].Match, receipt: res.Statuses[i].receipt}, n, "refund"); err != nil {
+				if err := dc.decide(ctx, &Status{Match: res.Statuses[i].Match, receipt: res.Statuses[i].receipt}, n, ratelimit.OpRefund); err != nil {
 					return Result{}, err
 				}
 			}
 		}
 	} else {
 		for _, i := range quota {
-			if err := dc.decide(ctx, &res.Statuses[i], n, "peek"); err != nil {
+			if err := dc.decide(ctx, &res.Statuses[i], n, ratelimit.OpPeek); err != nil {
 				return Result{}, err
 			}
 		}
 	}
-	op := ""
+	op := ratelimit.OpTake
 	if !ok {
-		op = "peek"
+		op = ratelimit.OpPeek
 	}
 	for _, i := range shadow {
 		if err := dc.decide(ctx, &res.Statuses[i], n, op); err != nil {
@@ -191,7 +191,7 @@ func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64)
 			if r.Spec.Rule.Limit == 0 || neverFits(r.Spec.Algorithm, r.Spec.Rule, r.N) {
 				continue
 			}
-			r.Spec.Op, r.N = "peek", 1
+			r.Spec.Op, r.N = ratelimit.OpPeek, 1
 			asked[k] = 1
 			if ds[k], err = decision(ctx, dc.Store, r); err != nil {
 				return nil, false, err
@@ -245,10 +245,10 @@ func (dc *Decider) untilWindowEnds(rule ratelimit.Rule) time.Duration {
 }
 
 // decide applies op with n under s's limit, and records the outcome in s.
-func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op string) error {
+func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op ratelimit.Op) error {
 	m := s.Match
 	if neverFits(m.Algorithm, m.Rule, n) {
-		if op != "refund" { // a refund of what was never taken: nothing to give back
+		if op != ratelimit.OpRefund { // a refund of what was never taken: nothing to give back
 			s.deny(n)
 			s.ResetAfter = dc.untilWindowEnds(m.Rule)
 		}
@@ -256,14 +256,14 @@ func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op string) er
 	}
 	req := ratelimit.Request{Key: m.Key, N: n, Spec: &ratelimit.Spec{Algorithm: m.Algorithm, Namespace: m.namespace, Rule: m.Rule, Op: op}}
 	switch op {
-	case "": // a take, which a request denied after all gives back
+	case ratelimit.OpTake: // a take, which a request denied after all gives back
 		s.receipt = &ratelimit.Receipt{}
 		req.Receipt = s.receipt
-	case "refund":
+	case ratelimit.OpRefund:
 		req.Receipt = s.receipt
 	}
 	d, err := decision(ctx, dc.Store, req)
-	if err != nil || op == "refund" {
+	if err != nil || op == ratelimit.OpRefund {
 		return err
 	}
 	s.record(d, n, dc.ratio())

@@ -271,9 +271,9 @@ func runAllowance(t *testing.T, newStore NewStore, k Kind, seed uint64) {
 			pd := open[i]
 			open = append(open[:i], open[i+1:]...)
 			touch(models[pd.key])
-			settle := ratelimit.Request{Key: pd.key, N: pd.n - pd.cost, Spec: core.WithOp(specs[pd.rule], "refund"), Receipt: pd.receipt}
+			settle := ratelimit.Request{Key: pd.key, N: pd.n - pd.cost, Spec: core.WithOp(specs[pd.rule], ratelimit.OpRefund), Receipt: pd.receipt}
 			if pd.cost > pd.n {
-				settle = ratelimit.Request{Key: pd.key, N: pd.cost - pd.n, Spec: core.WithOp(specs[pd.rule], "debit")}
+				settle = ratelimit.Request{Key: pd.key, N: pd.cost - pd.n, Spec: core.WithOp(specs[pd.rule], ratelimit.OpDebit)}
 			}
 			if _, err := store.Apply(ctx, settle); err != nil {
 				fail("settling at %d: %v", pd.cost, err)

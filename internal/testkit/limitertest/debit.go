@@ -42,7 +42,7 @@ func testDebitReceipt(t *testing.T, newStore NewStore) {
 		spec := &ratelimit.Spec{Algorithm: k.Algorithm, Namespace: "debit-receipt", Rule: ratelimit.PerMinute(10)}
 		receipt := &ratelimit.Receipt{}
 		debit := *spec
-		debit.Op = "debit"
+		debit.Op = ratelimit.OpDebit
 		if _, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 15, Spec: &debit, Receipt: receipt}); err != nil {
 			t.Fatalf("%s: a debit of 15 with a receipt: %v", k.Name, err)
 		}
@@ -51,7 +51,7 @@ func testDebitReceipt(t *testing.T, newStore NewStore) {
 		}
 		clk.Advance(time.Second)
 		refund := *spec
-		refund.Op = "refund"
+		refund.Op = ratelimit.OpRefund
 		if _, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 10, Spec: &refund, Receipt: receipt}); err != nil {
 			t.Fatalf("%s: its refund: %v", k.Name, err)
 		}
@@ -168,7 +168,7 @@ func testNoDebts(t *testing.T, newStore NewStore) {
 			t.Errorf("a debit of the %s: %v; want errors.ErrUnsupported", l.Rule(), err)
 		}
 	}
-	req := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: leakybucket.Algorithm(), Rule: ratelimit.PerSecond(10), Op: "debit"}}
+	req := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: leakybucket.Algorithm(), Rule: ratelimit.PerSecond(10), Op: ratelimit.OpDebit}}
 	if _, err := store.Apply(context.Background(), req); err == nil {
 		t.Error("the store took a debit of the leaky bucket")
 	}

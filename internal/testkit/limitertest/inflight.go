@@ -72,7 +72,7 @@ type inFlight struct {
 }
 
 // apply is a request of op for key's leases, straight to the store.
-func (f inFlight) apply(key, op string) (ratelimit.Decision, error) {
+func (f inFlight) apply(key string, op ratelimit.Op) (ratelimit.Decision, error) {
 	o, err := f.store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: f.ns, Rule: f.l.Rule(), Op: op}})
 	return o.Decision(), err
 }
@@ -96,7 +96,7 @@ func (f inFlight) acquire(key string, want ratelimit.Decision) *ratelimit.Lease 
 
 func (f inFlight) peek(key string, want ratelimit.Decision) {
 	f.t.Helper()
-	d, err := f.apply(key, "peek")
+	d, err := f.apply(key, ratelimit.OpPeek)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func testInFlightDecisions(t *testing.T, newStore NewStore) {
 	f.at(13 * s)
 	f.acquire("k", ok(0, 10*s)) // e's place
 
-	if _, err := f.apply("k", "reset"); err != nil {
+	if _, err := f.apply("k", ratelimit.OpReset); err != nil {
 		t.Fatal(err)
 	}
 	f.extend(c, false) // reset: every lease gone
@@ -262,7 +262,7 @@ func testInFlightBadInput(t *testing.T, newStore NewStore) {
 	}
 	for _, k := range Kinds { // an "extend" of a rate algorithm: an error, and nothing taken
 		rule := ratelimit.PerHour(1)
-		_, err := store.Apply(context.Background(), ratelimit.Request{Key: "x", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: rule, Op: "extend"}})
+		_, err := store.Apply(context.Background(), ratelimit.Request{Key: "x", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: rule, Op: ratelimit.OpExtend}})
 		if err == nil {
 			t.Errorf("%s: extend: no error", k.Name)
 		}
@@ -332,7 +332,7 @@ func testInFlightReleasedFirst(t *testing.T, newStore NewStore) {
 	clk := clock.NewFake(Start)
 	store := newStore(t, clk)
 	ctx := context.Background()
-	apply := func(op string, lease int64) ratelimit.Decision {
+	apply := func(op ratelimit.Op, lease int64) ratelimit.Decision {
 		t.Helper()
 		sp := &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: "first",
 			Rule: ratelimit.Rule{Limit: 2, Period: 10 * time.Second}, Lease: lease, Op: op}
@@ -342,20 +342,20 @@ func testInFlightReleasedFirst(t *testing.T, newStore NewStore) {
 		}
 		return o.Decision()
 	}
-	apply("refund", 77) // the release, first
-	apply("refund", 77) // and again, as the orphans' releaser may
+	apply(ratelimit.OpRefund, 77) // the release, first
+	apply(ratelimit.OpRefund, 77) // and again, as the orphans' releaser may
 	clk.Advance(time.Second)
-	if d := apply("", 77); d.Allowed || d.RetryAfter != 9*time.Second {
+	if d := apply(ratelimit.OpTake, 77); d.Allowed || d.RetryAfter != 9*time.Second {
 		t.Errorf("an acquire after its release: %+v; want denied for 9s, until the release is forgotten", d)
 	}
-	if d := apply("peek", 0); !d.Allowed || d.Remaining != 1 {
+	if d := apply(ratelimit.OpPeek, 0); !d.Allowed || d.Remaining != 1 {
 		t.Errorf("the key after a late acquire: %+v; want both leases free (1 left after a peek's)", d)
 	}
-	if d := apply("", 78); !d.Allowed || d.Remaining != 1 {
+	if d := apply(ratelimit.OpTake, 78); !d.Allowed || d.Remaining != 1 {
 		t.Errorf("another acquire: %+v; want a lease, 1 left", d)
 	}
 	clk.Advance(9 * time.Second)
-	if d := apply("", 77); !d.Allowed || d.Remaining != 0 {
+	if d := apply(ratelimit.OpTake, 77); !d.Allowed || d.Remaining != 0 {
 		t.Errorf("an acquire of the lease once its release is forgotten: %+v; want it held, beside the other", d)
 	}
 }

@@ -75,7 +75,7 @@ func testAllowAtMost(t *testing.T, newStore NewStore) {
 	}
 }
 
-// testLendDebit: a partial take whose Op is "debit" charges all it wants, whatever the
+// testLendDebit: a partial take whose Op is OpDebit charges all it wants, whatever the
 // key has left, and answers as a debit Apply does, for each algorithm that lends.
 func testLendDebit(t *testing.T, newStore NewStore) {
 	clk := clock.NewFake(Start.Add(10 * time.Second))
@@ -100,7 +100,7 @@ func testLendDebit(t *testing.T, newStore NewStore) {
 					take(byLoan)
 					take(byApply)
 				}
-				spec := &ratelimit.Spec{Algorithm: alg, Rule: rule, Op: "debit", Reserve: reserve}
+				spec := &ratelimit.Spec{Algorithm: alg, Rule: rule, Op: ratelimit.OpDebit, Reserve: reserve}
 				lent := lendOne(t, s, ratelimit.Loan{Key: byLoan, Spec: spec, Want: n})
 				want, err := store.Apply(ctx, ratelimit.Request{Key: byApply, N: n, Spec: spec})
 				if err != nil {
@@ -115,7 +115,7 @@ func testLendDebit(t *testing.T, newStore NewStore) {
 			}
 		}
 	}
-	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10), Op: "debit"}
+	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10), Op: ratelimit.OpDebit}
 	for i, bad := range []ratelimit.Loan{
 		{Key: "k", Spec: spec, Holder: 1, Want: 5, TTL: time.Second}, // a holder's debit
 		{Key: "k", Spec: spec},                   // of nothing
@@ -393,7 +393,7 @@ func testLendBad(t *testing.T, newStore NewStore) {
 		{Key: "k", Spec: spec, Holder: 1, Want: -1, TTL: time.Second},
 		{Key: "k", Spec: spec, Holder: 1, Give: -1, TTL: time.Second},
 		{Key: "k", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.Rule{Limit: -1, Period: time.Second}}, Holder: 1, Want: 1, TTL: time.Second},
-		{Key: "k", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10), Op: "peek"}, Holder: 1, Want: 1, TTL: time.Second},
+		{Key: "k", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10), Op: ratelimit.OpPeek}, Holder: 1, Want: 1, TTL: time.Second},
 		{Key: "k", Holder: 1, Want: 1, TTL: time.Second},
 		{Key: "k", Spec: spec, Want: 1, End: true, TTL: time.Second},                 // a partial take that ends a record
 		{Key: "k", Spec: spec, Holder: 1, Want: 1, End: true, TTL: time.Second},      // an end that wants
@@ -444,7 +444,7 @@ func testLendConcurrent(t *testing.T, newStore NewStore) {
 		}()
 	}
 	wg.Wait()
-	d, err := s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: spec.Rule, Op: "peek"}})
+	d, err := s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: spec.Rule, Op: ratelimit.OpPeek}})
 	if err != nil {
 		t.Fatal(err)
 	}

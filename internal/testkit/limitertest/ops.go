@@ -147,7 +147,7 @@ func testResetAndRefund(t *testing.T, newStore NewStore, k Kind) {
 		t.Errorf("Settle(-1): %v; want ErrInvalidN", err)
 	}
 	// a store refuses a refund without the receipt of its take
-	req := ratelimit.Request{Key: "r", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: ratelimit.PerMinute(7), Op: "refund"}}
+	req := ratelimit.Request{Key: "r", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: ratelimit.PerMinute(7), Op: ratelimit.OpRefund}}
 	if _, err := store.Apply(ctx, req); !errors.Is(err, ratelimit.ErrInvalidN) {
 		t.Errorf("a refund without a receipt: %v; want ErrInvalidN", err)
 	}

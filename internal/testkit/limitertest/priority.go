@@ -178,7 +178,7 @@ func testPriorities(t *testing.T, newStore NewStore, k Kind) {
 			t.Errorf("a Request with Reserve %d: %v; want ErrInvalidRule", r, err)
 		}
 	}
-	d, err := store.Apply(ctx, ratelimit.Request{Key: "bad", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: PriorityRule, Op: "peek"}})
+	d, err := store.Apply(ctx, ratelimit.Request{Key: "bad", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: PriorityRule, Op: ratelimit.OpPeek}})
 	if err != nil || d.Remaining != 99 { // a peek of 1 leaves 99
 		t.Errorf("after bad reserves, a peek: %+v, %v; want the key untouched", d, err)
 	}

@@ -64,7 +64,7 @@ func LendParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, ste
 				loans[j] = ratelimit.Loan{Key: key, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule, Reserve: reserves[rng.IntN(len(reserves))]},
 					Want: 1 + rng.Int64N(40), Share: 1}
 				if rng.IntN(3) == 0 { // a debit: all of it, whatever the key has left
-					loans[j].Spec.Op = "debit"
+					loans[j].Spec.Op = ratelimit.OpDebit
 				}
 			}
 		}

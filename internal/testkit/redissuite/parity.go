@@ -52,7 +52,7 @@ type receipts map[string][]ratelimit.Request
 // note keeps req, when it is an admitted take with a receipt (or a debit: a take whatever
 // the key has).
 func (rs receipts) note(req ratelimit.Request) {
-	if r := req.Receipt; r != nil && (req.Spec.Op == "" || req.Spec.Op == "debit") && r.At > 0 {
+	if r := req.Receipt; r != nil && (req.Spec.Op == ratelimit.OpTake || req.Spec.Op == ratelimit.OpDebit) && r.At > 0 {
 		rs[req.Key] = append(rs[req.Key], req)
 	}
 }
@@ -66,7 +66,7 @@ func (rs receipts) refund(rng *rand.Rand, key string) (req ratelimit.Request, ok
 	}
 	tk := ts[rng.IntN(len(ts))]
 	spec := *tk.Spec
-	spec.Op, spec.Reserve = "refund", 0
+	spec.Op, spec.Reserve = ratelimit.OpRefund, 0
 	return ratelimit.Request{Key: key, N: 1 + rng.Int64N(tk.N), Spec: &spec, Receipt: tk.Receipt}, true
 }
 
@@ -106,7 +106,7 @@ func ParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store, rules 
 				req.Spec.Reserve = reserves[rng.IntN(len(reserves))] // a priority's, often none
 				switch {
 				case k.Algorithm.Debit != nil && rng.IntN(8) == 0: // a cost after the answer, past the limit too
-					req.Spec.Op, req.N = "debit", 1+rng.Int64N(3*a.Limit)
+					req.Spec.Op, req.N = ratelimit.OpDebit, 1+rng.Int64N(3*a.Limit)
 					if rng.IntN(2) == 0 { // a take whatever the key has, with a receipt, to refund later
 						req.N, req.Receipt = 1+rng.Int64N(a.Limit), &ratelimit.Receipt{}
 					}
@@ -117,7 +117,7 @@ func ParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store, rules 
 						req = r
 					}
 				case rng.IntN(40) == 0:
-					req.Spec.Op, req.N = "reset", 1
+					req.Spec.Op, req.N = ratelimit.OpReset, 1
 				}
 				same(t, stores, req, func() string {
 					return fmt.Sprintf("step %d, %s %v op %q n %d reserve %d%% at %v", i, req.Key, req.Spec.Rule, req.Spec.Op, req.N,
@@ -154,8 +154,8 @@ func InFlightParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake,
 	rng := rand.New(rand.NewPCG(7, 11))
 	stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore}
 	alg := ratelimit.InFlightAlgorithm()
-	ops := []string{"", "", "", "refund", "refund",
-		"extend", "peek"}
+	ops := []ratelimit.Op{ratelimit.OpTake, ratelimit.OpTake, ratelimit.OpTake, ratelimit.OpRefund, ratelimit.OpRefund,
+		ratelimit.OpExtend, ratelimit.OpPeek}
 	for i := range steps {
 		if rng.IntN(3) == 0 {
 			clk.Advance(time.Duration(rng.IntN(20)) * step)
@@ -167,7 +167,7 @@ func InFlightParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake,
 			Lease:     1 + rng.Int64N(12), // few ids, so that releases and extensions find theirs
 		}}
 		if rng.IntN(200) == 0 {
-			req.Spec.Op = "reset"
+			req.Spec.Op = ratelimit.OpReset
 		}
 		req.Spec.Reserve = reserves[rng.IntN(len(reserves))]
 		same(t, stores, req, func() string {

@@ -45,7 +45,7 @@ func QuotaParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store) {
 	rng := rand.New(rand.NewPCG(5, 8))
 	clk := clock.NewFake(time.Date(2027, 3, 21, 0, 0, 0, 0, time.UTC))
 	stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore(clk)}
-	ops := []string{"", "", "", "", "peek", "refund"}
+	ops := []ratelimit.Op{ratelimit.OpTake, ratelimit.OpTake, ratelimit.OpTake, ratelimit.OpTake, ratelimit.OpPeek, ratelimit.OpRefund}
 	rs := receipts{}
 	for i := range 3000 {
 		clk.Advance(time.Duration(rng.Int64N(int64(5 * time.Hour))))
@@ -57,12 +57,12 @@ func QuotaParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store) {
 		req := ratelimit.Request{Key: "tenant", N: 1 + rng.Int64N(2), Spec: &ratelimit.Spec{Algorithm: alg, Namespace: q.String(), Rule: q.Rule(), Op: ops[rng.IntN(len(ops))], Reserve: reserves[rng.IntN(len(reserves))]}}
 		switch {
 		case rng.IntN(300) == 0:
-			req.Spec.Op = "reset"
-		case req.Spec.Op == "refund": // of one of the takes with a receipt, or a take that writes one
+			req.Spec.Op = ratelimit.OpReset
+		case req.Spec.Op == ratelimit.OpRefund: // of one of the takes with a receipt, or a take that writes one
 			if r, ok := rs.refund(rng, req.Key); ok && r.Spec.Algorithm == alg {
 				req = r
 			} else {
-				req.Spec.Op, req.Receipt = "", &ratelimit.Receipt{}
+				req.Spec.Op, req.Receipt = ratelimit.OpTake, &ratelimit.Receipt{}
 			}
 		}
 		same(t, stores, req, func() string {
