@@ -13,9 +13,10 @@ type Policy struct {
 	// Name names the policy in RateLimit and RateLimit-Policy (see
 	// Middleware.PolicyName for the characters it may hold). Required.
 	Name string
-	// Limiter is a limiter of an algorithm package (AlgorithmLimiter); every policy's
-	// limiter is on the same store. Required unless For chooses one for every request.
-	Limiter Limiter
+	// Limiter is a limiter of an algorithm package (its New's, or a
+	// fixedwindow.QuotaLimiter; any other does not compile); every policy's limiter is on
+	// the same store. Required unless For chooses one for every request.
+	Limiter algorithmBased
 	// Match says whether the policy applies to r (an export route's limit, say); nil
 	// applies it to every request.
 	Match func(r *http.Request) bool
@@ -42,7 +43,7 @@ type Policy struct {
 type PolicyLimit struct {
 	Name    string
 	Key     string
-	Limiter Limiter
+	Limiter algorithmBased
 	Rule    Rule
 }
 
@@ -258,11 +259,13 @@ func (m *Middleware) policyRequest(r *http.Request, key string, p Policy) (polic
 		lim.Name, lim.Key = cmp.Or(chosen.Name, lim.Name), cmp.Or(chosen.Key, key)
 		lim.Limiter, lim.Rule = cmp.Or(chosen.Limiter, lim.Limiter), chosen.Rule
 	}
-	b, ok := lim.Limiter.(algorithmBased)
-	if !ok || b.base() == nil {
-		return policy{}, nil, Request{}, fmt.Errorf("ratelimit: Middleware policy %q: %T is not a limiter of an algorithm package", lim.Name, lim.Limiter)
+	var l *AlgorithmLimiter
+	if lim.Limiter != nil {
+		l = lim.Limiter.base()
 	}
-	l := b.base()
+	if l == nil {
+		return policy{}, nil, Request{}, fmt.Errorf("ratelimit: Middleware policy %q has no limiter", lim.Name)
+	}
 	rule := cmp.Or(lim.Rule, l.rule)
 	spec, limit, err := l.specUnder(r.Context(), rule)
 	if err != nil {
@@ -300,11 +303,13 @@ func checkPolicies(policies []Policy) error {
 			}
 			continue
 		}
-		b, ok := p.Limiter.(algorithmBased)
-		if !ok || b.base() == nil {
-			return fmt.Errorf("ratelimit: Middleware policy %d (%q): %T is not a limiter of an algorithm package", i, p.Name, p.Limiter)
+		var l *AlgorithmLimiter
+		if p.Limiter != nil {
+			l = p.Limiter.base()
 		}
-		l := b.base()
+		if l == nil {
+			return fmt.Errorf("ratelimit: Middleware policy %d (%q) has no limiter", i, p.Name)
+		}
 		if err := checkPolicyName(i, p.Name, names); err != nil {
 			return err
 		}

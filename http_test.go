@@ -341,13 +341,12 @@ func TestMiddlewarePoliciesRefused(t *testing.T) {
 	a2, _ := tokenbucket.New(store, ratelimit.PerSecond(9), ratelimit.WithNamespace("a"))
 	elsewhere, _ := tokenbucket.New(localstore.New(), ratelimit.PerSecond(2), ratelimit.WithNamespace("b"))
 	for name, ps := range map[string][]ratelimit.Policy{
-		"no limiter":       {{Name: "a"}},
-		"not an algorithm": {{Name: "a", Limiter: limiterFunc(nil)}},
-		"a bad name":       {{Name: "café", Limiter: a}},
-		"no name":          {{Limiter: a}},
-		"the same name":    {{Name: "a", Limiter: a}, {Name: "a", Limiter: elsewhere}},
-		"the same keys":    {{Name: "a", Limiter: a}, {Name: "b", Limiter: a2}},
-		"two stores":       {{Name: "a", Limiter: a}, {Name: "b", Limiter: elsewhere}},
+		"no limiter":    {{Name: "a"}},
+		"a bad name":    {{Name: "café", Limiter: a}},
+		"no name":       {{Limiter: a}},
+		"the same name": {{Name: "a", Limiter: a}, {Name: "a", Limiter: elsewhere}},
+		"the same keys": {{Name: "a", Limiter: a}, {Name: "b", Limiter: a2}},
+		"two stores":    {{Name: "a", Limiter: a}, {Name: "b", Limiter: elsewhere}},
 	} {
 		func() {
 			defer func() {

@@ -8,11 +8,11 @@ import (
 )
 
 // Part is one limit of a decision under several (see AllowAll): a limiter of one of the
-// algorithm packages (any built on AlgorithmLimiter, whose store, algorithm, namespace
-// and rule AllowAll reads) and the key it limits. Limits of another kind join one
-// decision through ApplyAll, with Requests of their own.
+// algorithm packages (its New's, or a fixedwindow.QuotaLimiter; any other does not
+// compile) and the key it limits. Limits of another kind join one decision through
+// ApplyAll, with Requests of their own.
 type Part struct {
-	Limiter Limiter
+	Limiter algorithmBased
 	Key     string
 }
 
@@ -40,11 +40,13 @@ func AllowAll(ctx context.Context, n int64, parts ...Part) (Decision, error) {
 	reqs := make([]Request, len(parts))
 	var store Store
 	for i, p := range parts {
-		b, ok := p.Limiter.(algorithmBased)
-		if !ok || b.base() == nil {
-			return Decision{}, fmt.Errorf("ratelimit: AllowAll: part %d: %T is not a limiter of an algorithm package", i, p.Limiter)
+		var l *AlgorithmLimiter
+		if p.Limiter != nil {
+			l = p.Limiter.base()
 		}
-		l := b.base()
+		if l == nil {
+			return Decision{}, fmt.Errorf("ratelimit: AllowAll: part %d has no limiter", i)
+		}
 		if i == 0 {
 			store = l.store
 		} else if !sameStore(store, l.store) {
@@ -63,8 +65,12 @@ func AllowAll(ctx context.Context, n int64, parts ...Part) (Decision, error) {
 }
 
 // algorithmBased is a limiter built on AlgorithmLimiter: every algorithm package's
-// Limiter, which embeds one.
-type algorithmBased interface{ base() *AlgorithmLimiter }
+// Limiter, and a type that embeds one. Part and Policy take it, so that another limiter
+// does not compile there.
+type algorithmBased interface {
+	Limiter
+	base() *AlgorithmLimiter
+}
 
 // ApplyAll takes reqs on store all or none, as AllowAll does for its parts, and returns
 // each request's Decision as it would be alone (a request that would be allowed alone

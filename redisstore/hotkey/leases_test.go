@@ -1093,7 +1093,7 @@ func TestLeasesSeveralLimits(t *testing.T) {
 		shared := &remote{Store: localstore.New(), rtt: time.Millisecond}
 		type inst struct {
 			p           *hotkey.Leases
-			rate, quota ratelimit.Limiter
+			rate, quota *ratelimit.AlgorithmLimiter
 		}
 		ins := make([]inst, 4)
 		for i := range ins {

@@ -326,7 +326,7 @@ func TestTrustSeveralLimits(t *testing.T) {
 		rate, quota := ratelimit.PerHour(1000), ratelimit.PerHour(8)
 		type inst struct {
 			p           *hotkey.Leases
-			rate, quota ratelimit.Limiter
+			rate, quota *ratelimit.AlgorithmLimiter
 		}
 		ins := make([]inst, 4)
 		for i := range ins {

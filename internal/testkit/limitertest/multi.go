@@ -102,7 +102,6 @@ func testMulti(t *testing.T, newStore NewStore) {
 		"the same key twice":    {{Limiter: p.tb, Key: "x"}, {Limiter: same, Key: "x"}},
 		"no parts":              nil,
 		"a nil limiter":         {{Limiter: nil, Key: "x"}},
-		"a foreign limiter":     {{Limiter: foreign{}, Key: "x"}},
 		"two stores":            {{Limiter: p.tb, Key: "x"}, {Limiter: other, Key: "x"}},
 		"an uncomparable store": {{Limiter: mustTB(t, uncomparable{store, nil}), Key: "x"}, {Limiter: mustTB(t, uncomparable{store, nil}), Key: "y"}},
 	} {
@@ -119,9 +118,6 @@ func testMulti(t *testing.T, newStore NewStore) {
 		}
 	}
 }
-
-// foreign is a Limiter that no algorithm package made.
-type foreign struct{ ratelimit.Limiter }
 
 // uncomparable is a store whose type == cannot compare.
 type uncomparable struct {

@@ -123,9 +123,17 @@ func testPriorities(t *testing.T, newStore NewStore, k Kind) {
 	// AllowAll keeps each part's reserve: with 50 of 100 left on l2's key, a sheddable
 	// decision of it and a fresh limit is denied, and takes nothing from either; a
 	// critical one is admitted.
+	alg := func(l ratelimit.Limiter) *ratelimit.AlgorithmLimiter {
+		t.Helper()
+		a, ok := l.(*ratelimit.AlgorithmLimiter)
+		if !ok {
+			t.Fatalf("%T is no AlgorithmLimiter", l)
+		}
+		return a
+	}
 	other, err := k.New(newStore(t, clk), PriorityRule)
 	if err == nil {
-		_, err = ratelimit.AllowAll(ctx, 1, ratelimit.Part{Limiter: l2, Key: "k"}, ratelimit.Part{Limiter: other, Key: "k"})
+		_, err = ratelimit.AllowAll(ctx, 1, ratelimit.Part{Limiter: alg(l2), Key: "k"}, ratelimit.Part{Limiter: alg(other), Key: "k"})
 		if err == nil {
 			t.Errorf("AllowAll across two stores: no error")
 		}
@@ -134,7 +142,7 @@ func testPriorities(t *testing.T, newStore NewStore, k Kind) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parts := []ratelimit.Part{{Limiter: l2, Key: "k"}, {Limiter: mixed, Key: "k"}}
+	parts := []ratelimit.Part{{Limiter: alg(l2), Key: "k"}, {Limiter: alg(mixed), Key: "k"}}
 	if d, err := ratelimit.AllowAll(at(ratelimit.Sheddable), 1, parts...); err != nil || d.Allowed {
 		t.Errorf("AllowAll, sheddable, with 49 left: %+v, %v; want denied", d, err)
 	}
