@@ -54,12 +54,12 @@ type Middleware struct {
 	// itself a fresh key per request by padding one.
 	Key func(r *http.Request) (string, error)
 
-	// Policies, when set, decides each request under several limits at once, all or none
-	// (as AllowAll: a request one limit denies consumes nothing from the others): each a
-	// named limiter of an algorithm package, all on one store, applied to the requests it
-	// matches, with the request's Key or a key of its own, under the limiter's rule or one
-	// chosen per request (Policy.For: a tenant's monthly quota beside its route's rate),
-	// at the request's priority (a limiter's WithReserves keep their part back), and with
+	// Policies, when set, decides each request under several limits at once, all or
+	// none, as AllowAll does: a request one limit denies consumes nothing from the others.
+	// Each is a named limiter of an algorithm package, all on one store. Each applies to
+	// the requests it matches, with the request's Key or a key of its own. It decides
+	// under the limiter's rule, or one Policy.For chooses per request (a tenant's monthly
+	// quota beside its route's rate). It decides at the request's priority, and may have
 	// a Cost of its own. RateLimit-Policy lists every policy that took part, and RateLimit
 	// and X-RateLimit-* are the one policy's that bounds the client now: the denying one
 	// with the longest RetryAfter, or else the one with the least remaining (never a
@@ -113,10 +113,9 @@ type Middleware struct {
 	// while it runs and released when it returns, even if it panics. A request that finds
 	// every lease held gets InFlightDenied's answer; a failure of InFlight's store goes to
 	// Error, as the rate limit's does. A request refused for being one too many in
-	// progress costs the rate limits nothing: with limiters of the algorithm packages
-	// (Limiter or Policies) they decide first, and give back what they took (their Cost's
-	// estimate included, as far as each key would still hold it: see Receipt); with a
-	// Limiter of another kind, or Decide, the in-flight limit decides first.
+	// progress costs the rate limits nothing. Limiters of the algorithm packages decide
+	// first, and give back what they took, their Cost's estimate included (see Receipt).
+	// With a Limiter of another kind, or Decide, the in-flight limit decides first.
 	InFlight *InFlightLimiter
 
 	// InFlightLimit, when set, is the in-flight limit of a request (a route's, say)

@@ -13,10 +13,10 @@ import (
 
 // Cost is what a request costs in a limit's events when the cost is known only once the
 // request has been served: the tokens of a language model's completion, the bytes
-// streamed, the rows scanned. The request is admitted on its Estimate, and once its
-// handler has returned the limit is charged the difference to its Actual cost: a debit
-// (AlgorithmLimiter.Debit) when it cost more, which may take the key below zero so that
-// its next requests are denied until the debt is repaid, or a refund when it cost less.
+// streamed, the rows scanned. The request is admitted on its Estimate. Once its handler
+// has returned, the limit is charged the difference to its Actual cost. When it cost
+// more, that is a debit (AlgorithmLimiter.Debit): the key may go below zero, and its next
+// requests are denied until the debt is repaid. When it cost less, that is a refund.
 //
 // A Cost applies to the Middleware's Limiter (Middleware.Cost) or to one of its Policies
 // (Policy.Cost), whose limiter must be of an algorithm that takes debts (the token

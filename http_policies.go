@@ -20,11 +20,10 @@ type Policy struct {
 	// Match says whether the policy applies to r (an export route's limit, say); nil
 	// applies it to every request.
 	Match func(r *http.Request) bool
-	// For, when set, chooses the policy's limit for each request it applies to: its own
-	// key (a tenant's monthly quota beside the Middleware's key of a tenant and a route),
-	// its rule (a tenant's plan, from a rule table), its limiter (of the rule's algorithm,
-	// on the policies' store) or its name in the headers (a route's). What it leaves zero
-	// is the Policy's own. Its error is a request without a key: KeyError's answer, as the
+	// For, when set, chooses the policy's limit for each request it applies to. It may
+	// choose a key of its own (a tenant's monthly quota, beside the Middleware's key of a
+	// tenant and a route), a rule (a tenant's plan), a limiter (on the policies' store) or
+	// its name in the headers. What it leaves zero is the Policy's own. Its error is a request without a key: KeyError's answer, as the
 	// Key function's.
 	For func(r *http.Request) (PolicyLimit, error)
 	// Shadow decides and counts the policy without enforcing it (see

@@ -146,9 +146,10 @@ type ContextInFlight struct {
 }
 
 // Acquire takes one of the leases of the key of the call in ctx, and returns the function
-// that gives it back (call it once the handler has returned; it never fails, and a second
-// call does nothing), or a *DeniedError whose InFlight is set when every lease of the key
-// is held, the Key function's error, or Error's for a failed store.
+// that gives it back. Call release once the handler has returned; it never fails, and a
+// second call does nothing. When every lease of the key is held, the error is a
+// *DeniedError whose InFlight is set. Other errors are the Key function's, or Error's for
+// a failed store.
 func (c *ContextInFlight) Acquire(ctx context.Context) (release func(), err error) {
 	if c == nil || c.InFlight == nil || c.Key == nil {
 		return nil, errors.New("ratelimit: ContextInFlight without an InFlight limiter or a Key function")

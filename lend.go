@@ -60,12 +60,12 @@ type Loan struct {
 	// holder admitted from the loan back to the key, once the holder's record has ended.
 	Receipt *Receipt
 
-	// Want is how many events to borrow now (0 to only give back, or renew the loan):
-	// the store lends at most what the key has left divided by Share, and by the holders
-	// on record with events out, whichever is more; but one event when that is none, so
-	// that a key's last few events are lent too (one to each holder that asks). In the
-	// last quarter of a Windowed algorithm's window, it divides by Share alone: what the
-	// others leave there would end with the window.
+	// Want is how many events to borrow now: 0 only gives back, or renews the loan. The
+	// store lends at most what the key has left, divided by Share or by the holders on
+	// record with events out, whichever is more. When that is none, it lends one event:
+	// a key's last few events go one to each holder that asks. In the last quarter of a
+	// Windowed algorithm's window, it divides by Share alone: what the others leave there
+	// would end with the window.
 	Want  int64
 	Share int64
 

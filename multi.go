@@ -72,10 +72,10 @@ type algorithmBased interface {
 	base() *AlgorithmLimiter
 }
 
-// ApplyAll takes reqs on store all or none, as AllowAll does for its parts, and returns
-// each request's Decision as it would be alone (a request that would be allowed alone
-// says so even when another denies and nothing was counted): for an application that
-// builds its own Requests, one limit per rule of a rule engine, say. The requests must
+// ApplyAll takes reqs on store all or none, as AllowAll does for its parts. It returns
+// each request's Decision as it would be alone: a request that would be allowed alone
+// says so, even when another denies and nothing was counted. It serves an application
+// that builds its own Requests, one limit per rule of a rule engine, say. The requests must
 // be takes of distinct (algorithm, namespace, key) triples. On a BatchStore that can
 // decide them together it is one atomic decision; otherwise they are taken one by one
 // and, when one is denied, those taken before are refunded.

@@ -97,9 +97,9 @@ type Request struct {
 	// once a request has carried it: stores may remember what they derive from it.
 	Spec *Spec
 	// Receipt, on a take, asks the store that decides it to write how it did (see
-	// Receipt), so that it can be refunded later; a refund of a rate algorithm's events
-	// carries the Receipt of the take that took them, and gives back no more than the
-	// key would still hold of them (an in-flight limit's names its lease instead). A
+	// Receipt), so that it can be refunded later. A refund of a rate algorithm's events
+	// carries the Receipt of the take that took them. It gives back no more than the key
+	// would still hold of them. An in-flight limit's refund names its lease instead. A
 	// debit with a Receipt not yet written is a take of N whatever the key has left, and
 	// writes it as a take does (events admitted before they were counted); one with a
 	// Receipt written settles that take (Spec.Retry). Nil for the others.
@@ -129,10 +129,10 @@ type Spec struct {
 	// first; others apply it as any.
 	Retry bool
 	// Reserve is the part of the key's allowance, in percent (0 to 99), that a take or a
-	// peek must leave for more important requests (see WithReserves): it is admitted only
-	// if the key could admit N more than that part of Decision.Limit (rounded down), and
-	// takes N: a request of more than Limit less that part is never admitted (a limiter
-	// refuses it with ErrInvalidN). A debit takes N whatever the part, and its Outcome is
+	// peek must leave for more important requests (see WithReserves). A take is admitted
+	// only if the key could admit N more than that part of Decision.Limit (rounded down),
+	// and takes N. A request of more than Limit less that part is never admitted: a
+	// limiter refuses it with ErrInvalidN. A debit takes N whatever the part, and its Outcome is
 	// a peek at it; a refund, a reset or an extension ignores it.
 	Reserve int64
 }
@@ -140,10 +140,10 @@ type Spec struct {
 // Receipt is the record of one take, written by the stores that decide it, for the
 // refund of its events later (Request.Receipt). A refund never creates allowance: it gives
 // back only what the key would still hold had the take been smaller from the start.
-// Each algorithm's package says what that is: a window's events of its current window,
-// a sliding log's events while they are in the log, no more than the least a bucket has
-// lacked of full since the take; and nothing for a take of the key before a reset of
-// it, or before a clock stepped back by more than a period. A Receipt is not safe for
+// Each algorithm's package says what that is. A window gives back the events of its
+// current window, a sliding log its events still in the log. A bucket gives back no
+// more than the least it has lacked of full since the take. Nothing comes back for a
+// take before a reset of the key, or before a clock stepped back by more than a period. A Receipt is not safe for
 // concurrent use; a store writes it before its Apply returns.
 type Receipt struct {
 	// At is the instant the store decided the take at, in microseconds since the Unix
@@ -270,12 +270,12 @@ type Algorithm struct {
 	// Name is short and stable ("tokenbucket"); stores may use it in their keys.
 	Name string
 
-	// Script is the step in Lua, for redisstore, which composes it into its scripts: it
-	// reads the request's arguments by name (n, limit, period, unit, rate, now, op,
-	// lease, keep and the window's bounds, as the fields of Args and Window), sets the
+	// Script is the step in Lua, for redisstore, which composes it into its scripts. It
+	// reads the request's arguments by name, as the fields of Args and Window (n, limit,
+	// period, unit, rate, now, op, lease, keep, the window's bounds). It sets the
 	// Outcome's allowed (0 or 1), remaining, retry, reset and delay (microseconds), and
-	// writes its keys; where its first key is named "state", the store reads that key's
-	// state T, L and A for it (the Time, Level and Aux of State) and the step saves it.
+	// writes its keys. Where its first key is named "state", the store reads that key's
+	// T, L and A for it (State's Time, Level and Aux), and the step saves them.
 	// The scripts of this module's algorithms are the examples to follow (internal/script
 	// holds what surrounds them). Empty for an algorithm that runs in Go alone.
 	Script string
@@ -301,19 +301,18 @@ type Algorithm struct {
 	Refund func(st *State, now int64, a Args) (gave int64)
 
 	// Void, when set, leaves st as a reset of the key at now leaves it: as a key never
-	// seen, but for what makes the receipts of its takes before now give back nothing
-	// (Receipt), and returns how long (microseconds) that must be kept; 0 when st held
-	// nothing a receipt could name (a full bucket, an empty window: it decides as a key
-	// never seen), and the store forgets the key. Without it, a reset leaves the zero
-	// State.
+	// seen, but for what makes the receipts of its takes before now give back nothing. It
+	// returns how long (microseconds) that must be kept. It returns 0 when st held nothing
+	// a receipt could name (a full bucket, an empty window), and the store forgets the
+	// key. Without Void, a reset leaves the zero State.
 	Void func(st *State, now int64, a Args) (keep int64)
 
-	// Debit, set by an algorithm that takes debts (the token bucket, the fixed window,
-	// the sliding window counter, the calendar quotas), takes a.N events from st at now
-	// whatever it has left, and returns the time until st is back to full (microseconds):
-	// a key taken below what it allows denies until it has earned them back (a window
-	// counts past its Limit until it ends; the sliding window counter holds no more than
-	// its Limit in a window, so its debt lasts no longer than two windows). The Script
+	// Debit takes a.N events from st at now, whatever it has left, and returns the time
+	// until st is back to full (microseconds). The algorithms that take debts set it: the
+	// token bucket, the fixed window, the sliding window counter and the calendar quotas.
+	// A key taken below what it allows denies until it has earned the events back. A
+	// window counts past its Limit until it ends; a sliding window counter's debt lasts
+	// two windows at most. The Script
 	// does the same for OpDebit. Stores refuse a debit for an algorithm without it.
 	Debit func(st *State, now int64, a Args) (reset int64)
 
@@ -362,13 +361,12 @@ type Args struct {
 	// could be admitted, and reports Remaining above it.
 	Keep int64
 
-	// Taken is the receipt of a rate algorithm's request, set by the store after Prepare:
-	// for a refund, the instant of the take it gives back (Receipt.At), whose events
-	// Refund gives back only as far as the key would still hold them; for a debit that
-	// settles a take (with its Receipt), that take's instant, which names the settlement;
+	// Taken is the receipt of a rate algorithm's request, set by the store after Prepare.
+	// For a refund, it is the instant of the take it gives back (Receipt.At). For a debit
+	// that settles a take, it is that take's instant, which names the settlement. It is
 	// -1 for a take that carries a Receipt, or a debit whose Receipt is not yet written:
-	// the algorithm keeps what a refund of it needs (a bucket, the record of its deficits),
-	// and the store writes the Receipt, State.Time after the step; else 0.
+	// the algorithm keeps what a refund of it needs, and the store writes the Receipt
+	// (State.Time after the step). Else it is 0.
 	Taken int64
 }
 
