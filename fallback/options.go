@@ -130,13 +130,13 @@ func WithHooks(h Hooks) Option {
 	return optionFunc(func(s *Store) { s.hooks = h })
 }
 
-// WithLogger logs what the store swallows while it keeps deciding: at Warn, each time the
-// breaker opens (with the primary's error that opened it), that its probes still fail
-// (with the latest probe's error, say a WRONGPASS after Redis came back with a password:
-// at most every 30s), the primary's errors that open nothing (a missing script, a reply
-// of the wrong shape: at most one a second), and, once a minute, a timeout that follows
-// a primary slower than WithTimeout; at Info, each time the primary decides again. nil
-// logs nothing, the default.
+// WithLogger logs what the store swallows while it keeps deciding. At Warn, it logs:
+//   - each time the breaker opens, with the primary's error that opened it;
+//   - that its probes still fail, with the latest probe's error, at most every 30s;
+//   - the primary's errors that open nothing (a missing script), at most one a second;
+//   - once a minute, a timeout that follows a primary slower than WithTimeout.
+//
+// At Info, it logs each time the primary decides again. nil, the default, logs nothing.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(s *Store) { s.log = l })
 }

@@ -18,14 +18,15 @@ import (
 //
 //	client := redis.NewClient(redisstore.Recommended(&redis.Options{Addr: addr}))
 //
-// The settings, so that a decision's timeout (fallback.WithTimeout) stops the work as
-// well as the wait, and an outage piles up neither connections nor goroutines:
-// ContextTimeoutEnabled (stop waiting for a connection at the decision's deadline), a
-// DialTimeout of 100ms and one DialerRetries (reconnections fail fast, not 5 attempts
-// per call), Read and WriteTimeout of 1s (how long a late reply is waited for), a
-// PoolTimeout of 10ms (a saturated pool fails fast) and no MaxRetries (the store never
-// resends a script: a take resent after a lost reply would count twice). Everything
-// else of o (the address, credentials, TLS, the pool's size) is kept.
+// The settings make a decision's timeout (fallback.WithTimeout) stop the work as well as
+// the wait, so that an outage piles up neither connections nor goroutines:
+//   - ContextTimeoutEnabled: stop waiting for a connection at the decision's deadline;
+//   - a DialTimeout of 100ms and one DialerRetries: reconnections fail fast;
+//   - Read and WriteTimeout of 1s: how long a late reply is waited for;
+//   - a PoolTimeout of 10ms: a saturated pool fails fast;
+//   - no MaxRetries: a take resent after a lost reply would count twice.
+//
+// Everything else of o (the address, credentials, TLS, the pool's size) is kept.
 func Recommended(o *redis.Options) *redis.Options {
 	if o == nil {
 		o = &redis.Options{}
