@@ -42,20 +42,23 @@ import (
 // one settles it. An ended key's give-back is sent again at each look until it is
 // answered, or its record ends.
 //
-// How a request is decided: from the events this instance holds on loan of its key (a
-// lease), when it holds enough; denied from memory while the key is known to have none
-// (a denial, a debt, a lease that lent less than asked waits for its pace or its next
-// refill); else on trust, while fewer than WithTrust events of the key are admitted and
-// not yet charged here; else on the next store (the exact path), as without Leases. While
-// the key's refill is on its way, such a request waits for it first, until 100ms after it
-// was asked for (a quarter of a refill interval, if shorter): a key turning busy costs the
-// next store one loan, not a call per request until the loan lands. A key
-// asked more than its trust serves is leased: the lease's first loan goes out at its next
-// request (at once for a key asked well beyond that), coalesced with every other key's,
-// and its refills are asked for before it runs out. A
-// lease holds about the instance's demand over a refill interval (WithRefill) and a round
-// trip, never more than the key has left divided by the instances (WithInstanceCount),
-// and is renewed at least once a refill interval; what it does not need goes back.
+// How a request is decided, in this order:
+//   - from the events this instance holds on loan of its key (a lease), when it holds
+//     enough;
+//   - denied from memory while the key is known to have none: a denial, a debt, or a
+//     lease that lent less than asked, until its pace or its next refill;
+//   - on trust, while fewer than WithTrust events of the key are admitted and not yet
+//     charged here;
+//   - else on the next store (the exact path), as without Leases.
+//
+// While the key's refill is on its way, such a request waits for it first, up to 100ms
+// (a quarter of a refill interval, if shorter). A key turning busy so costs the next
+// store one loan, not a call per request until the loan lands. A key asked more than its
+// trust serves is leased. The lease's first loan goes out at its next request, coalesced
+// with every other key's, and its refills are asked for before it runs out. A lease holds
+// about the instance's demand over a refill interval (WithRefill) and a round trip. It
+// never holds more than the key has left divided by the instances (WithInstanceCount).
+// It is renewed at least once a refill interval, and what it does not need goes back.
 //
 // A key asked more than its rule is decided from memory too, denials and admissions
 // alike: a refill that gets less than it asked (the key is at its rule) is spent at an
