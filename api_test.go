@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -80,5 +81,55 @@ func TestExportedNames(t *testing.T) {
 	}
 	if len(names) > maxNames {
 		t.Errorf("%d exported names outside the middlewares' files, more than %d: %v", len(names), maxNames, names)
+	}
+}
+
+// TestDocsSayNoRegisters: the root's exported docs say what a thing is and does; how it
+// fits in registers or words of memory is for comments on unexported code.
+func TestDocsSayNoRegisters(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	mechanism := regexp.MustCompile(`(?i)\bregisters?\b|\b(two|three|four|five) words\b|\bwords of memory\b`)
+	check := func(where string, g *ast.CommentGroup) {
+		if g != nil && mechanism.MatchString(g.Text()) {
+			t.Errorf("%s: the doc of an exported name says how it fits in memory: %q", where, mechanism.FindString(g.Text()))
+		}
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Name.IsExported() {
+					check(f+": "+d.Name.Name, d.Doc)
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					ts, ok := s.(*ast.TypeSpec)
+					if !ok || !ts.Name.IsExported() {
+						continue
+					}
+					check(f+": "+ts.Name.Name, d.Doc)
+					check(f+": "+ts.Name.Name, ts.Doc)
+					if st, ok := ts.Type.(*ast.StructType); ok {
+						for _, field := range st.Fields.List {
+							if len(field.Names) > 0 && field.Names[0].IsExported() {
+								check(f+": "+ts.Name.Name+"."+field.Names[0].Name, field.Doc)
+								check(f+": "+ts.Name.Name+"."+field.Names[0].Name, field.Comment)
+							}
+						}
+					}
+				}
+			}
+		}
 	}
 }
