@@ -36,10 +36,10 @@ func (s BreakerState) String() string {
 // Breaker configures the circuit breaker. A zero field means its default.
 //
 // The breaker opens when, among the calls of the primary that ended in the last Window,
-// at least MinCalls were made and at least FailureRate of them failed (unanswered for
-// Unanswered, or an error wrapping ratelimit.ErrUnavailable): a rate over a window, as resilience libraries
-// do, so that a burst of callers timing out together under a CPU spike does not open it
-// while the primary answers nearly everyone. Timeouts without an error open it only
+// at least MinCalls were made and at least FailureRate of them failed. A call fails when
+// it stays unanswered for Unanswered, or returns an error wrapping
+// ratelimit.ErrUnavailable. A rate over a window, as resilience libraries use, keeps a
+// burst of callers timing out together under a CPU spike from opening it. Timeouts without an error open it only
 // once they have gone on into a second tenth of the Window: a burst of them within a
 // tenth (the process starved of CPU as a load starts) does not, even with no answer
 // beside them.

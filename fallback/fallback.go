@@ -96,9 +96,9 @@ type Hooks struct {
 //
 // With WithInstances(n), or WithInstanceCount(f) for a number learned at run time (see
 // members.Members), each of n instances enforces 1/n of every rule on its secondary,
-// never rounded up: Limit and Burst divided by n and rounded down, a share below 1 per
-// Period becoming 1 per a longer Period (2 per second over 5 instances: 1 per 3 seconds
-// each), and Burst at least 1. With 4 instances and a limit of 100, each admits 25. An
+// never rounded up. Limit and Burst are divided by n and rounded down. A share below 1
+// per Period becomes 1 per a longer Period (2 per second over 5 instances: 1 per 3
+// seconds each), and Burst is at least 1. With 4 instances and a limit of 100, each admits 25. An
 // in-flight limit (ratelimit.InFlightLimiter) is divided likewise, at least one lease
 // each; the leases taken on the primary are mirrored onto the share (below), so that
 // their releases and extensions find them there while the primary is down. A decision
@@ -122,11 +122,10 @@ type Hooks struct {
 // takes are given back once it answers. A primary that restarted without its data gives
 // them back from what it counted since: a window's count, not a bucket's.
 //
-// The bound. Over any interval, the instances together admit at most what the rule
-// allows on the primary plus the sum of their shares' allowances, each share less what
-// the primary admitted for its instance: so never more than twice the rule, and the
-// whole rule only when the primary had admitted nothing for the instances that then
-// decide locally. When a rule is smaller than n at once (2 at once over 5 instances),
+// The bound. Over any interval, the instances together admit at most twice the rule:
+// what the rule allows on the primary, plus their shares' allowances, each less what the
+// primary admitted for its instance. The second rule is whole only when the primary had
+// admitted nothing for the instances that then decide locally. When a rule is smaller than n at once (2 at once over 5 instances),
 // each share still holds 1, so n may pass at once.
 type Store struct {
 	primary, secondary ratelimit.Store

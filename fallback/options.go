@@ -37,12 +37,10 @@ func WithInstances(n int) Option {
 //
 // A decision the primary has not answered within the timeout is decided on the
 // secondary, but its call goes on: an answer that comes later is a primary that is slow,
-// not one that is down. It counts as an answer for the breaker, its time counts in the
-// round trip the timeout follows (see Timeout: the 99.5th percentile of the last
-// second's answers, plus the timeout set as slack, or doubled, up to WithMaxTimeout,
-// 50ms by default; logged at Warn once a minute while the primary is slower than the
-// timeout set), and a lease of an in-flight limit it granted is released at once, since
-// nobody holds it. So a Redis a zone away, a jittery network or a busy
+// not one that is down. It counts as an answer for the breaker. Its time counts in the
+// round trip the timeout follows (see Timeout), up to WithMaxTimeout (50ms by default).
+// A lease of an in-flight limit it granted is released at once, since nobody holds it.
+// So a Redis a zone away, a jittery network or a busy
 // CPU make decisions wait longer for Redis, never send them to the shares wholesale.
 //
 // A call is a failure when it fails with an error wrapping ratelimit.ErrUnavailable,

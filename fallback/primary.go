@@ -12,11 +12,11 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/trace"
 )
 
-// Timeout is how long a decision waits for the primary now: the time within which the
-// primary gave 99.5% of its answers over the last second or two (its tail, late answers
-// included: a late answer is a slow primary, not a failed one) plus the timeout of
-// WithTimeout, or twice the tail if that is longer, up to WithMaxTimeout; the timeout
-// alone while too few answers were seen. The slack, because the moments a machine is
+// Timeout is how long a decision waits for the primary now. That is the primary's tail
+// (the time within which it gave 99.5% of its answers over the last second or two, late
+// answers included) plus the timeout of WithTimeout, or twice the tail if longer, up to
+// WithMaxTimeout. While too few answers were seen, it is the timeout alone. The slack is
+// there because the moments a machine is
 // slow (a CPU busy elsewhere, a virtual machine's CPU waking) come in bursts that the
 // past second's tail does not foresee.
 func (s *Store) Timeout() time.Duration {
