@@ -31,26 +31,25 @@ import (
 //
 // # Weights
 //
-// Each region enforces its weight of every rule (core.Portion, in thousandths), per
-// family of limits (a request's namespace unless WithFamily says otherwise), so
-// that the regions together never admit more than the rule: the shares are rounded
-// down, and a rule too small to split is an error (wrapping ratelimit.ErrInvalidRule),
-// but for an in-flight limit (ratelimit.InFlightLimiter), where each region holds at
-// least one lease. Weights start equal.
+// Each region enforces its weight of every rule, in thousandths, per family of limits:
+// a request's namespace, unless WithFamily says otherwise. The regions together never
+// admit more than the rule: the shares are rounded down. A rule too small to split is an
+// error wrapping ratelimit.ErrInvalidRule, but for an in-flight limit, where each region
+// holds one lease at least. Weights start equal.
 //
 // # Demand and rebalancing
 //
-// Every take is counted as demand (admitted or denied) in memory, in the interval it is
-// made in, and each instance adds its counts to its own region's Redis every second (one
-// HINCRBY per family, into a hash per interval; an instance cut off from its Redis adds
-// them to the intervals they were made in when it reconnects), and marks the interval
-// as reported. Every interval (WithInterval, 5 minutes by default), one instance of
-// the leader region (the first name in order; one instance, by a lock in its Redis),
-// once every region has reported since the interval just ended (or after half an
-// interval, for a region with no instance), reads each region's demand of the interval
-// just ended and moves each family's weights
-// toward the regions' shares of it: by at most a step (WithStep, 100 thousandths),
-// never below a floor per region (WithFloor, 100 thousandths). It writes each
+// Every take is counted as demand, admitted or denied, in memory, in the interval it is
+// made in. Each instance adds its counts to its own region's Redis every second, one
+// HINCRBY per family into a hash per interval, and marks the interval as reported. An
+// instance cut off from its Redis adds them to their intervals when it reconnects.
+//
+// Every interval (WithInterval, 5 minutes by default), one instance of the leader region
+// rebalances: the first region in order, one instance by a lock in its Redis. Once every
+// region has reported the interval just ended, or after half an interval, it reads each
+// region's demand of that interval. It moves each family's weights toward the regions'
+// shares of it: by a step at most (WithStep, 100 thousandths), and never below a floor
+// per region (WithFloor, 100 thousandths). It writes each
 // region's new weight into that region's own Redis, lowered weights first, and stops at
 // the first region it cannot reach: so the weights in force never add up to more than
 // the whole. A raised weight takes effect only after a grace (WithGrace, three
@@ -59,11 +58,11 @@ import (
 // demand leaves every weight as it is: a region cut off keeps its last weights.
 //
 // The bound: at any instant the weights in force add up to at most the whole, as long as
-// every instance reads its weights within the grace. A window of a rule in which no
-// weight moves sees the regions admit at most the rule, as one limiter on one Redis
-// would; a window in which they move, at most the rule plus the moves' step of it (a
-// region may have spent its old, larger share before its weight went down, and another
-// spend its new one after its went up): with the default step, 1.1 times the rule. An
+// every instance reads its weights within the grace. In a window of a rule in which no
+// weight moves, the regions admit at most the rule, as one limiter on one Redis would.
+// In a window in which they move, they admit at most the rule plus the step of it: 1.1
+// times the rule with the default step. A region may have spent its old, larger share
+// before its weight went down, and another spend its new one after its went up. An
 // instance that cannot reach its own Redis keeps the weights it last read, and decides
 // as its store does (the fallback store's shares, say).
 //
