@@ -30,12 +30,12 @@ const maxLoans = 20
 const lanes, lanesUnrouted = 2, 4
 
 // Lend decides loans (ratelimit.Lender) in scripts of up to 20 loans, two calls at a
-// time per Redis server (a key's loans in one of the two, in order), so that a refill holds two connections of the pool per server
-// and no script holds Redis much more than a millisecond: on a *redis.Client on its
-// server, on a *redis.ClusterClient on each master (the keys of several slots in one
-// script, with Redis 7's script flags), the masters in parallel. Elsewhere (a Ring, an
-// AutoPipeliner, a cluster without script flags) it sends one call per loan, four at
-// once. A key's record of loans is a hash beside its state, in its
+// time per Redis server, a key's loans in one of the two, in order. A refill so holds two
+// connections of the pool per server, and no script holds Redis much more than a
+// millisecond. On a *redis.ClusterClient, each master gets its own scripts (the keys of
+// several slots in one, with Redis 7's script flags), the masters in parallel. Elsewhere
+// (a Ring, an AutoPipeliner, a cluster without script flags), it sends one call per
+// loan, four at once. A key's record of loans is a hash beside its state, in its
 // hash slot (see Store, "Keys"), with the TTL of its latest loan.
 //
 // A call of partial debits alone (OpDebit, no holder: what hotkey.Leases charges for

@@ -99,15 +99,13 @@ var ErrUnexpectedReply = errors.New("redisstore: unexpected reply")
 // for a connection only as long as the context allows. A script already on its way when
 // the caller gives up runs, and counts once.
 //
-// The store keeps two calls in flight to a server, and more (up to 16, and half of the
-// client's pool) while none of those in flight is expected to land within half a
-// millisecond, as the round trip the store measures tells: near, decisions ride
-// together in the next batch; far, decisions that arrive together go out at once rather
-// than a round trip later. A first decision warms the connections its flights will use
-// in the background (PINGs at once: two, or as many as it may keep in flight to a
-// server further than half a millisecond away), and LoadScripts does it before it
-// returns: a decision never pays for a new connection's handshake while other
-// connections are warm.
+// The store keeps two calls in flight to a server. It keeps more (up to 16, and half of
+// the client's pool) while none of those in flight is expected to land within half a
+// millisecond, by the round trip it measures. Near, decisions ride together in the next
+// batch; far, decisions that arrive together go out at once, not a round trip later. A
+// first decision warms the connections its flights will use, in the background, with
+// PINGs; LoadScripts does it before it returns. A decision so never pays for a new
+// connection's handshake while other connections are warm.
 type Store struct {
 	client  redis.Scripter
 	process processor // the client's Process, nil if it has none
