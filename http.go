@@ -107,10 +107,10 @@ type Middleware struct {
 	// whose client has gone away is dropped without calling it.
 	Error func(w http.ResponseWriter, r *http.Request, err error) (pass bool)
 
-	// InFlight, when set, also bounds the requests of a key in progress at once: a
-	// request the rate limit admits (every request, without Limiter and Decide) holds one
-	// of its key's leases while the handler serves it, extended every half lease duration
-	// while it runs and released when it returns, even if it panics. A request that finds
+	// InFlight, when set, also bounds the requests of a key in progress at once. A request
+	// the rate limit admits (every request, without Limiter and Decide) holds one of its
+	// key's leases while the handler serves it. The lease is extended every half lease
+	// duration while it runs, and released when it returns, even if it panics. A request that finds
 	// every lease held gets InFlightDenied's answer; a failure of InFlight's store goes to
 	// Error, as the rate limit's does. A request refused for being one too many in
 	// progress costs the rate limits nothing. Limiters of the algorithm packages decide

@@ -21,14 +21,13 @@ import (
 //	}
 //	defer lease.Release(context.WithoutCancel(ctx))
 //
-// A lease expires by itself a lease duration after it was acquired or last extended, so
-// the leases of a holder that crashed, or of an instance that lost its connection, come
-// back without anyone releasing them; work that may outlast the duration extends its
+// A lease expires by itself a lease duration after it was acquired or last extended. The
+// leases of a holder that crashed, or of an instance that lost its connection, so come
+// back without anyone releasing them. Work that may outlast the duration extends its
 // lease (Lease.Extend; Middleware does it for the requests it holds). Releasing twice, or
-// after the lease expired, frees nothing, and never another holder's lease; a release of
-// a lease not held is remembered for a lease's duration, so that an acquire that reaches
-// the store after its own release (its caller gave up while Redis was stalled, and the
-// two went on different connections) takes nothing.
+// after the lease expired, frees nothing, and never another holder's lease. A release of
+// a lease not held is remembered for a lease's duration: an acquire that reaches the
+// store after its own release (its caller gave up while Redis was stalled) takes nothing.
 //
 // Every store runs it: localstore in memory, redisstore on Redis (one script per
 // acquire, release and extend; each key's TTL follows its latest lease), and fallback,
@@ -58,12 +57,11 @@ func NewInFlight(store Store, limit int64, lease time.Duration, opts ...Option) 
 // living Period after it is acquired or extended.
 func (l *InFlightLimiter) Rule() Rule { return l.base.rule }
 
-// Acquire takes one of key's leases, or says that all of them are held. Allowed, the
-// Lease is held until released or expired; denied, it is nil (its Release is harmless)
-// and the Decision says so: Remaining is 0, and RetryAfter the time until enough leases
-// expire for this one to fit if no one releases them (the oldest, unless a lower limit
-// per call or a reserve asks for more), which is only the latest a lease can come back
-// (a release frees one at once). Limit is the limit, Remaining the leases left after
+// Acquire takes one of key's leases, or says that all of them are held. When allowed,
+// the Lease is held until released or expired. When denied, the Lease is nil (its Release
+// is harmless), Remaining is 0, and RetryAfter is the time until enough leases expire
+// for this one to fit if no one releases them. That is only the latest a lease can come
+// back: a release frees one at once. Limit is the limit, Remaining the leases left after
 // this one, ResetAfter the time until every lease held has expired.
 func (l *InFlightLimiter) Acquire(ctx context.Context, key string) (*Lease, Decision, error) {
 	return l.acquire(ctx, key, l.base.rule)
