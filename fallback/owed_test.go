@@ -133,7 +133,7 @@ func TestSettledWhereASlowPrimaryCounts(t *testing.T) {
 		admitted, asked, opened, shared := int64(0), int64(0), false, 0
 		for range 600 { // a decision every 5ms for 3s
 			calls := p.calls.Load()
-			take := ratelimit.Request{Key: "k", N: 3, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule}, Receipt: &ratelimit.Receipt{}}
+			take := fwTake("k", 3, rule)
 			d, err := s.Apply(t.Context(), take)
 			if err != nil {
 				t.Fatal(err)
@@ -143,8 +143,7 @@ func TestSettledWhereASlowPrimaryCounts(t *testing.T) {
 				if take.Receipt.Via == int64(fallback.Secondary) {
 					shared++
 				}
-				refund := take
-				refund.N, refund.Spec = 2, &ratelimit.Spec{Algorithm: take.Spec.Algorithm, Rule: rule, Op: ratelimit.OpRefund}
+				refund := fwRefund(take, 2)
 				go func() { // the answer comes later: the settlement does not hold the next request
 					if _, err := s.Apply(context.Background(), refund); err != nil {
 						t.Error(err)
@@ -161,12 +160,7 @@ func TestSettledWhereASlowPrimaryCounts(t *testing.T) {
 		}
 		time.Sleep(10 * time.Second) // the late answers, the debts and the settlements land
 		synctest.Wait()
-		peek := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule, Op: ratelimit.OpPeek}}
-		o, err := p.local.Apply(context.Background(), peek)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c := rule.Limit - 1 - o.Remaining; c < admitted || c > admitted+3*asked {
+		if c := fwCounted(t, p.local, "k", rule); c < admitted || c > admitted+3*asked {
 			t.Errorf("the primary counted %d events, of %d takes admitted (%d on the share) and %d denied late; want 1 for each admitted, and 3 for each denied at most",
 				c, admitted, shared, asked)
 		}
@@ -271,8 +265,7 @@ func TestRefundWaitsOutAnOutage(t *testing.T) {
 		p := newPrimary()
 		s := fallback.New(p, localstore.New(), fallback.WithBreaker(fallback.Breaker{MinCalls: 1}), fallback.WithTimeout(time.Second))
 		rule := ratelimit.PerHour(100)
-		spec := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule}
-		take := ratelimit.Request{Key: "k", N: 5, Spec: spec, Receipt: &ratelimit.Receipt{}}
+		take := fwTake("k", 5, rule)
 		if d, err := s.Apply(t.Context(), take); err != nil || !d.Allowed() || take.Receipt.Via != int64(fallback.Primary) {
 			t.Fatalf("the take: %+v, %v, receipt %+v; want it admitted by the primary", d, err, take.Receipt)
 		}
@@ -281,9 +274,7 @@ func TestRefundWaitsOutAnOutage(t *testing.T) {
 		if s.BreakerState() != fallback.Open {
 			t.Fatalf("breaker %v; want open", s.BreakerState())
 		}
-		refund := take
-		refund.N, refund.Spec = 4, &ratelimit.Spec{Algorithm: spec.Algorithm, Rule: rule, Op: ratelimit.OpRefund}
-		if _, err := s.Apply(t.Context(), refund); err != nil {
+		if _, err := s.Apply(t.Context(), fwRefund(take, 4)); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(fallback.DefaultOpenFor)
@@ -291,12 +282,7 @@ func TestRefundWaitsOutAnOutage(t *testing.T) {
 		s.Apply(t.Context(), req("other", rule)) // the probe: closed
 		time.Sleep(time.Second)
 		synctest.Wait()
-		peek := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: spec.Algorithm, Rule: rule, Op: ratelimit.OpPeek}}
-		o, err := p.local.Apply(context.Background(), peek)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c := rule.Limit - 1 - o.Remaining; c != 1 {
+		if c := fwCounted(t, p.local, "k", rule); c != 1 {
 			t.Errorf("the primary counts %d of the key; want 1, the take less its refund", c)
 		}
 	})
