@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
@@ -33,7 +34,7 @@ type AlgorithmLimiter struct {
 	err       error   // an option's
 	// the Specs of takes under the limiter's rule, one per reserve (one alone without
 	// reserves), and under the other rules AllowRule has seen (ruleSpecs)
-	takes []*Spec
+	takes []*core.Spec
 	rules *ruleSpecs
 }
 
@@ -66,7 +67,7 @@ func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule, opts ...Option)
 	if store == nil {
 		return nil, errors.New(alg.Name + ": store is nil")
 	}
-	a, err := alg.Prepare(rule, 1)
+	a, err := alg.Prepare(core.Rule(rule), 1)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +87,7 @@ func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule, opts ...Option)
 		reserves = []int64{0}
 	}
 	for _, r := range reserves {
-		l.takes = append(l.takes, &Spec{Algorithm: alg, Namespace: l.namespace, Rule: rule, Reserve: r})
+		l.takes = append(l.takes, &core.Spec{Algorithm: alg, Namespace: l.namespace, Rule: core.Rule(rule), Reserve: r})
 	}
 	return l, nil
 }
@@ -112,7 +113,7 @@ func (l *AlgorithmLimiter) Allow(ctx context.Context, key string) (Decision, err
 	if l.reserves != nil {
 		return l.take(ctx, key, l.rule, 1)
 	}
-	o, err := l.store.Apply(ctx, Request{Key: key, N: 1, Spec: l.takes[0]})
+	o, err := l.store.Apply(ctx, core.Request{Key: key, N: 1, Spec: l.takes[0]})
 	if err != nil {
 		return Decision{}, err
 	}
@@ -133,7 +134,7 @@ func (l *AlgorithmLimiter) take(ctx context.Context, key string, rule Rule, n in
 	if err != nil { // the store is not asked
 		return Decision{}, err
 	}
-	o, err := l.store.Apply(ctx, Request{Key: key, N: n, Spec: spec})
+	o, err := l.store.Apply(ctx, core.Request{Key: key, N: n, Spec: spec})
 	if err != nil {
 		return Decision{}, err
 	}
@@ -144,7 +145,7 @@ func (l *AlgorithmLimiter) take(ctx context.Context, key string, rule Rule, n in
 // waits are the RetryAfter and the Delay of o's Decision. The Decision itself is built in
 // the statement that returns it (o.Decision's work, written out): built by a call and
 // returned again, it would be copied through memory once more.
-func waits(o Outcome) (retry, delay time.Duration) {
+func waits(o core.Outcome) (retry, delay time.Duration) {
 	if o.Allowed() {
 		return 0, o.Wait
 	}
@@ -153,7 +154,7 @@ func waits(o Outcome) (retry, delay time.Duration) {
 
 // takeSpec is the Spec of a take of n under rule at ctx's priority; or the error of an n
 // the rule, or the priority's reserve, never allows.
-func (l *AlgorithmLimiter) takeSpec(ctx context.Context, rule Rule, n int64) (*Spec, error) {
+func (l *AlgorithmLimiter) takeSpec(ctx context.Context, rule Rule, n int64) (*core.Spec, error) {
 	p := l.priority(ctx)
 	if rule == l.rule {
 		if n < 1 || n > l.limit {
@@ -174,7 +175,7 @@ func (l *AlgorithmLimiter) takeSpec(ctx context.Context, rule Rule, n int64) (*S
 
 // specUnder is the Spec of a take under rule at ctx's priority, and the Decisions' Limit
 // under it; the error of a rule l's algorithm refuses.
-func (l *AlgorithmLimiter) specUnder(ctx context.Context, rule Rule) (*Spec, int64, error) {
+func (l *AlgorithmLimiter) specUnder(ctx context.Context, rule Rule) (*core.Spec, int64, error) {
 	p := l.priority(ctx)
 	if rule == l.rule {
 		return l.takes[p], l.limit, nil
@@ -224,13 +225,13 @@ type ruleSpecKey struct {
 
 type ruleSpec struct {
 	ruleSpecKey
-	spec  *Spec
+	spec  *core.Spec
 	limit int64 // Args.Limit under the rule
 }
 
 // get is the Spec of a take under rule at the priority p of l, and its Decisions' Limit;
 // the error of a rule l's algorithm refuses.
-func (rs *ruleSpecs) get(l *AlgorithmLimiter, rule Rule, p int) (*Spec, int64, error) {
+func (rs *ruleSpecs) get(l *AlgorithmLimiter, rule Rule, p int) (*core.Spec, int64, error) {
 	k := ruleSpecKey{rule, p}
 	if r := rs.last.Load(); r != nil && r.ruleSpecKey == k {
 		return r.spec, r.limit, nil
@@ -240,11 +241,11 @@ func (rs *ruleSpecs) get(l *AlgorithmLimiter, rule Rule, p int) (*Spec, int64, e
 		rs.last.Store(r)
 		return r.spec, r.limit, nil
 	}
-	a, err := l.alg.Prepare(rule, 1)
+	a, err := l.alg.Prepare(core.Rule(rule), 1)
 	if err != nil {
 		return nil, 0, err
 	}
-	r := &ruleSpec{k, &Spec{Algorithm: l.alg, Namespace: l.namespace, Rule: rule, Reserve: l.takes[p].Reserve}, a.Limit}
+	r := &ruleSpec{k, &core.Spec{Algorithm: l.alg, Namespace: l.namespace, Rule: core.Rule(rule), Reserve: l.takes[p].Reserve}, a.Limit}
 	if rs.n.Load() < maxRuleSpecs {
 		if v, loaded := rs.m.LoadOrStore(k, r); loaded {
 			r = v.(*ruleSpec)
@@ -259,7 +260,7 @@ func (rs *ruleSpecs) get(l *AlgorithmLimiter, rule Rule, p int) (*Spec, int64, e
 // badN is the error for an n out of range of rule, as Prepare, the one place that words
 // it, has it.
 func badN(alg *Algorithm, rule Rule, n int64) error {
-	_, err := alg.Prepare(rule, n)
+	_, err := alg.Prepare(core.Rule(rule), n)
 	if err == nil { // cannot happen for an n out of range; never return a nil error here
 		err = fmt.Errorf("%s: n = %d: %w", alg.Name, n, ErrInvalidN)
 	}
@@ -269,7 +270,7 @@ func badN(alg *Algorithm, rule Rule, n int64) error {
 // PeekN is the Decision AllowN(ctx, key, n) would give now, at ctx's priority, consuming
 // nothing.
 func (l *AlgorithmLimiter) PeekN(ctx context.Context, key string, n int64) (Decision, error) {
-	return l.do(ctx, key, n, OpPeek)
+	return l.do(ctx, key, n, core.OpPeek)
 }
 
 // Charge admits n events for key as AllowN does, and, when it admits them, returns their
@@ -295,12 +296,12 @@ func (l *AlgorithmLimiter) charge(ctx context.Context, key string, rule Rule, n 
 	if err != nil { // the store is not asked
 		return nil, Decision{}, err
 	}
-	receipt := &Receipt{}
-	o, err := l.store.Apply(ctx, Request{Key: key, N: n, Spec: spec, Receipt: receipt})
+	receipt := &core.Receipt{}
+	o, err := l.store.Apply(ctx, core.Request{Key: key, N: n, Spec: spec, Receipt: receipt})
 	if err != nil {
 		return nil, Decision{}, err
 	}
-	d := o.Decision()
+	d := decisionOf(o)
 	if !d.Allowed {
 		return nil, d, nil
 	}
@@ -312,8 +313,8 @@ func (l *AlgorithmLimiter) charge(ctx context.Context, key string, rule Rule, n 
 type Charge struct {
 	store   Store
 	key     string
-	spec    *Spec // of the take
-	receipt *Receipt
+	spec    *core.Spec // of the take
+	receipt *core.Receipt
 	n       int64
 	state   atomic.Int32 // open, settling or settled
 	tried   int64        // 1 + the cost of an attempt that failed, 0 for none: its settling's alone
@@ -331,9 +332,9 @@ const (
 // admitted takes the rest as a debit (AlgorithmLimiter.Debit: the key may go into debt,
 // and then denies until it is repaid), a cost below them gives the difference back, and
 // the same cost changes nothing. A refund never creates allowance: it gives back only
-// what the key would still hold had the take been smaller from the start (see Receipt,
-// and each algorithm's package for what that is: nothing of a window that is over,
-// nothing once a bucket has been full since). The Decision is the key's after it, for a
+// what the key would still hold had the take been smaller from the start (each
+// algorithm's package says what that is: nothing of a window that is over, nothing once
+// a bucket has been full since). The Decision is the key's after it, for a
 // request of 1 (a debit's, or a peek's after a refund).
 //
 // cost must be at least 0 and at most 2^52, or the error wraps ErrInvalidN and nothing
@@ -342,7 +343,7 @@ const (
 //
 // With a store that fails, the charge stays unsettled, and Settle may be called again at
 // the same cost. The failed attempt may have landed (a reply lost on its way back): the
-// next one is a retry (Spec.Retry), which redisstore applies only if the first did not.
+// next one is a retry, which redisstore applies only if the first did not.
 // A retry at another cost is an error.
 func (c *Charge) Settle(ctx context.Context, cost int64) (Decision, error) {
 	if c == nil {
@@ -363,12 +364,12 @@ func (c *Charge) Settle(ctx context.Context, cost int64) (Decision, error) {
 			c.spec.Algorithm.Name, c.key, cost, c.tried-1, ErrInvalidN, c.tried-1)
 	}
 	// a debit names the take it settles (its receipt), as a refund does
-	req := Request{Key: c.key, Spec: withOp(c.spec, OpDebit), N: cost - c.n, Receipt: c.receipt}
+	req := core.Request{Key: c.key, Spec: core.WithOp(c.spec, core.OpDebit), N: cost - c.n, Receipt: c.receipt}
 	switch {
 	case cost == c.n:
-		req.Spec, req.N, req.Receipt = withOp(c.spec, OpPeek), 1, nil
+		req.Spec, req.N, req.Receipt = core.WithOp(c.spec, core.OpPeek), 1, nil
 	case cost < c.n:
-		req.Spec, req.N = withOp(c.spec, OpRefund), c.n-cost
+		req.Spec, req.N = core.WithOp(c.spec, core.OpRefund), c.n-cost
 		req.Spec.Reserve = 0
 	}
 	req.Spec.Retry = c.tried != 0 && cost != c.n
@@ -381,7 +382,7 @@ func (c *Charge) Settle(ctx context.Context, cost int64) (Decision, error) {
 		return Decision{}, err
 	}
 	c.state.Store(chargeSettled)
-	return o.Decision(), nil
+	return decisionOf(o), nil
 }
 
 // Debit takes n events from key whatever it has left, even past zero: the cost of a
@@ -398,12 +399,12 @@ func (l *AlgorithmLimiter) Debit(ctx context.Context, key string, n int64) (Deci
 	if l.alg.Debit == nil {
 		return Decision{}, fmt.Errorf("%s: a debit: %w: it takes no debts", l.alg.Name, errors.ErrUnsupported)
 	}
-	spec := withOp(l.takes[l.priority(ctx)], OpDebit)
-	o, err := l.store.Apply(ctx, Request{Key: key, N: n, Spec: spec})
+	spec := core.WithOp(l.takes[l.priority(ctx)], core.OpDebit)
+	o, err := l.store.Apply(ctx, core.Request{Key: key, N: n, Spec: spec})
 	if err != nil {
 		return Decision{}, err
 	}
-	return o.Decision(), nil
+	return decisionOf(o), nil
 }
 
 // AllowAtMost admits as many of n events for key as it has left, from none to n, and says
@@ -411,45 +412,45 @@ func (l *AlgorithmLimiter) Debit(ctx context.Context, key string, n int64) (Deci
 // priority (what WithReserves keeps back for more important requests stays). The
 // Decision is the key's after it: Allowed when granted is above 0, RetryAfter when none
 // is (the time until one event is). n may exceed the rule's Limit. It needs a store that
-// lends (a ratelimit.Lender: localstore, redisstore, fallback) and an algorithm that
-// does (Algorithm.Lendable: the token bucket, the windows, the calendar quotas);
-// otherwise an error wrapping errors.ErrUnsupported, before the store is asked.
+// lends (localstore, redisstore, fallback) and an algorithm that does (the token bucket,
+// the windows, the calendar quotas); otherwise an error wrapping errors.ErrUnsupported,
+// before the store is asked.
 func (l *AlgorithmLimiter) AllowAtMost(ctx context.Context, key string, n int64) (granted int64, d Decision, err error) {
-	lender, ok := l.store.(Lender)
+	lender, ok := l.store.(core.Lender)
 	if !ok || !l.alg.Lendable {
 		return 0, Decision{}, fmt.Errorf("%s: AllowAtMost: %w: the store (%T) or the algorithm does not lend", l.alg.Name, errors.ErrUnsupported, l.store)
 	}
 	if n < 1 || n > mathx.MaxExact {
 		return 0, Decision{}, fmt.Errorf("%s: AllowAtMost of %d: %w: want 1 to %d", l.alg.Name, n, ErrInvalidN, int64(mathx.MaxExact))
 	}
-	lent, err := lender.Lend(ctx, []Loan{{Key: key, Spec: l.takes[l.priority(ctx)], Want: n, Share: 1}})
+	lent, err := lender.Lend(ctx, []core.Loan{{Key: key, Spec: l.takes[l.priority(ctx)], Want: n, Share: 1}})
 	if err != nil {
 		return 0, Decision{}, err
 	}
-	return lent[0].N, lent[0].Outcome.Decision(), nil
+	return lent[0].N, decisionOf(lent[0].Outcome), nil
 }
 
 // Reset forgets key: its next decision sees it full (after a successful login, say).
 func (l *AlgorithmLimiter) Reset(ctx context.Context, key string) error {
-	_, err := l.do(ctx, key, 1, OpReset)
+	_, err := l.do(ctx, key, 1, core.OpReset)
 	return err
 }
 
-func (l *AlgorithmLimiter) do(ctx context.Context, key string, n int64, op Op) (Decision, error) {
+func (l *AlgorithmLimiter) do(ctx context.Context, key string, n int64, op core.Op) (Decision, error) {
 	if n < 1 || n > l.limit {
 		return Decision{}, badN(l.alg, l.rule, n)
 	}
-	spec := withOp(l.takes[0], op)
-	if op == OpPeek {
+	spec := core.WithOp(l.takes[0], op)
+	if op == core.OpPeek {
 		spec.Reserve = l.takes[l.priority(ctx)].Reserve
 	} else {
 		spec.Reserve = 0
 	}
-	o, err := l.store.Apply(ctx, Request{Key: key, N: n, Spec: spec})
+	o, err := l.store.Apply(ctx, core.Request{Key: key, N: n, Spec: spec})
 	if err != nil {
 		return Decision{}, err
 	}
-	return o.Decision(), nil
+	return decisionOf(o), nil
 }
 
 // base is how AllowAll finds the AlgorithmLimiter inside an algorithm's

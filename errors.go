@@ -1,22 +1,26 @@
 package ratelimit
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/ratelimit-go/ratelimit/internal/core"
+)
 
 // Errors are for the caller's mistakes and for backend failures; a denial is never an
 // error. Match them with errors.Is: the errors returned wrap these with details.
 var (
 	// ErrInvalidRule: a Rule that no algorithm can enforce, or that this algorithm cannot
 	// compute exactly (every number in it at most 2^52).
-	ErrInvalidRule = errors.New("ratelimit: invalid rule")
+	ErrInvalidRule = core.ErrInvalidRule
 
 	// ErrInvalidN: n is less than 1, or more than the rule can ever allow at once
 	// (Decision.Limit): waiting would never help. The error says which.
-	ErrInvalidN = errors.New("ratelimit: invalid n")
+	ErrInvalidN = core.ErrInvalidN
 
 	// ErrDuplicateKey: one decision under several limits (AllowAll, a store's ApplyAll)
 	// names the same algorithm, namespace and key twice. Each key is decided once; merge
 	// the parts, or give one of them another namespace.
-	ErrDuplicateKey = errors.New("ratelimit: a key appears twice in one decision")
+	ErrDuplicateKey = core.ErrDuplicateKey
 
 	// ErrUnavailable: the store's backend cannot decide now (down, unreachable, too slow,
 	// overloaded, out of memory, loading, failing over). Stores wrap their backend's error

@@ -114,7 +114,7 @@ type Middleware struct {
 	// every lease held gets InFlightDenied's answer; a failure of InFlight's store goes to
 	// Error, as the rate limit's does. A request refused for being one too many in
 	// progress costs the rate limits nothing. Limiters of the algorithm packages decide
-	// first, and give back what they took, their Cost's estimate included (see Receipt).
+	// first, and give back what they took, their Cost's estimate included (see Charge.Settle).
 	// With a Limiter of another kind, or Decide, the in-flight limit decides first.
 	InFlight *InFlightLimiter
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
@@ -93,8 +94,8 @@ func CostHeader(name string) func(r *http.Request, a Answer) int64 {
 type charge struct {
 	store    Store
 	key      string
-	spec     *Spec
-	receipt  *Receipt
+	spec     *core.Spec
+	receipt  *core.Receipt
 	cost     *Cost
 	admitted int64
 	estimate int64
@@ -130,19 +131,19 @@ func checkCostFields(what string, cost *Cost) error {
 // admit is the charge of r on key under l's spec (whose rule's Limit is limit) and cost
 // (nil: one event), with the events to admit r on: its estimate, at least 1, at most what
 // the rule ever admits at the request's reserve. Its take writes a receipt.
-func admit(r *http.Request, l *AlgorithmLimiter, key string, spec *Spec, limit int64, cost *Cost) charge {
+func admit(r *http.Request, l *AlgorithmLimiter, key string, spec *core.Spec, limit int64, cost *Cost) charge {
 	est := int64(1)
 	if cost != nil && cost.Estimate != nil {
 		est = max(1, cost.Estimate(r))
 	}
 	most := limit - mathx.Keep(limit, spec.Reserve)
-	return charge{store: l.store, key: key, spec: spec, receipt: &Receipt{}, cost: cost, admitted: max(1, min(est, most)),
+	return charge{store: l.store, key: key, spec: spec, receipt: &core.Receipt{}, cost: cost, admitted: max(1, min(est, most)),
 		estimate: est, limit: limit}
 }
 
 // request is the charge's take.
-func (c charge) request() Request {
-	return Request{Key: c.key, N: c.admitted, Spec: c.spec, Receipt: c.receipt}
+func (c charge) request() core.Request {
+	return core.Request{Key: c.key, N: c.admitted, Spec: c.spec, Receipt: c.receipt}
 }
 
 // settle charges the key what the request cost beyond or below what it was admitted on,
@@ -171,16 +172,16 @@ func (c charge) giveBack(ctx context.Context, o observer) { c.charge(ctx, o, 0) 
 
 // charge charges the key cost events in all, of the admitted: the rest as a debit, or
 // the difference back (whatever the reserve, as far as the key would still hold it: see
-// Receipt).
+// core.Receipt).
 func (c charge) charge(ctx context.Context, o observer, cost int64) {
 	if cost == c.admitted {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseTimeout)
 	defer cancel()
-	req := Request{Key: c.key, N: min(cost-c.admitted, mathx.MaxExact), Spec: withOp(c.spec, OpDebit)}
+	req := core.Request{Key: c.key, N: min(cost-c.admitted, mathx.MaxExact), Spec: core.WithOp(c.spec, core.OpDebit)}
 	if cost < c.admitted {
-		req.N, req.Spec, req.Receipt = c.admitted-cost, withOp(c.spec, OpRefund), c.receipt
+		req.N, req.Spec, req.Receipt = c.admitted-cost, core.WithOp(c.spec, core.OpRefund), c.receipt
 		req.Spec.Reserve = 0
 	}
 	if _, err := c.store.Apply(ctx, req); err != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // Policy is one of a Middleware's Policies: a limit with a name for the headers.
@@ -151,7 +153,7 @@ func (m *Middleware) decide(r *http.Request, key string, ps []policy) ([]policy,
 		l := b.base()
 		c := admit(r, l, key, l.takes[l.priority(r.Context())], l.limit, m.Cost)
 		o, err := l.store.Apply(r.Context(), c.request())
-		d := o.Decision()
+		d := decisionOf(o)
 		if err != nil {
 			d = Decision{}
 		}
@@ -181,7 +183,7 @@ func (m *Middleware) givesBack() bool {
 // if they admit it, under each shadowed one alone.
 func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []shadowed, Decision, error) {
 	var ps []policy
-	var reqs, shadowReqs []Request
+	var reqs, shadowReqs []core.Request
 	var shadows []shadowed
 	var store Store
 	ctx := r.Context()
@@ -208,7 +210,7 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 	}
 	var d Decision
 	if len(reqs) > 0 {
-		ds, err := ApplyAll(ctx, store, reqs)
+		ds, err := applyAll(ctx, store, reqs)
 		if err != nil {
 			return nil, nil, Decision{}, err
 		}
@@ -236,7 +238,7 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 			continue
 		}
 		sh := shadows[i]
-		sh.d, sh.latency = so.Decision(), time.Since(start)
+		sh.d, sh.latency = decisionOf(so), time.Since(start)
 		if !so.Allowed() {
 			sh.c = charge{}
 		}
@@ -248,12 +250,12 @@ func (m *Middleware) decidePolicies(r *http.Request, key string) ([]policy, []sh
 // policyRequest is p's part in the decision of r: its limit (For's choice over p's own),
 // its limiter, and its take, on its key under its rule at r's priority, of one event or
 // a Cost's estimate.
-func (m *Middleware) policyRequest(r *http.Request, key string, p Policy) (policy, *AlgorithmLimiter, Request, error) {
+func (m *Middleware) policyRequest(r *http.Request, key string, p Policy) (policy, *AlgorithmLimiter, core.Request, error) {
 	lim := PolicyLimit{Name: p.Name, Key: key, Limiter: p.Limiter}
 	if p.For != nil {
 		chosen, err := p.For(r)
 		if err = keyOf(chosen.Key, err, max(m.MaxKeyLength, defaultMaxKeyLength)); err != nil {
-			return policy{}, nil, Request{}, fmt.Errorf("policy %q: %w", p.Name, err)
+			return policy{}, nil, core.Request{}, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 		lim.Name, lim.Key = cmp.Or(chosen.Name, lim.Name), cmp.Or(chosen.Key, key)
 		lim.Limiter, lim.Rule = cmp.Or(chosen.Limiter, lim.Limiter), chosen.Rule
@@ -263,16 +265,16 @@ func (m *Middleware) policyRequest(r *http.Request, key string, p Policy) (polic
 		l = lim.Limiter.base()
 	}
 	if l == nil {
-		return policy{}, nil, Request{}, fmt.Errorf("ratelimit: Middleware policy %q has no limiter", lim.Name)
+		return policy{}, nil, core.Request{}, fmt.Errorf("ratelimit: Middleware policy %q has no limiter", lim.Name)
 	}
 	rule := cmp.Or(lim.Rule, l.rule)
 	spec, limit, err := l.specUnder(r.Context(), rule)
 	if err != nil {
-		return policy{}, nil, Request{}, fmt.Errorf("ratelimit: Middleware policy %q: %w", lim.Name, err)
+		return policy{}, nil, core.Request{}, fmt.Errorf("ratelimit: Middleware policy %q: %w", lim.Name, err)
 	}
-	pol, req := policy{name: lim.Name, key: lim.Key, rule: rule}, Request{Key: lim.Key, N: 1, Spec: spec}
+	pol, req := policy{name: lim.Name, key: lim.Key, rule: rule}, core.Request{Key: lim.Key, N: 1, Spec: spec}
 	if p.Cost != nil && l.alg.Debit == nil {
-		return policy{}, nil, Request{}, fmt.Errorf("ratelimit: Middleware policy %q has a Cost, and %s takes no debts", lim.Name, l.alg.Name)
+		return policy{}, nil, core.Request{}, fmt.Errorf("ratelimit: Middleware policy %q has a Cost, and %s takes no debts", lim.Name, l.alg.Name)
 	}
 	if p.Cost != nil || (m.InFlight != nil && !p.Shadow) { // a take with a receipt: to settle, or to give back
 		pol.c = admit(r, l, lim.Key, spec, limit, p.Cost)

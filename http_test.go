@@ -19,6 +19,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fallback"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
@@ -117,8 +118,8 @@ func TestMiddlewareKeys(t *testing.T) {
 // failing is a store whose backend is down.
 type failing struct{}
 
-func (failing) Apply(context.Context, ratelimit.Request) (ratelimit.Outcome, error) {
-	return ratelimit.Outcome{}, ratelimit.ErrUnavailable
+func (failing) Apply(context.Context, core.Request) (core.Outcome, error) {
+	return core.Outcome{}, ratelimit.ErrUnavailable
 }
 
 func TestMiddlewareErrors(t *testing.T) {
@@ -481,8 +482,8 @@ func TestMiddlewareShadowPolicy(t *testing.T) {
 // downStore is a store whose backend is down.
 type downStore struct{}
 
-func (downStore) Apply(context.Context, ratelimit.Request) (ratelimit.Outcome, error) {
-	return ratelimit.Outcome{}, fmt.Errorf("down: %w", ratelimit.ErrUnavailable)
+func (downStore) Apply(context.Context, core.Request) (core.Outcome, error) {
+	return core.Outcome{}, fmt.Errorf("down: %w", ratelimit.ErrUnavailable)
 }
 
 // The hook sees which store of a fallback decided, the in-flight limit's decisions, and

@@ -7,6 +7,9 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/ratelimit-go/ratelimit/internal/concurrency"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // InFlightLimiter limits the requests in progress per key, where a rate limit counts the
@@ -46,7 +49,7 @@ type InFlightLimiter struct {
 // Options are those of every limiter: its keys are in the namespace "<limit>/<lease>"
 // ("20/30s"), as a rule's, unless WithNamespace names one.
 func NewInFlight(store Store, limit int64, lease time.Duration, opts ...Option) (*InFlightLimiter, error) {
-	base, err := NewAlgorithmLimiter(store, &inflight, Rule{Limit: limit, Period: lease}, opts...)
+	base, err := NewAlgorithmLimiter(store, concurrency.Algorithm(), Rule{Limit: limit, Period: lease}, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -77,12 +80,12 @@ func (l *InFlightLimiter) AcquireLimit(ctx context.Context, key string, limit in
 }
 
 func (l *InFlightLimiter) acquire(ctx context.Context, key string, rule Rule) (*Lease, Decision, error) {
-	spec := &Spec{Algorithm: &inflight, Namespace: l.base.namespace, Rule: rule, Lease: newLeaseID(), Reserve: l.base.reserve(ctx)}
-	o, err := l.base.store.Apply(ctx, Request{Key: key, N: 1, Spec: spec})
+	spec := &core.Spec{Algorithm: concurrency.Algorithm(), Namespace: l.base.namespace, Rule: core.Rule(rule), Lease: newLeaseID(), Reserve: l.base.reserve(ctx)}
+	o, err := l.base.store.Apply(ctx, core.Request{Key: key, N: 1, Spec: spec})
 	if err != nil {
 		return nil, Decision{}, err
 	}
-	d := o.Decision()
+	d := decisionOf(o)
 	if !d.Allowed {
 		return nil, d, nil
 	}
@@ -124,7 +127,7 @@ const maxWaitPause = 100 * time.Millisecond
 type Lease struct {
 	limiter *InFlightLimiter
 	key     string
-	spec    *Spec // of its acquire: its rule and id
+	spec    *core.Spec // of its acquire: its rule and id
 }
 
 // Release gives the lease back, so that another request of its key may start. A lease
@@ -136,7 +139,7 @@ func (x *Lease) Release(ctx context.Context) error {
 	if x == nil || x.limiter == nil {
 		return nil
 	}
-	_, err := x.apply(ctx, OpRefund)
+	_, err := x.apply(ctx, core.OpRefund)
 	return err
 }
 
@@ -148,12 +151,12 @@ func (x *Lease) Extend(ctx context.Context) (bool, error) {
 	if x == nil || x.limiter == nil {
 		return false, nil
 	}
-	d, err := x.apply(ctx, OpExtend)
+	d, err := x.apply(ctx, core.OpExtend)
 	return err == nil && d.Allowed(), err
 }
 
-func (x *Lease) apply(ctx context.Context, op Op) (Outcome, error) {
-	return x.limiter.base.store.Apply(ctx, Request{Key: x.key, N: 1, Spec: withOp(x.spec, op)})
+func (x *Lease) apply(ctx context.Context, op core.Op) (core.Outcome, error) {
+	return x.limiter.base.store.Apply(ctx, core.Request{Key: x.key, N: 1, Spec: core.WithOp(x.spec, op)})
 }
 
 // keepAlive extends the lease every half lease duration, each time within timeout of

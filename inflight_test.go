@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/concurrency"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
@@ -200,7 +202,7 @@ func TestMiddlewareInFlightWithRate(t *testing.T) {
 		if w := get(h, "/", "a"); w.Code != http.StatusTooManyRequests || w.Header().Get("X-Ratelimit-Remaining") != "0" {
 			t.Errorf("the fourth request of a rate of 3: %d; want 429 from the rate", w.Code)
 		}
-		peek := ratelimit.Request{Key: "a", N: 1, Spec: &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: "5/1m0s", Rule: inflight.Rule(), Op: ratelimit.OpPeek}}
+		peek := core.Request{Key: "a", N: 1, Spec: &core.Spec{Algorithm: concurrency.Algorithm(), Namespace: "5/1m0s", Rule: core.Rule(inflight.Rule()), Op: core.OpPeek}}
 		if d, err := store.Apply(context.Background(), peek); err != nil || d.Remaining != 3 {
 			t.Errorf("leases: %+v, %v; want the slow request's alone (3 left after one more)", d, err)
 		}

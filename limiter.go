@@ -44,16 +44,11 @@
 // now. Instances whose clocks (redisstore.WithClock) differ by more than a period count
 // as a clock stepped back at each alternation, and may admit more than the rule.
 //
-// # Writing a store
+// # Stores
 //
-// store.go is the contract between limiters, algorithms and stores, in one place: a
-// limiter sends a Store a Request (a key, n, and the Spec its requests share), and the
-// store answers an Outcome, which the limiter turns into the Decision. A store outside
-// this module (a database, another cache) runs every algorithm through its Algorithm:
-// Request.Args validates, Step decides on the key's State, and State's MarshalBinary
-// keeps it between calls. The conformance suite of this module runs on such a store.
-// A store that can also lend a key's events ahead of its requests, for decisions that
-// never wait for it (hotkey.Leases), is a Lender (lend.go).
+// localstore, redisstore, fallback and hotkey's are this module's stores. The contract
+// between limiters, algorithms and stores is internal (internal/core): stores outside
+// this module are not supported.
 package ratelimit
 
 import (

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
@@ -19,31 +20,31 @@ func TestApplyAll(t *testing.T) {
 	for name, store := range map[string]ratelimit.Store{"batch": localstore.New(), "one by one": onlyApply{localstore.New()}} {
 		t.Run(name, func(t *testing.T) {
 			alg := tokenbucket.Algorithm()
-			reqs := []ratelimit.Request{
-				{Key: "a", N: 2, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerHour(5)}},
-				{Key: "b", N: 2, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerHour(3)}}}
-			ds, err := ratelimit.ApplyAll(ctx, store, reqs)
-			if err != nil || len(ds) != 2 || !ds[0].Allowed || !ds[1].Allowed || ds[0].Remaining != 3 || ds[1].Remaining != 1 {
+			reqs := []core.Request{
+				{Key: "a", N: 2, Spec: &core.Spec{Algorithm: alg, Rule: core.Rule(ratelimit.PerHour(5))}},
+				{Key: "b", N: 2, Spec: &core.Spec{Algorithm: alg, Rule: core.Rule(ratelimit.PerHour(3))}}}
+			ds, err := core.ApplyAll(ctx, store, reqs)
+			if err != nil || len(ds) != 2 || !ds[0].Allowed() || !ds[1].Allowed() || ds[0].Remaining != 3 || ds[1].Remaining != 1 {
 				t.Fatalf("first = %+v, %v; want both allowed, 3 and 1 left", ds, err)
 			}
-			ds, err = ratelimit.ApplyAll(ctx, store, reqs) // b has 1 left: denied, and a not counted
-			if err != nil || !ds[0].Allowed || ds[1].Allowed || ds[1].Remaining != 1 {
+			ds, err = core.ApplyAll(ctx, store, reqs) // b has 1 left: denied, and a not counted
+			if err != nil || !ds[0].Allowed() || ds[1].Allowed() || ds[1].Remaining != 1 {
 				t.Fatalf("second = %+v, %v; want a allowed alone, b denied with 1 left", ds, err)
 			}
-			if d, err := store.Apply(ctx, ratelimit.Request{Key: "a", N: 3, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerHour(5)}}); err != nil || !d.Allowed() {
+			if d, err := store.Apply(ctx, core.Request{Key: "a", N: 3, Spec: &core.Spec{Algorithm: alg, Rule: core.Rule(ratelimit.PerHour(5))}}); err != nil || !d.Allowed() {
 				t.Errorf("a after a denied ApplyAll = %+v, %v; want its 3 left", d, err)
 			}
-			for _, bad := range [][]ratelimit.Request{
+			for _, bad := range [][]core.Request{
 				{reqs[0], reqs[0]},
 				{{Key: "x", N: 1}},
-				{{Key: "x", N: 1, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerHour(1), Op: ratelimit.OpPeek}}}} {
-				if _, err := ratelimit.ApplyAll(ctx, store, bad); err == nil {
+				{{Key: "x", N: 1, Spec: &core.Spec{Algorithm: alg, Rule: core.Rule(ratelimit.PerHour(1)), Op: core.OpPeek}}}} {
+				if _, err := core.ApplyAll(ctx, store, bad); err == nil {
 					t.Errorf("ApplyAll(%+v): no error", bad)
 				}
 			}
 		})
 	}
-	if _, err := ratelimit.ApplyAll(ctx, nil, nil); err == nil {
+	if _, err := core.ApplyAll(ctx, nil, nil); err == nil {
 		t.Error("ApplyAll on a nil store: no error")
 	}
 }

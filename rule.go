@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
@@ -45,21 +46,11 @@ func PerDay(n int64) Rule { return Rule{Limit: n, Period: 24 * time.Hour} }
 // and Burst at most 2^52, so that the same arithmetic gives the same answer in Go and in a
 // Redis Lua script, whose numbers are IEEE doubles. An algorithm may refuse more (see each
 // algorithm's package). The error wraps ErrInvalidRule.
-func (r Rule) validate() error {
-	if err := mathx.CheckRule(r.Limit, r.Period, r.Burst); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidRule, err)
-	}
-	return nil
-}
+func (r Rule) validate() error { return core.CheckRule(core.Rule(r)) }
 
 // String formats the rule as "100 per 1s", or "100 per 1s, burst 200" when Burst is set:
 // the form MarshalText writes and UnmarshalText reads.
-func (r Rule) String() string {
-	if r.Burst != 0 {
-		return fmt.Sprintf("%d per %v, burst %d", r.Limit, r.Period, r.Burst)
-	}
-	return fmt.Sprintf("%d per %v", r.Limit, r.Period)
-}
+func (r Rule) String() string { return core.Rule(r).String() }
 
 // MarshalText is the rule as String writes it (encoding.TextMarshaler), so that rules go
 // into JSON, YAML and flags (flag.TextVar) as text; the zero Rule is the empty text.

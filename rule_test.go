@@ -28,7 +28,7 @@ func TestRuleHelpers(t *testing.T) {
 		if tc.got != tc.want || tc.got.String() != tc.str {
 			t.Errorf("got %+v %q; want %+v %q", tc.got, tc.got.String(), tc.want, tc.str)
 		}
-		if err := core.CheckRule(tc.got); err != nil {
+		if err := core.CheckRule(core.Rule(tc.got)); err != nil {
 			t.Errorf("%v: %v", tc.got, err)
 		}
 	}

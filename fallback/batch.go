@@ -13,7 +13,7 @@ import (
 
 // shareCapacity is the most req's rule, already a share, admits at once; 0 if the share
 // is not a rule the algorithm can count.
-func shareCapacity(req ratelimit.Request) int64 {
+func shareCapacity(req core.Request) int64 {
 	a, err := req.Spec.Algorithm.Prepare(req.Spec.Rule, 1)
 	if err != nil {
 		return 0
@@ -21,13 +21,13 @@ func shareCapacity(req ratelimit.Request) int64 {
 	return a.Limit
 }
 
-var _ ratelimit.BatchStore = (*Store)(nil)
+var _ core.BatchStore = (*Store)(nil)
 
 // ApplyAll decides reqs all or none: on the primary within the timeout (atomically when
-// it is a ratelimit.BatchStore, else one by one with refunds), or, when the primary
+// it is a core.BatchStore, else one by one with refunds), or, when the primary
 // cannot decide, by the policy on the secondary, with each rule's share, all or none
 // again. Errors as Apply's.
-func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
+func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -36,7 +36,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if r.Spec.Algorithm == nil {
 			return nil, errors.New("fallback: request has no algorithm")
 		}
-		if r.Spec.Op != ratelimit.OpTake || core.OfLeases(r.Spec.Algorithm) {
+		if r.Spec.Op != core.OpTake || core.OfLeases(r.Spec.Algorithm) {
 			return nil, errors.New("fallback: ApplyAll only takes, and no leases")
 		}
 		a, err := r.Args()
@@ -57,9 +57,9 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 		if s.policy == LocalShare {
 			lt = newLate(preqs)
 		}
-		ds, err := askPrimary(ctx, s, probe, len(reqs), false, func(pctx context.Context) ([]ratelimit.Outcome, error) {
+		ds, err := askPrimary(ctx, s, probe, len(reqs), false, func(pctx context.Context) ([]core.Outcome, error) {
 			return applyAll(pctx, s.primary, preqs)
-		}, func(pctx context.Context, ds []ratelimit.Outcome, err error) {
+		}, func(pctx context.Context, ds []core.Outcome, err error) {
 			if lt != nil {
 				s.answered(pctx, lt, err, ds, allAllowed(ds))
 			}
@@ -132,7 +132,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 }
 
 // allAllowed reports whether every one of os was allowed.
-func allAllowed(os []ratelimit.Outcome) bool {
+func allAllowed(os []core.Outcome) bool {
 	for _, o := range os {
 		if !o.Allowed() {
 			return false
@@ -142,35 +142,35 @@ func allAllowed(os []ratelimit.Outcome) bool {
 }
 
 // applyAll is store's ApplyAll, or errors.ErrUnsupported for a store that cannot batch.
-func applyAll(ctx context.Context, store ratelimit.Store, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
-	if bs, ok := store.(ratelimit.BatchStore); ok {
+func applyAll(ctx context.Context, store ratelimit.Store, reqs []core.Request) ([]core.Outcome, error) {
+	if bs, ok := store.(core.BatchStore); ok {
 		return bs.ApplyAll(ctx, reqs)
 	}
 	return nil, fmt.Errorf("fallback: %T decides one key at a time: %w", store, errors.ErrUnsupported)
 }
 
 // decideAllLocally decides reqs by the policy while the primary cannot.
-func (s *Store) decideAllLocally(ctx context.Context, reqs []ratelimit.Request, capacities []int64) ([]ratelimit.Outcome, error) {
-	ds := make([]ratelimit.Outcome, len(reqs))
+func (s *Store) decideAllLocally(ctx context.Context, reqs []core.Request, capacities []int64) ([]core.Outcome, error) {
+	ds := make([]core.Outcome, len(reqs))
 	switch s.policy {
 	case FailOpen:
 		for i, r := range reqs {
-			ds[i] = ratelimit.Args{Limit: capacities[i]}.Outcome(true, capacities[i]-r.N, 0, 0)
+			ds[i] = core.Args{Limit: capacities[i]}.Outcome(true, capacities[i]-r.N, 0, 0)
 		}
 		return ds, nil
 	case FailClosed:
 		for i := range reqs {
-			ds[i] = ratelimit.Args{Limit: capacities[i]}.Outcome(false, 0, s.breaker.retryAfter(), 0)
+			ds[i] = core.Args{Limit: capacities[i]}.Outcome(false, 0, s.breaker.retryAfter(), 0)
 		}
 		return ds, nil
 	}
-	shares := make([]ratelimit.Request, len(reqs))
+	shares := make([]core.Request, len(reqs))
 	fits := true
 	for i, r := range reqs {
 		r.Spec = core.WithRule(r.Spec, core.Share(r.Spec.Rule, s.n()))
 		shares[i] = r
 		share := shareCapacity(r)
-		ds[i] = ratelimit.Args{Limit: capacities[i]}.Outcome(false, 0, s.breaker.retryAfter(), 0)
+		ds[i] = core.Args{Limit: capacities[i]}.Outcome(false, 0, s.breaker.retryAfter(), 0)
 		fits = fits && r.N <= share-mathx.Keep(share, r.Spec.Reserve)
 	}
 	if !fits { // some share can never hold n: none is taken, all wait for the primary

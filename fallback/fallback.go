@@ -145,7 +145,7 @@ type Store struct {
 	lastLogged         atomic.Int64          // UnixNano of the latest error logged that opens nothing
 	lastReopenLog      atomic.Int64          // UnixNano of the latest log of a failed probe; 0: none since closed
 	failedProbes       atomic.Int64          // failed probes not logged yet
-	routes             sync.Map              // *ratelimit.Receipt (the share's) -> lateRoute: see late
+	routes             sync.Map              // *core.Receipt (the share's) -> lateRoute: see late
 	debts              debts                 // what the shares counted while the breaker was open: see owe
 }
 
@@ -215,18 +215,18 @@ func (s *Store) BreakerState() BreakerState { return BreakerState(s.breaker.stat
 // Apply decides req on the primary, or on the secondary when the primary cannot. It
 // returns an error for an invalid request (before asking either store), ctx.Err() when
 // the caller's context ends, and the secondary's errors; never the primary's.
-func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (s *Store) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	if err := ctx.Err(); err != nil {
-		return ratelimit.Outcome{}, err
+		return core.Outcome{}, err
 	}
 	if req.Spec.Algorithm == nil {
-		return ratelimit.Outcome{}, errors.New("fallback: request has no algorithm")
+		return core.Outcome{}, errors.New("fallback: request has no algorithm")
 	}
 	a, err := req.Args()
 	if err != nil {
-		return ratelimit.Outcome{}, err // the caller's mistake, not the primary's
+		return core.Outcome{}, err // the caller's mistake, not the primary's
 	}
-	if req.Receipt != nil && req.Spec.Op == ratelimit.OpRefund && !core.OfLeases(req.Spec.Algorithm) {
+	if req.Receipt != nil && req.Spec.Op == core.OpRefund && !core.OfLeases(req.Spec.Algorithm) {
 		return s.refund(ctx, req, a)
 	}
 	return s.decide(ctx, req, a)
@@ -236,12 +236,12 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 // cannot. A take's Receipt says which store took it (Via), and holds that store's own
 // (Next): each store gets a Receipt of its own, so that a late answer of the primary
 // writes none the caller reads.
-func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.Args) (ratelimit.Outcome, error) {
+func (s *Store) decide(ctx context.Context, req core.Request, a core.Args) (core.Outcome, error) {
 	outer := req.Receipt // of a take, or a debit that writes one (a take whatever the key has)
-	if !(req.Spec.Op == ratelimit.OpTake || req.Spec.Op == ratelimit.OpDebit && a.Taken == core.TakenNow) || core.OfLeases(req.Spec.Algorithm) {
+	if !(req.Spec.Op == core.OpTake || req.Spec.Op == core.OpDebit && a.Taken == core.TakenNow) || core.OfLeases(req.Spec.Algorithm) {
 		outer = nil
 	}
-	if req.Spec.Op == ratelimit.OpReset {
+	if req.Spec.Op == core.OpReset {
 		s.forgive(ctx, req) // what the share owes the key is not charged after its reset
 	}
 	var lt *late // a rate algorithm's take, which the primary may count after the wait
@@ -250,25 +250,25 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 	if ok, probe := s.breaker.allow(); ok {
 		refused = false
 		decisions := 0
-		if req.Spec.Op == ratelimit.OpTake {
+		if req.Spec.Op == core.OpTake {
 			decisions = 1
 		}
 		preq := req
 		if outer != nil {
-			preq.Receipt = &ratelimit.Receipt{}
+			preq.Receipt = &core.Receipt{}
 		}
-		if req.Spec.Op == ratelimit.OpTake && !core.OfLeases(req.Spec.Algorithm) && s.policy == LocalShare {
-			lt = newLate([]ratelimit.Request{preq})
+		if req.Spec.Op == core.OpTake && !core.OfLeases(req.Spec.Algorithm) && s.policy == LocalShare {
+			lt = newLate([]core.Request{preq})
 		}
-		change := req.Spec.Op == ratelimit.OpReset || req.Spec.Op == ratelimit.OpDebit || req.Spec.Op == ratelimit.OpRefund
-		d, err := askPrimary(ctx, s, probe, decisions, change, func(pctx context.Context) (ratelimit.Outcome, error) {
+		change := req.Spec.Op == core.OpReset || req.Spec.Op == core.OpDebit || req.Spec.Op == core.OpRefund
+		d, err := askPrimary(ctx, s, probe, decisions, change, func(pctx context.Context) (core.Outcome, error) {
 			return s.primary.Apply(pctx, preq)
-		}, func(pctx context.Context, d ratelimit.Outcome, err error) {
+		}, func(pctx context.Context, d core.Outcome, err error) {
 			if err == nil {
 				s.release(pctx, preq, d)
 			}
 			if lt != nil {
-				s.answered(pctx, lt, err, []ratelimit.Outcome{d}, d.Allowed())
+				s.answered(pctx, lt, err, []core.Outcome{d}, d.Allowed())
 			}
 		})
 		if err == nil && s.policy == LocalShare {
@@ -289,10 +289,10 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 	}
 	local := req
 	if outer != nil {
-		local.Receipt = &ratelimit.Receipt{}
+		local.Receipt = &core.Receipt{}
 	}
 	d, err := s.decideLocally(ctx, local, a.Limit)
-	if refused && err == nil && (req.Spec.Op == ratelimit.OpTake && d.Allowed() || req.Spec.Op == ratelimit.OpDebit) {
+	if refused && err == nil && (req.Spec.Op == core.OpTake && d.Allowed() || req.Spec.Op == core.OpDebit) {
 		if outer != nil {
 			s.oweTake(req, local.Receipt) // the primary is charged it, and its settlement goes there (see oweTake)
 		} else {
@@ -317,7 +317,7 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 		}
 		s.decided(ctx, lt, err == nil && d.Allowed())
 	}
-	if err == nil && outer != nil && (d.Allowed() || req.Spec.Op == ratelimit.OpDebit) {
+	if err == nil && outer != nil && (d.Allowed() || req.Spec.Op == core.OpDebit) {
 		outer.At, outer.Via, outer.Next = local.Receipt.At, int64(Secondary), local.Receipt
 		if outer.At <= 0 { // admitted, and taken nowhere (FailOpen): nothing to give back
 			outer.At, outer.Next = max(1, s.clock.Now().UnixMicro()), nil
@@ -331,12 +331,12 @@ func (s *Store) decide(ctx context.Context, req ratelimit.Request, a ratelimit.A
 // there (what the share mirrored of it stays spent): at once, or in the background once
 // the primary answers (oweRefund). One taken nowhere (FailOpen) gives nothing back. The
 // answer is then the share's peek.
-func (s *Store) refund(ctx context.Context, req ratelimit.Request, a ratelimit.Args) (ratelimit.Outcome, error) {
+func (s *Store) refund(ctx context.Context, req core.Request, a core.Args) (core.Outcome, error) {
 	r := req.Receipt
 	req.Receipt = r.Next
 	if r.Next != nil && r.Via == int64(Secondary) {
 		if at := s.settling(ctx, r.Next); at != nil { // the primary counted it late: settled there
-			r = &ratelimit.Receipt{At: at.At, Via: int64(Primary), Next: at}
+			r = &core.Receipt{At: at.At, Via: int64(Primary), Next: at}
 			req.Receipt = at
 		}
 	}
@@ -344,7 +344,7 @@ func (s *Store) refund(ctx context.Context, req ratelimit.Request, a ratelimit.A
 		ok, probe := s.breaker.allow()
 		if ok {
 			preq := req // the call may go on after the wait, while req becomes the share's peek
-			d, err := askPrimary(ctx, s, probe, 0, true, func(pctx context.Context) (ratelimit.Outcome, error) {
+			d, err := askPrimary(ctx, s, probe, 0, true, func(pctx context.Context) (core.Outcome, error) {
 				return s.primary.Apply(pctx, preq)
 			}, nil)
 			if err == nil || ctx.Err() != nil {
@@ -358,7 +358,7 @@ func (s *Store) refund(ctx context.Context, req ratelimit.Request, a ratelimit.A
 	}
 	if r.Next == nil || r.Via != int64(Secondary) { // nothing to give back here: a peek of 1
 		req.N, req.Receipt = 1, nil
-		req.Spec = core.WithOp(req.Spec, ratelimit.OpPeek)
+		req.Spec = core.WithOp(req.Spec, core.OpPeek)
 	}
 	return s.decideLocally(ctx, req, a.Limit)
 }

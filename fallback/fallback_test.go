@@ -16,6 +16,8 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fallback"
+	"github.com/ratelimit-go/ratelimit/internal/concurrency"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
@@ -40,7 +42,7 @@ func (p *primary) hangUntil(release chan struct{}) {
 	p.hang.Store(&release)
 }
 
-func (p *primary) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (p *primary) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	p.calls.Add(1)
 	if d := p.slow.Load(); d > 0 {
 		time.Sleep(time.Duration(d)) // the primary's time to answer, in a synctest bubble
@@ -49,18 +51,18 @@ func (p *primary) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.O
 		<-*h
 	}
 	if err := p.err.Load(); err != nil {
-		return ratelimit.Outcome{}, *err
+		return core.Outcome{}, *err
 	}
 	if err := p.once.Swap(nil); err != nil {
-		return ratelimit.Outcome{}, *err
+		return core.Outcome{}, *err
 	}
 	return p.local.Apply(ctx, req)
 }
 
 var errDown = fmt.Errorf("connection refused: %w", ratelimit.ErrUnavailable)
 
-func req(key string, rule ratelimit.Rule) ratelimit.Request {
-	return ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}}
+func req(key string, rule ratelimit.Rule) core.Request {
+	return core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(rule)}}
 }
 
 // A healthy primary decides everything, exactly. (Given a timeout it never reaches: a
@@ -78,7 +80,7 @@ func TestConformancePrimaryDown(t *testing.T) {
 	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
 		p := newPrimary()
 		p.fail(errDown)
-		return struct{ ratelimit.BatchStore }{fallback.New(batchPrimary{p}, localstore.New(localstore.WithClock(clk)))}
+		return struct{ core.BatchStore }{fallback.New(batchPrimary{p}, localstore.New(localstore.WithClock(clk)))}
 	})
 }
 
@@ -88,19 +90,19 @@ func TestConformancePrimaryDown(t *testing.T) {
 // bucket's record of deficits keeps eight entries), which the suite counts as lost.
 type batchPrimary struct{ *primary }
 
-func (b batchPrimary) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
+func (b batchPrimary) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
 	b.calls.Add(1)
 	if err := b.err.Load(); err != nil {
 		return nil, *err
 	}
-	return b.local.(ratelimit.BatchStore).ApplyAll(ctx, reqs)
+	return b.local.(core.BatchStore).ApplyAll(ctx, reqs)
 }
 
 // TestLend: the store lends the primary's events while the breaker is closed, and none
 // while it is open, or when the primary does not lend: never the secondary's.
 func TestLend(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
-	loan := []ratelimit.Loan{{Key: "k", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10)},
+	loan := []core.Loan{{Key: "k", Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(10))},
 		Holder: 1, Want: 4, Share: 1, TTL: time.Second}}
 	primary := localstore.New(localstore.WithClock(clk))
 	s := fallback.New(primary, localstore.New(localstore.WithClock(clk)), fallback.WithClock(clk))
@@ -165,12 +167,12 @@ type lending struct {
 	lends atomic.Int64
 }
 
-func (l *lending) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (l *lending) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	l.lends.Add(1)
 	if err := l.err.Load(); err != nil {
 		return nil, *err
 	}
-	return l.local.(ratelimit.Lender).Lend(ctx, loans)
+	return l.local.(core.Lender).Lend(ctx, loans)
 }
 
 func TestBreaker(t *testing.T) {
@@ -477,7 +479,7 @@ func TestHooks(t *testing.T) {
 		s.Apply(ctx, req("k", ratelimit.PerHour(10)))
 	}
 	peek := req("k", ratelimit.PerHour(10))
-	peek.Spec.Op = ratelimit.OpPeek
+	peek.Spec.Op = core.OpPeek
 	s.Apply(ctx, peek)
 	lease, _, err := inflight.Acquire(ctx, "k")
 	if err != nil || lease == nil {
@@ -485,13 +487,13 @@ func TestHooks(t *testing.T) {
 	}
 	lease.Extend(ctx)
 	lease.Release(ctx)
-	ratelimit.ApplyAll(ctx, s, []ratelimit.Request{req("a", ratelimit.PerHour(10)), req("b", ratelimit.PerHour(10))})
+	core.ApplyAll(ctx, s, []core.Request{req("a", ratelimit.PerHour(10)), req("b", ratelimit.PerHour(10))})
 	p.fail(errDown)
 	for range 2 {
 		s.Apply(ctx, req("k", ratelimit.PerHour(10)))
 	}
 	s.Apply(ctx, peek)
-	ratelimit.ApplyAll(ctx, s, []ratelimit.Request{req("a", ratelimit.PerHour(10)), req("b", ratelimit.PerHour(10))})
+	core.ApplyAll(ctx, s, []core.Request{req("a", ratelimit.PerHour(10)), req("b", ratelimit.PerHour(10))})
 	mu.Lock()
 	defer mu.Unlock()
 	if sources[fallback.Primary] != 6 || sources[fallback.Secondary] != 4 {
@@ -501,7 +503,7 @@ func TestHooks(t *testing.T) {
 	b := fallback.New(localstore.New(), localstore.New(), fallback.WithTimeout(time.Minute), fallback.WithHooks(fallback.Hooks{
 		OnDecision: func(fallback.Source, time.Duration) { batched++ },
 	}))
-	if _, err := b.ApplyAll(ctx, []ratelimit.Request{req("a", ratelimit.PerHour(10)), req("b", ratelimit.PerHour(10)),
+	if _, err := b.ApplyAll(ctx, []core.Request{req("a", ratelimit.PerHour(10)), req("b", ratelimit.PerHour(10)),
 		req("c", ratelimit.PerHour(10))}); err != nil || batched != 3 {
 		t.Errorf("a batch of 3: %v, %d decisions reported", err, batched)
 	}
@@ -532,10 +534,10 @@ func TestNewRejectsNil(t *testing.T) {
 // panicking is a primary store that panics, as a store built on a nil client would.
 type panicking struct{}
 
-func (panicking) Apply(context.Context, ratelimit.Request) (ratelimit.Outcome, error) {
+func (panicking) Apply(context.Context, core.Request) (core.Outcome, error) {
 	var m map[string]int
 	m["x"]++ // a nil map: panics
-	return ratelimit.Outcome{}, nil
+	return core.Outcome{}, nil
 }
 
 // TestPrimaryPanics: a panic in the primary, which runs on the fallback's own goroutine
@@ -879,7 +881,7 @@ func TestLateLeaseReleased(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the primary's late answers, and the releases
 		synctest.Wait()
 		p.slow.Store(0)
-		d, err := p.local.Apply(t.Context(), ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: "late", Rule: in.Rule(), Op: ratelimit.OpPeek}})
+		d, err := p.local.Apply(t.Context(), core.Request{Key: "k", N: 1, Spec: &core.Spec{Algorithm: concurrency.Algorithm(), Namespace: "late", Rule: core.Rule(in.Rule()), Op: core.OpPeek}})
 		if err != nil || d.Remaining != 1 { // a peek of one more: 1 left after it, none held
 			t.Errorf("the primary after two late grants: %+v, %v; want both leases released", d, err)
 		}
@@ -910,14 +912,14 @@ func (f *flapping) call() error {
 	return nil
 }
 
-func (f *flapping) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (f *flapping) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	if err := f.call(); err != nil {
-		return ratelimit.Outcome{}, err
+		return core.Outcome{}, err
 	}
 	return f.local.Apply(ctx, req)
 }
 
-func (f *flapping) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (f *flapping) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	if err := f.call(); err != nil {
 		return nil, err
 	}
@@ -954,14 +956,14 @@ func TestRefundOutlivesTheWait(t *testing.T) {
 		s := fallback.New(p, localstore.New(), fallback.WithTimeout(time.Millisecond))
 		rule := ratelimit.PerHour(1000)
 		take := req("k", rule)
-		take.N, take.Receipt = 10, &ratelimit.Receipt{}
+		take.N, take.Receipt = 10, &core.Receipt{}
 		if d, err := s.Apply(t.Context(), take); err != nil || !d.Allowed() {
 			t.Fatal(d, err)
 		}
 		release := make(chan struct{})
 		p.hangUntil(release)
 		refund := take
-		refund.Spec = &ratelimit.Spec{Algorithm: take.Spec.Algorithm, Rule: rule, Op: ratelimit.OpRefund}
+		refund.Spec = &core.Spec{Algorithm: take.Spec.Algorithm, Rule: core.Rule(rule), Op: core.OpRefund}
 		if _, err := s.Apply(t.Context(), refund); err != nil {
 			t.Fatal(err)
 		}
@@ -969,7 +971,7 @@ func TestRefundOutlivesTheWait(t *testing.T) {
 		close(release)
 		synctest.Wait() // the refund lands on the primary, late
 		peek := req("k", rule)
-		peek.Spec.Op = ratelimit.OpPeek
+		peek.Spec.Op = core.OpPeek
 		if d, err := p.local.Apply(t.Context(), peek); err != nil || d.Remaining != 999 {
 			t.Errorf("the primary after the late refund of 10: %+v, %v; want 999 left (1000, less the peek's 1)", d, err)
 		}

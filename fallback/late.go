@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
@@ -47,25 +46,25 @@ const (
 type late struct {
 	mu       sync.Mutex
 	done     chan struct{} // closed once reconciled
-	takes    []ratelimit.Request
+	takes    []core.Request
 	admitted bool // by the share
 	decided  bool // the share's decision is in admitted
 	answered bool // the primary's answer is in answer
 	answer   int  // unknown, counted or uncounted
-	outs     []ratelimit.Outcome
+	outs     []core.Outcome
 	heard    chan struct{} // closed once answered
 	// settle, once reconciled, is where each take's settlement goes: its receipt on the
 	// primary, or nil for the share
-	settle []*ratelimit.Receipt
+	settle []*core.Receipt
 }
 
-func newLate(takes []ratelimit.Request) *late {
+func newLate(takes []core.Request) *late {
 	return &late{done: make(chan struct{}), heard: make(chan struct{}), takes: takes}
 }
 
 // answered is the primary's answer to l's call after the wait ended: how it ended (err),
 // and its outcomes, of which admitted says whether it admitted every take.
-func (s *Store) answered(ctx context.Context, l *late, err error, outs []ratelimit.Outcome, admitted bool) {
+func (s *Store) answered(ctx context.Context, l *late, err error, outs []core.Outcome, admitted bool) {
 	defer close(l.heard)
 	answer := unknown
 	switch {
@@ -101,7 +100,7 @@ func (s *Store) reconcile(ctx context.Context, l *late) {
 	defer close(l.done)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateHorizon) // what it sends is no decision: it may take a while
 	defer cancel()
-	l.settle = make([]*ratelimit.Receipt, len(l.takes))
+	l.settle = make([]*core.Receipt, len(l.takes))
 	switch {
 	case l.answer == counted && l.admitted:
 		for i, r := range l.takes {
@@ -111,7 +110,7 @@ func (s *Store) reconcile(ctx context.Context, l *late) {
 		for _, r := range l.takes {
 			if r.Receipt != nil && r.Receipt.At > 0 {
 				back := r
-				back.Spec = core.WithOp(r.Spec, ratelimit.OpRefund)
+				back.Spec = core.WithOp(r.Spec, core.OpRefund)
 				back.Spec.Reserve = 0
 				_, _ = s.primary.Apply(ctx, back)
 			}
@@ -122,10 +121,10 @@ func (s *Store) reconcile(ctx context.Context, l *late) {
 				continue // it takes no debts: the share's count stands
 			}
 			owed := r
-			owed.Spec = core.WithOp(r.Spec, ratelimit.OpDebit)
+			owed.Spec = core.WithOp(r.Spec, core.OpDebit)
 			owed.Spec.Reserve = 0
 			if r.Receipt != nil { // a take whatever the key has, with its receipt there
-				owed.Receipt = &ratelimit.Receipt{}
+				owed.Receipt = &core.Receipt{}
 			}
 			if _, err := s.primary.Apply(ctx, owed); err == nil && owed.Receipt != nil && owed.Receipt.At > 0 {
 				l.settle[i] = owed.Receipt
@@ -138,7 +137,7 @@ func (s *Store) reconcile(ctx context.Context, l *late) {
 // longer: up to the breaker's Unanswered since start. A share denies what the cluster
 // may still have (it holds 1/n of the rule, and mirrors what this instance took), and
 // the primary, slow but up, decides better; its admission is then the decision (ok).
-func (s *Store) stillCounted(ctx context.Context, l *late, start time.Time) ([]ratelimit.Outcome, bool) {
+func (s *Store) stillCounted(ctx context.Context, l *late, start time.Time) ([]core.Outcome, bool) {
 	wait := time.NewTimer(max(0, s.breaker.unanswered-s.clock.Now().Sub(start)))
 	defer wait.Stop()
 	select {
@@ -155,7 +154,7 @@ func (s *Store) stillCounted(ctx context.Context, l *late, start time.Time) ([]r
 
 // route keeps, for a routeFor, which late a take decided on the share belongs to (by
 // the share's receipt of it), so that its settlement goes where it is counted (settling).
-func (s *Store) route(shareReceipt *ratelimit.Receipt, l *late, i int) {
+func (s *Store) route(shareReceipt *core.Receipt, l *late, i int) {
 	s.routes.Store(shareReceipt, lateRoute{l, i})
 	time.AfterFunc(routeFor, func() { s.routes.Delete(shareReceipt) })
 }
@@ -168,7 +167,7 @@ type lateRoute struct {
 // settling is where a settlement of the take whose share's receipt is r goes: the
 // primary, with its receipt there, when the take was reconciled there (waiting, within
 // ctx, for the reconciliation while the primary's call goes on); else nil, the share.
-func (s *Store) settling(ctx context.Context, r *ratelimit.Receipt) *ratelimit.Receipt {
+func (s *Store) settling(ctx context.Context, r *core.Receipt) *core.Receipt {
 	v, ok := s.routes.Load(r)
 	if !ok {
 		return nil

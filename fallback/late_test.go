@@ -23,7 +23,7 @@ func lateSetup(t *testing.T) (*fallback.Store, *primary, ratelimit.Store, func(s
 	s := fallback.New(batching{p}, share, fallback.WithTimeout(5*time.Millisecond), fallback.WithMaxTimeout(5*time.Millisecond))
 	left := func(store ratelimit.Store, key string) int64 {
 		peek := req(key, ratelimit.PerHour(100))
-		peek.Spec.Op = ratelimit.OpPeek
+		peek.Spec.Op = core.OpPeek
 		d, err := store.Apply(context.Background(), peek)
 		if err != nil {
 			t.Fatal(err)
@@ -39,11 +39,11 @@ func lateSetup(t *testing.T) (*fallback.Store, *primary, ratelimit.Store, func(s
 // batching is a primary that decides several limits at once.
 type batching struct{ *primary }
 
-func (b batching) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
+func (b batching) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
 	if d := b.slow.Load(); d > 0 {
 		time.Sleep(time.Duration(d))
 	}
-	return b.local.(ratelimit.BatchStore).ApplyAll(ctx, reqs)
+	return b.local.(core.BatchStore).ApplyAll(ctx, reqs)
 }
 
 // TestLateTakeCountedOnce: a take the primary answers after the timeout is decided on
@@ -140,7 +140,7 @@ func TestLateTakeCountedOnce(t *testing.T) {
 		}
 		settle()
 		debit := req("owed", rule)
-		debit.Spec.Op = ratelimit.OpPeek
+		debit.Spec.Op = core.OpPeek
 		if d, err := p.local.Apply(ctx, debit); err != nil || d.Allowed() || d.Wait < 10*36*time.Second {
 			t.Errorf("a take of 10 the share admitted and the primary denied late: the primary's key %+v, %v; want it owing the 10 (denied for 396s at least)", d, err)
 		}
@@ -160,8 +160,8 @@ func TestLateTakeCountedOnce(t *testing.T) {
 		}
 
 		// several limits at once
-		reqs := []ratelimit.Request{req("all-a", rule), req("all-b", rule)}
-		reqs[1].Receipt = &ratelimit.Receipt{}
+		reqs := []core.Request{req("all-a", rule), req("all-b", rule)}
+		reqs[1].Receipt = &core.Receipt{}
 		reqs[1].N = 5
 		if ds, err := s.ApplyAll(ctx, reqs); err != nil || !ds[0].Allowed() || !ds[1].Allowed() {
 			t.Fatalf("ApplyAll: %+v, %v", ds, err)
@@ -169,7 +169,7 @@ func TestLateTakeCountedOnce(t *testing.T) {
 		settle()
 		p.slow.Store(0)
 		refund := reqs[1]
-		refund.N, refund.Spec = 5, &ratelimit.Spec{Algorithm: refund.Spec.Algorithm, Rule: rule, Op: ratelimit.OpRefund}
+		refund.N, refund.Spec = 5, &core.Spec{Algorithm: refund.Spec.Algorithm, Rule: core.Rule(rule), Op: core.OpRefund}
 		if _, err := s.Apply(ctx, refund); err != nil {
 			t.Fatal(err)
 		}
@@ -205,14 +205,14 @@ func TestShareDecisionsReportTheRule(t *testing.T) {
 // slowLending is a primary that lends, each loan answered slow late.
 type slowLending struct{ *primary }
 
-func (l slowLending) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (l slowLending) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	if d := l.slow.Load(); d > 0 {
 		time.Sleep(time.Duration(d))
 	}
 	if err := l.err.Load(); err != nil {
 		return nil, *err
 	}
-	return l.local.(ratelimit.Lender).Lend(ctx, loans)
+	return l.local.(core.Lender).Lend(ctx, loans)
 }
 
 // TestChargesWaitForThePrimary: partial debits (the charges of events admitted before
@@ -226,17 +226,17 @@ func TestChargesWaitForThePrimary(t *testing.T) {
 		share := localstore.New()
 		s := fallback.New(slowLending{p}, share, fallback.WithTimeout(5*time.Millisecond), fallback.WithMaxTimeout(5*time.Millisecond))
 		rule := ratelimit.PerHour(100)
-		debit := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule, Op: ratelimit.OpDebit}
+		debit := &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(rule), Op: core.OpDebit}
 		charge := func() {
 			t.Helper()
-			lent, err := s.Lend(t.Context(), []ratelimit.Loan{{Key: "k", Spec: debit, Want: 10}})
+			lent, err := s.Lend(t.Context(), []core.Loan{{Key: "k", Spec: debit, Want: 10}})
 			if err != nil || len(lent) != 1 || lent[0].N != 10 {
 				t.Fatalf("a charge of 10: %+v, %v", lent, err)
 			}
 		}
 		left := func(store ratelimit.Store) int64 {
 			peek := req("k", rule)
-			peek.Spec.Op = ratelimit.OpPeek
+			peek.Spec.Op = core.OpPeek
 			d, _ := store.Apply(t.Context(), peek)
 			return d.Remaining + 1
 		}

@@ -10,9 +10,9 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/trace"
 )
 
-var _ ratelimit.Lender = (*Store)(nil)
+var _ core.Lender = (*Store)(nil)
 
-// Lend lends from the primary, when it is a ratelimit.Lender and the breaker lets a call
+// Lend lends from the primary, when it is a core.Lender and the breaker lets a call
 // through. Loans to a holder (the refills of hotkey.Leases) wait for the primary as long
 // as ctx allows (a refill, not a decision: no timeout of the store's applies), and never
 // fall back to the secondary: the events lent are the primary's, which every instance
@@ -35,7 +35,7 @@ var _ ratelimit.Lender = (*Store)(nil)
 // events admitted before they were counted: hotkey.Leases') are no decisions: they wait
 // for the primary as long as ctx allows, are mirrored onto the shares, and go to the
 // shares alone when the primary cannot take them.
-func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (s *Store) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -49,26 +49,26 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 		if l.Spec == nil || l.Spec.Algorithm == nil {
 			return nil, fmt.Errorf("fallback: a loan without an algorithm")
 		}
-		if _, err := (ratelimit.Request{Key: l.Key, N: 1, Spec: l.Spec}).Args(); err != nil {
+		if _, err := (core.Request{Key: l.Key, N: 1, Spec: l.Spec}).Args(); err != nil {
 			return nil, err
 		}
-		if l.Spec.Op == ratelimit.OpDebit {
+		if l.Spec.Op == core.OpDebit {
 			if err := lend.Check(l); err != nil {
 				return nil, err
 			}
 		}
 	}
 	refused := true // the breaker let no call through: the primary counts nothing of them
-	if l, ok := s.primary.(ratelimit.Lender); ok {
+	if l, ok := s.primary.(core.Lender); ok {
 		if ok, probe := s.breaker.allow(); ok {
 			refused = false
-			lent, err := askPrimary(ctx, s, probe, len(loans), false, func(pctx context.Context) ([]ratelimit.Lent, error) {
+			lent, err := askPrimary(ctx, s, probe, len(loans), false, func(pctx context.Context) ([]core.Lent, error) {
 				return l.Lend(pctx, loans)
 			}, nil)
 			if err == nil && s.policy == LocalShare {
 				for i, loan := range loans {
 					if lent[i].N > 0 || !lent[i].Outcome.Allowed() { // what was taken, or a denial; not a look
-						s.mirror(ctx, ratelimit.Request{Key: loan.Key, N: max(1, lent[i].N), Spec: loan.Spec}, lent[i].Outcome)
+						s.mirror(ctx, core.Request{Key: loan.Key, N: max(1, lent[i].N), Spec: loan.Spec}, lent[i].Outcome)
 					}
 				}
 			}
@@ -81,7 +81,7 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 	if err == nil && refused {
 		for i, loan := range loans {
 			if lent[i].N > 0 {
-				s.owe(ratelimit.Request{Key: loan.Key, N: lent[i].N, Spec: loan.Spec}) // the primary is charged them (see owe)
+				s.owe(core.Request{Key: loan.Key, N: lent[i].N, Spec: loan.Spec}) // the primary is charged them (see owe)
 			}
 		}
 	}
@@ -89,8 +89,8 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 }
 
 // lendHeld lends to holders, from the primary alone.
-func (s *Store) lendHeld(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
-	l, ok := s.primary.(ratelimit.Lender)
+func (s *Store) lendHeld(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
+	l, ok := s.primary.(core.Lender)
 	if !ok {
 		return nil, fmt.Errorf("fallback: the primary (%T) does not lend: %w", s.primary, ratelimit.ErrUnavailable)
 	}
@@ -107,9 +107,9 @@ func (s *Store) lendHeld(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 	for i, loan := range loans { // receipts of the primary's own, wrapped in the callers' as Apply's are
 		if loan.Receipt != nil {
 			if !cloned {
-				sent, cloned = append([]ratelimit.Loan(nil), loans...), true
+				sent, cloned = append([]core.Loan(nil), loans...), true
 			}
-			sent[i].Receipt = &ratelimit.Receipt{}
+			sent[i].Receipt = &core.Receipt{}
 		}
 	}
 	lent, err := l.Lend(ctx, sent)
@@ -125,9 +125,9 @@ func (s *Store) lendHeld(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 		for i, loan := range loans {
 			switch {
 			case lent[i].N < loan.Want: // the key lent less than asked: at its rule, as a denial says
-				s.mirror(ctx, ratelimit.Request{Key: loan.Key, N: 1, Spec: loan.Spec}, ratelimit.Outcome{})
+				s.mirror(ctx, core.Request{Key: loan.Key, N: 1, Spec: loan.Spec}, core.Outcome{})
 			case lent[i].N > 0:
-				s.mirror(ctx, ratelimit.Request{Key: loan.Key, N: lent[i].N, Spec: loan.Spec}, lent[i].Outcome)
+				s.mirror(ctx, core.Request{Key: loan.Key, N: lent[i].N, Spec: loan.Spec}, lent[i].Outcome)
 			}
 		}
 	}
@@ -136,36 +136,36 @@ func (s *Store) lendHeld(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 
 // lendLocally decides partial takes by the policy while the primary cannot: on this
 // instance's share of each rule, on the secondary.
-func (s *Store) lendLocally(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
-	lent := make([]ratelimit.Lent, len(loans))
+func (s *Store) lendLocally(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
+	lent := make([]core.Lent, len(loans))
 	switch s.policy {
 	case FailOpen, FailClosed:
 		for i, l := range loans {
-			req := ratelimit.Request{Key: l.Key, N: 1, Spec: l.Spec}
+			req := core.Request{Key: l.Key, N: 1, Spec: l.Spec}
 			a, _ := req.Args() // checked by Lend
 			o, err := s.decideLocally(ctx, req, a.Limit)
 			if err != nil {
 				return nil, err
 			}
 			lent[i].Outcome = o
-			if o.Allowed() || l.Spec.Op == ratelimit.OpDebit { // a debit is charged whatever the key has left
+			if o.Allowed() || l.Spec.Op == core.OpDebit { // a debit is charged whatever the key has left
 				lent[i].N = l.Want
 			}
 		}
 		return lent, nil
 	}
-	local, ok := s.secondary.(ratelimit.Lender)
+	local, ok := s.secondary.(core.Lender)
 	if !ok {
 		return nil, fmt.Errorf("fallback: neither the primary nor the secondary (%T) can grant part of a request: %w", s.secondary, ratelimit.ErrUnavailable)
 	}
-	shared := make([]ratelimit.Loan, len(loans))
+	shared := make([]core.Loan, len(loans))
 	for i, l := range loans {
 		shared[i] = l
-		shared[i].Spec = core.WithRule(l.Spec, s.share(ratelimit.Request{Key: l.Key, N: 1, Spec: l.Spec}))
+		shared[i].Spec = core.WithRule(l.Spec, s.share(core.Request{Key: l.Key, N: 1, Spec: l.Spec}))
 	}
 	lent, err := local.Lend(ctx, shared)
 	for i := range lent {
-		a, _ := (ratelimit.Request{Key: loans[i].Key, N: 1, Spec: loans[i].Spec}).Args() // checked by Lend
+		a, _ := (core.Request{Key: loans[i].Key, N: 1, Spec: loans[i].Spec}).Args() // checked by Lend
 		lent[i].Outcome = underRule(lent[i].Outcome, a.Limit)
 	}
 	if err == nil && !lend.Debits(loans) {
@@ -182,18 +182,18 @@ func (s *Store) lendLocally(ctx context.Context, loans []ratelimit.Loan) ([]rate
 // charge charges partial debits to the primary, waiting for it as long as ctx allows,
 // and mirrors them onto this instance's shares; when the primary cannot take them (the
 // breaker is open, it fails, it does not lend), to the shares alone, by the policy.
-func (s *Store) charge(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (s *Store) charge(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	for _, l := range loans {
 		if err := lend.Check(l); err != nil {
 			return nil, err
 		}
 	}
 	closed := s.BreakerState() == Closed
-	if l, ok := s.primary.(ratelimit.Lender); ok && closed {
+	if l, ok := s.primary.(core.Lender); ok && closed {
 		lent, err := l.Lend(ctx, loans)
 		if err == nil && s.policy == LocalShare {
 			for i, loan := range loans {
-				s.mirror(ctx, ratelimit.Request{Key: loan.Key, N: loan.Want, Spec: loan.Spec}, lent[i].Outcome)
+				s.mirror(ctx, core.Request{Key: loan.Key, N: loan.Want, Spec: loan.Spec}, lent[i].Outcome)
 			}
 		}
 		if err == nil || ctx.Err() != nil {
@@ -203,14 +203,14 @@ func (s *Store) charge(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit
 	lent, err := s.lendLocally(ctx, loans)
 	if err == nil && !closed { // counted on the share alone: the primary is charged them (see owe)
 		for _, loan := range loans {
-			s.owe(ratelimit.Request{Key: loan.Key, N: loan.Want, Spec: loan.Spec})
+			s.owe(core.Request{Key: loan.Key, N: loan.Want, Spec: loan.Spec})
 		}
 	}
 	return lent, err
 }
 
 // allPartial reports whether every loan is a partial take (no holder).
-func allPartial(loans []ratelimit.Loan) bool {
+func allPartial(loans []core.Loan) bool {
 	for _, l := range loans {
 		if l.Holder != 0 {
 			return false

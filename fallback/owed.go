@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
@@ -19,24 +18,24 @@ const payEvery = 10 * time.Millisecond
 
 // owedKey names a key's debt: its algorithm, namespace and rule.
 type owedKey struct {
-	alg       *ratelimit.Algorithm
+	alg       *core.Algorithm
 	namespace string
 	key       string
-	rule      ratelimit.Rule
+	rule      core.Rule
 }
 
 // debts are the events the shares admitted, or debited, while the breaker let no call of
 // the primary through: charged to the primary as debits, one call at a time.
 type debts struct {
 	mu sync.Mutex
-	m  map[owedKey]*ratelimit.Request // a debit of the events
+	m  map[owedKey]*core.Request // a debit of the events
 	// the takes with a receipt, each a debit with a receipt of the primary's, where its
 	// settlement goes once it landed (a late, already decided, whose primary counted
 	// nothing: see oweTake)
 	takes []*late
 	// the refunds of takes the primary counted, asked while the breaker let no call
 	// through, or whose call never reached it
-	refunds []ratelimit.Request
+	refunds []core.Request
 	paying  bool          // a payBack is on its way
 	flying  chan struct{} // closed when the debits sent now have landed; nil: none sent
 }
@@ -50,13 +49,13 @@ type debts struct {
 // on errors (the primary down or refusing: an outage, whose local decisions are not
 // replayed). Without it, an instance whose breaker opens while the others' do not
 // spends its share of the rule while the others spend the whole rule on the primary.
-func (s *Store) owe(req ratelimit.Request) {
-	if req.Receipt != nil && req.Spec.Op != ratelimit.OpDebit || !s.replays(req) {
+func (s *Store) owe(req core.Request) {
+	if req.Receipt != nil && req.Spec.Op != core.OpDebit || !s.replays(req) {
 		return // a take with a receipt: see oweTake
 	}
 	owed := req
 	owed.Receipt = nil
-	owed.Spec = core.WithOp(req.Spec, ratelimit.OpDebit)
+	owed.Spec = core.WithOp(req.Spec, core.OpDebit)
 	owed.Spec.Reserve, owed.Spec.Retry = 0, false
 	s.debts.mu.Lock()
 	s.debts.add(&owed)
@@ -70,7 +69,7 @@ func (s *Store) owe(req ratelimit.Request) {
 
 // replays reports whether req, decided on this instance's share while the breaker let no
 // call through, is charged to the primary (see owe).
-func (s *Store) replays(req ratelimit.Request) bool {
+func (s *Store) replays(req core.Request) bool {
 	return s.policy == LocalShare && req.N > 0 && req.Spec.Algorithm.Debit != nil && !core.OfLeases(req.Spec.Algorithm) && s.slow()
 }
 
@@ -91,16 +90,16 @@ func (s *Store) slow() bool {
 // its settlement goes there once it landed (see settling), as for a take the primary
 // counted late. Charged with the others, it would be settled on the share: the primary
 // would keep the whole take, a budget charged after the answer its estimate.
-func (s *Store) oweTake(req ratelimit.Request, shared *ratelimit.Receipt) {
+func (s *Store) oweTake(req core.Request, shared *core.Receipt) {
 	if !s.replays(req) {
 		return
 	}
 	owed := req
-	owed.Spec = core.WithOp(req.Spec, ratelimit.OpDebit)
+	owed.Spec = core.WithOp(req.Spec, core.OpDebit)
 	owed.Spec.Reserve, owed.Spec.Retry = 0, false
-	owed.Receipt = &ratelimit.Receipt{}
-	l := newLate([]ratelimit.Request{owed})
-	l.settle = make([]*ratelimit.Receipt, 1)
+	owed.Receipt = &core.Receipt{}
+	l := newLate([]core.Request{owed})
+	l.settle = make([]*core.Receipt, 1)
 	s.debts.mu.Lock()
 	if len(s.debts.takes) >= maxOwed {
 		s.debts.mu.Unlock()
@@ -120,7 +119,7 @@ func (s *Store) oweTake(req ratelimit.Request, shared *ratelimit.Receipt) {
 // primary's), back to the primary in the background, once it answers (after an outage,
 // when the breaker closes): the breaker let no call through, or the call never reached
 // the primary. Dropped, it would charge the key the whole take.
-func (s *Store) oweRefund(req ratelimit.Request) {
+func (s *Store) oweRefund(req core.Request) {
 	s.debts.mu.Lock()
 	if len(s.debts.refunds) >= maxOwed {
 		s.debts.mu.Unlock()
@@ -146,7 +145,7 @@ func (d *debts) due(answers bool) bool {
 func (s *Store) answers() bool { return s.BreakerState() == Closed || s.slow() }
 
 // add adds r, a debit, to what d owes; d.mu is held.
-func (d *debts) add(r *ratelimit.Request) {
+func (d *debts) add(r *core.Request) {
 	k := owedKey{r.Spec.Algorithm, r.Spec.Namespace, r.Key, r.Spec.Rule}
 	if had := d.m[k]; had != nil {
 		had.N += r.N
@@ -154,7 +153,7 @@ func (d *debts) add(r *ratelimit.Request) {
 	}
 	if len(d.m) < maxOwed {
 		if d.m == nil {
-			d.m = map[owedKey]*ratelimit.Request{}
+			d.m = map[owedKey]*core.Request{}
 		}
 		d.m[k] = r
 	}
@@ -168,7 +167,7 @@ func (s *Store) payBack() {
 	s.debts.mu.Lock()
 	owed, takes := s.debts.m, s.debts.takes
 	s.debts.m, s.debts.takes = nil, nil
-	var refunds []ratelimit.Request
+	var refunds []core.Request
 	if answers { // the refunds wait out an outage
 		refunds, s.debts.refunds = s.debts.refunds, nil
 	}
@@ -202,15 +201,15 @@ func (s *Store) payBack() {
 // charged charges owed to the primary (in one call of its Lend, for the algorithms that
 // lend), and returns the debits to charge again: those that never reached it. A debit
 // that failed after it was sent may have landed, and is not sent twice.
-func (s *Store) charged(owed map[owedKey]*ratelimit.Request) (again []*ratelimit.Request) {
+func (s *Store) charged(owed map[owedKey]*core.Request) (again []*core.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), lateHorizon)
 	defer cancel()
-	var loans []ratelimit.Loan
-	var lent, rest []*ratelimit.Request
-	l, lends := s.primary.(ratelimit.Lender)
+	var loans []core.Loan
+	var lent, rest []*core.Request
+	l, lends := s.primary.(core.Lender)
 	for _, r := range owed {
 		if lends && r.Spec.Algorithm.Lendable {
-			loans = append(loans, ratelimit.Loan{Key: r.Key, Spec: r.Spec, Want: r.N})
+			loans = append(loans, core.Loan{Key: r.Key, Spec: r.Spec, Want: r.N})
 			lent = append(lent, r)
 		} else {
 			rest = append(rest, r)
@@ -240,7 +239,7 @@ func (s *Store) chargeTakes(takes []*late) (again []*late) {
 		owed := l.takes[0]
 		_, err := s.primary.Apply(ctx, owed)
 		if notSent(err) {
-			owed.Receipt = &ratelimit.Receipt{}
+			owed.Receipt = &core.Receipt{}
 			l.takes[0] = owed
 			mu.Lock()
 			again = append(again, l)
@@ -257,7 +256,7 @@ func (s *Store) chargeTakes(takes []*late) (again []*late) {
 
 // refunded sends refunds to the primary, and returns those that never reached it. One
 // that failed after it was sent may have landed, and is not sent twice.
-func (s *Store) refunded(refunds []ratelimit.Request) (unsent []ratelimit.Request) {
+func (s *Store) refunded(refunds []core.Request) (unsent []core.Request) {
 	var mu sync.Mutex
 	s.eachCall(len(refunds), func(ctx context.Context, i int) {
 		if _, err := s.primary.Apply(ctx, refunds[i]); notSent(err) {
@@ -306,7 +305,7 @@ func (s *Store) forgiveAll() {
 // forgive drops what the shares owe req's key (any rule), and waits, within ctx, for
 // the debits of it on their way: a reset that follows finds them counted, and clears
 // them. Without it, a key reset while its debts waited was charged them after.
-func (s *Store) forgive(ctx context.Context, req ratelimit.Request) {
+func (s *Store) forgive(ctx context.Context, req core.Request) {
 	s.debts.mu.Lock()
 	for k := range s.debts.m {
 		if k.alg == req.Spec.Algorithm && k.namespace == req.Spec.Namespace && k.key == req.Key {

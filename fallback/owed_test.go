@@ -18,15 +18,15 @@ import (
 // slowLender is a primary that batches and lends too, each call as slow as its Apply.
 type slowLender struct{ *primary }
 
-func (b slowLender) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
+func (b slowLender) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
 	b.calls.Add(1)
 	if d := b.slow.Load(); d > 0 {
 		time.Sleep(time.Duration(d))
 	}
-	return b.local.(ratelimit.BatchStore).ApplyAll(context.WithoutCancel(ctx), reqs)
+	return b.local.(core.BatchStore).ApplyAll(context.WithoutCancel(ctx), reqs)
 }
 
-func (b slowLender) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (b slowLender) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	b.calls.Add(1)
 	if d := b.slow.Load(); d > 0 {
 		time.Sleep(time.Duration(d))
@@ -34,7 +34,7 @@ func (b slowLender) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 	if err := b.err.Load(); err != nil {
 		return nil, *err
 	}
-	return b.local.(ratelimit.Lender).Lend(context.WithoutCancel(ctx), loans)
+	return b.local.(core.Lender).Lend(context.WithoutCancel(ctx), loans)
 }
 
 // counted is how many events st counts of key under rule: what a peek finds taken,
@@ -42,7 +42,7 @@ func (b slowLender) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 func counted(t *testing.T, st ratelimit.Store, key string, rule ratelimit.Rule) int64 {
 	t.Helper()
 	peek := req(key, rule)
-	peek.Spec.Op = ratelimit.OpPeek
+	peek.Spec.Op = core.OpPeek
 	d, err := st.Apply(context.Background(), peek)
 	if err != nil {
 		t.Fatal(err)
@@ -84,13 +84,13 @@ func TestSharesChargedToASlowPrimary(t *testing.T) {
 						}
 						ok = d.Allowed()
 					case "applyall":
-						ds, err := s.ApplyAll(t.Context(), []ratelimit.Request{req("k", rule), req("other", rule)})
+						ds, err := s.ApplyAll(t.Context(), []core.Request{req("k", rule), req("other", rule)})
 						if err != nil {
 							t.Fatal(err)
 						}
 						ok = ds[0].Allowed() && ds[1].Allowed()
 					case "lend":
-						lent, err := s.Lend(t.Context(), []ratelimit.Loan{{Key: "k", Spec: req("k", rule).Spec, Want: 1, Share: 1}})
+						lent, err := s.Lend(t.Context(), []core.Loan{{Key: "k", Spec: req("k", rule).Spec, Want: 1, Share: 1}})
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -208,7 +208,7 @@ func TestResetForgivesTheSharesDebts(t *testing.T) {
 		close(release)
 		synctest.Wait()
 		reset := req("k", rule)
-		reset.Spec.Op = ratelimit.OpReset
+		reset.Spec.Op = core.OpReset
 		if _, err := s.Apply(t.Context(), reset); err != nil {
 			t.Fatal(err)
 		}
@@ -306,7 +306,7 @@ func openSlow(t *testing.T, s *fallback.Store, rule ratelimit.Rule) {
 // fwCounted is how many events st counts of key under rule, a fixed window.
 func fwCounted(t *testing.T, st ratelimit.Store, key string, rule ratelimit.Rule) int64 {
 	t.Helper()
-	peek := ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule, Op: ratelimit.OpPeek}}
+	peek := core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: fixedwindow.Algorithm(), Rule: core.Rule(rule), Op: core.OpPeek}}
 	o, err := st.Apply(context.Background(), peek)
 	if err != nil {
 		t.Fatal(err)
@@ -317,13 +317,13 @@ func fwCounted(t *testing.T, st ratelimit.Store, key string, rule ratelimit.Rule
 	return rule.Limit - 1 - o.Remaining
 }
 
-func fwTake(key string, n int64, rule ratelimit.Rule) ratelimit.Request {
-	return ratelimit.Request{Key: key, N: n, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule}, Receipt: &ratelimit.Receipt{}}
+func fwTake(key string, n int64, rule ratelimit.Rule) core.Request {
+	return core.Request{Key: key, N: n, Spec: &core.Spec{Algorithm: fixedwindow.Algorithm(), Rule: core.Rule(rule)}, Receipt: &core.Receipt{}}
 }
 
-func fwRefund(take ratelimit.Request, n int64) ratelimit.Request {
+func fwRefund(take core.Request, n int64) core.Request {
 	r := take
-	r.N, r.Spec = n, &ratelimit.Spec{Algorithm: take.Spec.Algorithm, Rule: take.Spec.Rule, Op: ratelimit.OpRefund}
+	r.N, r.Spec = n, &core.Spec{Algorithm: take.Spec.Algorithm, Rule: take.Spec.Rule, Op: core.OpRefund}
 	return r
 }
 
@@ -342,15 +342,15 @@ func TestApplyAllReceiptsChargedToASlowPrimary(t *testing.T) {
 		var viaApply, viaApplyAll int64
 		for range 10 {
 			one := req("apply", rule)
-			one.Receipt = &ratelimit.Receipt{}
+			one.Receipt = &core.Receipt{}
 			if d, err := s.Apply(t.Context(), one); err != nil {
 				t.Fatal(err)
 			} else if d.Allowed() {
 				viaApply++
 			}
 			a, b := req("all-a", rule), req("all-b", rule)
-			a.Receipt, b.Receipt = &ratelimit.Receipt{}, &ratelimit.Receipt{}
-			if ds, err := s.ApplyAll(t.Context(), []ratelimit.Request{a, b}); err != nil {
+			a.Receipt, b.Receipt = &core.Receipt{}, &core.Receipt{}
+			if ds, err := s.ApplyAll(t.Context(), []core.Request{a, b}); err != nil {
 				t.Fatal(err)
 			} else if ds[0].Allowed() && ds[1].Allowed() {
 				viaApplyAll++
@@ -431,7 +431,7 @@ func TestRefundOutlivesAResetInAnOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 		reset := fwTake("k", 1, rule)
-		reset.Receipt, reset.Spec.Op = nil, ratelimit.OpReset
+		reset.Receipt, reset.Spec.Op = nil, core.OpReset
 		if _, err := s.Apply(t.Context(), reset); err != nil {
 			t.Fatal(err)
 		}
@@ -459,14 +459,14 @@ type dropOnce struct {
 	take, lend atomic.Bool
 }
 
-func (d *dropOnce) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
-	if req.Spec.Op == ratelimit.OpDebit && req.Receipt != nil && req.Receipt.At == 0 && d.take.CompareAndSwap(true, false) {
-		return ratelimit.Outcome{}, errRefused
+func (d *dropOnce) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
+	if req.Spec.Op == core.OpDebit && req.Receipt != nil && req.Receipt.At == 0 && d.take.CompareAndSwap(true, false) {
+		return core.Outcome{}, errRefused
 	}
 	return d.slowLender.Apply(ctx, req)
 }
 
-func (d *dropOnce) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (d *dropOnce) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	if d.lend.CompareAndSwap(true, false) {
 		return nil, errRefused
 	}
@@ -493,8 +493,8 @@ func TestUndeliveredTakeChargedAgain(t *testing.T) {
 		dp.take.Store(true)
 		dp.lend.Store(true)
 		with := req("with-receipt", rule)
-		with.Receipt = &ratelimit.Receipt{}
-		for _, r := range []ratelimit.Request{with, req("without", rule)} {
+		with.Receipt = &core.Receipt{}
+		for _, r := range []core.Request{with, req("without", rule)} {
 			if d, err := s.Apply(t.Context(), r); err != nil || !d.Allowed() {
 				t.Fatalf("%+v %v", d, err)
 			}

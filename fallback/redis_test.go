@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fallback"
+	"github.com/ratelimit-go/ratelimit/internal/concurrency"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/localstore"
@@ -247,7 +248,7 @@ func TestInFlightAfterStall(t *testing.T) {
 		}
 		return d.Allowed, in.bySource[fallback.Primary].Load() > before
 	}
-	if err := in.redis.LoadScripts(ctx, ratelimit.InFlightAlgorithm()); err != nil {
+	if err := in.redis.LoadScripts(ctx, concurrency.Algorithm()); err != nil {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, "an acquire admitted by Redis", func() bool {

@@ -3,7 +3,6 @@ package fallback
 import (
 	"context"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 	"github.com/ratelimit-go/ratelimit/internal/trace"
@@ -12,9 +11,9 @@ import (
 // release gives back a lease the primary granted after its decision was made on the
 // secondary (its answer came after the timeout): nobody holds it, and left alone it
 // would keep a slot of the in-flight limit until it expired.
-func (s *Store) release(ctx context.Context, req ratelimit.Request, d ratelimit.Outcome) {
-	if req.Spec.Op == ratelimit.OpTake && d.Allowed() && core.OfLeases(req.Spec.Algorithm) {
-		req.Spec = core.WithOp(req.Spec, ratelimit.OpRefund)
+func (s *Store) release(ctx context.Context, req core.Request, d core.Outcome) {
+	if req.Spec.Op == core.OpTake && d.Allowed() && core.OfLeases(req.Spec.Algorithm) {
+		req.Spec = core.WithOp(req.Spec, core.OpRefund)
 		s.primary.Apply(ctx, req)
 	}
 }
@@ -28,16 +27,16 @@ func (s *Store) release(ctx context.Context, req ratelimit.Request, d ratelimit.
 // leases of an in-flight limit are mirrored one by one, with their ids, so that a
 // release or an extension finds its lease on the share too; a denial leaves the share's
 // leases alone.
-func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.Outcome) {
-	if req.Spec.Op == ratelimit.OpPeek || req.Spec.Op == ratelimit.OpRefund && !core.OfLeases(req.Spec.Algorithm) {
+func (s *Store) mirror(ctx context.Context, req core.Request, d core.Outcome) {
+	if req.Spec.Op == core.OpPeek || req.Spec.Op == core.OpRefund && !core.OfLeases(req.Spec.Algorithm) {
 		return // a refund of the share's own takes alone: what it mirrored stays spent
 	}
 	req.Receipt = nil // the primary's, not the share's
 	req.Spec = core.WithRule(req.Spec, s.share(req))
-	if req.Spec.Op == ratelimit.OpExtend && !d.Allowed() {
+	if req.Spec.Op == core.OpExtend && !d.Allowed() {
 		return // a lease the primary no longer holds: the share's copy expires by itself
 	}
-	if req.Spec.Op == ratelimit.OpTake {
+	if req.Spec.Op == core.OpTake {
 		share := shareCapacity(req)
 		if share == 0 || (!d.Allowed() && d.Remaining > 0) { // nothing to mirror; or n was too many, the key not spent
 			return
@@ -47,7 +46,7 @@ func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.O
 		}
 		if !d.Allowed() {
 			empty := req
-			empty.Spec = core.WithOp(req.Spec, ratelimit.OpReset)
+			empty.Spec = core.WithOp(req.Spec, core.OpReset)
 			s.secondary.Apply(ctx, empty)
 			req.N = share // all of a full share
 		}
@@ -59,7 +58,7 @@ func (s *Store) mirror(ctx context.Context, req ratelimit.Request, d ratelimit.O
 // share is this instance's share of req's rule: 1/n of it (core.Share), or for an
 // in-flight limit 1/n of its leases, rounded down but at least one, each living as long
 // as on the primary.
-func (s *Store) share(req ratelimit.Request) ratelimit.Rule {
+func (s *Store) share(req core.Request) core.Rule {
 	if !core.OfLeases(req.Spec.Algorithm) {
 		return core.Share(req.Spec.Rule, s.n())
 	}
@@ -68,8 +67,8 @@ func (s *Store) share(req ratelimit.Request) ratelimit.Rule {
 
 // underRule is o, a decision of a share, under the rule's Limit, capacity: the limit a
 // client is told is the rule's, whatever part of it this instance decides on.
-func underRule(o ratelimit.Outcome, capacity int64) ratelimit.Outcome {
-	return ratelimit.Args{Limit: capacity}.Outcome(o.Allowed(), min(o.Remaining, capacity), o.Wait, o.Reset)
+func underRule(o core.Outcome, capacity int64) core.Outcome {
+	return core.Args{Limit: capacity}.Outcome(o.Allowed(), min(o.Remaining, capacity), o.Wait, o.Reset)
 }
 
 // n is the number of instances sharing the rule now.
@@ -82,25 +81,25 @@ func (s *Store) n() int64 {
 
 // decideLocally decides by the policy while the primary cannot; capacity is the most the
 // rule allows at once.
-func (s *Store) decideLocally(ctx context.Context, req ratelimit.Request, capacity int64) (ratelimit.Outcome, error) {
-	var d ratelimit.Outcome
+func (s *Store) decideLocally(ctx context.Context, req core.Request, capacity int64) (core.Outcome, error) {
+	var d core.Outcome
 	var err error
 	switch s.policy {
 	case FailOpen:
-		d = ratelimit.Args{Limit: capacity}.Outcome(true, max(0, capacity-req.N), 0, 0)
+		d = core.Args{Limit: capacity}.Outcome(true, max(0, capacity-req.N), 0, 0)
 	case FailClosed:
-		d = ratelimit.Args{Limit: capacity}.Outcome(false, 0, s.breaker.retryAfter(), 0)
+		d = core.Args{Limit: capacity}.Outcome(false, 0, s.breaker.retryAfter(), 0)
 	default:
 		// this instance's share of the rule; its capacity is the rule's divided likewise,
 		// and the Decision says the rule's (what a client reads as the limit)
 		req.Spec = core.WithRule(req.Spec, s.share(req))
-		if share := shareCapacity(req); req.Spec.Op != ratelimit.OpDebit && req.N > share-mathx.Keep(share, req.Spec.Reserve) { // never fits the share
-			d = ratelimit.Args{Limit: capacity}.Outcome(false, 0, s.breaker.retryAfter(), 0) // wait for the primary
+		if share := shareCapacity(req); req.Spec.Op != core.OpDebit && req.N > share-mathx.Keep(share, req.Spec.Reserve) { // never fits the share
+			d = core.Args{Limit: capacity}.Outcome(false, 0, s.breaker.retryAfter(), 0) // wait for the primary
 		} else if d, err = s.secondary.Apply(ctx, req); err == nil {
 			d = underRule(d, capacity)
 		}
 	}
-	if err == nil && req.Spec.Op == ratelimit.OpTake {
+	if err == nil && req.Spec.Op == core.OpTake {
 		trace.Set(ctx, Secondary.String())
 		if s.hooks.OnDecision != nil {
 			s.hooks.OnDecision(Secondary, 0)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // firstInstant is the first instant whose date, on the wall clock of loc, is date or
@@ -36,7 +36,7 @@ func firstInstant(date time.Time, loc *time.Location) time.Time {
 // window is the calendar window of per in loc that holds t, and the one after it: each
 // from the first instant of its first date (see firstInstant), and never empty: a window
 // whose dates the calendar skips whole is no window.
-func window(per Calendar, loc *time.Location, t time.Time) ratelimit.Window {
+func window(per Calendar, loc *time.Location, t time.Time) core.Window {
 	y, m, d := t.In(loc).Date()
 	first := time.Date(y, m, d, 0, 0, 0, 0, time.UTC) // the first date of t's window
 	switch per {
@@ -69,7 +69,7 @@ func window(per Calendar, loc *time.Location, t time.Time) ratelimit.Window {
 	for k := 1; !next.After(end); k++ {
 		next = firstInstant(after(first, k), loc)
 	}
-	return ratelimit.Window{Start: start.UnixMicro(), End: end.UnixMicro(), Next: next.UnixMicro()}
+	return core.Window{Start: start.UnixMicro(), End: end.UnixMicro(), Next: next.UnixMicro()}
 }
 
 // errLocal is why a quota refuses time.Local: it names the zone of each host it runs on,

@@ -48,11 +48,11 @@ func New(store ratelimit.Store, rule ratelimit.Rule, opts ...ratelimit.Option) (
 }
 
 // Algorithm is the fixed window as stores see it.
-func Algorithm() *ratelimit.Algorithm { return algorithm }
+func Algorithm() *core.Algorithm { return algorithm }
 
 // advance brings st to now, or to the latest instant it has seen while it is kept,
 // empties a window that has passed, and returns the index of the window of st.Time.
-func advance(st *ratelimit.State, now int64, a ratelimit.Args) (window int64) {
+func advance(st *core.State, now int64, a core.Args) (window int64) {
 	if by := core.Rewind(st, now, a.Period); by > 0 {
 		core.SetFloor(st, st.Time+by) // the count moved back: the takes before are of another moment
 	}
@@ -68,13 +68,13 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (window int64) {
 	return window
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
+func step(st *core.State, now int64, a core.Args) core.Outcome {
 	return count(st, now, (advance(st, now, a)+1)*a.Period, a)
 }
 
 // count admits n events to the window that ends at end, counted in st.Level, if they fit
 // with what the request must leave: the fixed window's decision, and a quota's.
-func count(st *ratelimit.State, now, end int64, a ratelimit.Args) ratelimit.Outcome {
+func count(st *core.State, now, end int64, a core.Args) core.Outcome {
 	allowed, retry := false, int64(0)
 	if st.Level+a.N+a.Keep <= a.Limit {
 		st.Level += a.N
@@ -91,7 +91,7 @@ func count(st *ratelimit.State, now, end int64, a ratelimit.Args) ratelimit.Outc
 
 // debit counts n events in the current window whatever it holds (up to mathx.MaxExact),
 // and returns the time until the window ends.
-func debit(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+func debit(st *core.State, now int64, a core.Args) int64 {
 	end := (advance(st, now, a) + 1) * a.Period
 	st.Level = min(st.Level+min(a.N, mathx.MaxExact), mathx.MaxExact)
 	return end - now
@@ -99,7 +99,7 @@ func debit(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 
 // refund takes n events off the count, down to 0, when the take at a.Taken was of the
 // current window (and after the key's floor).
-func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+func refund(st *core.State, now int64, a core.Args) int64 {
 	window := advance(st, now, a)
 	if a.Taken <= core.Floor(st) || a.Taken > st.Time || mathx.FloorDiv(a.Taken, a.Period) != window {
 		return 0
@@ -113,7 +113,7 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 // ends: the takes before it, counted in the window, give nothing back. A window empty
 // already keeps nothing, unless a floor of this window is there (an earlier reset's,
 // which a second one keeps).
-func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+func void(st *core.State, now int64, a core.Args) int64 {
 	window := advance(st, now, a)
 	if st.Level == 0 && mathx.FloorDiv(core.Floor(st), a.Period) < window {
 		return 0
@@ -123,7 +123,7 @@ func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 }
 
 // prepare checks rule and n: at most Limit events counted per Period.
-func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+func prepare(rule core.Rule, n int64) (core.Args, error) {
 	return core.CountArgs(name, rule, n)
 }
 
@@ -131,7 +131,7 @@ const name = "fixedwindow"
 
 // algorithm is the algorithm of fixedwindow as Algorithm returns it: its step in Go above,
 // in Lua in fixedwindow.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Void: void, Lendable: true, Windowed: true}
+var algorithm = &core.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Void: void, Lendable: true, Windowed: true}
 
 //go:embed fixedwindow.lua
 var script string

@@ -136,7 +136,7 @@ func (q Quota) validate() error {
 	if _, err := zoneName(q.location()); err != nil {
 		return fmt.Errorf("fixedwindow: %w: a quota in %v: %v", ratelimit.ErrInvalidRule, q.location(), err)
 	}
-	return core.CheckRule(q.Rule())
+	return core.CheckRule(core.Rule(q.Rule()))
 }
 
 // Rule is the quota as a Rule, for what reads one (the middleware's RateLimit-Policy
@@ -151,41 +151,41 @@ func (q Quota) Rule() ratelimit.Rule {
 }
 
 // Window is the window that holds t and the next, in microseconds since the Unix epoch.
-func (q Quota) Window(t time.Time) ratelimit.Window {
+func (q Quota) Window(t time.Time) core.Window {
 	if q.Per < Day || q.Per > Year {
-		return ratelimit.Window{}
+		return core.Window{}
 	}
 	return window(q.Per, q.location(), t)
 }
 
 // Algorithm is the quota's algorithm as stores see it, named "quota": one per calendar
-// and time zone, which places each decision's window (ratelimit.Algorithm.Window).
-func (q Quota) Algorithm() (*ratelimit.Algorithm, error) {
+// and time zone, which places each decision's window (core.Algorithm.Window).
+func (q Quota) Algorithm() (*core.Algorithm, error) {
 	if err := q.validate(); err != nil {
 		return nil, err
 	}
 	zone, _ := zoneName(q.location()) // validated
 	key := quotaKey{q.Per, zone}
 	if alg, ok := quotaAlgorithms.Load(key); ok {
-		return alg.(*ratelimit.Algorithm), nil
+		return alg.(*core.Algorithm), nil
 	}
 	cal := Quota{Per: q.Per, In: q.location()}
-	window := func(now int64) ratelimit.Window { return cal.Window(time.UnixMicro(now)) }
-	alg := &ratelimit.Algorithm{
+	window := func(now int64) core.Window { return cal.Window(time.UnixMicro(now)) }
+	alg := &core.Algorithm{
 		Name:       "quota",
 		Script:     quotaScript,
 		ScriptKeys: []string{"state"},
 		Prepare:    prepareQuota,
-		Step: func(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
+		Step: func(st *core.State, now int64, a core.Args) core.Outcome {
 			return quotaStep(st, now, a, window(now))
 		},
-		Refund: func(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+		Refund: func(st *core.State, now int64, a core.Args) int64 {
 			return refundQuota(st, now, a, window(now))
 		},
-		Debit: func(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+		Debit: func(st *core.State, now int64, a core.Args) int64 {
 			return debitQuota(st, now, a, window(now))
 		},
-		Void: func(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+		Void: func(st *core.State, now int64, a core.Args) int64 {
 			return voidQuota(st, now, a, window(now))
 		},
 		Window:   window,
@@ -193,12 +193,12 @@ func (q Quota) Algorithm() (*ratelimit.Algorithm, error) {
 		Windowed: true,
 	}
 	got, _ := quotaAlgorithms.LoadOrStore(key, alg)
-	return got.(*ratelimit.Algorithm), nil
+	return got.(*core.Algorithm), nil
 }
 
 // quotaAlgorithms holds one Algorithm per calendar and zone, so that every limiter of a
 // quota shares its keys in every store: a few per program.
-var quotaAlgorithms sync.Map // quotaKey -> *ratelimit.Algorithm
+var quotaAlgorithms sync.Map // quotaKey -> *core.Algorithm
 
 type quotaKey struct {
 	per  Calendar
@@ -208,9 +208,9 @@ type quotaKey struct {
 //go:embed quota.lua
 var quotaScript string
 
-// quotaEnd is the end of the window that holds t (see ratelimit.Window), or 0 for a
+// quotaEnd is the end of the window that holds t (see core.Window), or 0 for a
 // window that is none.
-func quotaEnd(w ratelimit.Window, t int64) int64 {
+func quotaEnd(w core.Window, t int64) int64 {
 	switch {
 	case !(w.Start < w.End && w.End < w.Next):
 		return 0
@@ -228,7 +228,7 @@ func quotaEnd(w ratelimit.Window, t int64) int64 {
 // advanceQuota brings st to now, or to the latest instant it has seen while it counts
 // events, empties a count of another window, and returns the end of st's window in w
 // (placed at now), or 0 when w is none.
-func advanceQuota(st *ratelimit.State, now, period int64, w ratelimit.Window) (end int64) {
+func advanceQuota(st *core.State, now, period int64, w core.Window) (end int64) {
 	rewound := st.Time-now > period // calendar windows are not periodic: back to now's
 	if rewound {
 		core.SetFloor(st, st.Time) // the count moves to now's window: the takes before are of another
@@ -250,7 +250,7 @@ func advanceQuota(st *ratelimit.State, now, period int64, w ratelimit.Window) (e
 
 // quotaStep is the fixed window's decision (count) over the calendar windows of w.
 // Without a window (a calendar that makes none) it denies, changing nothing.
-func quotaStep(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) ratelimit.Outcome {
+func quotaStep(st *core.State, now int64, a core.Args, w core.Window) core.Outcome {
 	end := advanceQuota(st, now, a.Period, w)
 	if end == 0 {
 		return a.Outcome(false, 0, time.Second, 0)
@@ -260,7 +260,7 @@ func quotaStep(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Win
 
 // refundQuota takes n events off the count, down to 0, when the take at a.Taken was of
 // the current window (and after the key's floor).
-func refundQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) int64 {
+func refundQuota(st *core.State, now int64, a core.Args, w core.Window) int64 {
 	end := advanceQuota(st, now, a.Period, w)
 	if end == 0 || a.Taken <= core.Floor(st) || a.Taken > st.Time || quotaEnd(w, a.Taken) != end {
 		return 0
@@ -272,7 +272,7 @@ func refundQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.W
 
 // voidQuota leaves a reset key empty, with a floor at its latest instant until its
 // window ends (see the fixed window's void); a floor of its window stays.
-func voidQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) int64 {
+func voidQuota(st *core.State, now int64, a core.Args, w core.Window) int64 {
 	end := advanceQuota(st, now, a.Period, w)
 	if end == 0 {
 		return 0
@@ -290,7 +290,7 @@ func voidQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Win
 // debitQuota counts n events in the current window whatever it holds (up to
 // mathx.MaxExact), and returns the time until the window ends; without a window (a
 // calendar that makes none) it counts nothing.
-func debitQuota(st *ratelimit.State, now int64, a ratelimit.Args, w ratelimit.Window) int64 {
+func debitQuota(st *core.State, now int64, a core.Args, w core.Window) int64 {
 	end := advanceQuota(st, now, a.Period, w)
 	if end == 0 {
 		return 0
@@ -339,6 +339,6 @@ func NewQuota(store ratelimit.Store, q Quota, opts ...ratelimit.Option) (*QuotaL
 func (l *QuotaLimiter) Quota() Quota { return l.quota }
 
 // prepareQuota checks rule and n: at most Limit events counted per window.
-func prepareQuota(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+func prepareQuota(rule core.Rule, n int64) (core.Args, error) {
 	return core.CountArgs("quota", rule, n)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // FuzzQuotaText: any text either is refused with an error wrapping ErrInvalidRule,
@@ -55,7 +56,7 @@ func TestQuotaWindows(t *testing.T) {
 		{fixedwindow.Year, time.Date(2027, 1, 1, 0, 0, 0, 0, madrid), time.Date(2028, 1, 1, 0, 0, 0, 0, madrid), time.Date(2029, 1, 1, 0, 0, 0, 0, madrid)},
 	} {
 		w := fixedwindow.Quota{Limit: 1, Per: c.per, In: madrid}.Window(at)
-		want := ratelimit.Window{Start: c.start.UnixMicro(), End: c.end.UnixMicro(), Next: c.next.UnixMicro()}
+		want := core.Window{Start: c.start.UnixMicro(), End: c.end.UnixMicro(), Next: c.next.UnixMicro()}
 		if w != want {
 			t.Errorf("%v: %+v; want %+v", c.per, w, want)
 		}

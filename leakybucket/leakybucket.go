@@ -49,11 +49,11 @@ func New(store ratelimit.Store, rule ratelimit.Rule, opts ...ratelimit.Option) (
 }
 
 // Algorithm is the leaky bucket as stores see it.
-func Algorithm() *ratelimit.Algorithm { return algorithm }
+func Algorithm() *core.Algorithm { return algorithm }
 
 // advance brings st to now, or to the latest instant it has seen, and returns how far that
 // is ahead of now.
-func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
+func advance(st *core.State, now int64, a core.Args) (lag int64) {
 	full := a.Limit * a.Unit
 	switch st.Aux {
 	case a.Unit:
@@ -86,7 +86,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 	return t - now
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
+func step(st *core.State, now int64, a core.Args) core.Outcome {
 	lag := advance(st, now, a)
 	full := a.Limit * a.Unit
 	allowed, wait := false, int64(0) // the Delay when allowed, the RetryAfter when denied
@@ -108,7 +108,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 // refund takes the n requests of the take at a.Taken out of the queue (they did not go
 // after all), as far as the queue still holds their work: no more than the least it has
 // held since.
-func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+func refund(st *core.State, now int64, a core.Args) int64 {
 	advance(st, now, a)
 	give := min(a.N*a.Unit, core.LeastDeficit(st, a.Taken, st.Level))
 	if give <= 0 {
@@ -121,7 +121,7 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 
 // void leaves a reset queue empty, with a record that gives nothing back to the takes
 // before, for a period (see the token bucket's); a queue empty already keeps nothing.
-func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+func void(st *core.State, now int64, a core.Args) int64 {
 	advance(st, now, a)
 	if st.Level == 0 && !core.Recording(st) {
 		return 0
@@ -132,7 +132,7 @@ func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 
 // prepare rejects a rule whose queue in units of 1/Unit request exceeds 2^52, as the
 // token bucket does for its capacity.
-func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+func prepare(rule core.Rule, n int64) (core.Args, error) {
 	return core.BucketArgs(name, rule, n)
 }
 
@@ -140,7 +140,7 @@ const name = "leakybucket"
 
 // algorithm is the algorithm of leakybucket as Algorithm returns it: its step in Go above,
 // in Lua in leakybucket.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Void: void}
+var algorithm = &core.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Void: void}
 
 //go:embed leakybucket.lua
 var script string

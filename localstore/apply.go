@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
@@ -17,23 +16,23 @@ import (
 //
 // It returns ctx.Err() if ctx has ended, and the error of req.Algorithm.Prepare for an
 // invalid rule or n.
-func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (s *Store) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	if err := ctx.Err(); err != nil {
-		return ratelimit.Outcome{}, err
+		return core.Outcome{}, err
 	}
-	if req.Spec != nil && req.Spec.Op != ratelimit.OpTake {
+	if req.Spec != nil && req.Spec.Op != core.OpTake {
 		return s.applyOp(req)
 	}
 	k := s.specs.find(req.Spec)
 	if k == nil {
 		var err error
 		if k, err = s.know(req.Spec); err != nil {
-			return ratelimit.Outcome{}, err
+			return core.Outcome{}, err
 		}
 	}
 	if req.N != 1 { // 1 is valid for any rule: know prepared it
 		if _, err := req.Args(); err != nil {
-			return ratelimit.Outcome{}, err
+			return core.Outcome{}, err
 		}
 	}
 	var now int64 // s.now(), written out: too large to be inlined
@@ -64,7 +63,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 // take decides args with n and lease on e, unless e was removed since it was found (ok
 // false: look again under the shard's lock); an admitted take writes the instant it was
 // decided at (the key's, after it) into its receipt, when it carries one.
-func (e *entry) take(alg *ratelimit.Algorithm, now int64, args *ratelimit.Args, n, lease int64, receipt *ratelimit.Receipt) (o ratelimit.Outcome, ok bool) {
+func (e *entry) take(alg *core.Algorithm, now int64, args *core.Args, n, lease int64, receipt *core.Receipt) (o core.Outcome, ok bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock() // deferred: a third party's Step may panic
 	if e.expires == dead {
@@ -89,7 +88,7 @@ func (e *entry) take(alg *ratelimit.Algorithm, now int64, args *ratelimit.Args, 
 // keep sets when e expires after a decision at now whose Outcome's Reset was reset: then,
 // or, for an algorithm of leases, no sooner than before (the releases it remembers
 // outlive its leases: see ratelimit.InFlightAlgorithm).
-func (e *entry) keep(alg *ratelimit.Algorithm, now int64, reset time.Duration) {
+func (e *entry) keep(alg *core.Algorithm, now int64, reset time.Duration) {
 	until := now + expiry(reset)
 	if alg.Extend != nil {
 		until = max(until, e.expires)
@@ -99,7 +98,7 @@ func (e *entry) keep(alg *ratelimit.Algorithm, now int64, reset time.Duration) {
 
 // takeLocked is a take under the shard's lock: for a new key, a sweep due, or a key
 // removed while Apply looked for it.
-func (s *Store) takeLocked(sh *shard, k *known, h uint64, key string, n, lease int64, receipt *ratelimit.Receipt, now int64) (ratelimit.Outcome, error) {
+func (s *Store) takeLocked(sh *shard, k *known, h uint64, key string, n, lease int64, receipt *core.Receipt, now int64) (core.Outcome, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock() // deferred: a third party's Step that panics must not leave the shard locked
 	t := sh.table(k.space)
@@ -115,14 +114,14 @@ func (s *Store) takeLocked(sh *shard, k *known, h uint64, key string, n, lease i
 // applyOp is Apply for a peek, a refund, a reset, an extension or a debit: each request
 // validated whole (a refund's receipt too), without the cache of a Spec's Args that
 // takes use.
-func (s *Store) applyOp(req ratelimit.Request) (ratelimit.Outcome, error) {
+func (s *Store) applyOp(req core.Request) (core.Outcome, error) {
 	a, err := req.Args()
 	if err != nil {
-		return ratelimit.Outcome{}, err
+		return core.Outcome{}, err
 	}
 	sp, err := s.space(req.Spec.Algorithm, req.Spec.Namespace)
 	if err != nil {
-		return ratelimit.Outcome{}, err
+		return core.Outcome{}, err
 	}
 	h := s.hash.sum(req.Key)
 	return s.other(&s.shards[h&s.mask], sp, h, &req, a, s.now())
@@ -131,20 +130,20 @@ func (s *Store) applyOp(req ratelimit.Request) (ratelimit.Outcome, error) {
 // other is Apply for a peek, a refund, a reset, an extension or a debit, under the
 // shard's lock: only a debit adds a key, and a release of a lease (remembered when it was
 // not held).
-func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, args ratelimit.Args, now int64) (ratelimit.Outcome, error) {
+func (s *Store) other(sh *shard, sp *space, h uint64, req *core.Request, args core.Args, now int64) (core.Outcome, error) {
 	alg := sp.alg
 	switch req.Spec.Op {
-	case ratelimit.OpPeek, ratelimit.OpRefund, ratelimit.OpReset:
-	case ratelimit.OpDebit:
+	case core.OpPeek, core.OpRefund, core.OpReset:
+	case core.OpDebit:
 		if alg.Debit == nil {
-			return ratelimit.Outcome{}, fmt.Errorf("localstore: %s takes no debts", alg.Name)
+			return core.Outcome{}, fmt.Errorf("localstore: %s takes no debts", alg.Name)
 		}
-	case ratelimit.OpExtend:
+	case core.OpExtend:
 		if alg.Extend == nil {
-			return ratelimit.Outcome{}, fmt.Errorf("localstore: %s has no leases to extend", alg.Name)
+			return core.Outcome{}, fmt.Errorf("localstore: %s has no leases to extend", alg.Name)
 		}
 	default:
-		return ratelimit.Outcome{}, fmt.Errorf("localstore: unknown op %q", req.Spec.Op)
+		return core.Outcome{}, fmt.Errorf("localstore: unknown op %q", req.Spec.Op)
 	}
 	args.N, args.Lease = req.N, req.Spec.Lease
 	sh.mu.Lock()
@@ -152,7 +151,7 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 	t := sh.table(sp)
 	sh.sweepIfDue(now, s.sweepEvery)
 	e := t.keys.get(h, req.Key)
-	if e == nil && (req.Spec.Op == ratelimit.OpDebit || req.Spec.Op == ratelimit.OpRefund && alg.Extend != nil && args.Lease > 0) {
+	if e == nil && (req.Spec.Op == core.OpDebit || req.Spec.Op == core.OpRefund && alg.Extend != nil && args.Lease > 0) {
 		e = s.add(sh, &t.keys, h, req.Key, now, &entry{}) // a debt, or a lease released before its acquire ran
 	}
 	if e != nil {
@@ -163,16 +162,16 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 		}
 	}
 	switch req.Spec.Op {
-	case ratelimit.OpPeek:
+	case core.OpPeek:
 		return sh.peek(alg, e, now, args, false), nil
-	case ratelimit.OpRefund:
+	case core.OpRefund:
 		if e != nil {
 			alg.Refund(&e.state, now, args) // the key is full no later than before: expires stays
 			if alg.Extend != nil {          // but a lease released while not held is remembered a lease's duration
 				e.expires = max(e.expires, now+expiry(time.Duration(args.Period)*time.Microsecond))
 			}
 		}
-	case ratelimit.OpReset:
+	case core.OpReset:
 		if e != nil && alg.Void != nil { // forgotten, but for what voids the receipts of its takes
 			if keep := alg.Void(&e.state, now, args); keep > 0 {
 				e.expires = now + expiry(time.Duration(keep)*time.Microsecond) // as Redis keeps it
@@ -185,14 +184,14 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 			sh.forget(req.Key)
 			e = nil
 		}
-	case ratelimit.OpDebit: // then a peek of 1 at the request's reserve
+	case core.OpDebit: // then a peek of 1 at the request's reserve
 		e.expires = now + expiry(time.Duration(alg.Debit(&e.state, now, args))*time.Microsecond)
 		if args.Taken == core.TakenNow { // a take whatever the key has, with its receipt
 			req.Receipt.At = e.state.Time
 		}
 		args.N, args.Lease, args.Taken = 1, 0, 0
 		return sh.peek(alg, e, now, args, false), nil
-	case ratelimit.OpExtend:
+	case core.OpExtend:
 		held := e != nil && alg.Extend(&e.state, now, args)
 		o := sh.peek(alg, e, now, args, true)
 		if !held {
@@ -207,12 +206,12 @@ func (s *Store) other(sh *shard, sp *space, h uint64, req *ratelimit.Request, ar
 // peek is the Outcome of a take of args on e's state (a fresh state when e is nil),
 // changing nothing, on the shard's scratch copy; sh.mu is held. After a refund, a reset
 // or an extension (after) it is the answer, as a peek of 1, of a new lease.
-func (sh *shard) peek(alg *ratelimit.Algorithm, e *entry, now int64, args ratelimit.Args, after bool) ratelimit.Outcome {
+func (sh *shard) peek(alg *core.Algorithm, e *entry, now int64, args core.Args, after bool) core.Outcome {
 	if after {
 		args.N, args.Lease, args.Keep = 1, 0, 0
 	}
 	st := &sh.scratch
-	*st = ratelimit.State{}
+	*st = core.State{}
 	if e != nil {
 		*st = e.state
 	}

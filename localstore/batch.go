@@ -5,18 +5,17 @@ import (
 	"errors"
 	"slices"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
-var _ ratelimit.BatchStore = (*Store)(nil)
+var _ core.BatchStore = (*Store)(nil)
 
 // ApplyAll takes every request or none, atomically: it locks the shards of all the keys
 // in ascending order (so that two batches never wait on each other in a cycle), then the
 // keys (a new key locked before it enters its table), decides each request on a copy of
 // its key's state, and writes the copies back only if every request is allowed. Errors
 // as Apply's; a key named twice is an error wrapping ratelimit.ErrDuplicateKey.
-func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
+func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -36,21 +35,21 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 // batch is the requests of one ApplyAll, and what deciding them needs.
 type batch struct {
 	s       *Store
-	reqs    []ratelimit.Request
-	args    []ratelimit.Args
+	reqs    []core.Request
+	args    []core.Args
 	hashes  []uint64
 	shardOf []int
 	spaces  []*space
 	entries []*entry // locked by decide; nil for a key not yet held
-	states  []ratelimit.State
-	ds      []ratelimit.Outcome
+	states  []core.State
+	ds      []core.Outcome
 }
 
 // newBatch checks reqs and derives what deciding them needs; errors as Apply's.
-func (s *Store) newBatch(reqs []ratelimit.Request) (*batch, error) {
+func (s *Store) newBatch(reqs []core.Request) (*batch, error) {
 	n := len(reqs)
-	b := &batch{s: s, reqs: reqs, args: make([]ratelimit.Args, n), hashes: make([]uint64, n), shardOf: make([]int, n),
-		spaces: make([]*space, n), entries: make([]*entry, n), states: make([]ratelimit.State, n), ds: make([]ratelimit.Outcome, n)}
+	b := &batch{s: s, reqs: reqs, args: make([]core.Args, n), hashes: make([]uint64, n), shardOf: make([]int, n),
+		spaces: make([]*space, n), entries: make([]*entry, n), states: make([]core.State, n), ds: make([]core.Outcome, n)}
 	for i, r := range reqs {
 		if r.Spec == nil {
 			return nil, errNoSpec
@@ -59,7 +58,7 @@ func (s *Store) newBatch(reqs []ratelimit.Request) (*batch, error) {
 		if err != nil {
 			return nil, err
 		}
-		if r.Spec.Op != ratelimit.OpTake || core.OfLeases(r.Spec.Algorithm) {
+		if r.Spec.Op != core.OpTake || core.OfLeases(r.Spec.Algorithm) {
 			return nil, errors.New("localstore: ApplyAll only takes, and no leases")
 		}
 		if b.args[i], err = r.Args(); err != nil {
@@ -95,7 +94,7 @@ func (b *batch) lock() (unlock func()) {
 
 // decide decides each request on a copy of its key's state, locking the keys held, and
 // reports whether every one is allowed; the shards are locked.
-func (b *batch) decide(now int64) ([]ratelimit.Outcome, bool) {
+func (b *batch) decide(now int64) ([]core.Outcome, bool) {
 	all := true
 	for i, r := range b.reqs {
 		sh := &b.s.shards[b.shardOf[i]]
@@ -113,7 +112,7 @@ func (b *batch) decide(now int64) ([]ratelimit.Outcome, bool) {
 }
 
 // commit writes the decided states back, each new key locked before it enters its table.
-func (b *batch) commit(now int64) []ratelimit.Outcome {
+func (b *batch) commit(now int64) []core.Outcome {
 	for i, r := range b.reqs {
 		e := b.entries[i]
 		if e == nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/localstore"
 )
@@ -25,7 +26,7 @@ func BenchmarkApply(b *testing.B) {
 		for _, k := range limitertest.Kinds {
 			b.Run(c.name+"/"+k.Name, func(b *testing.B) {
 				s := localstore.New(localstore.WithClock(c.clk))
-				req := ratelimit.Request{Key: "tenant-1:route", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: ratelimit.PerSecond(1000)}}
+				req := core.Request{Key: "tenant-1:route", N: 1, Spec: &core.Spec{Algorithm: k.Algorithm, Rule: core.Rule(ratelimit.PerSecond(1000))}}
 				ctx := context.Background()
 				b.ReportAllocs()
 				for b.Loop() {

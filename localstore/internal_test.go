@@ -7,6 +7,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
@@ -19,9 +20,9 @@ func oneShard(clk clock.Clock, perShard int, opts ...Option) *Store {
 	return s
 }
 
-func take(t *testing.T, s *Store, key string, n int64) ratelimit.Outcome {
+func take(t *testing.T, s *Store, key string, n int64) core.Outcome {
 	t.Helper()
-	d, err := s.Apply(context.Background(), ratelimit.Request{Key: key, N: n, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerMinute(10)}})
+	d, err := s.Apply(context.Background(), core.Request{Key: key, N: n, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerMinute(10))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func TestIdleKeysExpire(t *testing.T) {
 // soonest (all keys are sampled when the shard holds no more than evictSamples).
 func TestEvictsClosestToFull(t *testing.T) {
 	s := oneShard(clock.NewFake(start), evictSamples)
-	apply := func(key string, n int64) ratelimit.Outcome { return take(t, s, key, n) }
+	apply := func(key string, n int64) core.Outcome { return take(t, s, key, n) }
 	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	for i, k := range keys {
 		apply(k, int64(10-i)) // "h" takes the fewest tokens: it is full soonest

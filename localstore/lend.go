@@ -3,11 +3,11 @@ package localstore
 import (
 	"context"
 
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/lend"
 )
 
-var _ ratelimit.Lender = (*Store)(nil)
+var _ core.Lender = (*Store)(nil)
 
 // Lend decides each loan in turn, atomically on its key: under the key's lock, found (or
 // added) under its shard's, as a take is. A key's record of loans is kept in its shard
@@ -16,11 +16,11 @@ var _ ratelimit.Lender = (*Store)(nil)
 // eviction. Errors: ctx.Err() if ctx
 // has ended, and for an invalid loan (an algorithm that does not lend, no holder, an
 // invalid rule), before anything is lent.
-func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (s *Store) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	args := make([]ratelimit.Args, len(loans))
+	args := make([]core.Args, len(loans))
 	spaces := make([]*space, len(loans))
 	for i, l := range loans {
 		if err := lend.Check(l); err != nil {
@@ -34,7 +34,7 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 			return nil, err
 		}
 	}
-	lent := make([]ratelimit.Lent, len(loans))
+	lent := make([]core.Lent, len(loans))
 	now := s.now()
 	for i, l := range loans {
 		lent[i] = s.lendOne(spaces[i], l, args[i], now)
@@ -43,7 +43,7 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 }
 
 // lendOne decides l, of args a, on its key at now.
-func (s *Store) lendOne(sp *space, l ratelimit.Loan, a ratelimit.Args, now int64) ratelimit.Lent {
+func (s *Store) lendOne(sp *space, l core.Loan, a core.Args, now int64) core.Lent {
 	h := s.hash.sum(l.Key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
@@ -26,9 +27,9 @@ func TestConformance(t *testing.T) {
 
 var start = limitertest.Start
 
-func allow(t *testing.T, s ratelimit.Store, key string, n int64) ratelimit.Outcome {
+func allow(t *testing.T, s ratelimit.Store, key string, n int64) core.Outcome {
 	t.Helper()
-	d, err := s.Apply(context.Background(), ratelimit.Request{Key: key, N: n, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerMinute(10)}})
+	d, err := s.Apply(context.Background(), core.Request{Key: key, N: n, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerMinute(10))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,17 +103,17 @@ func TestNoAllocationsOnExistingKey(t *testing.T) {
 	for _, k := range limitertest.Kinds {
 		// two keys of one table with rules of their own, decided in turn: neither rule
 		// stays the table's last
-		req := ratelimit.Request{Key: "existing", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: ratelimit.PerSecond(1000)}}
-		other := ratelimit.Request{Key: "other", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: ratelimit.PerMinute(5000)}}
+		req := core.Request{Key: "existing", N: 1, Spec: &core.Spec{Algorithm: k.Algorithm, Rule: core.Rule(ratelimit.PerSecond(1000))}}
+		other := core.Request{Key: "other", N: 1, Spec: &core.Spec{Algorithm: k.Algorithm, Rule: core.Rule(ratelimit.PerMinute(5000))}}
 		ctx := context.Background()
-		for _, r := range []ratelimit.Request{req, other} {
+		for _, r := range []core.Request{req, other} {
 			if _, err := s.Apply(ctx, r); err != nil {
 				t.Fatal(err)
 			}
 		}
 		allocs := testing.AllocsPerRun(1000, func() {
 			clk.Advance(time.Millisecond)
-			for _, r := range []ratelimit.Request{req, other} {
+			for _, r := range []core.Request{req, other} {
 				if _, err := s.Apply(ctx, r); err != nil {
 					t.Fatal(err)
 				}
@@ -145,8 +146,8 @@ func TestDefaultClockIsReal(t *testing.T) {
 func TestForgetsAtReset(t *testing.T) {
 	clk := clock.NewFake(start.Add(500 * time.Millisecond))
 	s := localstore.New(localstore.WithClock(clk), localstore.WithSweepInterval(time.Hour))
-	apply := func(rule ratelimit.Rule) ratelimit.Outcome {
-		d, err := s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 5, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: rule}})
+	apply := func(rule ratelimit.Rule) core.Outcome {
+		d, err := s.Apply(context.Background(), core.Request{Key: "k", N: 5, Spec: &core.Spec{Algorithm: fixedwindow.Algorithm(), Rule: core.Rule(rule)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +192,7 @@ func TestManyNamespaces(t *testing.T) {
 		if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed || d.Remaining != 1 {
 			t.Fatalf("namespace %d: first take = %+v, %v; want allowed, 1 left", i, d, err)
 		}
-		d, err := s.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "ns-" + strconv.Itoa(i), Rule: rule}})
+		d, err := s.Apply(ctx, core.Request{Key: "k", N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "ns-" + strconv.Itoa(i), Rule: core.Rule(rule)}})
 		if err != nil || !d.Allowed() || d.Remaining != 0 {
 			t.Fatalf("namespace %d: Apply after the limiter = %+v, %v; want allowed, 0 left", i, d, err)
 		}
@@ -218,14 +219,14 @@ func TestIncompleteAlgorithm(t *testing.T) {
 	ctx := context.Background()
 	noRefund := *tokenbucket.Algorithm()
 	noRefund.Refund = nil
-	for _, alg := range []*ratelimit.Algorithm{nil, &noRefund} {
-		for _, op := range []ratelimit.Op{ratelimit.OpTake, ratelimit.OpPeek, ratelimit.OpRefund, ratelimit.OpReset} {
-			req := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerSecond(1), Op: op}}
+	for _, alg := range []*core.Algorithm{nil, &noRefund} {
+		for _, op := range []core.Op{core.OpTake, core.OpPeek, core.OpRefund, core.OpReset} {
+			req := core.Request{Key: "k", N: 1, Spec: &core.Spec{Algorithm: alg, Rule: core.Rule(ratelimit.PerSecond(1)), Op: op}}
 			if _, err := s.Apply(ctx, req); err == nil {
 				t.Errorf("Apply(%v, op %q): no error", alg, op)
 			}
 		}
-		if _, err := s.ApplyAll(ctx, []ratelimit.Request{{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerSecond(1)}}}); err == nil {
+		if _, err := s.ApplyAll(ctx, []core.Request{{Key: "k", N: 1, Spec: &core.Spec{Algorithm: alg, Rule: core.Rule(ratelimit.PerSecond(1))}}}); err == nil {
 			t.Errorf("ApplyAll(%v): no error", alg)
 		}
 	}
@@ -243,8 +244,8 @@ func TestExactUnderChurn(t *testing.T) {
 	tb := tokenbucket.Algorithm()
 	const limit, keys = 1000, 2
 	counted := ratelimit.Rule{Limit: limit, Period: 1000 * time.Hour} // no refill in the 100s the test runs
-	req := func(key string) ratelimit.Request {
-		return ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tb, Namespace: "counted", Rule: counted}}
+	req := func(key string) core.Request {
+		return core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: tb, Namespace: "counted", Rule: core.Rule(counted)}}
 	}
 	ctx := context.Background()
 	var admitted [keys]atomic.Int64
@@ -268,7 +269,7 @@ func TestExactUnderChurn(t *testing.T) {
 		wg.Go(func() {
 			for i := range limit {
 				a, b := i%keys, (i+1)%keys
-				ds, err := s.ApplyAll(ctx, []ratelimit.Request{req(strconv.Itoa(a)), req(strconv.Itoa(b))})
+				ds, err := s.ApplyAll(ctx, []core.Request{req(strconv.Itoa(a)), req(strconv.Itoa(b))})
 				if err != nil {
 					t.Error(err)
 					return
@@ -280,20 +281,20 @@ func TestExactUnderChurn(t *testing.T) {
 			}
 		})
 	}
-	churn := func(key string, op ratelimit.Op) {
-		_, err := s.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tb, Namespace: "churn", Rule: ratelimit.PerSecond(10), Op: op}})
+	churn := func(key string, op core.Op) {
+		_, err := s.Apply(ctx, core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: tb, Namespace: "churn", Rule: core.Rule(ratelimit.PerSecond(10)), Op: op}})
 		if err != nil {
 			t.Error(err)
 		}
 	}
 	wg.Go(func() { // far more keys than the store holds: evictions in every shard
 		for i := range 20000 {
-			churn("churn-"+strconv.Itoa(i), ratelimit.OpTake)
+			churn("churn-"+strconv.Itoa(i), core.OpTake)
 		}
 	})
 	wg.Go(func() { // resets, and time for the sweeps (the churned keys are full in 100ms)
 		for i := range 2000 {
-			churn("churn-"+strconv.Itoa(i*7), ratelimit.OpReset)
+			churn("churn-"+strconv.Itoa(i*7), core.OpReset)
 			if i%20 == 0 {
 				clk.Advance(time.Second)
 			}
@@ -304,7 +305,7 @@ func TestExactUnderChurn(t *testing.T) {
 		if got := admitted[k].Load(); got != limit {
 			t.Errorf("key %d admitted %d; want exactly %d", k, got, limit)
 		}
-		if d, err := s.Apply(ctx, ratelimit.Request{Key: strconv.Itoa(k), N: 1, Spec: &ratelimit.Spec{Algorithm: tb, Namespace: "counted", Rule: counted, Op: ratelimit.OpPeek}}); err != nil || d.Allowed() {
+		if d, err := s.Apply(ctx, core.Request{Key: strconv.Itoa(k), N: 1, Spec: &core.Spec{Algorithm: tb, Namespace: "counted", Rule: core.Rule(counted), Op: core.OpPeek}}); err != nil || d.Allowed() {
 			t.Errorf("key %d after the test: %+v, %v; want used up", k, d, err)
 		}
 	}

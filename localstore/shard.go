@@ -7,7 +7,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/eventlog"
 	"github.com/ratelimit-go/ratelimit/internal/lend"
 )
@@ -35,7 +35,7 @@ type shardState struct {
 	bytes     int64                            // their cost, as WithMaxBytes counts it
 	nextSweep atomic.Int64                     // written under mu
 	// a copy of a key's state and log for a peek, so that a peek allocates nothing
-	scratch    ratelimit.State
+	scratch    core.State
 	scratchLog eventlog.Log
 	// the records of loans (Lend) of the keys that have some, apart from the entries (which
 	// the keys never lent need not carry), and from their expiry, as on Redis
@@ -52,7 +52,7 @@ type loanKey struct {
 // when a goroutine holds both. Its fields fill one cache line.
 type entry struct {
 	mu      sync.Mutex
-	state   ratelimit.State
+	state   core.State
 	expires int64  // the instant the state is back to full, and forgotten; dead once removed
 	key     string // set before the entry is in the index, never changed
 }
@@ -64,7 +64,7 @@ const dead = math.MinInt64
 // reset empties a state back to full: what is left counts for nothing, whatever the rule
 // now.
 func (e *entry) reset() {
-	e.state = ratelimit.State{Log: e.state.Log}
+	e.state = core.State{Log: e.state.Log}
 	if e.state.Log != nil {
 		e.state.Log.Clear()
 	}

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // errNoSpec is the error of a request without a Spec.
@@ -17,26 +17,26 @@ var errNoSpec = errors.New("localstore: request has no Spec")
 const fewSpaces = 16
 
 type spaceKey struct {
-	alg *ratelimit.Algorithm
+	alg *core.Algorithm
 	ns  string
 }
 
 // space is one (algorithm, namespace): its keys are apart from every other space's.
 type space struct {
-	alg *ratelimit.Algorithm
+	alg *core.Algorithm
 	ns  string
 	ord int
 }
 
 // table is one space's keys in one shard.
 type table struct {
-	alg  *ratelimit.Algorithm
+	alg  *core.Algorithm
 	keys index
 }
 
 // space is the space of (alg, ns), added the first time it is asked for; an error for an
 // algorithm this store cannot run.
-func (s *Store) space(alg *ratelimit.Algorithm, ns string) (*space, error) {
+func (s *Store) space(alg *core.Algorithm, ns string) (*space, error) {
 	if sp := findSpace(s.spaces.few.Load(), alg, ns); sp != nil {
 		return sp, nil
 	}
@@ -48,7 +48,7 @@ func (s *Store) space(alg *ratelimit.Algorithm, ns string) (*space, error) {
 
 // checkAlgorithm is the error for an algorithm this store cannot run, or nil: a space is
 // made only for one it can.
-func checkAlgorithm(alg *ratelimit.Algorithm) error {
+func checkAlgorithm(alg *core.Algorithm) error {
 	if alg == nil {
 		return errors.New("localstore: request has no algorithm")
 	}
@@ -58,7 +58,7 @@ func checkAlgorithm(alg *ratelimit.Algorithm) error {
 	return nil
 }
 
-func findSpace(few *[]*space, alg *ratelimit.Algorithm, ns string) *space {
+func findSpace(few *[]*space, alg *core.Algorithm, ns string) *space {
 	if few == nil {
 		return nil
 	}
@@ -71,7 +71,7 @@ func findSpace(few *[]*space, alg *ratelimit.Algorithm, ns string) *space {
 }
 
 // add is the space of (alg, ns), made if it is new.
-func (ss *spaces) add(alg *ratelimit.Algorithm, ns string) *space {
+func (ss *spaces) add(alg *core.Algorithm, ns string) *space {
 	key := spaceKey{alg, ns}
 	if sp, ok := ss.more.Load(key); ok {
 		return sp.(*space)
@@ -128,4 +128,4 @@ func (sh *shard) otherTable(sp *space) *table {
 	return t
 }
 
-func newTable(alg *ratelimit.Algorithm) *table { return &table{alg: alg} }
+func newTable(alg *core.Algorithm) *table { return &table{alg: alg} }

@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // specs remembers what a decision derives from each Spec the store has seen lately: its
@@ -20,16 +20,16 @@ type specs [specSlots]atomic.Pointer[known]
 const specSlots = 64
 
 // known is what a store derived from spec. A Spec must not change once a request has
-// carried it (see ratelimit.Request), and known holds on to it: its address names it
+// carried it (see core.Request), and known holds on to it: its address names it
 // while it is known.
 type known struct {
-	spec  *ratelimit.Spec
+	spec  *core.Spec
 	space *space
-	args  ratelimit.Args // with N 1
+	args  core.Args // with N 1
 }
 
 // find is what the store knows of spec, or nil.
-func (c *specs) find(spec *ratelimit.Spec) *known {
+func (c *specs) find(spec *core.Spec) *known {
 	i := c.pair(spec)
 	if k := c[i].Load(); k != nil && k.spec == spec {
 		return k
@@ -41,7 +41,7 @@ func (c *specs) find(spec *ratelimit.Spec) *known {
 }
 
 // pair is the first of the two slots of spec.
-func (c *specs) pair(spec *ratelimit.Spec) int {
+func (c *specs) pair(spec *core.Spec) int {
 	const fib = 0x9E3779B97F4A7C15 // spreads the addresses of small objects over the slots
 	return int(uint64(uintptr(unsafe.Pointer(spec)))*fib>>(64-5)) * 2
 }
@@ -57,7 +57,7 @@ func (c *specs) remember(k *known) {
 
 // know derives what a decision needs from spec, checks it (the error of an invalid one),
 // and remembers it.
-func (s *Store) know(spec *ratelimit.Spec) (*known, error) {
+func (s *Store) know(spec *core.Spec) (*known, error) {
 	if spec == nil {
 		return nil, errNoSpec
 	}
@@ -65,7 +65,7 @@ func (s *Store) know(spec *ratelimit.Spec) (*known, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := ratelimit.Request{N: 1, Spec: spec}.Args()
+	a, err := core.Request{N: 1, Spec: spec}.Args()
 	if err != nil {
 		return nil, err
 	}

@@ -13,13 +13,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/redisx"
 	"github.com/ratelimit-go/ratelimit/internal/script"
 )
 
-var _ ratelimit.BatchStore = (*Store)(nil)
+var _ core.BatchStore = (*Store)(nil)
 
 // MaxApplyAll is the most requests ApplyAll decides in one script: a script runs alone on
 // its server, and one over thousands of keys would hold every other client of Redis for
@@ -33,7 +32,7 @@ const MaxApplyAll = 100
 // Cluster that may sit on different nodes) it counts nothing and returns an error
 // matching errors.ErrUnsupported, and ratelimit.AllowAll takes them one by one: never a
 // CROSSSLOT error.
-func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
+func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -68,7 +67,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	if !ok || len(vals) != each*len(reqs) {
 		return nil, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
 	}
-	ds := make([]ratelimit.Outcome, len(reqs))
+	ds := make([]core.Outcome, len(reqs))
 	for i, r := range reqs {
 		if ds[i], err = decodeVals(vals[each*i:each*i+script.Outcome], limits[i]); err != nil {
 			return nil, err
@@ -82,9 +81,9 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 
 // writeReceipt writes into req's Receipt, if it carries one, the instant its script
 // decided its take at, when it was admitted.
-func writeReceipt(req ratelimit.Request, o ratelimit.Outcome, at any) error {
+func writeReceipt(req core.Request, o core.Outcome, at any) error {
 	r := req.Receipt
-	if r == nil || (req.Spec.Op != ratelimit.OpTake || !o.Allowed()) && req.Spec.Op != ratelimit.OpDebit { // a debit takes whatever the key has
+	if r == nil || (req.Spec.Op != core.OpTake || !o.Allowed()) && req.Spec.Op != core.OpDebit { // a debit takes whatever the key has
 		return nil
 	}
 	v, ok := at.(int64)
@@ -99,15 +98,15 @@ func writeReceipt(req ratelimit.Request, o ratelimit.Outcome, at any) error {
 // index, which follows from all the algorithms: see applyAllScript) of reqs in
 // ApplyAll's script: per request, its step's index and its number of keys, then its
 // arguments (script.Values), the time one instant for all.
-func (s *Store) encodeAll(reqs []ratelimit.Request) (names []string, algs []*ratelimit.Algorithm, limits []int64, tail []any, err error) {
-	algs, limits = make([]*ratelimit.Algorithm, len(reqs)), make([]int64, len(reqs))
+func (s *Store) encodeAll(reqs []core.Request) (names []string, algs []*core.Algorithm, limits []int64, tail []any, err error) {
+	algs, limits = make([]*core.Algorithm, len(reqs)), make([]int64, len(reqs))
 	now := s.now()
 	for i, r := range reqs {
 		if r.Spec == nil || r.Spec.Algorithm == nil || r.Spec.Algorithm.Script == "" || len(r.Spec.Algorithm.ScriptKeys) == 0 {
 			return nil, nil, nil, nil, errors.New("redisstore: request has no algorithm with a script")
 		}
 		alg := r.Spec.Algorithm
-		if r.Spec.Op != ratelimit.OpTake || core.OfLeases(alg) {
+		if r.Spec.Op != core.OpTake || core.OfLeases(alg) {
 			return nil, nil, nil, nil, errors.New("redisstore: ApplyAll only takes, and no leases")
 		}
 		a, err := r.Args()
@@ -131,7 +130,7 @@ func (s *Store) encodeAll(reqs []ratelimit.Request) (names []string, algs []*rat
 
 // window is the calendar window of alg around the store's time, and the next, as a
 // step's arguments hold them (script.WindowStart...); "" for an algorithm without windows.
-func (s *Store) window(alg *ratelimit.Algorithm) [3]any {
+func (s *Store) window(alg *core.Algorithm) [3]any {
 	if alg.Window == nil {
 		return [3]any{"", "", ""}
 	}
@@ -188,13 +187,13 @@ type stepSet struct {
 // index of each one's step by its script's SHA; never changed once made.
 type steps struct {
 	script *luaScript
-	algs   []*ratelimit.Algorithm
+	algs   []*core.Algorithm
 	index  map[string]int
 }
 
 // of is set's script for algs, made by compose (named what), and the index of each
 // algorithm's step in it, by its script's SHA.
-func (set *stepSet) of(s *Store, algs []*ratelimit.Algorithm, what string, compose func([]*ratelimit.Algorithm) string) (*luaScript, map[string]int) {
+func (set *stepSet) of(s *Store, algs []*core.Algorithm, what string, compose func([]*core.Algorithm) string) (*luaScript, map[string]int) {
 	if cur := set.cur.Load(); cur != nil && cur.holds(s, algs) {
 		return cur.script, cur.index
 	}
@@ -209,7 +208,7 @@ func (set *stepSet) of(s *Store, algs []*ratelimit.Algorithm, what string, compo
 		next.algs = slices.Clone(old.algs)
 		maps.Copy(next.index, old.index)
 	}
-	hash := func(a *ratelimit.Algorithm) string { return s.scriptOf(a).hash.(string) }
+	hash := func(a *core.Algorithm) string { return s.scriptOf(a).hash.(string) }
 	for _, a := range algs {
 		if _, ok := next.index[hash(a)]; !ok {
 			next.algs = append(next.algs, a)
@@ -218,7 +217,7 @@ func (set *stepSet) of(s *Store, algs []*ratelimit.Algorithm, what string, compo
 	}
 	// in the order of their SHAs: instances that have seen the same algorithms share one
 	// script in Redis, whatever order they saw them in
-	slices.SortFunc(next.algs, func(a, b *ratelimit.Algorithm) int { return strings.Compare(hash(a), hash(b)) })
+	slices.SortFunc(next.algs, func(a, b *core.Algorithm) int { return strings.Compare(hash(a), hash(b)) })
 	for i, a := range next.algs {
 		next.index[hash(a)] = i + 1
 	}
@@ -228,7 +227,7 @@ func (set *stepSet) of(s *Store, algs []*ratelimit.Algorithm, what string, compo
 }
 
 // holds reports whether st has a step for each of algs.
-func (st *steps) holds(s *Store, algs []*ratelimit.Algorithm) bool {
+func (st *steps) holds(s *Store, algs []*core.Algorithm) bool {
 	for _, alg := range algs {
 		if _, ok := st.index[s.scriptOf(alg).hash.(string)]; !ok {
 			return false

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/redisstore"
@@ -27,13 +28,13 @@ func TestApplyAllScriptsBounded(t *testing.T) {
 	client := redistest.Start(t).Client()
 	s := redisstore.New(client, freshPrefix())
 	ctx := context.Background()
-	algs := []*ratelimit.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), slidingwindow.Algorithm(),
+	algs := []*core.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), slidingwindow.Algorithm(),
 		slidinglog.Algorithm(), leakybucket.Algorithm()}
 	random := rand.New(rand.NewPCG(1, 2))
 	for i := range 300 {
-		reqs := make([]ratelimit.Request, 1+random.IntN(20))
+		reqs := make([]core.Request, 1+random.IntN(20))
 		for j := range reqs {
-			reqs[j] = ratelimit.Request{Key: fmt.Sprint("{t", i, "}:", j), N: 1, Spec: &ratelimit.Spec{Algorithm: algs[random.IntN(len(algs))], Rule: ratelimit.PerMinute(100)}}
+			reqs[j] = core.Request{Key: fmt.Sprint("{t", i, "}:", j), N: 1, Spec: &core.Spec{Algorithm: algs[random.IntN(len(algs))], Rule: core.Rule(ratelimit.PerMinute(100))}}
 		}
 		ds, err := s.ApplyAll(ctx, reqs)
 		if err != nil || len(ds) != len(reqs) {
@@ -61,7 +62,7 @@ func TestApplyAllCapped(t *testing.T) {
 	client := redistest.Start(t).Client()
 	s := redisstore.New(client, freshPrefix())
 	ctx := context.Background()
-	reqs := make([]ratelimit.Request, redisstore.MaxApplyAll+1)
+	reqs := make([]core.Request, redisstore.MaxApplyAll+1)
 	parts := make([]ratelimit.Part, len(reqs))
 	limiter, err := fixedwindow.New(s, ratelimit.PerMinute(1))
 	if err != nil {
@@ -69,7 +70,7 @@ func TestApplyAllCapped(t *testing.T) {
 	}
 	for i := range reqs {
 		key := fmt.Sprint("{t}:", i)
-		reqs[i] = ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: ratelimit.PerMinute(1)}}
+		reqs[i] = core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: fixedwindow.Algorithm(), Rule: core.Rule(ratelimit.PerMinute(1))}}
 		parts[i] = ratelimit.Part{Limiter: limiter, Key: key}
 	}
 	if ds, err := s.ApplyAll(ctx, reqs); !errors.Is(err, errors.ErrUnsupported) {

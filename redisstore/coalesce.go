@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/redisx"
 	"github.com/ratelimit-go/ratelimit/internal/script"
@@ -59,16 +58,16 @@ func WithMaxBatch(n int) Option {
 // call is one decision on its way to Redis.
 type call struct {
 	ctx    context.Context
-	alg    *ratelimit.Algorithm
+	alg    *core.Algorithm
 	sc     *luaScript
 	ra     *ruleArgs
-	a      ratelimit.Args
+	a      core.Args
 	op     int // script.OpCode's
 	now    any // the store's clock in microseconds, or "" for Redis's (see Store.now)
 	key    redisx.Key
 	window [3]any // a windowed algorithm's window (Store.window); "" for others
 
-	d    ratelimit.Outcome
+	d    core.Outcome
 	at   int64 // the instant a take with a receipt was decided at (Receipt.At)
 	err  error
 	done chan struct{} // gets a value when d and err are set (a call that waits for a batch)
@@ -150,7 +149,7 @@ func (s *Store) coalescing() bool {
 // the caller's goroutine (flyHere); any other from a goroutine of the store's (see fly),
 // and the caller waits for it only as long as its context allows: a reply that comes
 // after the caller has given up is still read, and its connection kept.
-func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Outcome, error) {
+func (s *Store) coalesce(ctx context.Context, c *call) (core.Outcome, error) {
 	n, err := s.node(ctx, c)
 	if err != nil {
 		return s.single(ctx, c) // the cluster client says why, or routes it
@@ -188,14 +187,14 @@ func (s *Store) coalesce(ctx context.Context, c *call) (ratelimit.Outcome, error
 	select {
 	case <-w.done:
 	case <-ctx.Done(): // w is left to its flight, not recycled
-		return ratelimit.Outcome{}, s.ended(ctx, c)
+		return core.Outcome{}, s.ended(ctx, c)
 	}
 	return s.answered(ctx, c, w)
 }
 
 // answered is the answer of c from w, its call that has landed, which goes back to
 // waitingCalls.
-func (s *Store) answered(ctx context.Context, c, w *call) (ratelimit.Outcome, error) {
+func (s *Store) answered(ctx context.Context, c, w *call) (core.Outcome, error) {
 	d, err := w.d, w.err
 	c.at = w.at
 	*w = call{done: w.done}
@@ -205,7 +204,7 @@ func (s *Store) answered(ctx context.Context, c, w *call) (ratelimit.Outcome, er
 	}
 	if errors.Is(err, errGaveUp) {
 		// this caller's context ended before its batch went out, or ends now
-		return ratelimit.Outcome{}, s.ended(ctx, c)
+		return core.Outcome{}, s.ended(ctx, c)
 	}
 	return d, err
 }
@@ -398,7 +397,7 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 
 // safeSingle is single, and safeDecideBatch decideBatch, with a panic of the client
 // turned into an error (see clientPanic): they run on a goroutine of the store's.
-func (s *Store) safeSingle(ctx context.Context, c *call) (d ratelimit.Outcome, err error) {
+func (s *Store) safeSingle(ctx context.Context, c *call) (d core.Outcome, err error) {
 	defer clientPanic(c.sc.alg, &err)
 	return s.single(ctx, c)
 }

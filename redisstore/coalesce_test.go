@@ -15,6 +15,8 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/concurrency"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/localstore"
@@ -25,30 +27,30 @@ import (
 // step is one decision of a key's sequence in TestCoalescedParity: a refund gives back
 // the take of step of; a take with a receipt writes one.
 type step struct {
-	req     ratelimit.Request
+	req     core.Request
 	receipt bool
 	of      int
-	d       ratelimit.Outcome
+	d       core.Outcome
 	at      int64 // the take's receipt, in localstore
 }
 
 // run applies the steps of one key's sequence to s, each take with a receipt on a Spec of
 // its own, each refund with the receipt its take got in this run; it returns the
 // decisions and the receipts' instants.
-func run(s ratelimit.Store, seq []step) ([]ratelimit.Outcome, []int64, error) {
-	ds, ats := make([]ratelimit.Outcome, len(seq)), make([]int64, len(seq))
-	receipts := make([]*ratelimit.Receipt, len(seq))
+func run(s ratelimit.Store, seq []step) ([]core.Outcome, []int64, error) {
+	ds, ats := make([]core.Outcome, len(seq)), make([]int64, len(seq))
+	receipts := make([]*core.Receipt, len(seq))
 	for i, st := range seq {
 		req := st.req
 		switch {
 		case st.receipt:
-			receipts[i] = &ratelimit.Receipt{}
+			receipts[i] = &core.Receipt{}
 			req.Receipt = receipts[i]
-		case req.Spec.Op == ratelimit.OpRefund && receipts[st.of].At == 0: // its take was denied: nothing to refund
+		case req.Spec.Op == core.OpRefund && receipts[st.of].At == 0: // its take was denied: nothing to refund
 			spec := *req.Spec
-			spec.Op, req.N = ratelimit.OpPeek, 1
+			spec.Op, req.N = core.OpPeek, 1
 			req.Spec = &spec
-		case req.Spec.Op == ratelimit.OpRefund:
+		case req.Spec.Op == core.OpRefund:
 			req.Receipt = receipts[st.of]
 		}
 		d, err := s.Apply(context.Background(), req)
@@ -87,23 +89,23 @@ func TestCoalescedParity(t *testing.T) {
 		var takes []int // the steps of takes with a receipt, to refund
 		for i := range steps {
 			rule := rules[rng.IntN(len(rules))]
-			a, err := kind.Algorithm.Prepare(rule, 1)
+			a, err := kind.Algorithm.Prepare(core.Rule(rule), 1)
 			if err != nil {
 				t.Fatal(err)
 			}
-			req := ratelimit.Request{Key: fmt.Sprint("key-", k), N: 1 + rng.Int64N(a.Limit), Spec: &ratelimit.Spec{Algorithm: kind.Algorithm, Namespace: "parity", Rule: rule, Op: []ratelimit.Op{ratelimit.OpTake, ratelimit.OpPeek, ratelimit.OpRefund, ratelimit.OpReset}[rng.IntN(8)/5*(1+rng.IntN(3))]}}
-			if req.Spec.Op != ratelimit.OpTake {
+			req := core.Request{Key: fmt.Sprint("key-", k), N: 1 + rng.Int64N(a.Limit), Spec: &core.Spec{Algorithm: kind.Algorithm, Namespace: "parity", Rule: core.Rule(rule), Op: []core.Op{core.OpTake, core.OpPeek, core.OpRefund, core.OpReset}[rng.IntN(8)/5*(1+rng.IntN(3))]}}
+			if req.Spec.Op != core.OpTake {
 				req.N = 1
 			}
 			req.Spec.Reserve = []int64{0, 0, 20, 50}[rng.IntN(4)] // calls of several reserves share batches
 			st := step{req: req}
 			switch {
-			case req.Spec.Op == ratelimit.OpTake && rng.IntN(2) == 0:
+			case req.Spec.Op == core.OpTake && rng.IntN(2) == 0:
 				st.receipt = true
 				takes = append(takes, i)
-			case req.Spec.Op == ratelimit.OpRefund && len(takes) == 0:
-				st.req.Spec.Op = ratelimit.OpPeek
-			case req.Spec.Op == ratelimit.OpRefund:
+			case req.Spec.Op == core.OpRefund && len(takes) == 0:
+				st.req.Spec.Op = core.OpPeek
+			case req.Spec.Op == core.OpRefund:
 				st.of = takes[rng.IntN(len(takes))]
 				st.req.N, st.req.Spec.Reserve = 1+rng.Int64N(seqs[k][st.of].req.N), 0
 				st.req.Spec.Rule = seqs[k][st.of].req.Spec.Rule
@@ -164,11 +166,11 @@ func TestCoalescedOneProfile(t *testing.T) {
 	const keys, steps = 64, 12
 	type kind struct {
 		name string
-		alg  *ratelimit.Algorithm
+		alg  *core.Algorithm
 		rule ratelimit.Rule
 		n    int64
 	}
-	kinds := []kind{{"inflight", ratelimit.InFlightAlgorithm(), ratelimit.Rule{Limit: 5, Period: time.Minute}, 1}}
+	kinds := []kind{{"inflight", concurrency.Algorithm(), ratelimit.Rule{Limit: 5, Period: time.Minute}, 1}}
 	for _, k := range limitertest.Kinds {
 		kinds = append(kinds, kind{k.Name, k.Algorithm, ratelimit.Rule{Limit: 20, Period: time.Minute, Burst: 20}, 3})
 	}
@@ -177,14 +179,14 @@ func TestCoalescedOneProfile(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			s := redisstore.New(client, redisstore.WithClock(clk), redisstore.WithPrefix("one-"+k.name))
 			local := localstore.New(localstore.WithClock(clk))
-			req := func(key, i int) ratelimit.Request {
-				r := ratelimit.Request{Key: fmt.Sprint("key-", key), N: k.n, Spec: &ratelimit.Spec{Algorithm: k.alg, Rule: k.rule}}
+			req := func(key, i int) core.Request {
+				r := core.Request{Key: fmt.Sprint("key-", key), N: k.n, Spec: &core.Spec{Algorithm: k.alg, Rule: core.Rule(k.rule)}}
 				if k.alg.Extend != nil {
 					r.Spec.Lease = int64(i + 1)
 				}
 				return r
 			}
-			want := make([][]ratelimit.Outcome, keys)
+			want := make([][]core.Outcome, keys)
 			for key := range keys {
 				for i := range steps {
 					d, err := local.Apply(context.Background(), req(key, i))
@@ -318,8 +320,8 @@ func TestCoalescedCancel(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	s := redisstore.New(client, redisstore.WithPrefix("cancel")) // a pool of 4: MaxFlights at most
 	rule := ratelimit.PerHour(1000)
-	take := func(ctx context.Context, key string) (ratelimit.Outcome, error) {
-		return s.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}})
+	take := func(ctx context.Context, key string) (core.Outcome, error) {
+		return s.Apply(ctx, core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(rule)}})
 	}
 	if err := s.LoadScripts(context.Background(), tokenbucket.Algorithm()); err != nil {
 		t.Fatal(err) // and its connections warmed: no PING of a warming takes a held reply
@@ -338,7 +340,7 @@ func TestCoalescedCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
 	go func() { _, err := take(ctx, "gives-up"); gaveUp <- err }()
-	kept := make(chan ratelimit.Outcome, 1)
+	kept := make(chan core.Outcome, 1)
 	go func() { d, _ := take(context.Background(), "keeps"); kept <- d }()
 	cancel()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
@@ -364,8 +366,8 @@ func TestCoalescedLoneCaller(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: redisstore.MaxFlights + 2})
 	t.Cleanup(func() { client.Close() })
 	s := redisstore.New(client, redisstore.WithPrefix("lone"))
-	take := func(ctx context.Context, key string) (ratelimit.Outcome, error) {
-		return s.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerHour(1000)}})
+	take := func(ctx context.Context, key string) (core.Outcome, error) {
+		return s.Apply(ctx, core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerHour(1000))}})
 	}
 	if err := s.LoadScripts(context.Background(), tokenbucket.Algorithm()); err != nil {
 		t.Fatal(err)
@@ -376,7 +378,7 @@ func TestCoalescedLoneCaller(t *testing.T) {
 	p.HoldNext(1, 200*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	type answer struct {
-		d   ratelimit.Outcome
+		d   core.Outcome
 		err error
 	}
 	lone := make(chan answer, 1)
@@ -410,7 +412,7 @@ func TestCoalescedDeadlines(t *testing.T) {
 	srv := redistest.Start(t)
 	s := redisstore.New(srv.Client(), redisstore.WithPrefix("deadlines"))
 	take := func(ctx context.Context, key string) error {
-		_, err := s.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerHour(100)}})
+		_, err := s.Apply(ctx, core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerHour(100))}})
 		return err
 	}
 	if err := take(context.Background(), "warm"); err != nil {
@@ -617,7 +619,7 @@ func TestCoalescedReplyLost(t *testing.T) {
 	})
 	rule := ratelimit.PerHour(100)
 	take := func(key string) error {
-		_, err := s.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}})
+		_, err := s.Apply(ctx, core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(rule)}})
 		return err
 	}
 	var wg sync.WaitGroup
@@ -659,7 +661,7 @@ func TestCoalescedReplyLost(t *testing.T) {
 	}
 	peeker := redisstore.New(direct, redisstore.WithPrefix("lostb"))
 	for _, key := range keys {
-		d, err := peeker.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule, Op: ratelimit.OpPeek}})
+		d, err := peeker.Apply(ctx, core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(rule), Op: core.OpPeek}})
 		if err != nil || d.Remaining != 98 { // a peek answers as a take would: 98 left after one take
 			t.Errorf("%s: a peek gives %+v, %v; want 98 left: taken once", key, d, err)
 		}
@@ -696,7 +698,7 @@ func TestCoalescedClientPanics(t *testing.T) {
 				err = fmt.Errorf("panicked: %v", p)
 			}
 		}()
-		_, err = s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerHour(1_000_000)}})
+		_, err = s.Apply(context.Background(), core.Request{Key: "k", N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerHour(1_000_000))}})
 		return err
 	}
 	if err := take(); err != nil {

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/script"
 	"github.com/redis/go-redis/v9"
 )
@@ -27,7 +27,7 @@ type profile struct {
 }
 
 type result struct {
-	d   ratelimit.Outcome
+	d   core.Outcome
 	at  int64 // a take with a receipt: the instant it was decided at
 	err error
 }
@@ -93,7 +93,7 @@ func (s *Store) decideBatch(ctx context.Context, n *node, calls []*call) ([]resu
 // profilesOf is what calls share (their profiles, in the order they first come) and the
 // index of each call's in them; index is the place of each algorithm's step in the batch
 // script, nil for a batch of one algorithm.
-func profilesOf(calls []*call, index map[*ratelimit.Algorithm]int) ([]profile, []int) {
+func profilesOf(calls []*call, index map[*core.Algorithm]int) ([]profile, []int) {
 	profiles := make([]profile, 0, 2)
 	of := make([]int, len(calls))
 	for i, c := range calls {
@@ -225,7 +225,7 @@ func flagsMissing(err error) bool {
 // batchScriptFor is the batch script of the algorithms of calls, and each one's index
 // among its steps: one script per set of algorithms (in the order of their names), made
 // once, and a variant with script flags for a cluster.
-func (s *Store) batchScriptFor(calls []*call, cluster bool) (*luaScript, map[*ratelimit.Algorithm]int) {
+func (s *Store) batchScriptFor(calls []*call, cluster bool) (*luaScript, map[*core.Algorithm]int) {
 	same := true
 	for _, c := range calls[1:] {
 		same = same && c.alg == calls[0].alg
@@ -239,7 +239,7 @@ func (s *Store) batchScriptFor(calls []*call, cluster bool) (*luaScript, map[*ra
 		if b := p.Load(); b != nil {
 			return b, nil
 		}
-		b, _ := s.buildBatchScript([]*ratelimit.Algorithm{calls[0].alg}, cluster)
+		b, _ := s.buildBatchScript([]*core.Algorithm{calls[0].alg}, cluster)
 		p.Store(b)
 		return b, nil
 	}
@@ -247,9 +247,9 @@ func (s *Store) batchScriptFor(calls []*call, cluster bool) (*luaScript, map[*ra
 }
 
 // algsOf is the distinct algorithms of calls.
-func algsOf(calls []*call) []*ratelimit.Algorithm {
-	var algs []*ratelimit.Algorithm
-	seen := make(map[*ratelimit.Algorithm]bool, 2)
+func algsOf(calls []*call) []*core.Algorithm {
+	var algs []*core.Algorithm
+	seen := make(map[*core.Algorithm]bool, 2)
 	for _, c := range calls {
 		if !seen[c.alg] {
 			seen[c.alg] = true
@@ -263,11 +263,11 @@ func algsOf(calls []*call) []*ratelimit.Algorithm {
 // (its place among the distinct scripts of algs, sorted, from 1): one step per distinct
 // script, so algorithms that share a script (two values of one algorithm) share a step
 // and a batch script, made once per set of scripts.
-func (s *Store) buildBatchScript(algs []*ratelimit.Algorithm, cluster bool) (*luaScript, map[*ratelimit.Algorithm]int) {
-	hash := func(a *ratelimit.Algorithm) string { return s.scriptOf(a).hash.(string) }
+func (s *Store) buildBatchScript(algs []*core.Algorithm, cluster bool) (*luaScript, map[*core.Algorithm]int) {
+	hash := func(a *core.Algorithm) string { return s.scriptOf(a).hash.(string) }
 	sort.Slice(algs, func(i, j int) bool { return hash(algs[i]) < hash(algs[j]) })
-	seen := make(map[*ratelimit.Algorithm]int, len(algs))
-	var steps []*ratelimit.Algorithm
+	seen := make(map[*core.Algorithm]int, len(algs))
+	var steps []*core.Algorithm
 	var id strings.Builder
 	if cluster {
 		id.WriteString("cluster")

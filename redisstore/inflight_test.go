@@ -10,6 +10,8 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/concurrency"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/redisstore"
@@ -109,7 +111,7 @@ func TestInFlightRedisRestart(t *testing.T) {
 	srv.Kill()
 	srv.Restart()
 	redistest.Eventually(t, "the store deciding again", func() bool {
-		_, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: "x", Rule: l.Rule(), Op: ratelimit.OpPeek}})
+		_, err := store.Apply(ctx, core.Request{Key: "k", N: 1, Spec: &core.Spec{Algorithm: concurrency.Algorithm(), Namespace: "x", Rule: core.Rule(l.Rule()), Op: core.OpPeek}})
 		return err == nil
 	})
 	after := acquire(15)

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/ratelimit-go/ratelimit"
 )
 
 func TestWithPrefixDropsBraces(t *testing.T) {
@@ -26,7 +25,7 @@ func TestWithPrefixDropsBraces(t *testing.T) {
 
 func TestDecode(t *testing.T) {
 	d, at, err := decode([]any{int64(1), int64(4), int64(0), int64(1500), int64(250), int64(1767225600000000), int64(0)}, 5)
-	want := ratelimit.Args{Limit: 5}.Outcome(true, 4, 250*time.Microsecond, 1500*time.Microsecond)
+	want := core.Args{Limit: 5}.Outcome(true, 4, 250*time.Microsecond, 1500*time.Microsecond)
 	if err != nil || d != want || at != 1767225600000000 {
 		t.Errorf("decode = %+v, %d, %v; want %+v at 1767225600000000", d, at, err, want)
 	}

@@ -11,13 +11,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/lend"
 	"github.com/ratelimit-go/ratelimit/internal/redisx"
 	"github.com/ratelimit-go/ratelimit/internal/script"
 )
 
-var _ ratelimit.Lender = (*Store)(nil)
+var _ core.Lender = (*Store)(nil)
 
 // maxLoans is the most loans one script decides: a script runs alone on its server, and
 // one of thousands would hold every other client of Redis for the time it takes (a
@@ -29,7 +29,7 @@ const maxLoans = 20
 // many calls of a loan routed by the client (no server known).
 const lanes, lanesUnrouted = 2, 4
 
-// Lend decides loans (ratelimit.Lender) in scripts of up to 20 loans, two calls at a
+// Lend decides loans (core.Lender) in scripts of up to 20 loans, two calls at a
 // time per Redis server, a key's loans in one of the two, in order. A refill so holds two
 // connections of the pool per server, and no script holds Redis much more than a
 // millisecond. On a *redis.ClusterClient, each master gets its own scripts (the keys of
@@ -47,7 +47,7 @@ const lanes, lanesUnrouted = 2, 4
 // means nothing is known of what the loans lent or gave back: the holder's next
 // numbered loan of each key settles it (Loan.Seq), or its record ends with its TTL, its
 // events counted as spent.
-func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (s *Store) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 	if err != nil {
 		return nil, s.failed("lend", err)
 	}
-	out := make([]ratelimit.Lent, len(loans))
+	out := make([]core.Lent, len(loans))
 	errs := make([]error, len(groups))
 	// two calls at a time per server (the servers in parallel), so that a refill of
 	// thousands of loans holds two connections of the pool per server, and leaves the
@@ -104,11 +104,11 @@ func (s *Store) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.L
 // loanCall is one loan as lend.lua receives it.
 type loanCall struct {
 	i       int // its place in the loans
-	alg     *ratelimit.Algorithm
+	alg     *core.Algorithm
 	limit   int64
-	state   string             // the names of its state key and of its record
-	receipt *ratelimit.Receipt // the loan's, written when it lends
-	args    []any              // its arguments but its step's index (lend.lua), then its keys' names
+	state   string        // the names of its state key and of its record
+	receipt *core.Receipt // the loan's, written when it lends
+	args    []any         // its arguments but its step's index (lend.lua), then its keys' names
 }
 
 // group is loans that go to one server together, in one of its lanes (see laneOf).
@@ -126,7 +126,7 @@ func laneOf(state string, n int) int { return int(maphash.String(laneSeed, state
 
 // check is the error of a loan this store does not decide: lend.Check's, or an
 // algorithm without a state key to lend from.
-func check(l ratelimit.Loan) error {
+func check(l core.Loan) error {
 	if err := lend.Check(l); err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func check(l ratelimit.Loan) error {
 }
 
 // encodeLoans checks loans and encodes each as lend.lua reads it.
-func (s *Store) encodeLoans(loans []ratelimit.Loan) ([]*loanCall, error) {
+func (s *Store) encodeLoans(loans []core.Loan) ([]*loanCall, error) {
 	calls := make([]*loanCall, len(loans))
 	now := s.now()
 	for i, l := range loans {
@@ -160,7 +160,7 @@ func (s *Store) encodeLoans(loans []ratelimit.Loan) ([]*loanCall, error) {
 		}
 		w := s.window(alg)
 		op := script.Take
-		if l.Spec.Op == ratelimit.OpDebit { // a partial take's debit (lend.lua)
+		if l.Spec.Op == core.OpDebit { // a partial take's debit (lend.lua)
 			op = script.Debit
 		}
 		v := script.Values{script.N: 1, script.Limit: a.Limit, script.Period: a.Period, script.Unit: a.Unit,
@@ -184,7 +184,7 @@ func (s *Store) encodeLoans(loans []ratelimit.Loan) ([]*loanCall, error) {
 
 // keep is what a loan keeps back for more important requests: a partial take's reserve
 // (Holder 0); nothing for a holder's loan.
-func keep(l ratelimit.Loan, a ratelimit.Args) int64 {
+func keep(l core.Loan, a core.Args) int64 {
 	if l.Holder == 0 {
 		return a.Keep
 	}
@@ -254,13 +254,13 @@ func chunks(to processor, calls []*loanCall) []group {
 }
 
 // lendOn sends g's loans in one script, and writes what each lent into out.
-func (s *Store) lendOn(ctx context.Context, g group, cluster bool, out []ratelimit.Lent) (err error) {
+func (s *Store) lendOn(ctx context.Context, g group, cluster bool, out []core.Lent) (err error) {
 	defer clientPanic("lend", &err)
-	algs := make([]*ratelimit.Algorithm, len(g.calls))
+	algs := make([]*core.Algorithm, len(g.calls))
 	for i, lc := range g.calls {
 		algs[i] = lc.alg
 	}
-	compose := func(algs []*ratelimit.Algorithm) string { return lend.Script(algs, cluster) }
+	compose := func(algs []*core.Algorithm) string { return lend.Script(algs, cluster) }
 	sc, index := s.lends[boolIndex(cluster)].of(s, algs, "lend", compose)
 	args := make([]any, 0, 4+len(g.calls)*(1+len(g.calls[0].args)))
 	args = append(args, "evalsha", sc.hash, 1, g.calls[0].state) // the first key routes the call
@@ -295,19 +295,19 @@ func (s *Store) lendOn(ctx context.Context, g group, cluster bool, out []ratelim
 
 // decodeLent is one loan's reply: a step's five values, then lent, for (us), kept, out,
 // and the instant of its take (0: none).
-func decodeLent(vals []any, limit int64) (ratelimit.Lent, int64, error) {
+func decodeLent(vals []any, limit int64) (core.Lent, int64, error) {
 	o, err := decodeVals(vals[:5], limit)
 	if err != nil {
-		return ratelimit.Lent{}, 0, err
+		return core.Lent{}, 0, err
 	}
 	var n [5]int64
 	for i, v := range vals[5:] {
 		var ok bool
 		if n[i], ok = v.(int64); !ok || n[i] < 0 {
-			return ratelimit.Lent{}, 0, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
+			return core.Lent{}, 0, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
 		}
 	}
-	return ratelimit.Lent{Outcome: o, N: n[0], For: time.Duration(n[1]) * time.Microsecond, Kept: n[2] == 1, Out: n[3]}, n[4], nil
+	return core.Lent{Outcome: o, N: n[0], For: time.Duration(n[1]) * time.Microsecond, Kept: n[2] == 1, Out: n[3]}, n[4], nil
 }
 
 func boolIndex(b bool) int {
@@ -322,7 +322,7 @@ func boolIndex(b bool) int {
 // record of loans, and the batch script sends what the loans share once, where lend.lua
 // reads 24 arguments a loan. A batch that must be decided one by one (a cluster's key
 // moved, a server without script flags) goes to lend.lua.
-func (s *Store) debitAll(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (s *Store) debitAll(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	calls := make([]*call, len(loans))
 	now := s.now()
 	for i, l := range loans {
@@ -330,7 +330,7 @@ func (s *Store) debitAll(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 			return nil, err
 		}
 		alg := l.Spec.Algorithm
-		req := ratelimit.Request{Key: l.Key, N: l.Want, Spec: l.Spec}
+		req := core.Request{Key: l.Key, N: l.Want, Spec: l.Spec}
 		a, err := req.Args()
 		if err != nil {
 			return nil, err
@@ -353,7 +353,7 @@ func (s *Store) debitAll(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 		}
 		byNode[n] = append(byNode[n], i)
 	}
-	out := make([]ratelimit.Lent, len(loans))
+	out := make([]core.Lent, len(loans))
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for j, n := range nodes {
@@ -382,7 +382,7 @@ func (s *Store) debitAll(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 						errs[j] = rs[k].err
 						return
 					}
-					out[i] = ratelimit.Lent{Outcome: rs[k].d, N: loans[i].Want}
+					out[i] = core.Lent{Outcome: rs[k].d, N: loans[i].Want}
 				}
 			}
 		})
@@ -398,8 +398,8 @@ func (s *Store) debitAll(ctx context.Context, loans []ratelimit.Loan) ([]ratelim
 
 // lendAlone decides the loans at the places at through lend.lua, and writes what each
 // lent into out.
-func (s *Store) lendAlone(ctx context.Context, loans []ratelimit.Loan, at []int, out []ratelimit.Lent) error {
-	some := make([]ratelimit.Loan, len(at))
+func (s *Store) lendAlone(ctx context.Context, loans []core.Loan, at []int, out []core.Lent) error {
+	some := make([]core.Loan, len(at))
 	for k, i := range at {
 		some[k] = loans[i]
 	}
@@ -411,7 +411,7 @@ func (s *Store) lendAlone(ctx context.Context, loans []ratelimit.Loan, at []int,
 	if err != nil {
 		return s.failed("lend", err)
 	}
-	got := make([]ratelimit.Lent, len(some))
+	got := make([]core.Lent, len(some))
 	for _, g := range groups {
 		if err := s.lendOn(ctx, g, cluster, got); err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/lend"
 	"github.com/ratelimit-go/ratelimit/internal/script"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
@@ -59,10 +60,10 @@ func TestLendLeavesThePool(t *testing.T) {
 	hook := &lendHook{}
 	client.AddHook(hook)
 	s := redisstore.New(client)
-	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(1000)}
-	loans := make([]ratelimit.Loan, 2000)
+	spec := &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(1000))}
+	loans := make([]core.Loan, 2000)
 	for i := range loans {
-		loans[i] = ratelimit.Loan{Key: fmt.Sprintf("tenant-%d", i), Spec: spec, Holder: 7, Want: 10, Share: 1, TTL: time.Minute}
+		loans[i] = core.Loan{Key: fmt.Sprintf("tenant-%d", i), Spec: spec, Holder: 7, Want: 10, Share: 1, TTL: time.Minute}
 	}
 	ctx := context.Background()
 	done := make(chan struct{})
@@ -76,7 +77,7 @@ func TestLendLeavesThePool(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := s.Apply(ctx, ratelimit.Request{Key: fmt.Sprintf("caller-%d-%d", c, i%10), N: 1, Spec: spec}); err != nil {
+				if _, err := s.Apply(ctx, core.Request{Key: fmt.Sprintf("caller-%d-%d", c, i%10), N: 1, Spec: spec}); err != nil {
 					t.Errorf("a decision beside the refill: %v", err)
 					return
 				}
@@ -133,13 +134,13 @@ func TestLendDebits(t *testing.T) {
 	lender := redisstore.New(lc, redisstore.WithPrefix("lend"), redisstore.WithClock(clk))
 	applier := redisstore.New(ac, redisstore.WithPrefix("apply"), redisstore.WithClock(clk))
 	ctx := context.Background()
-	algs := map[string]*ratelimit.Algorithm{"tokenbucket": tokenbucket.Algorithm(), "fixedwindow": fixedwindow.Algorithm(),
+	algs := map[string]*core.Algorithm{"tokenbucket": tokenbucket.Algorithm(), "fixedwindow": fixedwindow.Algorithm(),
 		"slidingwindow": slidingwindow.Algorithm()}
 	for name, alg := range algs {
-		debit := &ratelimit.Spec{Algorithm: alg, Namespace: name, Rule: ratelimit.Rule{Limit: 10, Period: time.Second, Burst: 10}, Op: ratelimit.OpDebit}
-		loans := make([]ratelimit.Loan, 300)
+		debit := &core.Spec{Algorithm: alg, Namespace: name, Rule: core.Rule{Limit: 10, Period: time.Second, Burst: 10}, Op: core.OpDebit}
+		loans := make([]core.Loan, 300)
 		for i := range loans {
-			loans[i] = ratelimit.Loan{Key: fmt.Sprintf("k%d", i%100), Spec: debit, Want: int64(1 + i%4)}
+			loans[i] = core.Loan{Key: fmt.Sprintf("k%d", i%100), Spec: debit, Want: int64(1 + i%4)}
 		}
 		before := calls.calls.Load()
 		lent, err := lender.Lend(ctx, loans)
@@ -150,11 +151,11 @@ func TestLendDebits(t *testing.T) {
 			t.Errorf("%s: 300 debits in %d calls; want 3 (lend.lua takes 20 a call: 15)", name, n)
 		}
 		for i, l := range loans {
-			o, err := applier.Apply(ctx, ratelimit.Request{Key: l.Key, N: l.Want, Spec: debit})
+			o, err := applier.Apply(ctx, core.Request{Key: l.Key, N: l.Want, Spec: debit})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := (ratelimit.Lent{Outcome: o, N: l.Want}); lent[i] != want {
+			if want := (core.Lent{Outcome: o, N: l.Want}); lent[i] != want {
 				t.Fatalf("%s: debit %d (%d of %s) lent %+v; want %+v, as Apply's debit", name, i, l.Want, l.Key, lent[i], want)
 			}
 		}

@@ -5,8 +5,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/concurrency"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/slidinglog"
 	"github.com/ratelimit-go/ratelimit/slidingwindow"
@@ -59,8 +60,8 @@ func RecommendedCluster(o *redis.ClusterOptions) *redis.ClusterOptions {
 // builtIn are the algorithms of this module, whose scripts LoadScripts loads when it is
 // given none: the five, the calendar quotas (one script for every calendar and zone) and
 // the in-flight limit.
-func builtIn() []*ratelimit.Algorithm {
+func builtIn() []*core.Algorithm {
 	quota, _ := fixedwindow.Quota{Limit: 1, Per: fixedwindow.Month}.Algorithm() // valid: no error
-	return []*ratelimit.Algorithm{tokenbucket.Algorithm(), leakybucket.Algorithm(), fixedwindow.Algorithm(),
-		slidingwindow.Algorithm(), slidinglog.Algorithm(), quota, ratelimit.InFlightAlgorithm()}
+	return []*core.Algorithm{tokenbucket.Algorithm(), leakybucket.Algorithm(), fixedwindow.Algorithm(),
+		slidingwindow.Algorithm(), slidinglog.Algorithm(), quota, concurrency.Algorithm()}
 }

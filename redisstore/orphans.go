@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
@@ -28,7 +27,7 @@ type orphans struct {
 }
 
 type orphan struct {
-	req   ratelimit.Request
+	req   core.Request
 	until time.Time // when the lease expires anyway
 }
 
@@ -42,8 +41,8 @@ const (
 
 // releaseLater releases the lease that acq, an acquire whose caller had no answer, may
 // have taken, in the background; lease is its duration in microseconds.
-func (s *Store) releaseLater(acq ratelimit.Request, lease int64) {
-	req := ratelimit.Request{Key: acq.Key, N: 1, Spec: core.WithOp(acq.Spec, ratelimit.OpRefund)}
+func (s *Store) releaseLater(acq core.Request, lease int64) {
+	req := core.Request{Key: acq.Key, N: 1, Spec: core.WithOp(acq.Spec, core.OpRefund)}
 	o := &s.orphans
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -17,6 +17,8 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/concurrency"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/script"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
@@ -27,9 +29,9 @@ import (
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
-func apply(t *testing.T, s ratelimit.Store, alg *ratelimit.Algorithm, key string, rule ratelimit.Rule, n int64) (ratelimit.Outcome, error) {
+func apply(t *testing.T, s ratelimit.Store, alg *core.Algorithm, key string, rule ratelimit.Rule, n int64) (core.Outcome, error) {
 	t.Helper()
-	return s.Apply(context.Background(), ratelimit.Request{Key: key, N: n, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule}})
+	return s.Apply(context.Background(), core.Request{Key: key, N: n, Spec: &core.Spec{Algorithm: alg, Rule: core.Rule(rule)}})
 }
 
 // TestClusterWide: 20 instances, each with its own client, drive 100 tenants at twice
@@ -471,7 +473,7 @@ func TestContextDeadline(t *testing.T) {
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 				defer cancel()
-				_, err := s.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10)}})
+				_, err := s.Apply(ctx, core.Request{Key: "k", N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(10))}})
 				done <- err
 			}()
 			select {
@@ -506,7 +508,7 @@ func TestGaveUpNotSent(t *testing.T) {
 			return redistest.BlockedClients(t, admin) > 0
 		})
 		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		_, err := s.Apply(short, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}})
+		_, err := s.Apply(short, core.Request{Key: "k", N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(rule)}})
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, redis.ErrPoolTimeout) {
 			t.Fatalf("ContextTimeoutEnabled %v: a decision waiting for the only connection: %v; want the deadline", ctxTimeouts, err)
@@ -549,7 +551,7 @@ func TestLateReplyKeepsItsConnection(t *testing.T) {
 			for i := range 40 {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 				start := time.Now()
-				_, err := s.Apply(ctx, ratelimit.Request{Key: fmt.Sprint("k", i), N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}})
+				_, err := s.Apply(ctx, core.Request{Key: fmt.Sprint("k", i), N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(rule)}})
 				cancel()
 				if err == nil && time.Since(start) >= 20*time.Millisecond {
 					continue // a machine that stalled past the reply: the reply had come, as good as the deadline
@@ -618,8 +620,8 @@ func TestLoadScriptsOfEveryAlgorithm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, alg := range []*ratelimit.Algorithm{tokenbucket.Algorithm(), leakybucket.Algorithm(), fixedwindow.Algorithm(),
-		slidingwindow.Algorithm(), slidinglog.Algorithm(), week, ratelimit.InFlightAlgorithm()} {
+	for _, alg := range []*core.Algorithm{tokenbucket.Algorithm(), leakybucket.Algorithm(), fixedwindow.Algorithm(),
+		slidingwindow.Algorithm(), slidinglog.Algorithm(), week, concurrency.Algorithm()} {
 		if d, err := apply(t, s, alg, "k", ratelimit.PerHour(10), 1); err != nil || !d.Allowed() {
 			t.Fatalf("%s: %+v, %v", alg.Name, d, err)
 		}

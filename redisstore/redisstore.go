@@ -112,7 +112,7 @@ type Store struct {
 	prefix  string
 	clock   clock.Clock // nil: Redis TIME
 	places  clock.Clock // places calendar windows (WithCalendarClock); nil: clock, else time.Now
-	scripts sync.Map    // *ratelimit.Algorithm -> *luaScript
+	scripts sync.Map    // *core.Algorithm -> *luaScript
 	sources sync.Map    // a script's name, keys and source -> *luaScript: one for algorithms that share it
 	batches sync.Map    // the SHAs of a coalesced batch's steps, in order -> *luaScript
 
@@ -273,39 +273,39 @@ func New(client redis.Scripter, opts ...Option) *Store {
 // client's error, wrapped, and wrapped with ratelimit.ErrUnavailable when Redis cannot
 // decide now (a timeout, a lost connection, BUSY, OOM, LOADING, a failover); or
 // ErrUnexpectedReply.
-func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (s *Store) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	if err := ctx.Err(); err != nil {
-		return ratelimit.Outcome{}, err
+		return core.Outcome{}, err
 	}
 	alg := req.Spec.Algorithm
 	if alg == nil || alg.Script == "" || len(alg.ScriptKeys) == 0 {
-		return ratelimit.Outcome{}, errors.New("redisstore: request has no algorithm with a script")
+		return core.Outcome{}, errors.New("redisstore: request has no algorithm with a script")
 	}
 	a, err := req.Args()
 	if err != nil {
-		return ratelimit.Outcome{}, err
+		return core.Outcome{}, err
 	}
 	op, ok := script.Code(req.Spec)
 	if !ok {
-		return ratelimit.Outcome{}, fmt.Errorf("redisstore: unknown op %q", req.Spec.Op)
+		return core.Outcome{}, fmt.Errorf("redisstore: unknown op %q", req.Spec.Op)
 	}
-	if req.Spec.Op == ratelimit.OpExtend && alg.Extend == nil {
-		return ratelimit.Outcome{}, fmt.Errorf("redisstore: %s has no leases to extend", alg.Name)
+	if req.Spec.Op == core.OpExtend && alg.Extend == nil {
+		return core.Outcome{}, fmt.Errorf("redisstore: %s has no leases to extend", alg.Name)
 	}
-	if req.Spec.Op == ratelimit.OpDebit && alg.Debit == nil {
-		return ratelimit.Outcome{}, fmt.Errorf("redisstore: %s takes no debts", alg.Name)
+	if req.Spec.Op == core.OpDebit && alg.Debit == nil {
+		return core.Outcome{}, fmt.Errorf("redisstore: %s takes no debts", alg.Name)
 	}
 	sc := s.scriptOf(alg)
 	ra := sc.args(req, a)
 	c := call{alg: alg, sc: sc, ra: ra, a: a, op: op, now: s.now(), key: redisx.NewKey(ra.nsForm, req.Key),
 		window: s.window(alg)}
-	var d ratelimit.Outcome
+	var d core.Outcome
 	if s.coalescing() {
 		d, err = s.coalesce(ctx, &c)
 	} else {
 		d, err = s.single(ctx, &c)
 	}
-	if err != nil && c.a.Lease != 0 && req.Spec.Op == ratelimit.OpTake && !errors.Is(err, core.ErrNotSent) {
+	if err != nil && c.a.Lease != 0 && req.Spec.Op == core.OpTake && !errors.Is(err, core.ErrNotSent) {
 		s.releaseLater(req, c.a.Period) // it may have taken a lease that nobody holds (see orphans)
 	}
 	if err == nil && c.receipt() {
@@ -315,7 +315,7 @@ func (s *Store) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Out
 }
 
 // single decides one call with its algorithm's own script.
-func (s *Store) single(ctx context.Context, c *call) (ratelimit.Outcome, error) {
+func (s *Store) single(ctx context.Context, c *call) (core.Outcome, error) {
 	// EVALSHA hash numkeys key... then the step's arguments (script.Values)
 	args := make([]any, 3, 3+len(c.sc.names)+int(script.Fields))
 	args[0], args[1], args[2] = "evalsha", c.sc.hash, len(c.sc.names)
@@ -326,23 +326,23 @@ func (s *Store) single(ctx context.Context, c *call) (ratelimit.Outcome, error) 
 	args = append(args, v[:]...)
 	reply, err := s.run(ctx, c.sc, args)
 	if err != nil {
-		return ratelimit.Outcome{}, s.failed(c.sc.alg, err)
+		return core.Outcome{}, s.failed(c.sc.alg, err)
 	}
-	var d ratelimit.Outcome
+	var d core.Outcome
 	d, c.at, err = decode(reply, c.a.Limit)
 	return d, err
 }
 
 // decode checks the shape of a script's reply (script.Reply): its Outcome (see
 // decodeVals), the instant its take was decided at, and what a refund gave back.
-func decode(reply any, limit int64) (ratelimit.Outcome, int64, error) {
+func decode(reply any, limit int64) (core.Outcome, int64, error) {
 	vals, ok := reply.([]any)
 	if !ok || len(vals) != script.Reply {
-		return ratelimit.Outcome{}, 0, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
+		return core.Outcome{}, 0, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
 	}
 	at, ok := vals[script.Outcome].(int64)
 	if _, ok2 := vals[script.Outcome+1].(int64); !ok || !ok2 {
-		return ratelimit.Outcome{}, 0, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
+		return core.Outcome{}, 0, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
 	}
 	d, err := decodeVals(vals[:script.Outcome], limit)
 	return d, at, err
@@ -375,22 +375,22 @@ func (s *Store) nodeFailed() {
 // decodeVals checks the shape of a step's reply and decodes its Outcome: five integers,
 // durations in microseconds. A batch's replies are cut from one, and passing each as an
 // any would cost an allocation per decision.
-func decodeVals(vals []any, limit int64) (ratelimit.Outcome, error) {
+func decodeVals(vals []any, limit int64) (core.Outcome, error) {
 	if len(vals) != 5 {
-		return ratelimit.Outcome{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
+		return core.Outcome{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
 	}
 	var n [5]int64
 	var ok bool
 	for i, v := range vals {
 		if n[i], ok = v.(int64); !ok || n[i] < 0 || (i == 0 && n[i] > 1) {
-			return ratelimit.Outcome{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
+			return core.Outcome{}, fmt.Errorf("%w: %v", ErrUnexpectedReply, vals)
 		}
 	}
 	wait := n[2]
 	if n[0] == 1 {
 		wait = n[4] // the delay
 	}
-	return ratelimit.Args{Limit: limit}.Outcome(n[0] == 1, min(n[1], limit), mathx.Micros(wait), mathx.Micros(n[3])), nil
+	return core.Args{Limit: limit}.Outcome(n[0] == 1, min(n[1], limit), mathx.Micros(wait), mathx.Micros(n[3])), nil
 }
 
 // TaggedKey is ratelimit.Key(parts...) under the Redis hash tag of tag: "{" + escaped

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/redisx"
 	"github.com/ratelimit-go/ratelimit/internal/script"
 	"github.com/redis/go-redis/v9"
@@ -32,14 +33,14 @@ type luaScript struct {
 // ruleArgs are what depends only on the rule and the namespace: the ARGV boxed once, and
 // the namespace's form in key names.
 type ruleArgs struct {
-	rule                      ratelimit.Rule
+	rule                      core.Rule
 	ns, nsForm                string
 	limit, period, unit, rate any
 }
 
 // args are the rule's and the namespace's boxed ARGV and key form, made once while they
 // stay the same (most scripts see one rule and namespace again and again).
-func (sc *luaScript) args(req ratelimit.Request, a ratelimit.Args) *ruleArgs {
+func (sc *luaScript) args(req core.Request, a core.Args) *ruleArgs {
 	ra := sc.last.Load()
 	if ra == nil || ra.rule != req.Spec.Rule || ra.ns != req.Spec.Namespace {
 		ra = &ruleArgs{rule: req.Spec.Rule, ns: req.Spec.Namespace, nsForm: redisx.Namespace(req.Spec.Namespace),
@@ -55,7 +56,7 @@ func newLuaScript(what, src string) *luaScript {
 	return &luaScript{script: rs, alg: what, source: src, hash: rs.Hash(), src: src}
 }
 
-func (s *Store) scriptOf(alg *ratelimit.Algorithm) *luaScript {
+func (s *Store) scriptOf(alg *core.Algorithm) *luaScript {
 	if sc, ok := s.scripts.Load(alg); ok {
 		return sc.(*luaScript)
 	}

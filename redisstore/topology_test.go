@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
@@ -50,9 +51,9 @@ func TestSentinelFailover(t *testing.T) {
 			t.Fatalf("AllowAll behind the sentinel: %+v, %v", d, err)
 		}
 	}
-	reqs := []ratelimit.Request{
-		{Key: "b", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "plan", Rule: ratelimit.PerHour(2)}},
-		{Key: "c", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "sentinel", Rule: ratelimit.PerSecond(1_000_000)}}}
+	reqs := []core.Request{
+		{Key: "b", N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "plan", Rule: core.Rule(ratelimit.PerHour(2))}},
+		{Key: "c", N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "sentinel", Rule: core.Rule(ratelimit.PerSecond(1_000_000))}}}
 	if ds, err := store.ApplyAll(ctx, reqs); err != nil || ds[0].Allowed() || !ds[1].Allowed() {
 		t.Fatalf("one script behind the sentinel: %+v, %v; want the plan's denial, atomic", ds, err)
 	}
@@ -140,9 +141,9 @@ func TestRing(t *testing.T) {
 			onB = key
 		}
 	}
-	reqs := []ratelimit.Request{
-		{Key: onA, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "plan", Rule: ratelimit.PerHour(100)}},
-		{Key: onB, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "rate", Rule: ratelimit.PerHour(2)}}}
+	reqs := []core.Request{
+		{Key: onA, N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "plan", Rule: core.Rule(ratelimit.PerHour(100))}},
+		{Key: onB, N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "rate", Rule: core.Rule(ratelimit.PerHour(2))}}}
 	if _, err := store.ApplyAll(ctx, reqs); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("ApplyAll of keys on two shards: %v; want errors.ErrUnsupported (AllowAll then goes one by one)", err)
 	}
@@ -155,9 +156,9 @@ func TestRing(t *testing.T) {
 	if d, _ := plan.PeekN(ctx, onA, 1); d.Remaining != 100-1-2-1 { // the first Allow, two AllowAll; the denied one refunded
 		t.Errorf("the plan after a denied AllowAll across shards: %+v; want its take refunded", d)
 	}
-	tagged := []ratelimit.Request{ // one tag: one shard, one script
-		{Key: redisstore.TaggedKey("t", "x"), N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "plan", Rule: ratelimit.PerHour(100)}},
-		{Key: redisstore.TaggedKey("t", "y"), N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "rate", Rule: ratelimit.PerHour(2)}}}
+	tagged := []core.Request{ // one tag: one shard, one script
+		{Key: redisstore.TaggedKey("t", "x"), N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "plan", Rule: core.Rule(ratelimit.PerHour(100))}},
+		{Key: redisstore.TaggedKey("t", "y"), N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "rate", Rule: core.Rule(ratelimit.PerHour(2))}}}
 	if ds, err := store.ApplyAll(ctx, tagged); err != nil || !ds[0].Allowed() || !ds[1].Allowed() {
 		t.Fatalf("ApplyAll of one tag on a ring: %+v, %v", ds, err)
 	}

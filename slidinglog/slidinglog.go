@@ -42,11 +42,11 @@ func New(store ratelimit.Store, rule ratelimit.Rule, opts ...ratelimit.Option) (
 }
 
 // Algorithm is the sliding log as stores see it.
-func Algorithm() *ratelimit.Algorithm { return algorithm }
+func Algorithm() *core.Algorithm { return algorithm }
 
 // advance brings st to now, or to the latest instant it has seen while it holds events,
 // and drops the events that have aged out.
-func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
+func advance(st *core.State, now int64, a core.Args) {
 	if st.Log == nil {
 		st.Log = &eventlog.Log{}
 	}
@@ -64,7 +64,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) {
 	st.Time = t
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
+func step(st *core.State, now int64, a core.Args) core.Outcome {
 	advance(st, now, a)
 	log, t := st.Log, st.Time
 	allowed, retry := false, int64(0)
@@ -102,7 +102,7 @@ func agedOut(log *eventlog.Log, excess, never, now, period int64) int64 {
 }
 
 // refund removes up to n of the events logged at a.Taken, the take's own instant.
-func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+func refund(st *core.State, now int64, a core.Args) int64 {
 	advance(st, now, a)
 	if a.Taken <= st.Aux || a.Taken > st.Time {
 		return 0
@@ -128,18 +128,18 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 
 // void leaves a reset key's log empty, with a floor at its latest instant for a period:
 // the takes before it give nothing back. A key with an empty log keeps nothing.
-func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+func void(st *core.State, now int64, a core.Args) int64 {
 	advance(st, now, a)
 	t := st.Time
 	if st.Log.Len() == 0 && st.Aux < t {
 		return 0
 	}
-	*st = ratelimit.State{Time: t, Aux: max(t, st.Aux)}
+	*st = core.State{Time: t, Aux: max(t, st.Aux)}
 	return t + a.Period - now
 }
 
 // prepare checks rule and n: at most Limit events counted per Period.
-func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+func prepare(rule core.Rule, n int64) (core.Args, error) {
 	return core.CountArgs(name, rule, n)
 }
 
@@ -147,7 +147,7 @@ const name = "slidinglog"
 
 // algorithm is the algorithm of slidinglog as Algorithm returns it: its step in Go above,
 // in Lua in slidinglog.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state", "log"}, Prepare: prepare, Step: step, Refund: refund, Void: void}
+var algorithm = &core.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state", "log"}, Prepare: prepare, Step: step, Refund: refund, Void: void}
 
 //go:embed slidinglog.lua
 var script string

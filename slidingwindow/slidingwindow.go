@@ -54,12 +54,12 @@ func New(store ratelimit.Store, rule ratelimit.Rule, opts ...ratelimit.Option) (
 }
 
 // Algorithm is the sliding window counter as stores see it.
-func Algorithm() *ratelimit.Algorithm { return algorithm }
+func Algorithm() *core.Algorithm { return algorithm }
 
 // advance brings st to now, or to the latest instant it has seen while it counts events,
 // shifting the windows that have passed, and returns the start of that instant's window:
 // one division, where telling the windows of both instants apart took two.
-func advance(st *ratelimit.State, now int64, a ratelimit.Args) (start int64) {
+func advance(st *core.State, now int64, a core.Args) (start int64) {
 	st.Level, st.Aux = min(st.Level, a.Limit), min(st.Aux, a.Limit)
 	if by := core.Rewind(st, now, a.Period); by > 0 {
 		core.SetFloor(st, st.Time+by) // the counts moved back: the takes before are of another moment
@@ -83,7 +83,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (start int64) {
 	return start
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
+func step(st *core.State, now int64, a core.Args) core.Outcome {
 	start := advance(st, now, a)
 	t := st.Time
 	// the ticks in a window, and the whole ticks into this one; a tick of a millisecond
@@ -126,7 +126,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 // debit counts n events in the current window whatever it holds, up to Limit (a window
 // counts no more), and returns the time until the estimate is 0: two windows from the
 // start of this one.
-func debit(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+func debit(st *core.State, now int64, a core.Args) int64 {
 	start := advance(st, now, a)
 	st.Level = min(st.Level+min(a.N, a.Limit), a.Limit)
 	return start + 2*a.Period - now
@@ -135,7 +135,7 @@ func debit(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 // refund takes n events off the count of the window the take at a.Taken was counted in,
 // the current one or the previous one, down to 0 (and none for a take before the key's
 // floor).
-func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+func refund(st *core.State, now int64, a core.Args) int64 {
 	start := advance(st, now, a)
 	if a.Taken <= core.Floor(st) || a.Taken > st.Time {
 		return 0
@@ -156,7 +156,7 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 // window ends: a take before it may be counted in the current window or, then, the
 // previous one. A key that counts nothing keeps nothing, unless a floor of this window or
 // the previous one is there (an earlier reset's, which a second one keeps).
-func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+func void(st *core.State, now int64, a core.Args) int64 {
 	start := advance(st, now, a)
 	if st.Level == 0 && st.Aux == 0 && mathx.FloorDiv(core.Floor(st), a.Period)*a.Period < start-a.Period {
 		return 0
@@ -170,7 +170,7 @@ func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 // where room is what the current window leaves, solved for the tick e, in this window if
 // room >= 0, else in the next; for a need above Limit, which never fits, the end of the
 // next window, when the key is empty.
-func retryAt(st *ratelimit.State, start, ticks, need int64, a ratelimit.Args) int64 {
+func retryAt(st *core.State, start, ticks, need int64, a core.Args) int64 {
 	prev, room := st.Aux, a.Limit-st.Level-need
 	if room < 0 { // wait for the next window, where this one's count is the previous one
 		start += a.Period
@@ -184,30 +184,30 @@ func retryAt(st *ratelimit.State, start, ticks, need int64, a ratelimit.Args) in
 }
 
 // prepare sets Unit to the tick in which elapsed time is weighed, in microseconds.
-func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+func prepare(rule core.Rule, n int64) (core.Args, error) {
 	period, err := core.Micros(name, rule)
 	if err != nil {
-		return ratelimit.Args{}, err
+		return core.Args{}, err
 	}
 	tick := int64(1)
 	if rule.Period%time.Millisecond == 0 {
 		tick = 1000
 	}
 	if rule.Limit > mathx.MaxExact/(period/tick) {
-		return ratelimit.Args{}, fmt.Errorf("%s: %v: %w: limit %d is too large to weigh exactly over %v",
+		return core.Args{}, fmt.Errorf("%s: %v: %w: limit %d is too large to weigh exactly over %v",
 			name, rule, ratelimit.ErrInvalidRule, rule.Limit, rule.Period)
 	}
 	if err := core.CheckN(name, n, rule.Limit); err != nil {
-		return ratelimit.Args{}, err
+		return core.Args{}, err
 	}
-	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period, Unit: tick}, nil
+	return core.Args{N: n, Limit: rule.Limit, Period: period, Unit: tick}, nil
 }
 
 const name = "slidingwindow"
 
 // algorithm is the algorithm of slidingwindow as Algorithm returns it: its step in Go above,
 // in Lua in slidingwindow.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Void: void, Lendable: true, Windowed: true}
+var algorithm = &core.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Void: void, Lendable: true, Windowed: true}
 
 //go:embed slidingwindow.lua
 var script string

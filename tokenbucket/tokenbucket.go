@@ -48,11 +48,11 @@ func New(store ratelimit.Store, rule ratelimit.Rule, opts ...ratelimit.Option) (
 }
 
 // Algorithm is the token bucket as stores see it.
-func Algorithm() *ratelimit.Algorithm { return algorithm }
+func Algorithm() *core.Algorithm { return algorithm }
 
 // advance brings st to now, or to the latest instant it has seen, and returns how far that
 // is ahead of now.
-func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
+func advance(st *core.State, now int64, a core.Args) (lag int64) {
 	full := a.Limit * a.Unit
 	switch st.Aux {
 	case a.Unit:
@@ -85,7 +85,7 @@ func advance(st *ratelimit.State, now int64, a ratelimit.Args) (lag int64) {
 	return t - now
 }
 
-func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
+func step(st *core.State, now int64, a core.Args) core.Outcome {
 	full := a.Limit * a.Unit
 	level, t := st.Level, st.Time
 	if st.Aux == a.Unit && t < now && st.Log == nil && a.Taken == 0 { // the common case: advance as advance does, on locals
@@ -120,7 +120,7 @@ func step(st *ratelimit.State, now int64, a ratelimit.Args) ratelimit.Outcome {
 
 // debit takes n tokens whatever the bucket holds, to no deeper than mathx.MaxExact units
 // below empty, and returns the time until it is full again.
-func debit(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+func debit(st *core.State, now int64, a core.Args) int64 {
 	lag := advance(st, now, a)
 	take := int64(2 * mathx.MaxExact) // past the deepest debt: as the script's doubles have it
 	if a.N <= take/a.Unit {
@@ -133,7 +133,7 @@ func debit(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 
 // refund puts back the n tokens of the take at a.Taken, as far as the bucket would still
 // hold them: no more than the least it has lacked of full since.
-func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+func refund(st *core.State, now int64, a core.Args) int64 {
 	advance(st, now, a)
 	lack := a.Limit*a.Unit - st.Level
 	give := min(a.N*a.Unit, core.LeastDeficit(st, a.Taken, lack))
@@ -149,7 +149,7 @@ func refund(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 // the takes before, for a period (a take with a receipt in the same microsecond, on a
 // clock that stands still, would otherwise start a record that counts older receipts as
 // its own); a bucket full already keeps nothing.
-func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
+func void(st *core.State, now int64, a core.Args) int64 {
 	advance(st, now, a)
 	if st.Level == a.Limit*a.Unit && !core.Recording(st) {
 		return 0
@@ -161,7 +161,7 @@ func void(st *ratelimit.State, now int64, a ratelimit.Args) int64 {
 // prepare rejects a rule whose capacity in units of 1/Unit token exceeds 2^52: with
 // the Period in microseconds reduced by the gcd of Limit and Period, that allows, for
 // example, a capacity of 4.5 billion at 1 per second and of 52 million at 1 per day.
-func prepare(rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+func prepare(rule core.Rule, n int64) (core.Args, error) {
 	return core.BucketArgs(name, rule, n)
 }
 
@@ -169,7 +169,7 @@ const name = "tokenbucket"
 
 // algorithm is the algorithm of tokenbucket as Algorithm returns it: its step in Go above,
 // in Lua in tokenbucket.lua (for redisstore).
-var algorithm = &ratelimit.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Void: void, Lendable: true}
+var algorithm = &core.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Void: void, Lendable: true}
 
 //go:embed tokenbucket.lua
 var script string

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/slidinglog"
 	"github.com/ratelimit-go/ratelimit/slidingwindow"
@@ -92,11 +93,11 @@ type result struct {
 
 // simulate runs sc through alg's own step on one key, as localstore does.
 func simulate(alg *ratelimit.Algorithm, sc scenario) (result, error) {
-	args, err := alg.Prepare(rule, 1)
+	args, err := alg.Prepare(core.Rule(rule), 1)
 	if err != nil {
 		return result{}, err
 	}
-	var st ratelimit.State
+	var st core.State
 	var r result
 	for _, at := range sc.arrivals {
 		d := alg.Step(&st, start.Add(at).UnixMicro(), args)
@@ -116,7 +117,7 @@ func simulate(alg *ratelimit.Algorithm, sc scenario) (result, error) {
 
 // stateBytes is the size of a key's state: in memory, the State and its log's entries
 // (16 bytes each); in Redis, the value "T:L:A" and the log's pairs as decimal strings.
-func stateBytes(st ratelimit.State) (memory, redis int) {
+func stateBytes(st core.State) (memory, redis int) {
 	memory = 32
 	redis = len(fmt.Sprintf("%d:%d:%d", st.Time, st.Level, st.Aux))
 	if st.Log != nil {

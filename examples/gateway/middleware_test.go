@@ -17,6 +17,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/localstore"
 )
 
@@ -133,8 +134,8 @@ func TestCraftedNamesNeverCollide(t *testing.T) {
 
 type failing struct{}
 
-func (failing) Apply(context.Context, ratelimit.Request) (ratelimit.Outcome, error) {
-	return ratelimit.Outcome{}, errors.New("the store is broken")
+func (failing) Apply(context.Context, core.Request) (core.Outcome, error) {
+	return core.Outcome{}, errors.New("the store is broken")
 }
 
 // TestStoreErrorPasses: a limiter error never becomes an error for the client.

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/examples/internal/envoyrules"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // defaultRoute is the route of a request that matches no route of the table.
@@ -107,7 +108,7 @@ func (s spec) policy() (policy, error) {
 		return policy{}, fmt.Errorf("in_flight %d is negative (0, or no in_flight, means no such limit)", s.InFlight)
 	}
 	rule := ratelimit.Rule{Limit: int64(s.RefillPerSecond), Period: time.Second, Burst: int64(s.Capacity)}
-	a, err := alg.Prepare(rule, 1)
+	a, err := alg.Prepare(core.Rule(rule), 1)
 	if err != nil {
 		return policy{}, err
 	}

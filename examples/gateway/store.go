@@ -7,6 +7,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
 	"github.com/ratelimit-go/ratelimit/examples/internal/envoyrules"
+	"github.com/ratelimit-go/ratelimit/internal/concurrency"
 )
 
 // openStore opens the gateway's store (see backend.Open): the gateways beat under
@@ -18,5 +19,5 @@ func openStore(ctx context.Context, cfg backend.Config, m *metrics, log *slog.Lo
 
 // algorithmList is every algorithm a rule may name, and the in-flight limit's.
 func algorithmList() []*ratelimit.Algorithm {
-	return append([]*ratelimit.Algorithm{ratelimit.InFlightAlgorithm()}, envoyrules.AlgorithmList()...)
+	return append([]*ratelimit.Algorithm{concurrency.Algorithm()}, envoyrules.AlgorithmList()...)
 }

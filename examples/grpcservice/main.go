@@ -84,7 +84,6 @@ func apiKey(ctx context.Context) (string, error) {
 func run(ctx context.Context, c config, log *slog.Logger, ready func(grpcAddr, httpAddr string)) error {
 	reg := prometheus.NewRegistry()
 	c.store.Members = "grpcservice"
-	c.store.Algorithms = []*ratelimit.Algorithm{tokenbucket.Algorithm(), ratelimit.InFlightAlgorithm()}
 	store, closeStore, err := backend.Open(ctx, c.store, backend.NewMetrics(reg), log)
 	if err != nil {
 		return err

@@ -23,10 +23,8 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
 	"github.com/ratelimit-go/ratelimit/examples/llmlimit"
-	"github.com/ratelimit-go/ratelimit/fixedwindow"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/redisstore"
-	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
 // The fleet's limits, per API key, one family of models each so that each is measured
@@ -96,7 +94,7 @@ func startFleet(tb testing.TB, redisAddr string, c config, leases bool) *fleet {
 		reg := prometheus.NewRegistry()
 		f.metrics = append(f.metrics, reg)
 		store, closeStore, err := backend.Open(context.Background(), backend.Config{RedisURL: "redis://" + redisAddr, Instances: 4, Leases: leases,
-			Members: "llmproxy", Algorithms: []*ratelimit.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), ratelimit.InFlightAlgorithm()}},
+			Members: "llmproxy"},
 			backend.NewMetrics(reg), logger)
 		if err != nil {
 			tb.Fatal(err)

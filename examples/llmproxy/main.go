@@ -43,9 +43,7 @@ import (
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/examples/internal/backend"
 	"github.com/ratelimit-go/ratelimit/examples/llmlimit"
-	"github.com/ratelimit-go/ratelimit/fixedwindow"
 	"github.com/ratelimit-go/ratelimit/localstore"
-	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
 // config is the proxy's limits, as a -limits file holds them (JSON).
@@ -120,7 +118,6 @@ func run(cfg backend.Config, addr, upstream, limitsFile string, o options) error
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg.Members = "llmproxy"
-	cfg.Algorithms = []*ratelimit.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), ratelimit.InFlightAlgorithm()}
 	store, closeStore, err := backend.Open(ctx, cfg, backend.NewMetrics(prometheus.NewRegistry()), logger)
 	if err != nil {
 		return err

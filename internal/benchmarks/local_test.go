@@ -54,7 +54,7 @@ func ours[L ratelimit.Limiter](newL func(ratelimit.Store, ratelimit.Rule, ...rat
 }
 
 // leased is the token bucket on hotkey.Leases over localstore (standing in for Redis, as
-// a ratelimit.Lender): every key is asked of until its lease is in hand, so that what is
+// a core.Lender): every key is asked of until its lease is in hand, so that what is
 // measured is a decision from a lease.
 func leased(b *testing.B) allowFunc {
 	p, err := hotkey.NewLeases(localstore.New())

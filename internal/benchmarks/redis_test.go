@@ -17,6 +17,7 @@ import (
 	ulule "github.com/ulule/limiter/v3/drivers/store/redis"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
@@ -305,7 +306,7 @@ func BenchmarkRedisCPU(b *testing.B) {
 	srv := redistest.Start(b)
 	c := newClient(b, srv.Addr)
 	st := redisstore.New(c, redisstore.WithPrefix("cpu"))
-	debit := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: seedRule, Op: ratelimit.OpDebit}
+	debit := &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(seedRule), Op: core.OpDebit}
 	ctx := context.Background()
 	measure := func(b *testing.B, n int, run func(from int)) {
 		_, cpu0 := redisStats(b, c)
@@ -319,9 +320,9 @@ func BenchmarkRedisCPU(b *testing.B) {
 	b.Run("debits/lend-100", func(b *testing.B) {
 		measure(b, n, func(from int) {
 			for i := from; i < from+n; i += 100 {
-				loans := make([]ratelimit.Loan, 100)
+				loans := make([]core.Loan, 100)
 				for j := range loans {
-					loans[j] = ratelimit.Loan{Key: fmt.Sprintf("l%d", i+j), Spec: debit, Want: 1}
+					loans[j] = core.Loan{Key: fmt.Sprintf("l%d", i+j), Spec: debit, Want: 1}
 				}
 				if _, err := st.Lend(ctx, loans); err != nil {
 					b.Fatal(err)
@@ -332,7 +333,7 @@ func BenchmarkRedisCPU(b *testing.B) {
 	b.Run("debits/apply-alone", func(b *testing.B) {
 		measure(b, n, func(from int) {
 			for i := from; i < from+n; i++ {
-				if _, err := st.Apply(ctx, ratelimit.Request{Key: fmt.Sprintf("a%d", i), N: 1, Spec: debit}); err != nil {
+				if _, err := st.Apply(ctx, core.Request{Key: fmt.Sprintf("a%d", i), N: 1, Spec: debit}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -344,7 +345,7 @@ func BenchmarkRedisCPU(b *testing.B) {
 			for g := range 64 {
 				wg.Go(func() {
 					for i := from + g; i < from+n; i += 64 {
-						if _, err := st.Apply(ctx, ratelimit.Request{Key: fmt.Sprintf("c%d", i), N: 1, Spec: debit}); err != nil {
+						if _, err := st.Apply(ctx, core.Request{Key: fmt.Sprintf("c%d", i), N: 1, Spec: debit}); err != nil {
 							b.Error(err)
 							return
 						}
@@ -354,15 +355,15 @@ func BenchmarkRedisCPU(b *testing.B) {
 			wg.Wait()
 		})
 	})
-	loan := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(100_000)}
+	loan := &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(100_000))}
 	for _, holders := range []int64{4, 20} {
 		const keys = 500
 		renew := func(seq int64) {
 			for h := int64(1); h <= holders; h++ {
 				for i := 0; i < keys; i += 100 {
-					loans := make([]ratelimit.Loan, 100)
+					loans := make([]core.Loan, 100)
 					for j := range loans {
-						loans[j] = ratelimit.Loan{Key: fmt.Sprintf("h%d-%d", holders, i+j), Spec: loan, Holder: h, Want: 5, Give: 2,
+						loans[j] = core.Loan{Key: fmt.Sprintf("h%d-%d", holders, i+j), Spec: loan, Holder: h, Want: 5, Give: 2,
 							Share: holders, TTL: time.Minute, Seq: seq, Out: 3}
 					}
 					if _, err := st.Lend(ctx, loans); err != nil {

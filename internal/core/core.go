@@ -1,5 +1,8 @@
-// Package core is what the algorithm packages and the stores share: the validation of
-// rules and n, and a few operations on rules, requests and states.
+// Package core is the contract between the limiters, the algorithms and the stores: the
+// Request a limiter sends, the Outcome a store returns, an Algorithm's steps and State,
+// loans, and receipts. It also holds what the algorithm packages and the stores share:
+// the validation of rules and n, and a few operations on rules, requests and states. It
+// imports no other package of this module but internal/eventlog and internal/mathx.
 package core
 
 import (
@@ -7,7 +10,6 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
@@ -20,7 +22,7 @@ import (
 // whole periods so that windows keep their places, and decides as it would have at its
 // latest time: it waits at most a period longer than the rule has it, never for the
 // step. The algorithms' scripts do the same in state.lua.
-func Rewind(st *ratelimit.State, now, period int64) (by int64) {
+func Rewind(st *State, now, period int64) (by int64) {
 	if ahead := st.Time - now; ahead > period {
 		by = (ahead - 1) / period * period
 		st.Time -= by
@@ -34,25 +36,25 @@ func CheckN(name string, n, limit int64) error {
 		return nil
 	}
 	if n < 1 {
-		return fmt.Errorf("%s: n = %d: %w", name, n, ratelimit.ErrInvalidN)
+		return fmt.Errorf("%s: n = %d: %w", name, n, ErrInvalidN)
 	}
 	if n > limit {
-		return fmt.Errorf("%s: n = %d, at most %d: %w", name, n, limit, ratelimit.ErrInvalidN)
+		return fmt.Errorf("%s: n = %d, at most %d: %w", name, n, limit, ErrInvalidN)
 	}
 	return nil
 }
 
 // CheckRule returns an error wrapping ratelimit.ErrInvalidRule for a rule no algorithm
 // can enforce exactly (see mathx.CheckRule).
-func CheckRule(rule ratelimit.Rule) error {
+func CheckRule(rule Rule) error {
 	if err := mathx.CheckRule(rule.Limit, rule.Period, rule.Burst); err != nil {
-		return fmt.Errorf("%w: %w", ratelimit.ErrInvalidRule, err)
+		return fmt.Errorf("%w: %w", ErrInvalidRule, err)
 	}
 	return nil
 }
 
 // Micros is a rule's period in microseconds, after checking the rule.
-func Micros(name string, rule ratelimit.Rule) (int64, error) {
+func Micros(name string, rule Rule) (int64, error) {
 	if err := CheckRule(rule); err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
@@ -61,7 +63,7 @@ func Micros(name string, rule ratelimit.Rule) (int64, error) {
 
 // Capacity is a rule's Burst, or its Limit when Burst is 0: the size of a token bucket or
 // of a leaky bucket's queue.
-func Capacity(rule ratelimit.Rule) int64 {
+func Capacity(rule Rule) int64 {
 	if rule.Burst == 0 {
 		return rule.Limit
 	}
@@ -74,7 +76,7 @@ func Capacity(rule ratelimit.Rule) int64 {
 // Period stretched to fit (2 per second over 5 parts: 1 per 3 seconds each). Burst is
 // divided likewise, and is at least 1 (a Burst of 0 stays 0, which means Limit). n below
 // 2 returns the rule unchanged.
-func Share(rule ratelimit.Rule, n int64) ratelimit.Rule {
+func Share(rule Rule, n int64) Rule {
 	if n <= 1 || rule.Limit < 1 || rule.Period <= 0 {
 		return rule
 	}
@@ -103,16 +105,16 @@ func Share(rule ratelimit.Rule, n int64) ratelimit.Rule {
 // ratelimit.ErrInvalidRule: the rule is too small to split so, and rounding each part up
 // to 1 would let the parts admit more than the rule. (Share, for n equal parts, stretches
 // the Period instead.)
-func Portion(rule ratelimit.Rule, part, whole int64) (ratelimit.Rule, error) {
+func Portion(rule Rule, part, whole int64) (Rule, error) {
 	if err := CheckRule(rule); err != nil {
-		return ratelimit.Rule{}, err
+		return Rule{}, err
 	}
 	if part < 1 || part > whole {
-		return ratelimit.Rule{}, fmt.Errorf("%w: a portion of %d/%d: want 1 <= part <= whole", ratelimit.ErrInvalidRule, part, whole)
+		return Rule{}, fmt.Errorf("%w: a portion of %d/%d: want 1 <= part <= whole", ErrInvalidRule, part, whole)
 	}
-	p := ratelimit.Rule{Limit: mathx.MulDiv(rule.Limit, part, whole), Period: rule.Period, Burst: mathx.MulDiv(rule.Burst, part, whole)}
+	p := Rule{Limit: mathx.MulDiv(rule.Limit, part, whole), Period: rule.Period, Burst: mathx.MulDiv(rule.Burst, part, whole)}
 	if p.Limit < 1 || (rule.Burst > 0 && p.Burst < 1) {
-		return ratelimit.Rule{}, fmt.Errorf("%w: %v is too small to split: %d/%d of it is %v", ratelimit.ErrInvalidRule, rule, part, whole, p)
+		return Rule{}, fmt.Errorf("%w: %v is too small to split: %d/%d of it is %v", ErrInvalidRule, rule, part, whole, p)
 	}
 	return p, nil
 }
@@ -122,7 +124,7 @@ func Portion(rule ratelimit.Rule, part, whole int64) (ratelimit.Rule, error) {
 // scaled and rounded down, but at least one, so that every part can serve, each lease
 // living as long as in the whole. A rule with no lease (an invalid one) is returned as
 // it is, for Prepare to refuse.
-func PortionLeases(rule ratelimit.Rule, part, whole int64) ratelimit.Rule {
+func PortionLeases(rule Rule, part, whole int64) Rule {
 	if p, err := Portion(rule, part, whole); err == nil {
 		return p
 	}
@@ -134,16 +136,16 @@ func PortionLeases(rule ratelimit.Rule, part, whole int64) ratelimit.Rule {
 
 // CheckDistinct returns an error wrapping ratelimit.ErrDuplicateKey if two requests of a
 // batch name the same algorithm, namespace and key: a batch decides each key once.
-func CheckDistinct(store string, reqs []ratelimit.Request) error {
+func CheckDistinct(store string, reqs []Request) error {
 	type id struct {
-		alg     *ratelimit.Algorithm
+		alg     *Algorithm
 		ns, key string
 	}
 	seen := make(map[id]bool, len(reqs))
 	for _, r := range reqs {
 		k := id{r.Spec.Algorithm, r.Spec.Namespace, r.Key}
 		if seen[k] {
-			return fmt.Errorf("%s: %w: %s key %q of namespace %q", store, ratelimit.ErrDuplicateKey, r.Spec.Algorithm.Name, r.Key, r.Spec.Namespace)
+			return fmt.Errorf("%s: %w: %s key %q of namespace %q", store, ErrDuplicateKey, r.Spec.Algorithm.Name, r.Key, r.Spec.Namespace)
 		}
 		seen[k] = true
 	}
@@ -162,7 +164,7 @@ func IsNil(v any) bool {
 }
 
 // Clone is a copy of st that shares no memory with it.
-func Clone(st ratelimit.State) ratelimit.State {
+func Clone(st State) State {
 	st.Log = st.Log.Clone()
 	return st
 }
@@ -170,53 +172,53 @@ func Clone(st ratelimit.State) ratelimit.State {
 // BucketArgs are the Args of both buckets: Limit is the rule's capacity; a whole event is
 // Unit in Level's units, and Level moves by Rate per microsecond, so that Limit/Period
 // events per microsecond is exactly Rate/Unit.
-func BucketArgs(name string, rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+func BucketArgs(name string, rule Rule, n int64) (Args, error) {
 	period, err := Micros(name, rule)
 	if err != nil {
-		return ratelimit.Args{}, err
+		return Args{}, err
 	}
 	g := mathx.Gcd(period, rule.Limit) // usually one division: round periods are multiples of the limit
 	unit, rate := period/g, rule.Limit/g
 	capacity := Capacity(rule)
 	if capacity > mathx.MaxExact/unit {
-		return ratelimit.Args{}, fmt.Errorf("%s: %v: %w: capacity %d at %d per %v cannot be counted exactly; lower the burst or round the rate",
-			name, rule, ratelimit.ErrInvalidRule, capacity, rule.Limit, rule.Period)
+		return Args{}, fmt.Errorf("%s: %v: %w: capacity %d at %d per %v cannot be counted exactly; lower the burst or round the rate",
+			name, rule, ErrInvalidRule, capacity, rule.Limit, rule.Period)
 	}
 	if err := CheckN(name, n, capacity); err != nil {
-		return ratelimit.Args{}, err
+		return Args{}, err
 	}
-	return ratelimit.Args{N: n, Limit: capacity, Period: period, Unit: unit, Rate: rate}, nil
+	return Args{N: n, Limit: capacity, Period: period, Unit: unit, Rate: rate}, nil
 }
 
 // CountArgs are the Args of an algorithm that counts events (the fixed window, its
 // quotas, the sliding log): Limit is the rule's, N at most that.
-func CountArgs(name string, rule ratelimit.Rule, n int64) (ratelimit.Args, error) {
+func CountArgs(name string, rule Rule, n int64) (Args, error) {
 	period, err := Micros(name, rule)
 	if err != nil {
-		return ratelimit.Args{}, err
+		return Args{}, err
 	}
 	if err := CheckN(name, n, rule.Limit); err != nil {
-		return ratelimit.Args{}, err
+		return Args{}, err
 	}
-	return ratelimit.Args{N: n, Limit: rule.Limit, Period: period}, nil
+	return Args{N: n, Limit: rule.Limit, Period: period}, nil
 }
 
 // OfLeases reports whether alg is an algorithm of leases (the in-flight limit of
 // ratelimit.InFlightLimiter), whose state is a set of leases each expiring by itself:
 // the contract marks one by its Extend. Batches refuse its requests, and the decorators
 // that split or cache a key's decisions pass them straight through.
-func OfLeases(alg *ratelimit.Algorithm) bool { return alg != nil && alg.Extend != nil }
+func OfLeases(alg *Algorithm) bool { return alg != nil && alg.Extend != nil }
 
 // WithRule is a copy of s under rule: the request of a store that divides its rule (a
 // fallback's share, a region's portion, a hot key's shard).
-func WithRule(s *ratelimit.Spec, rule ratelimit.Rule) *ratelimit.Spec {
+func WithRule(s *Spec, rule Rule) *Spec {
 	c := *s
 	c.Rule = rule
 	return &c
 }
 
 // WithOp is a copy of s that does op: a refund of what a take took, say.
-func WithOp(s *ratelimit.Spec, op ratelimit.Op) *ratelimit.Spec {
+func WithOp(s *Spec, op Op) *Spec {
 	c := *s
 	c.Op = op
 	return &c

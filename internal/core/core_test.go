@@ -11,10 +11,10 @@ import (
 )
 
 func TestCapacity(t *testing.T) {
-	if c := core.Capacity(ratelimit.PerSecond(5)); c != 5 {
+	if c := core.Capacity(core.Rule(ratelimit.PerSecond(5))); c != 5 {
 		t.Errorf("Capacity without burst = %d; want the limit, 5", c)
 	}
-	if c := core.Capacity(ratelimit.Rule{Limit: 5, Period: time.Second, Burst: 8}); c != 8 {
+	if c := core.Capacity(core.Rule{Limit: 5, Period: time.Second, Burst: 8}); c != 8 {
 		t.Errorf("Capacity with burst 8 = %d", c)
 	}
 }
@@ -31,7 +31,7 @@ func TestShare(t *testing.T) {
 		{ratelimit.PerSecond(7), 1, ratelimit.PerSecond(7)},
 		{ratelimit.PerDay(1), 10_000, ratelimit.Rule{Limit: 1, Period: 10 * 365 * 24 * time.Hour}},
 	} {
-		if got := core.Share(tc.rule, tc.n); got != tc.want {
+		if got := core.Share(core.Rule(tc.rule), tc.n); got != core.Rule(tc.want) {
 			t.Errorf("Share(%v, %d) = %+v; want %+v", tc.rule, tc.n, got, tc.want)
 		}
 	}
@@ -44,7 +44,7 @@ func TestSharesNeverExceedTheRule(t *testing.T) {
 		for _, burst := range []int64{0, 1, limit, 3 * limit} {
 			rule := ratelimit.Rule{Limit: limit, Period: time.Second, Burst: burst}
 			for n := int64(1); n <= 40; n++ {
-				s := core.Share(rule, n)
+				s := core.Share(core.Rule(rule), n)
 				if err := core.CheckRule(s); err != nil {
 					t.Fatalf("Share(%v, %d) = %v: %v", rule, n, s, err)
 				}
@@ -52,7 +52,7 @@ func TestSharesNeverExceedTheRule(t *testing.T) {
 				if n*s.Limit*int64(rule.Period) > limit*int64(s.Period) {
 					t.Errorf("Share(%v, %d) = %v: %d of them admit more per second than the rule", rule, n, s, n)
 				}
-				if n*core.Capacity(s) > max(core.Capacity(rule), n) {
+				if n*core.Capacity(s) > max(core.Capacity(core.Rule(rule)), n) {
 					t.Errorf("Share(%v, %d) = %v: %d of them hold more at once than the rule", rule, n, s, n)
 				}
 			}
@@ -67,7 +67,7 @@ func TestPortionLeases(t *testing.T) {
 	for _, c := range []struct {
 		limit, part, whole, want int64
 	}{{10, 1, 3, 3}, {10, 700, 1000, 7}, {1, 1, 20, 1}, {2, 300, 1000, 1}, {0, 1, 2, 0}, {10, 0, 2, 10}} {
-		got := core.PortionLeases(ratelimit.Rule{Limit: c.limit, Period: lease}, c.part, c.whole)
+		got := core.PortionLeases(core.Rule{Limit: c.limit, Period: lease}, c.part, c.whole)
 		if got.Limit != c.want || got.Period != lease {
 			t.Errorf("%d leases, %d/%d: %v; want %d leases of %v", c.limit, c.part, c.whole, got, c.want, lease)
 		}
@@ -76,7 +76,7 @@ func TestPortionLeases(t *testing.T) {
 
 func TestCheckRule(t *testing.T) {
 	for _, r := range limitertest.InvalidRules {
-		if err := core.CheckRule(r); !errors.Is(err, ratelimit.ErrInvalidRule) {
+		if err := core.CheckRule(core.Rule(r)); !errors.Is(err, ratelimit.ErrInvalidRule) {
 			t.Errorf("CheckRule(%+v) = %v; want ErrInvalidRule", r, err)
 		}
 	}
@@ -86,7 +86,7 @@ func TestCheckRule(t *testing.T) {
 		{Limit: 1 << 52, Period: time.Second, Burst: 1 << 52},
 		{Limit: 1, Period: 1500 * time.Microsecond},
 	} {
-		if err := core.CheckRule(r); err != nil {
+		if err := core.CheckRule(core.Rule(r)); err != nil {
 			t.Errorf("CheckRule(%+v) = %v; want nil", r, err)
 		}
 	}
@@ -106,8 +106,8 @@ func TestPortion(t *testing.T) {
 		{ratelimit.PerHour(1 << 52), 999, 1000, ratelimit.PerHour(4499096027743125)}, // 2^52 x 999 / 1000, rounded down
 		{ratelimit.PerDay(5), 1, 1, ratelimit.PerDay(5)},
 	} {
-		got, err := core.Portion(tc.rule, tc.part, tc.whole)
-		if err != nil || got != tc.want {
+		got, err := core.Portion(core.Rule(tc.rule), tc.part, tc.whole)
+		if err != nil || got != core.Rule(tc.want) {
 			t.Errorf("Portion(%v, %d, %d) = %v, %v; want %v", tc.rule, tc.part, tc.whole, got, err, tc.want)
 		}
 	}
@@ -122,7 +122,7 @@ func TestPortion(t *testing.T) {
 		{ratelimit.PerSecond(10), -1, -1},
 		{ratelimit.Rule{}, 1, 2},
 	} {
-		if got, err := core.Portion(bad.rule, bad.part, bad.whole); !errors.Is(err, ratelimit.ErrInvalidRule) {
+		if got, err := core.Portion(core.Rule(bad.rule), bad.part, bad.whole); !errors.Is(err, ratelimit.ErrInvalidRule) {
 			t.Errorf("Portion(%v, %d, %d) = %v, %v; want ErrInvalidRule", bad.rule, bad.part, bad.whole, got, err)
 		}
 	}
@@ -134,7 +134,7 @@ func TestPortion(t *testing.T) {
 				whole += p
 			}
 			for _, p := range split {
-				if s, err := core.Portion(rule, p, whole); err == nil {
+				if s, err := core.Portion(core.Rule(rule), p, whole); err == nil {
 					sumL, sumB = sumL+s.Limit, sumB+s.Burst
 					if s.Limit != limit*p/whole {
 						t.Fatalf("Portion(%v, %d, %d).Limit = %d", rule, p, whole, s.Limit)

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/eventlog"
 )
 
@@ -25,7 +24,7 @@ import (
 // moves back. A bucket's floor is the first entry of its record; a window's is the one
 // entry of its Log (none until a reset or a step back); a sliding log's is its Aux.
 
-// TakenNow is ratelimit.Args.Taken of a take that carries a Receipt.
+// TakenNow is Args.Taken of a take that carries a Receipt.
 const TakenNow = -1
 
 // DeficitsMax bounds the record of a bucket's deficits; past it, two entries merge, each
@@ -45,7 +44,7 @@ const DeficitsMax = 8
 // t already (a refund in the same microsecond, say), so that the take's receipt sees
 // every entry after it and none before. The key's clock then moves that microsecond
 // without refill: less allowance, never more.
-func ReceiptAt(st *ratelimit.State, t int64) int64 {
+func ReceiptAt(st *State, t int64) int64 {
 	if st.Log == nil {
 		st.Log = &eventlog.Log{}
 	}
@@ -59,12 +58,12 @@ func ReceiptAt(st *ratelimit.State, t int64) int64 {
 }
 
 // Recording reports whether st keeps a record of its deficits.
-func Recording(st *ratelimit.State) bool { return st.Log != nil && st.Log.Len() > 0 }
+func Recording(st *State) bool { return st.Log != nil && st.Log.Len() > 0 }
 
 // NoteRise records, for an event at t that raises st's deficit (a take, a debit), the
 // deficit it found: the least since the previous event. It is noted just before t, so
 // that the receipt of a take at t does not count what that take found.
-func NoteRise(st *ratelimit.State, t, deficit int64) {
+func NoteRise(st *State, t, deficit int64) {
 	if Recording(st) {
 		note(st.Log, t-1, deficit)
 	}
@@ -75,7 +74,7 @@ func NoteRise(st *ratelimit.State, t, deficit int64) {
 // give less at every instant since it: every entry from taken on falls by give, and none
 // before stays above the first of them after its fall. A later refund of any take then
 // reads the deficits this one left, so two refunds never give back one deficit twice.
-func NoteRefund(st *ratelimit.State, taken, t, give, left int64) {
+func NoteRefund(st *State, taken, t, give, left int64) {
 	if !Recording(st) || give <= 0 {
 		return
 	}
@@ -135,7 +134,7 @@ func merge(log *eventlog.Log) {
 // LeastDeficit is the least deficit st has had since a take at taken, now being deficit:
 // what a refund of that take may give back, at most. 0 when st keeps no record, or its
 // floor comes at or after taken, or taken is not an instant of st's past.
-func LeastDeficit(st *ratelimit.State, taken, deficit int64) int64 {
+func LeastDeficit(st *State, taken, deficit int64) int64 {
 	if !Recording(st) || taken <= 0 || taken <= st.Log.Oldest().At || taken > st.Time {
 		return 0
 	}
@@ -150,7 +149,7 @@ func LeastDeficit(st *ratelimit.State, taken, deficit int64) int64 {
 // ForgetDeficits drops the record of a bucket that is full (its deficit 0) at t: every
 // receipt before gives nothing back now, and the key is as one never seen, which keeps
 // no record. A floor at t or later (a reset in this microsecond) stays, alone.
-func ForgetDeficits(st *ratelimit.State, t int64) {
+func ForgetDeficits(st *State, t int64) {
 	if !Recording(st) {
 		return
 	}
@@ -165,7 +164,7 @@ func ForgetDeficits(st *ratelimit.State, t int64) {
 // VoidDeficits starts st's record of deficits anew with its floor at t, or at its floor
 // now if that is later (a floor never moves back): receipts of takes at or before it give
 // back nothing (the clock stepped back and the state with it, or the key was reset).
-func VoidDeficits(st *ratelimit.State, t int64) {
+func VoidDeficits(st *State, t int64) {
 	if Recording(st) {
 		t = max(t, st.Log.Oldest().At)
 	}
@@ -180,24 +179,24 @@ func VoidDeficits(st *ratelimit.State, t int64) {
 // deficits whose floor is there, or at its floor now if that is later: the receipts of
 // the takes before give nothing back. Its other fields are the zero State's, which each
 // bucket reads as reset: a token bucket full, a leaky bucket's queue empty.
-func VoidBucket(st *ratelimit.State) {
+func VoidBucket(st *State) {
 	t, log := st.Time, st.Log
-	*st = ratelimit.State{Time: t, Log: log}
+	*st = State{Time: t, Log: log}
 	VoidDeficits(st, t)
 }
 
 // VoidCounts leaves st, a window reset, with its latest instant alone and a floor there,
 // or at its floor now if that is later: the receipts of the takes before give nothing
 // back.
-func VoidCounts(st *ratelimit.State) {
+func VoidCounts(st *State) {
 	t, log := st.Time, st.Log
-	*st = ratelimit.State{Time: t, Log: log}
+	*st = State{Time: t, Log: log}
 	SetFloor(st, t)
 }
 
 // Floor is the instant at or before which the receipts of a window's takes give back
 // nothing: the one entry of its Log, set by a reset; the smallest instant without one.
-func Floor(st *ratelimit.State) int64 {
+func Floor(st *State) int64 {
 	if st.Log == nil || st.Log.Len() == 0 {
 		return MinInstant
 	}
@@ -209,7 +208,7 @@ const MinInstant = -1 << 62
 
 // SetFloor makes st's receipts of takes at or before t, or before its floor if that is
 // later (a floor never moves back), give back nothing (a reset, a clock stepped back).
-func SetFloor(st *ratelimit.State, t int64) {
+func SetFloor(st *State, t int64) {
 	t = max(t, Floor(st))
 	st.Log = &eventlog.Log{}
 	st.Log.Append(eventlog.Event{At: t, N: 0})
@@ -217,12 +216,12 @@ func SetFloor(st *ratelimit.State, t int64) {
 
 // InnerReceipts is reqs for a decorator store to send on, each request that carries a
 // Receipt with one of its own in place of the caller's, for the next store to write.
-func InnerReceipts(reqs []ratelimit.Request) []ratelimit.Request {
-	out := make([]ratelimit.Request, len(reqs))
+func InnerReceipts(reqs []Request) []Request {
+	out := make([]Request, len(reqs))
 	for i, r := range reqs {
 		out[i] = r
 		if r.Receipt != nil {
-			out[i].Receipt = &ratelimit.Receipt{}
+			out[i].Receipt = &Receipt{}
 		}
 	}
 	return out
@@ -232,11 +231,11 @@ func InnerReceipts(reqs []ratelimit.Request) []ratelimit.Request {
 // a decorator sent them (via) and the next store's Receipts (those of sent, from
 // InnerReceipts); a take admitted and taken nowhere (no instant written: a fail-open
 // store's) gets the instant now, and gives nothing back.
-func WireReceipts(reqs, sent []ratelimit.Request, os []ratelimit.Outcome, via, now int64) {
+func WireReceipts(reqs, sent []Request, os []Outcome, via, now int64) {
 	for i, r := range reqs {
 		outer := r.Receipt
 		switch {
-		case outer == nil || !os[i].Allowed() || r.Spec.Op != ratelimit.OpTake:
+		case outer == nil || !os[i].Allowed() || r.Spec.Op != OpTake:
 		case sent[i].Receipt.At > 0:
 			outer.At, outer.Via, outer.Next = sent[i].Receipt.At, via, sent[i].Receipt
 		case now > 0:

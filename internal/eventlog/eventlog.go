@@ -1,6 +1,6 @@
 // Package eventlog is the sliding log's state: a queue of admitted events in time order.
 // It is internal so that the root package's documentation shows only what users and store
-// authors touch; stores hold a *Log inside ratelimit.State without looking into it.
+// authors touch; stores hold a *Log inside core.State without looking into it.
 package eventlog
 
 import "math/bits"

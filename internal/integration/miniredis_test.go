@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redissuite"
 	"github.com/ratelimit-go/ratelimit/redisstore"
@@ -54,17 +55,17 @@ type serverTime struct {
 	clk *clock.Fake
 }
 
-func (s serverTime) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (s serverTime) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	s.mr.SetTime(s.clk.Now())
 	return s.Store.Apply(ctx, req)
 }
 
-func (s serverTime) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (s serverTime) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	s.mr.SetTime(s.clk.Now())
 	return s.Store.Lend(ctx, loans)
 }
 
-func (s serverTime) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
+func (s serverTime) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
 	s.mr.SetTime(s.clk.Now())
 	return s.Store.ApplyAll(ctx, reqs)
 }
@@ -97,7 +98,7 @@ func TestInFlightParityMiniredis(t *testing.T) {
 	redissuite.InFlightParityOn(t, store, clk, 997*time.Microsecond, 5000)
 }
 
-// On miniredis, the loans of ratelimit.Lender, in Go and in Lua alike.
+// On miniredis, the loans of core.Lender, in Go and in Lua alike.
 func TestLendParityMiniredis(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
@@ -115,14 +116,14 @@ type ttlClock struct {
 	last time.Time
 }
 
-func (s *ttlClock) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (s *ttlClock) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	now := s.clk.Now()
 	s.mr.FastForward(now.Sub(s.last))
 	s.last = now
 	return s.Store.Apply(ctx, req)
 }
 
-func (s *ttlClock) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (s *ttlClock) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	now := s.clk.Now()
 	s.mr.FastForward(now.Sub(s.last))
 	s.last = now

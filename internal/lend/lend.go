@@ -1,4 +1,4 @@
-// Package lend is how a store decides a ratelimit.Loan on a key's state and the key's
+// Package lend is how a store decides a core.Loan on a key's state and the key's
 // record of loans: in Go (Decide, which localstore runs) and in Redis (lend.lua, beside
 // it: Script, which redisstore sends, with the places of a loan's arguments in it). A
 // test holds the two the same (internal/testkit/redissuite's LendParity).
@@ -11,7 +11,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
@@ -25,7 +24,7 @@ type Record struct {
 	Period int64
 	// Back is how many of the events out the key would still hold were they given back
 	// as of Since, the instant of the holder's latest loan (or give): what it gives back
-	// goes back no further, and Refund, as of Since (ratelimit.Receipt), bounds it by
+	// goes back no further, and Refund, as of Since (core.Receipt), bounds it by
 	// what the key lacked since. At each loan Back is brought up to date, and Since to now.
 	Back  int64
 	Since int64
@@ -37,16 +36,16 @@ const MaxTTL = 100 * 365 * 24 * time.Hour
 
 // Check is the error of a loan no store decides: its key's algorithm does not lend, it
 // names no holder, or asks a negative number.
-func Check(l ratelimit.Loan) error {
+func Check(l core.Loan) error {
 	switch {
 	case l.Spec == nil || l.Spec.Algorithm == nil:
 		return errors.New("ratelimit: a loan without an algorithm")
 	case !l.Spec.Algorithm.Lendable:
 		return fmt.Errorf("ratelimit: %s does not lend", l.Spec.Algorithm.Name)
-	case l.Spec.Op == ratelimit.OpDebit && (l.Holder != 0 || l.Spec.Algorithm.Debit == nil || l.Want < 1 || l.Want > mathx.MaxExact):
+	case l.Spec.Op == core.OpDebit && (l.Holder != 0 || l.Spec.Algorithm.Debit == nil || l.Want < 1 || l.Want > mathx.MaxExact):
 		return fmt.Errorf("ratelimit: a debit of %d of %s by a loan: want a partial take (no holder) of 1 to %d, of an algorithm that takes debts",
 			l.Want, l.Spec.Algorithm.Name, int64(mathx.MaxExact))
-	case l.Spec.Op != ratelimit.OpTake && l.Spec.Op != ratelimit.OpDebit || l.Spec.Reserve != 0 && l.Holder != 0:
+	case l.Spec.Op != core.OpTake && l.Spec.Op != core.OpDebit || l.Spec.Reserve != 0 && l.Holder != 0:
 		return fmt.Errorf("ratelimit: a loan of %s with an op %q, or a reserve and a holder", l.Spec.Algorithm.Name, l.Spec.Op)
 	case l.Holder == 0 && (l.Give != 0 || l.Revoke || l.End || l.Seq != 0 || l.Out != 0 || l.Receipt != nil):
 		return errors.New("ratelimit: a partial take (a loan without a holder) that gives back, revokes, ends, is numbered or asks a receipt")
@@ -62,9 +61,9 @@ func Check(l ratelimit.Loan) error {
 
 // Debits reports whether every loan is a partial take's debit: no holder, no record,
 // what it wants taken whatever the key has left.
-func Debits(loans []ratelimit.Loan) bool {
+func Debits(loans []core.Loan) bool {
 	for _, l := range loans {
-		if l.Holder != 0 || l.Spec == nil || l.Spec.Op != ratelimit.OpDebit {
+		if l.Holder != 0 || l.Spec == nil || l.Spec.Op != core.OpDebit {
 			return false
 		}
 	}
@@ -72,8 +71,8 @@ func Debits(loans []ratelimit.Loan) bool {
 }
 
 // Args are the Args of a loan's take (N 1), and the error of its rule; Check first.
-func Args(l ratelimit.Loan) (ratelimit.Args, error) {
-	return ratelimit.Request{N: 1, Spec: l.Spec}.Args()
+func Args(l core.Loan) (core.Args, error) {
+	return core.Request{N: 1, Spec: l.Spec}.Args()
 }
 
 // Decide decides l on st and recs at now, a its Args: it drops the records that have
@@ -85,7 +84,7 @@ func Args(l ratelimit.Loan) (ratelimit.Args, error) {
 // out; for an End, drops it). A numbered loan no later than the record's latest changes
 // nothing. It returns
 // the Lent and the records after, in recs' array.
-func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now int64, a ratelimit.Args, l ratelimit.Loan) (ratelimit.Lent, []Record) {
+func Decide(alg *core.Algorithm, st *core.State, recs []Record, now int64, a core.Args, l core.Loan) (core.Lent, []Record) {
 	a.Lease = 0
 	if l.Holder == 0 { // a partial take: no record, and what its reserve keeps back kept
 		return partial(alg, st, now, a, l), recs
@@ -104,7 +103,7 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 		if mine.Out > 0 {
 			held = time.Duration(mine.Until-now) * time.Microsecond
 		}
-		return ratelimit.Lent{Outcome: o, For: held, Kept: true, Out: mine.Out}, append(recs, mine)
+		return core.Lent{Outcome: o, For: held, Kept: true, Out: mine.Out}, append(recs, mine)
 	}
 	if kept {
 		mine.Back = refundable(alg, st, now, a, mine)
@@ -136,7 +135,7 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 	}
 	if l.End { // the record ends: what it holds out was spent
 		_, o := takeUpTo(alg, st, now, a, 0, 1)
-		return ratelimit.Lent{Outcome: o, Kept: kept}, recs
+		return core.Lent{Outcome: o, Kept: kept}, recs
 	}
 	a.Taken = core.TakenNow // a loan may be given back
 	lent, o := takeUpTo(alg, st, now, a, l.Want, max(l.Share, holders))
@@ -157,12 +156,12 @@ func Decide(alg *ratelimit.Algorithm, st *ratelimit.State, recs []Record, now in
 			until = mine.Until
 		}
 	}
-	return ratelimit.Lent{Outcome: o, N: lent, For: time.Duration(max(0, until-now)) * time.Microsecond, Kept: kept, Out: mine.Out}, recs
+	return core.Lent{Outcome: o, N: lent, For: time.Duration(max(0, until-now)) * time.Microsecond, Kept: kept, Out: mine.Out}, recs
 }
 
 // refundable is how many of r's events out st would still hold now, were they given
 // back: r.Back, as far as a refund of them as of r.Since gives back (a refund on a copy).
-func refundable(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a ratelimit.Args, r Record) int64 {
+func refundable(alg *core.Algorithm, st *core.State, now int64, a core.Args, r Record) int64 {
 	if r.Back <= 0 {
 		return 0
 	}
@@ -174,23 +173,23 @@ func refundable(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a rate
 
 // partial takes what l wants of what the key has left, at most, as a take would (keeping
 // its reserve), or all of it for a debit, and keeps no record.
-func partial(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a ratelimit.Args, l ratelimit.Loan) ratelimit.Lent {
-	if l.Spec != nil && l.Spec.Op == ratelimit.OpDebit { // then a peek of 1 at the reserve, as Apply answers a debit
+func partial(alg *core.Algorithm, st *core.State, now int64, a core.Args, l core.Loan) core.Lent {
+	if l.Spec != nil && l.Spec.Op == core.OpDebit { // then a peek of 1 at the reserve, as Apply answers a debit
 		d := a
 		d.N, d.Taken = l.Want, 0
 		alg.Debit(st, now, d)
 		peek := core.Clone(*st)
 		a.N, a.Taken = 1, 0
-		return ratelimit.Lent{Outcome: alg.Step(&peek, now, a), N: l.Want}
+		return core.Lent{Outcome: alg.Step(&peek, now, a), N: l.Want}
 	}
 	lent, o := takeUpTo(alg, st, now, a, l.Want, max(l.Share, 1))
-	return ratelimit.Lent{Outcome: o, N: lent}
+	return core.Lent{Outcome: o, N: lent}
 }
 
 // takeUpTo takes from st at most want events, and at most a share of what it has left
 // (as a take of a would leave it, keeping its reserve), but one when that share is none, and returns how many with the
 // Outcome: the take's, or a peek's of 1 when it took none.
-func takeUpTo(alg *ratelimit.Algorithm, st *ratelimit.State, now int64, a ratelimit.Args, want, share int64) (int64, ratelimit.Outcome) {
+func takeUpTo(alg *core.Algorithm, st *core.State, now int64, a core.Args, want, share int64) (int64, core.Outcome) {
 	peek := core.Clone(*st)
 	one := a
 	one.N, one.Taken = 1, 0
@@ -219,7 +218,7 @@ func holds(recs []Record, holder int64) bool {
 // others stay, ended or not, until a loan reads them all (take): a key whose holders,
 // with the asker, are no more than its loan's shares lends by the shares, whatever the
 // others hold, and lend.lua then reads one record, not every instance's.
-func takeOwn(recs []Record, mine *Record, now int64, a ratelimit.Args) (bool, []Record) {
+func takeOwn(recs []Record, mine *Record, now int64, a core.Args) (bool, []Record) {
 	for i, r := range recs {
 		if r.Holder != mine.Holder {
 			continue
@@ -237,7 +236,7 @@ func takeOwn(recs []Record, mine *Record, now int64, a ratelimit.Args) (bool, []
 // take removes from recs the records that ended by now or were lent under a rule other
 // than a's, and the holder's own, which it copies into mine; it reports whether the
 // holder's was there.
-func take(recs []Record, mine *Record, now int64, a ratelimit.Args) (bool, []Record) {
+func take(recs []Record, mine *Record, now int64, a core.Args) (bool, []Record) {
 	kept := false
 	live := recs[:0]
 	for _, r := range recs {
@@ -257,7 +256,7 @@ func take(recs []Record, mine *Record, now int64, a ratelimit.Args) (bool, []Rec
 // by its Share alone, not by the holders. Each loan of a key asked beyond its rule took a
 // holder's part of what was left; the rest stayed unlent, ending with a fixed window. A
 // sliding window so admitted 0.72 of its rule, four instances asking four times it.
-func closing(alg *ratelimit.Algorithm, now, period int64) bool {
+func closing(alg *core.Algorithm, now, period int64) bool {
 	start, end, ok := Window(alg, now, period)
 	return ok && (end-now)*4 <= end-start
 }
@@ -265,7 +264,7 @@ func closing(alg *ratelimit.Algorithm, now, period int64) bool {
 // Window is the window that holds now, [start, end) in microseconds, of a Windowed
 // algorithm whose rule's Period is period (microseconds): Period-aligned, or its calendar
 // window. ok is false for an algorithm without windows.
-func Window(alg *ratelimit.Algorithm, now, period int64) (start, end int64, ok bool) {
+func Window(alg *core.Algorithm, now, period int64) (start, end int64, ok bool) {
 	switch {
 	case !alg.Windowed:
 		return 0, 0, false
@@ -282,7 +281,7 @@ func Window(alg *ratelimit.Algorithm, now, period int64) (start, end int64, ok b
 // End is when a loan made at now for ttl ends: ttl from now, and for a Windowed
 // algorithm no later than the end of the window of now (Period-aligned, or its calendar
 // window).
-func End(alg *ratelimit.Algorithm, now, period int64, ttl time.Duration) int64 {
+func End(alg *core.Algorithm, now, period int64, ttl time.Duration) int64 {
 	end := now + max(1, ttl.Microseconds())
 	if end < now { // a TTL of centuries
 		end = math.MaxInt64

@@ -24,7 +24,7 @@ func FuzzDecide(f *testing.F) {
 	f.Add([]byte{0, 5, 1, 2, 3, 40, 7, 1, 9, 200, 3, 3})
 	f.Add([]byte{1, 200, 7, 7, 7, 100, 0, 0, 0, 255, 255, 1, 2, 3, 4})
 	f.Add([]byte{2, 9, 9, 1, 80, 3, 4, 40, 40, 2, 0, 0, 0})
-	algs := []*ratelimit.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), slidingwindow.Algorithm()}
+	algs := []*core.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), slidingwindow.Algorithm()}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		next := func() int64 {
 			if len(data) == 0 {
@@ -36,11 +36,11 @@ func FuzzDecide(f *testing.F) {
 		}
 		alg := algs[next()%3]
 		rule := ratelimit.Rule{Limit: 1 + next()%50, Period: time.Duration(1+next()%20) * 100 * time.Millisecond}
-		a, err := alg.Prepare(rule, 1)
+		a, err := alg.Prepare(core.Rule(rule), 1)
 		if err != nil {
 			t.Skip()
 		}
-		var st, shadow ratelimit.State
+		var st, shadow core.State
 		var recs []lend.Record
 		out := map[int64]int64{}  // what each holder's record holds out
 		seqs := map[int64]int64{} // and the latest of its numbered loans
@@ -57,7 +57,7 @@ func FuzzDecide(f *testing.F) {
 				continue
 			}
 			holder := next() % 4 // 0: a partial take, with no record
-			l := ratelimit.Loan{Key: "k", Holder: holder, Give: next() % (out[holder] + 1), Want: next() % 60,
+			l := core.Loan{Key: "k", Holder: holder, Give: next() % (out[holder] + 1), Want: next() % 60,
 				Share: next() % 4, TTL: time.Duration(1+next()%30) * 100 * time.Millisecond, Revoke: next()%17 == 0}
 			if holder == 0 {
 				l.Give, l.Revoke = 0, false

@@ -3,7 +3,7 @@ package lend
 import (
 	_ "embed"
 
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/script"
 )
 
@@ -12,10 +12,10 @@ import (
 //go:embed lend.lua
 var lua string
 
-// Script is the script of loans (ratelimit.Lender) of algs, which redisstore sends: the
+// Script is the script of loans (core.Lender) of algs, which redisstore sends: the
 // step of algs[i] its (i+1)-th; on a cluster, with the keys of its loans in several slots
 // of a node.
-func Script(algs []*ratelimit.Algorithm, cluster bool) string {
+func Script(algs []*core.Algorithm, cluster bool) string {
 	return script.Compose(algs, cluster, lua)
 }
 

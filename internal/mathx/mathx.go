@@ -95,7 +95,7 @@ func Micros(us int64) time.Duration {
 }
 
 // Keep is what a request must leave of limit with a reserve of reserve percent
-// (ratelimit.Args.Keep): reserve% of limit, rounded down. A request of more than
+// (core.Args.Keep): reserve% of limit, rounded down. A request of more than
 // limit less that is never admitted.
 func Keep(limit, reserve int64) int64 {
 	if reserve <= 0 {

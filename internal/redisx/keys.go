@@ -53,7 +53,7 @@ func Part(prefix, algorithm, part string) string {
 	return prefix + ":" + algorithm + ":" + part + ":"
 }
 
-// Loans is how the names of an algorithm's records of loans (ratelimit.Lender) start,
+// Loans is how the names of an algorithm's records of loans (core.Lender) start,
 // under prefix: a part of its own beside the algorithm's keys, so that a key's record
 // shares its hash slot.
 func Loans(prefix, algorithm string) string { return Part(prefix, algorithm, "loans") }

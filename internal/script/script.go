@@ -1,7 +1,7 @@
 // Package script is the protocol between this module's stores and the Lua scripts of its
 // algorithms, and the composition of those scripts.
 //
-// An algorithm's Script (ratelimit.Algorithm) is its step alone: Lua that reads the
+// An algorithm's Script (core.Algorithm) is its step alone: Lua that reads the
 // arguments decode.lua names (n, limit, period, unit, rate, now, op, lease, keep and the
 // window's three bounds), and, for an algorithm whose first key is named "state", the
 // key's state T, L and A and the flags state.lua sets (dry, rewound); it sets allowed,
@@ -10,7 +10,7 @@
 // operations as the codes of Op; a test holds the two sides together.
 //
 // Single composes the script that decides one request, Coalesced the batch of many calls
-// redisstore sends in one round trip, AllOrNone the script of ratelimit.ApplyAll: each
+// redisstore sends in one round trip, AllOrNone the script of core.ApplyAll: each
 // from .lua files of this package around the algorithms' own steps; Compose, another
 // package's around them (internal/lend's script of loans).
 package script
@@ -19,7 +19,7 @@ import (
 	_ "embed"
 	"strings"
 
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // Field is one argument of a step: its index in Values, and in ARGV less one.
@@ -39,7 +39,7 @@ const (
 	WindowStart // the calendar window around the store's time, and the next (Algorithm.Window); "" for none
 	WindowEnd
 	WindowNext
-	Taken  // ratelimit.Args.Taken: a refund's take, or TakenNow for a take with a receipt
+	Taken  // core.Args.Taken: a refund's take, or TakenNow for a take with a receipt
 	Fields // how many
 )
 
@@ -50,7 +50,7 @@ var Names = [Fields]string{"n", "limit", "period", "unit", "rate", "now", "op", 
 // Values are a step's arguments, by Field.
 type Values [Fields]any
 
-// The codes of the operations (ratelimit.Spec.Op), as prelude.lua names them. Probe and
+// The codes of the operations (core.Spec.Op), as prelude.lua names them. Probe and
 // GiveBack are the script of loans' own (internal/lend): a refund that writes nothing
 // (to learn what a refund would give back), and one that gives back a loan (which settles
 // no take). RetryRefund and RetryDebit are a refund and a debit of Spec.Retry: a
@@ -80,9 +80,9 @@ const Outcome = 5
 // prelude.lua's TAKENNOW.
 const TakenNow = -1
 
-// Code is the code of sp's operation, and whether it is one of ratelimit.Spec.Op's: a
+// Code is the code of sp's operation, and whether it is one of core.Spec.Op's: a
 // refund's or a debit's of Spec.Retry is RetryRefund's or RetryDebit's.
-func Code(sp *ratelimit.Spec) (int, bool) {
+func Code(sp *core.Spec) (int, bool) {
 	code, ok := OpCode(sp.Op)
 	switch {
 	case !sp.Retry:
@@ -94,10 +94,10 @@ func Code(sp *ratelimit.Spec) (int, bool) {
 	return code, ok
 }
 
-// OpCode is the code of op, and whether it is one of ratelimit.Op's: the codes follow
+// OpCode is the code of op, and whether it is one of core.Op's: the codes follow
 // its constants.
-func OpCode(op ratelimit.Op) (int, bool) {
-	return int(op), op <= ratelimit.OpDebit
+func OpCode(op core.Op) (int, bool) {
+	return int(op), op <= core.OpDebit
 }
 
 var (
@@ -123,12 +123,12 @@ var (
 
 // ReadsState reports whether alg's first key holds the state "T:L:A" that state.lua
 // reads before its step: it is named "state".
-func ReadsState(alg *ratelimit.Algorithm) bool {
+func ReadsState(alg *core.Algorithm) bool {
 	return len(alg.ScriptKeys) > 0 && alg.ScriptKeys[0] == "state"
 }
 
 // Single is the script that decides one request of alg: ARGV its Values as strings.
-func Single(alg *ratelimit.Algorithm) string {
+func Single(alg *core.Algorithm) string {
 	var b strings.Builder
 	b.WriteString(prelude)
 	writeStep(&b, alg)
@@ -138,20 +138,20 @@ func Single(alg *ratelimit.Algorithm) string {
 
 // Coalesced is the batch script of calls of algs (coalesced.lua), the step of algs[i]
 // its (i+1)-th; on a cluster, with its keys in several slots of a node.
-func Coalesced(algs []*ratelimit.Algorithm, cluster bool) string {
+func Coalesced(algs []*core.Algorithm, cluster bool) string {
 	return compose(head(cluster), algs, coalesced)
 }
 
 // AllOrNone is the script of requests of algs decided all or none (all.lua), the step of
 // algs[i] its (i+1)-th.
-func AllOrNone(algs []*ratelimit.Algorithm) string {
+func AllOrNone(algs []*core.Algorithm) string {
 	return compose("", algs, all)
 }
 
 // Compose is a script of calls to one node around the steps of algs: tail calls the
 // step of algs[i] as its (i+1)-th; on a cluster, with its keys in several slots of the
 // node. internal/lend composes the script of loans so.
-func Compose(algs []*ratelimit.Algorithm, cluster bool, tail string) string {
+func Compose(algs []*core.Algorithm, cluster bool, tail string) string {
 	return compose(head(cluster), algs, tail)
 }
 
@@ -166,7 +166,7 @@ func head(cluster bool) string {
 
 // compose is a script of several steps: head, the prelude, the steps of algs in order,
 // and tail, which calls them.
-func compose(head string, algs []*ratelimit.Algorithm, tail string) string {
+func compose(head string, algs []*core.Algorithm, tail string) string {
 	var b strings.Builder
 	b.WriteString(head)
 	b.WriteString(prelude)
@@ -179,7 +179,7 @@ func compose(head string, algs []*ratelimit.Algorithm, tail string) string {
 
 // writeStep writes the step of alg as step.lua makes it: a function of its keys and
 // arguments, with the prologue, and state.lua for an algorithm that reads its state.
-func writeStep(b *strings.Builder, alg *ratelimit.Algorithm) {
+func writeStep(b *strings.Builder, alg *core.Algorithm) {
 	st, ahead := "", "false"
 	if ReadsState(alg) {
 		st, ahead = state, "true"

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
@@ -51,13 +50,13 @@ func TestOpCodes(t *testing.T) {
 	if TakenNow != core.TakenNow {
 		t.Errorf("script.TakenNow %d, core.TakenNow %d", TakenNow, core.TakenNow)
 	}
-	for code, op := range map[int]ratelimit.Op{Take: ratelimit.OpTake, Peek: ratelimit.OpPeek, Refund: ratelimit.OpRefund,
-		Reset: ratelimit.OpReset, Extend: ratelimit.OpExtend, Debit: ratelimit.OpDebit} {
+	for code, op := range map[int]core.Op{Take: core.OpTake, Peek: core.OpPeek, Refund: core.OpRefund,
+		Reset: core.OpReset, Extend: core.OpExtend, Debit: core.OpDebit} {
 		if got, ok := OpCode(op); !ok || got != code {
 			t.Errorf("OpCode(%v) = %d, %v; want %d", op, got, ok, code)
 		}
 	}
-	if _, ok := OpCode(ratelimit.OpDebit + 1); ok {
+	if _, ok := OpCode(core.OpDebit + 1); ok {
 		t.Error("OpCode(OpDebit+1): an op no Spec has")
 	}
 }
@@ -84,10 +83,10 @@ func TestArgumentPlaces(t *testing.T) {
 // Composition fills every place of step.lua, reads the state only for an algorithm whose
 // first key is "state", and heads a cluster's batch with its flags.
 func TestCompose(t *testing.T) {
-	rate := &ratelimit.Algorithm{Name: "r", Script: "allowed = 1 -- rate\n", ScriptKeys: []string{"state"}}
-	leases := &ratelimit.Algorithm{Name: "l", Script: "allowed = 1 -- leases\n", ScriptKeys: []string{"leases"}}
-	for name, src := range map[string]string{"Single": Single(rate), "Coalesced": Coalesced([]*ratelimit.Algorithm{rate, leases}, false),
-		"AllOrNone": AllOrNone([]*ratelimit.Algorithm{rate}), "cluster": Coalesced([]*ratelimit.Algorithm{rate}, true)} {
+	rate := &core.Algorithm{Name: "r", Script: "allowed = 1 -- rate\n", ScriptKeys: []string{"state"}}
+	leases := &core.Algorithm{Name: "l", Script: "allowed = 1 -- leases\n", ScriptKeys: []string{"leases"}}
+	for name, src := range map[string]string{"Single": Single(rate), "Coalesced": Coalesced([]*core.Algorithm{rate, leases}, false),
+		"AllOrNone": AllOrNone([]*core.Algorithm{rate}), "cluster": Coalesced([]*core.Algorithm{rate}, true)} {
 		if strings.Contains(src, "--[[") {
 			t.Errorf("%s leaves a place unfilled:\n%s", name, src)
 		}
@@ -98,7 +97,7 @@ func TestCompose(t *testing.T) {
 	if s := Single(leases); strings.Contains(s, "redis.call('GET', KEYS[1])") || !strings.Contains(s, "readsAhead[#steps] = false") {
 		t.Error("a step of leases reads a state")
 	}
-	if c := Coalesced([]*ratelimit.Algorithm{rate}, true); !strings.HasPrefix(c, "#!lua flags=allow-cross-slot-keys\n") {
+	if c := Coalesced([]*core.Algorithm{rate}, true); !strings.HasPrefix(c, "#!lua flags=allow-cross-slot-keys\n") {
 		t.Error("a cluster's batch does not start with its flags")
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // BlockCache answers a key that was denied, with the same rule and the same n, from
@@ -36,7 +37,7 @@ type block struct {
 
 // denial is a denied request, which blocks the same until it may fit.
 type denial struct {
-	rule       ratelimit.Rule
+	rule       core.Rule
 	n, reserve int64
 	until      int64 // UnixNano
 	resetUntil int64
@@ -48,7 +49,7 @@ type denial struct {
 const maxReserves = 8
 
 // find is the denial that blocks req at now, or nil; bl.mu is held.
-func (bl *block) find(req ratelimit.Request, now int64) *denial {
+func (bl *block) find(req core.Request, now int64) *denial {
 	for i := range bl.by {
 		d := &bl.by[i]
 		if d.reserve == req.Spec.Reserve && d.rule == req.Spec.Rule && d.n == req.N && now < d.until {
@@ -95,25 +96,25 @@ func NewBlockCache(next ratelimit.Store, opts ...BlockCacheOption) *BlockCache {
 }
 
 // Apply denies from memory while the key is blocked, else asks the next store.
-func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (b *BlockCache) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	if !b.cfg.handles(req) {
 		return b.next.Apply(ctx, req)
 	}
-	if req.Spec.Op == ratelimit.OpDebit { // a cost to charge whatever the key has left: to the store
+	if req.Spec.Op == core.OpDebit { // a cost to charge whatever the key has left: to the store
 		return b.next.Apply(ctx, req)
 	}
 	if _, err := req.Spec.Algorithm.Prepare(req.Spec.Rule, req.N); err != nil {
-		return ratelimit.Outcome{}, err
+		return core.Outcome{}, err
 	}
 	now := clock.UnixNano(b.cfg.clock)
 	bl := b.blocked.get(algKey{req.Spec.Algorithm, req.Spec.Namespace, req.Key}, now)
-	gives := req.Spec.Op == ratelimit.OpRefund || req.Spec.Op == ratelimit.OpReset // the key may have room after it
+	gives := req.Spec.Op == core.OpRefund || req.Spec.Op == core.OpReset // the key may have room after it
 	bl.mu.Lock()
 	if gives {
 		bl.unblock()
 	}
 	if den := bl.find(req, now); den != nil {
-		d := ratelimit.Args{Limit: den.limit}.Outcome(false, den.remaining, time.Duration(den.until-now),
+		d := core.Args{Limit: den.limit}.Outcome(false, den.remaining, time.Duration(den.until-now),
 			time.Duration(max(den.until, den.resetUntil)-now))
 		bl.mu.Unlock()
 		return d, nil
@@ -128,11 +129,11 @@ func (b *BlockCache) Apply(ctx context.Context, req ratelimit.Request) (ratelimi
 		bl.mu.Lock()
 		bl.unblock()
 		bl.mu.Unlock()
-	case err == nil && d.Allowed() && req.Spec.Op == ratelimit.OpTake && bl.held.Load(): // what it took moves every denial's wait
+	case err == nil && d.Allowed() && req.Spec.Op == core.OpTake && bl.held.Load(): // what it took moves every denial's wait
 		bl.mu.Lock()
 		bl.unblock()
 		bl.mu.Unlock()
-	case err == nil && !d.Allowed() && d.Wait > 0 && req.Spec.Op == ratelimit.OpTake:
+	case err == nil && !d.Allowed() && d.Wait > 0 && req.Spec.Op == core.OpTake:
 		bl.mu.Lock()
 		if bl.gen == gen { // no refund or reset came between the decision and now
 			bl.record(denial{rule: req.Spec.Rule, n: req.N, reserve: req.Spec.Reserve, limit: d.Limit(), remaining: d.Remaining,
@@ -150,14 +151,14 @@ func (bl *block) unblock() {
 	bl.gen++
 }
 
-var _ ratelimit.Lender = (*BlockCache)(nil)
+var _ core.Lender = (*BlockCache)(nil)
 
-// Lend lends on the next store, a ratelimit.Lender, so that a limiter over a BlockCache
+// Lend lends on the next store, a core.Lender, so that a limiter over a BlockCache
 // grants part of a request (ratelimit.AlgorithmLimiter.AllowAtMost) and Leases lend
 // through it, as without it. Events granted end the key's blocks, as an admission does;
 // a next store that does not lend is an error wrapping errors.ErrUnsupported.
-func (b *BlockCache) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
-	l, ok := b.next.(ratelimit.Lender)
+func (b *BlockCache) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
+	l, ok := b.next.(core.Lender)
 	if !ok {
 		return nil, fmt.Errorf("hotkey: BlockCache over %T, which does not lend: %w", b.next, errors.ErrUnsupported)
 	}

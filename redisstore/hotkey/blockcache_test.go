@@ -9,6 +9,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/localstore"
@@ -20,7 +21,7 @@ func TestBlockCacheLocal(t *testing.T) {
 	clk := clock.NewFake(limitertest.Start)
 	next := &counting{Store: localstore.New(localstore.WithClock(clk))}
 	b := hotkey.NewBlockCache(next, hotkey.WithClock(clk))
-	req := ratelimit.Request{Key: "k", N: 5, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: ratelimit.PerMinute(5)}}
+	req := core.Request{Key: "k", N: 5, Spec: &core.Spec{Algorithm: fixedwindow.Algorithm(), Rule: core.Rule(ratelimit.PerMinute(5))}}
 	b.Apply(context.Background(), req)
 	req.N = 1
 	d, _ := b.Apply(context.Background(), req) // denied until the minute ends
@@ -50,7 +51,7 @@ func TestBlockCacheOnRedis(t *testing.T) {
 	client := srv.Client()
 	clk := clock.NewFake(limitertest.Start)
 	b := hotkey.NewBlockCache(redisstore.New(client, redisstore.WithClock(clk)), hotkey.WithClock(clk))
-	req := ratelimit.Request{Key: "abuser", N: 1, Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: ratelimit.PerMinute(3)}}
+	req := core.Request{Key: "abuser", N: 1, Spec: &core.Spec{Algorithm: fixedwindow.Algorithm(), Rule: core.Rule(ratelimit.PerMinute(3))}}
 	for range 4 {
 		b.Apply(context.Background(), req)
 	}
@@ -77,9 +78,9 @@ type gated struct {
 	reached, release chan struct{}
 }
 
-func (g *gated) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (g *gated) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	d, err := g.Store.Apply(ctx, req)
-	if req.Spec.Op == ratelimit.OpTake {
+	if req.Spec.Op == core.OpTake {
 		g.once.Do(func() {
 			close(g.reached)
 			<-g.release
@@ -96,20 +97,20 @@ func TestBlockCacheRefundRace(t *testing.T) {
 	rule := ratelimit.PerHour(1)
 	ctx := context.Background()
 	taken := tb("k", rule)
-	taken.Receipt = &ratelimit.Receipt{}
+	taken.Receipt = &core.Receipt{}
 	if d, err := local.Apply(ctx, taken); err != nil || !d.Allowed() { // the one token, spent
 		t.Fatal(d, err)
 	}
 	g := &gated{Store: local, reached: make(chan struct{}), release: make(chan struct{})}
 	b := hotkey.NewBlockCache(g, hotkey.WithClock(clk))
-	done := make(chan ratelimit.Outcome)
+	done := make(chan core.Outcome)
 	go func() {
 		d, _ := b.Apply(ctx, tb("k", rule))
 		done <- d
 	}()
 	<-g.reached // denied by the store, not yet recorded
 	refund := tb("k", rule)
-	refund.Spec.Op, refund.Receipt = ratelimit.OpRefund, taken.Receipt
+	refund.Spec.Op, refund.Receipt = core.OpRefund, taken.Receipt
 	if _, err := b.Apply(ctx, refund); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
@@ -18,12 +17,12 @@ import (
 // had none owes them.
 type charge struct {
 	e      *entry
-	req    ratelimit.Request  // a debit of the events
-	trust  int64              // of them, the events admitted on trust (pending in e)
-	inner  *ratelimit.Receipt // the debit's receipt at the next store, for a take with a receipt; nil for the others
-	landed chan struct{}      // closed once it has landed
-	probe  bool               // no charge: a look at a key denied from memory for long (see probe)
-	sent   bool               // out of the queue: nothing joins it any more (charges.mu)
+	req    core.Request  // a debit of the events
+	trust  int64         // of them, the events admitted on trust (pending in e)
+	inner  *core.Receipt // the debit's receipt at the next store, for a take with a receipt; nil for the others
+	landed chan struct{} // closed once it has landed
+	probe  bool          // no charge: a look at a key denied from memory for long (see probe)
+	sent   bool          // out of the queue: nothing joins it any more (charges.mu)
 }
 
 // charges are the charges waiting to go out together.
@@ -47,12 +46,12 @@ func (p *Leases) chargeEvery() time.Duration { return p.cfg.refill / 32 }
 // and req has no receipt, or as a charge of its own. A take with a receipt is charged as
 // a debit with a receipt of its own (a take whatever the key has), the caller's saying
 // so, so that its refund waits for it, and goes where it lands.
-func (p *Leases) chargeTrust(ctx context.Context, e *entry, req ratelimit.Request, now int64) {
+func (p *Leases) chargeTrust(ctx context.Context, e *entry, req core.Request, now int64) {
 	debit := req
-	debit.Spec = core.WithOp(req.Spec, ratelimit.OpDebit)
+	debit.Spec = core.WithOp(req.Spec, core.OpDebit)
 	debit.Receipt = nil
 	if rc := req.Receipt; rc != nil {
-		c := &charge{e: e, req: debit, trust: req.N, inner: &ratelimit.Receipt{}, landed: make(chan struct{})}
+		c := &charge{e: e, req: debit, trust: req.N, inner: &core.Receipt{}, landed: make(chan struct{})}
 		c.req.Receipt = c.inner
 		rc.At, rc.Via, rc.Next = max(1, now/1000), 0, c.inner
 		p.pending.Store(c.inner, c.landed)
@@ -67,11 +66,11 @@ func (p *Leases) chargeTrust(ctx context.Context, e *entry, req ratelimit.Reques
 
 // chargeDebit charges req, a debit, with the charges queued: joined to e's charge, if it
 // has one, or as a charge of its own.
-func (p *Leases) chargeDebit(e *entry, req ratelimit.Request) { p.join(e, req, 0) }
+func (p *Leases) chargeDebit(e *entry, req core.Request) { p.join(e, req, 0) }
 
 // join adds the debit req (of which trust events were admitted on trust) to e's charge
 // queued and not sent, or queues a charge of it.
-func (p *Leases) join(e *entry, req ratelimit.Request, trust int64) {
+func (p *Leases) join(e *entry, req core.Request, trust int64) {
 	e.mu.Lock()
 	if c := e.charge; c != nil {
 		q := &p.charges
@@ -104,7 +103,7 @@ func (p *Leases) probe(e *entry) {
 	if !e.probing.CompareAndSwap(false, true) {
 		return
 	}
-	p.queue(&charge{e: e, req: ratelimit.Request{Key: e.key, Spec: core.WithOp(e.spec, ratelimit.OpTake)}, probe: true, landed: make(chan struct{})})
+	p.queue(&charge{e: e, req: core.Request{Key: e.key, Spec: core.WithOp(e.spec, core.OpTake)}, probe: true, landed: make(chan struct{})})
 }
 
 // queue queues c, to be sent with the others queued within chargeEvery.
@@ -187,9 +186,9 @@ func (p *Leases) sendAll(batch []*charge) {
 		if len(cs) == 0 {
 			continue
 		}
-		loans := make([]ratelimit.Loan, len(cs))
+		loans := make([]core.Loan, len(cs))
 		for i, c := range cs {
-			loans[i] = ratelimit.Loan{Key: c.req.Key, Spec: c.req.Spec, Want: c.req.N}
+			loans[i] = core.Loan{Key: c.req.Key, Spec: c.req.Spec, Want: c.req.N}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ttl)
 		sent := clock.UnixNano(p.cfg.clock)
@@ -199,7 +198,7 @@ func (p *Leases) sendAll(batch []*charge) {
 			err = fmt.Errorf("hotkey: %d charges answered %d times", len(loans), len(lent))
 		}
 		for i, c := range cs {
-			var o ratelimit.Outcome
+			var o core.Outcome
 			if err == nil {
 				o = lent[i].Outcome
 			}
@@ -214,7 +213,7 @@ func (p *Leases) sendAll(batch []*charge) {
 // its debit), or its error: the events on trust are charged (those of a key spent after
 // it may be owed); the key's state is what o says, and a debt denies it from memory until
 // it is repaid, as on the exact path.
-func (p *Leases) answered(c *charge, o ratelimit.Outcome, err error, sent int64) {
+func (p *Leases) answered(c *charge, o core.Outcome, err error, sent int64) {
 	e := c.e
 	defer close(c.landed)
 	e.mu.Lock()
@@ -270,7 +269,7 @@ func (p *Leases) settled(ctx context.Context, e *entry) {
 // landed waits, within ctx, for the charge of a take on trust whose receipt at the next
 // store is inner, if it is still queued or in flight (it sends the queued ones at once):
 // a refund of it needs that receipt.
-func (p *Leases) landed(ctx context.Context, inner *ratelimit.Receipt) error {
+func (p *Leases) landed(ctx context.Context, inner *core.Receipt) error {
 	v, ok := p.pending.Load(inner)
 	if !ok {
 		return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
 )
@@ -69,8 +70,8 @@ func TestTrustQuietKeys(t *testing.T) {
 		}
 		for i := range 200 {
 			key := fmt.Sprintf("tenant-%d", i)
-			o, err := shared.Store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1,
-				Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: rule, Op: ratelimit.OpPeek}})
+			o, err := shared.Store.Apply(context.Background(), core.Request{Key: key, N: 1,
+				Spec: &core.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: core.Rule(rule), Op: core.OpPeek}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,8 +147,8 @@ func closeAll(t *testing.T, ps []*hotkey.Leases) hotkey.LeasesStats {
 // store: its Remaining after a take of one, plus one.
 func leftOf(t *testing.T, shared *remote, key string, rule ratelimit.Rule) int64 {
 	t.Helper()
-	o, err := shared.Store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1,
-		Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: rule, Op: ratelimit.OpPeek}})
+	o, err := shared.Store.Apply(context.Background(), core.Request{Key: key, N: 1,
+		Spec: &core.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: "api", Rule: core.Rule(rule), Op: core.OpPeek}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,14 +259,14 @@ type failing struct {
 	fail atomic.Bool
 }
 
-func (f *failing) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (f *failing) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	if f.fail.Load() {
-		return ratelimit.Outcome{}, errors.New("the shared store is away")
+		return core.Outcome{}, errors.New("the shared store is away")
 	}
 	return f.remote.Apply(ctx, req)
 }
 
-func (f *failing) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (f *failing) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	if f.fail.Load() {
 		return nil, errors.New("the shared store is away")
 	}
@@ -364,8 +365,8 @@ func TestTrustSeveralLimits(t *testing.T) {
 			t.Errorf("%+v: want 7 in 10 of the 2,400 limits decided from memory at least", st)
 		}
 		peek := func(ns, key string, rule ratelimit.Rule) int64 {
-			o, err := shared.Store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1,
-				Spec: &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: ns, Rule: rule, Op: ratelimit.OpPeek}})
+			o, err := shared.Store.Apply(context.Background(), core.Request{Key: key, N: 1,
+				Spec: &core.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: ns, Rule: core.Rule(rule), Op: core.OpPeek}})
 			if err != nil {
 				t.Fatal(err)
 			}

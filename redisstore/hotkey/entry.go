@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // entry is what this instance knows and holds of one key (of one algorithm and
@@ -22,16 +22,16 @@ import (
 // Leases' trust events at a time that it has not (charged to the key at once, as debits:
 // the key owes them if it had none).
 type entry struct {
-	spec   *ratelimit.Spec // of its rule; a request under another rule ends it (see Leases.lookup)
+	spec   *core.Spec // of its rule; a request under another rule ends it (see Leases.lookup)
 	key    string
-	limit  int64          // the rule's Args.Limit: what its decisions say
-	args   ratelimit.Args // the rule's, of one event: a rule its algorithm reads the same is the same
-	id     int64          // names its lease in the receipts of its takes (Receipt.Via), never 0
-	holder int64          // names its records at the next store (Loan.Holder): its own, never an earlier entry's
+	limit  int64     // the rule's Args.Limit: what its decisions say
+	args   core.Args // the rule's, of one event: a rule its algorithm reads the same is the same
+	id     int64     // names its lease in the receipts of its takes (Receipt.Via), never 0
+	holder int64     // names its records at the next store (Loan.Holder): its own, never an earlier entry's
 	// the next store's receipt of the first loan that lent of its current record (a new
 	// record's, a window's): a refund of a take from its lease after the lease ended goes
 	// there, as of that loan
-	began atomic.Pointer[ratelimit.Receipt]
+	began atomic.Pointer[core.Receipt]
 
 	tokens  atomic.Int64           // events held on loan: taken from the key, not yet admitted
 	pending atomic.Int64           // events admitted on trust, their charge not yet answered
@@ -177,7 +177,7 @@ func (t *terms) resetIn(now int64) time.Duration {
 // fromLease decides n events (keeping keep of the key's Remaining for more important
 // requests) from what e holds on loan: ok true with an admission, false when the lease
 // cannot (none, ran out, or must wait: the caller decides otherwise).
-func (e *entry) fromLease(p *Leases, t *terms, n, keep, now int64) (o ratelimit.Outcome, ok bool) {
+func (e *entry) fromLease(p *Leases, t *terms, n, keep, now int64) (o core.Outcome, ok bool) {
 	if now >= t.until || t.owes {
 		return o, false
 	}
@@ -189,13 +189,13 @@ func (e *entry) fromLease(p *Leases, t *terms, n, keep, now int64) (o ratelimit.
 	if left < e.low.Load() && now >= t.denied {
 		p.ask(e, now)
 	}
-	return ratelimit.Args{Limit: e.limit}.Outcome(true, min(e.limit, t.remaining+left), 0, t.resetIn(now)), true
+	return core.Args{Limit: e.limit}.Outcome(true, min(e.limit, t.remaining+left), 0, t.resetIn(now)), true
 }
 
 // denial is the denial from memory of n events by a key e knows has none for them now
 // (a denial, a debt, a dry lease waiting for its pace or its next refill); ok false when
 // it knows no such thing.
-func (e *entry) denial(p *Leases, t *terms, n, keep, now int64) (o ratelimit.Outcome, ok bool) {
+func (e *entry) denial(p *Leases, t *terms, n, keep, now int64) (o core.Outcome, ok bool) {
 	if now >= t.denied && !(t.dry && now < t.until) {
 		return o, false
 	}
@@ -203,7 +203,7 @@ func (e *entry) denial(p *Leases, t *terms, n, keep, now int64) (o ratelimit.Out
 	if held := e.tokens.Load(); t.dry && now < t.until && held >= n && t.remaining+held-n >= keep && !t.owes {
 		wait = t.pace.release(n, held, now) // the pace holds them back
 	}
-	return ratelimit.Args{Limit: e.limit}.Outcome(false, 0, time.Duration(wait), time.Duration(max(t.resetAt-now, wait))), true
+	return core.Args{Limit: e.limit}.Outcome(false, 0, time.Duration(wait), time.Duration(max(t.resetAt-now, wait))), true
 }
 
 // give puts back n events a take with a receipt took from e's lease at at (UnixNano),
@@ -277,7 +277,7 @@ func (t *leaseTable) shard(key string) *entryShard {
 }
 
 // get is the entry of key of spec's algorithm and namespace, under any rule, or nil.
-func (t *leaseTable) get(spec *ratelimit.Spec, key string) *entry {
+func (t *leaseTable) get(spec *core.Spec, key string) *entry {
 	m := t.shard(key).m.Load()
 	if m == nil {
 		return nil
@@ -286,7 +286,7 @@ func (t *leaseTable) get(spec *ratelimit.Spec, key string) *entry {
 }
 
 // entryOf is the entry among es (a key's) of spec's algorithm and namespace, or nil.
-func entryOf(es []*entry, spec *ratelimit.Spec) *entry {
+func entryOf(es []*entry, spec *core.Spec) *entry {
 	for _, e := range es {
 		if e.spec.Algorithm == spec.Algorithm && e.spec.Namespace == spec.Namespace {
 			return e

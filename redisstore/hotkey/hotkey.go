@@ -12,7 +12,7 @@
 //     RetryAfter has passed (any algorithm).
 //
 // Each wraps any ratelimit.Store (redisstore, or fallback around it; Leases one that
-// lends, a ratelimit.Lender) and handles only the requests ForRequests selects (all by
+// lends, a core.Lender) and handles only the requests ForRequests selects (all by
 // default); the others go straight through.
 //
 // Each decorator takes only the options that mean something to it, so that a misplaced
@@ -55,7 +55,7 @@ type Option interface {
 }
 
 type hotConfig struct {
-	only      func(ratelimit.Request) bool
+	only      func(core.Request) bool
 	clock     clock.Clock
 	retries   int
 	maxKeys   int
@@ -83,7 +83,7 @@ func (f shardOption) applyShard(c *hotConfig)       { f(c) }
 
 // ForRequests limits a decorator to the requests f selects (hot keys, or the rules of
 // large tenants); the others go straight to the next store. Nil means every request.
-func ForRequests(f func(ratelimit.Request) bool) Option {
+func ForRequests(f func(core.Request) bool) Option {
 	return anyOption(func(c *hotConfig) { c.only = f })
 }
 
@@ -183,6 +183,6 @@ func newHotConfig[O any](name string, next ratelimit.Store, opts []O, apply func
 // handles reports whether a decorator works on req, or passes it straight through: the
 // leases of an in-flight limit always pass, as a lease must be released where it was
 // taken, and a release on another instance frees it before any RetryAfter.
-func (c *hotConfig) handles(req ratelimit.Request) bool {
+func (c *hotConfig) handles(req core.Request) bool {
 	return req.Spec.Algorithm != nil && !core.OfLeases(req.Spec.Algorithm) && (c.only == nil || c.only(req))
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/redisstore/hotkey"
@@ -20,13 +21,13 @@ type counting struct {
 	calls atomic.Int64
 }
 
-func (c *counting) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (c *counting) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	c.calls.Add(1)
 	return c.Store.Apply(ctx, req)
 }
 
-func tb(key string, rule ratelimit.Rule) ratelimit.Request {
-	return ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}}
+func tb(key string, rule ratelimit.Rule) core.Request {
+	return core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(rule)}}
 }
 
 // TestDecoratorsConform: the conformance suite through each decorator that handles every
@@ -53,9 +54,9 @@ type blocking struct {
 	release chan struct{}
 }
 
-func (b *blocking) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (b *blocking) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	d, err := b.Store.Apply(ctx, req)
-	if req.Spec.Op == ratelimit.OpTake && b.slow[req.Key] {
+	if req.Spec.Op == core.OpTake && b.slow[req.Key] {
 		b.reached <- req.Key
 		<-b.release
 	}

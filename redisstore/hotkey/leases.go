@@ -17,7 +17,7 @@ import (
 )
 
 // Leases decides a key's requests in memory, on every instance, without waiting for the
-// next store: a ratelimit.Lender (redisstore, or fallback around it) that every instance
+// next store: a core.Lender (redisstore, or fallback around it) that every instance
 // shares. The instances together admit what the rule allows, and at most one event per
 // instance more (WithTrust): beyond the rule, over any interval, only
 //
@@ -38,7 +38,7 @@ import (
 // on loan and what they give back at Close add up to what the rule allowed, and a key
 // asked beyond its rule is admitted its rule. A refill or a give-back whose answer is
 // lost (a timeout; it landed or not, or lands late) loses nothing either: each loan is
-// numbered and says what the instance counts out (ratelimit.Loan.Seq), so the key's next
+// numbered and says what the instance counts out (core.Loan.Seq), so the key's next
 // one settles it. An ended key's give-back is sent again at each look until it is
 // answered, or its record ends.
 //
@@ -89,7 +89,7 @@ import (
 // under another rule than its key's entry (a rule change) ends that entry, and the other
 // instances' leases at their next refill.
 //
-// The algorithms that are ratelimit.Algorithm.Lendable (the token bucket, the fixed
+// The algorithms that are core.Algorithm.Lendable (the token bucket, the fixed
 // window, the sliding window counter and the calendar quotas) are decided so; the
 // others' requests, peeks, and the rules whose Limit is smaller than the instances (5 a
 // minute on 20 instances) take the exact path (LeasesStats.Exact counts them).
@@ -98,7 +98,7 @@ import (
 // trust, and gives back what it holds.
 type Leases struct {
 	next   ratelimit.Store
-	lender ratelimit.Lender
+	lender core.Lender
 	cfg    leaseConfig
 	holder int64 // names this instance at the next store; each entry's holder is it and the entry's number
 	seq    int64 // the refiller's: the latest Loan.Seq it sent
@@ -111,8 +111,8 @@ type Leases struct {
 	asks    chan *entry
 	rtt     atomic.Int64 // the round trip of a refill, nanoseconds, a moving average
 	charges charges      // the admissions on trust and the debits, waiting to be charged together
-	pending sync.Map     // *ratelimit.Receipt -> chan struct{}: a take on trust with a receipt, closed once charged
-	paid    sync.Map     // *ratelimit.Receipt -> int64: what a lease paid of a settlement whose rest failed
+	pending sync.Map     // *core.Receipt -> chan struct{}: a take on trust with a receipt, closed once charged
+	paid    sync.Map     // *core.Receipt -> int64: what a lease paid of a settlement whose rest failed
 
 	stop     chan struct{} // closed by Close
 	done     chan struct{} // closed when the refiller has given back what it held
@@ -153,20 +153,20 @@ func (p *Leases) Stats() LeasesStats {
 }
 
 var (
-	_ ratelimit.BatchStore = (*Leases)(nil)
-	_ ratelimit.Lender     = (*Leases)(nil)
+	_ core.BatchStore = (*Leases)(nil)
+	_ core.Lender     = (*Leases)(nil)
 )
 
 // Source is what a decision made in memory reports as its source (ratelimit.Event.Source).
 const Source = "lease"
 
 // NewLeases returns Leases over next, and starts its refiller. It returns an error for
-// a next that does not lend (a ratelimit.Lender); it panics for a nil next or option.
+// a next that does not lend (a core.Lender); it panics for a nil next or option.
 func NewLeases(next ratelimit.Store, opts ...LeasesOption) (*Leases, error) {
 	cfg := newLeaseConfig(next, opts)
-	lender, ok := next.(ratelimit.Lender)
+	lender, ok := next.(core.Lender)
 	if !ok {
-		return nil, fmt.Errorf("hotkey: NewLeases over %T, which does not lend (ratelimit.Lender)", next)
+		return nil, fmt.Errorf("hotkey: NewLeases over %T, which does not lend (core.Lender)", next)
 	}
 	p := &Leases{next: next, lender: lender, cfg: cfg, holder: newHolder(), asks: make(chan *entry, 4096),
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -211,24 +211,24 @@ func (p *Leases) instances() int64 {
 }
 
 // Apply decides req in memory when it can (see Leases), else on the next store.
-func (p *Leases) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (p *Leases) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	sp := req.Spec
 	if !p.decides(req) {
-		if sp != nil && sp.Op == ratelimit.OpRefund && req.Receipt != nil && sp.Algorithm != nil && sp.Algorithm.Lendable {
+		if sp != nil && sp.Op == core.OpRefund && req.Receipt != nil && sp.Algorithm != nil && sp.Algorithm.Lendable {
 			return p.refund(ctx, req) // a take from memory, whatever selects it now
 		}
-		if sp != nil && sp.Op == ratelimit.OpTake {
+		if sp != nil && sp.Op == core.OpTake {
 			p.stats.exact.Add(1)
 		}
 		return p.next.Apply(ctx, req)
 	}
 	switch sp.Op {
-	case ratelimit.OpTake:
-	case ratelimit.OpRefund:
+	case core.OpTake:
+	case core.OpRefund:
 		return p.refund(ctx, req)
-	case ratelimit.OpDebit:
+	case core.OpDebit:
 		return p.debit(ctx, req)
-	case ratelimit.OpReset:
+	case core.OpReset:
 		return p.reset(ctx, req)
 	default: // a peek
 		return p.next.Apply(ctx, req)
@@ -273,7 +273,7 @@ const (
 // fromMemory decides req (a take) from what e holds and knows: from its lease, a
 // denial, or on trust (how); ok false when none of them can (the exact path decides).
 // Again is a second look, after a refill: its demand is counted.
-func (p *Leases) fromMemory(e *entry, req ratelimit.Request, now int64, again bool) (o ratelimit.Outcome, how int, ok bool) {
+func (p *Leases) fromMemory(e *entry, req core.Request, now int64, again bool) (o core.Outcome, how int, ok bool) {
 	if e.ended.Load() {
 		return o, 0, false
 	}
@@ -300,7 +300,7 @@ func (p *Leases) fromMemory(e *entry, req ratelimit.Request, now int64, again bo
 		if t.fresh(now, p.cfg.refill/4) {
 			remaining = max(0, min(e.limit, t.remaining)-e.pending.Load())
 		}
-		return ratelimit.Args{Limit: e.limit}.Outcome(true, remaining, 0, req.Spec.Rule.Period), onTrust, true
+		return core.Args{Limit: e.limit}.Outcome(true, remaining, 0, req.Spec.Rule.Period), onTrust, true
 	}
 	p.busy(e, req.N, now, true)
 	return o, 0, false
@@ -339,7 +339,7 @@ func (p *Leases) trusts(e *entry, t *terms, n int64) bool {
 
 // admitted does what an admission from memory (how) asks: a take from the lease with a
 // receipt says so, to be given back to it; one on trust is charged.
-func (p *Leases) admitted(ctx context.Context, e *entry, req ratelimit.Request, how int, now int64) {
+func (p *Leases) admitted(ctx context.Context, e *entry, req core.Request, how int, now int64) {
 	switch how {
 	case fromLease:
 		if r := req.Receipt; r != nil { // given back to the lease, or once it ended, to the next store as of its record's first loan
@@ -355,13 +355,13 @@ func (p *Leases) admitted(ctx context.Context, e *entry, req ratelimit.Request, 
 
 // decides says whether Leases decides req, or passes it to the next store: an algorithm
 // that lends, a request ForRequests selects.
-func (p *Leases) decides(req ratelimit.Request) bool {
+func (p *Leases) decides(req core.Request) bool {
 	sp := req.Spec
 	return sp != nil && sp.Algorithm != nil && sp.Algorithm.Lendable && p.cfg.handles(req) && !p.stopped.Load()
 }
 
 // keepOf is what sp's reserve keeps back of a key's Remaining under limit.
-func keepOf(sp *ratelimit.Spec, limit int64) int64 {
+func keepOf(sp *core.Spec, limit int64) int64 {
 	if sp.Reserve == 0 {
 		return 0
 	}
@@ -375,7 +375,7 @@ func keepOf(sp *ratelimit.Spec, limit int64) int64 {
 // the key's state under the old rule).
 // The other instances' leases of the old rule end at their next refill, which finds their
 // records dropped by the new rule's loans.
-func (p *Leases) lookup(sp *ratelimit.Spec, key string, now int64) *entry {
+func (p *Leases) lookup(sp *core.Spec, key string, now int64) *entry {
 	e := p.leased.get(sp, key)
 	if e == nil {
 		e = p.entries.get(algKey{sp.Algorithm, sp.Namespace, key})
@@ -396,7 +396,7 @@ func (p *Leases) lookup(sp *ratelimit.Spec, key string, now int64) *entry {
 	return p.entries.getOrAdd(algKey{sp.Algorithm, sp.Namespace, key}, now, int64(p.cfg.refill), func() *entry {
 		// the key and its rule alone: the request that made the entry may be a debit, a
 		// refund or keep a reserve, which its loans must not (a store refuses them)
-		spec := &ratelimit.Spec{Algorithm: sp.Algorithm, Namespace: sp.Namespace, Rule: sp.Rule}
+		spec := &core.Spec{Algorithm: sp.Algorithm, Namespace: sp.Namespace, Rule: sp.Rule}
 		id := entryIDs.Add(1)
 		// a holder of its own: the records of an earlier entry of the key (what its lease
 		// spent, until they end) are not this one's, nor its give-backs sent again
@@ -420,13 +420,13 @@ func (p *Leases) drop(e *entry) {
 
 // exactTake takes req on the next store, and learns the key's state from the answer; its
 // Receipt, if any, says so, and holds the next store's own.
-func (p *Leases) exactTake(ctx context.Context, e *entry, req ratelimit.Request, now int64) (ratelimit.Outcome, error) {
+func (p *Leases) exactTake(ctx context.Context, e *entry, req core.Request, now int64) (core.Outcome, error) {
 	if e != nil {
 		p.settled(ctx, e)
 	}
 	outer := req.Receipt
 	if outer != nil {
-		req.Receipt = &ratelimit.Receipt{}
+		req.Receipt = &core.Receipt{}
 	}
 	o, err := p.next.Apply(ctx, req)
 	if err != nil {
@@ -454,7 +454,7 @@ const (
 // A debit's denial is a debt: this instance's lease spends nothing, and gives back what
 // it holds to pay it. An admission asked before the latest answer heard says nothing
 // new: answers may come back out of order, and an old one would hide a newer denial.
-func (p *Leases) heard(e *entry, o ratelimit.Outcome, now int64, what int) {
+func (p *Leases) heard(e *entry, o core.Outcome, now int64, what int) {
 	debt, peek := what == toDebit && !o.Allowed(), what != toTake
 	e.publish(func(t *terms) {
 		if o.Allowed() && now < t.heard {
@@ -482,13 +482,13 @@ func (p *Leases) heard(e *entry, o ratelimit.Outcome, now int64, what int) {
 // ApplyAll decides several limits at once, all or none: in memory when each can be (its
 // lease, or on trust), each answering as it would alone (when one denies, what the others
 // took goes back); else on the next store, atomic as the next store makes it
-// (ratelimit.BatchStore). A next store that is not a BatchStore gives an error matching
+// (core.BatchStore). A next store that is not a BatchStore gives an error matching
 // errors.ErrUnsupported, and ratelimit.AllowAll then takes the requests one by one.
-func (p *Leases) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
+func (p *Leases) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
 	now := clock.UnixNano(p.cfg.clock)
 	es := make([]*entry, len(reqs))
 	for i, r := range reqs {
-		if p.decides(r) && r.Spec.Op == ratelimit.OpTake {
+		if p.decides(r) && r.Spec.Op == core.OpTake {
 			es[i] = p.lookup(r.Spec, r.Key, now)
 		}
 		if es[i] == nil {
@@ -501,7 +501,7 @@ func (p *Leases) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]rate
 			return os, nil
 		}
 	}
-	bs, ok := p.next.(ratelimit.BatchStore)
+	bs, ok := p.next.(core.BatchStore)
 	if !ok {
 		return nil, fmt.Errorf("hotkey: Leases over %T, which decides one request at a time: %w", p.next, errors.ErrUnsupported)
 	}
@@ -526,7 +526,7 @@ func (p *Leases) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]rate
 }
 
 // allAllowed reports whether every one of os was allowed.
-func allAllowed(os []ratelimit.Outcome) bool {
+func allAllowed(os []core.Outcome) bool {
 	for _, o := range os {
 		if !o.Allowed() {
 			return false
@@ -537,8 +537,8 @@ func allAllowed(os []ratelimit.Outcome) bool {
 
 // allFromMemory decides reqs in memory, all or none, when each can be; ok false when one
 // cannot, having taken nothing.
-func (p *Leases) allFromMemory(ctx context.Context, es []*entry, reqs []ratelimit.Request, now int64) ([]ratelimit.Outcome, bool) {
-	os := make([]ratelimit.Outcome, len(reqs))
+func (p *Leases) allFromMemory(ctx context.Context, es []*entry, reqs []core.Request, now int64) ([]core.Outcome, bool) {
+	os := make([]core.Outcome, len(reqs))
 	hows := make([]int, len(reqs))
 	undo := func(upTo int) { // what reqs[:upTo] took goes back
 		for j := range upTo {
@@ -575,18 +575,18 @@ func (p *Leases) allFromMemory(ctx context.Context, es []*entry, reqs []ratelimi
 // Lend lends on the next store, so that a limiter over Leases grants part of a request
 // (ratelimit.AlgorithmLimiter.AllowAtMost, a loan of holder 0) as it would without them,
 // and learns the keys' state from the answers.
-func (p *Leases) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (p *Leases) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	lent, err := p.lender.Lend(ctx, loans)
 	if err != nil || len(lent) != len(loans) {
 		return lent, err
 	}
 	now := clock.UnixNano(p.cfg.clock)
 	for i, l := range loans {
-		if l.Holder == 0 && l.Spec != nil && p.decides(ratelimit.Request{Key: l.Key, Spec: l.Spec}) {
+		if l.Holder == 0 && l.Spec != nil && p.decides(core.Request{Key: l.Key, Spec: l.Spec}) {
 			if e := p.lookup(l.Spec, l.Key, now); e != nil {
 				what := toTake
 				switch {
-				case l.Spec.Op == ratelimit.OpDebit:
+				case l.Spec.Op == core.OpDebit:
 					what = toDebit
 				case lent[i].N == 0:
 					what = toPeek
@@ -602,7 +602,7 @@ func (p *Leases) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.
 // before), resets the key on the next store, and revokes every instance's record of it
 // there: the others find theirs gone at their next refill, within a refill interval, and
 // drop what they hold.
-func (p *Leases) reset(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (p *Leases) reset(ctx context.Context, req core.Request) (core.Outcome, error) {
 	// the charges of what was admitted before the reset land before it, not on the
 	// restored key
 	if e := p.leased.get(req.Spec, req.Key); e != nil {
@@ -615,9 +615,9 @@ func (p *Leases) reset(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 	}
 	// the loans revoked first: a refill between a reset and its revoke would take from
 	// the restored key, and its record revoked after, what it took would be lost
-	revoke := ratelimit.Loan{Key: req.Key, Spec: core.WithOp(req.Spec, ratelimit.OpTake), Holder: p.holder, Share: 1,
+	revoke := core.Loan{Key: req.Key, Spec: core.WithOp(req.Spec, core.OpTake), Holder: p.holder, Share: 1,
 		TTL: p.cfg.ttl, Revoke: true}
-	_, _ = p.lender.Lend(ctx, []ratelimit.Loan{revoke}) // one that fails leaves the others' leases to end with their TTL
+	_, _ = p.lender.Lend(ctx, []core.Loan{revoke}) // one that fails leaves the others' leases to end with their TTL
 	return p.next.Apply(ctx, req)
 }
 
@@ -626,17 +626,17 @@ func (p *Leases) reset(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 // store as of the first loan of the lease's record; or to the next store, as its receipt there says (a
 // take on trust once its charge has landed, a take of the exact path). The answer is a peek
 // of 1: the lease's, or the next store's.
-func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (p *Leases) refund(ctx context.Context, req core.Request) (core.Outcome, error) {
 	r := req.Receipt
 	if r == nil {
 		return p.next.Apply(ctx, req)
 	}
 	if r.Via == 0 && r.Next != nil {
 		if err := p.landed(ctx, r.Next); err != nil { // a take on trust: its charge lands first
-			return ratelimit.Outcome{}, err
+			return core.Outcome{}, err
 		}
 		if r.Next.At <= 0 { // its charge failed: nothing of it was counted, nothing to give back
-			req.N, req.Receipt, req.Spec = 1, nil, core.WithOp(req.Spec, ratelimit.OpPeek)
+			req.N, req.Receipt, req.Spec = 1, nil, core.WithOp(req.Spec, core.OpPeek)
 		} else {
 			req.Receipt = r.Next
 		}
@@ -651,7 +651,7 @@ func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.O
 	if r.Via != 0 && e != nil && e.id == r.Via && e.give(req.N, r.At*1000) {
 		t := e.terms.Load()
 		held := e.tokens.Load()
-		return ratelimit.Args{Limit: e.limit}.Outcome(held >= 1, min(e.limit, t.remaining+max(0, held-1)), 0, t.resetIn(now)), nil
+		return core.Args{Limit: e.limit}.Outcome(held >= 1, min(e.limit, t.remaining+max(0, held-1)), 0, t.resetIn(now)), nil
 	}
 	if r.Via != 0 && r.Next != nil {
 		// the lease ended, or its record did (what it held then was spent, or given
@@ -660,7 +660,7 @@ func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.O
 		req.Receipt = r.Next
 		return p.next.Apply(ctx, req)
 	}
-	req.N, req.Receipt, req.Spec = 1, nil, core.WithOp(req.Spec, ratelimit.OpPeek) // taken where nothing records it: nothing comes back
+	req.N, req.Receipt, req.Spec = 1, nil, core.WithOp(req.Spec, core.OpPeek) // taken where nothing records it: nothing comes back
 	return p.next.Apply(ctx, req)
 }
 
@@ -671,7 +671,7 @@ func (p *Leases) refund(ctx context.Context, req ratelimit.Request) (ratelimit.O
 // denies the key from memory) or names a take's receipt. A settlement tried again
 // (Spec.Retry) goes to the next store, which applies it once, less what the lease paid
 // of its first attempt.
-func (p *Leases) debit(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (p *Leases) debit(ctx context.Context, req core.Request) (core.Outcome, error) {
 	now := clock.UnixNano(p.cfg.clock)
 	e := p.lookup(req.Spec, req.Key, now)
 	if req.Spec.Retry && req.Receipt != nil { // what the lease paid of its first attempt stays paid
@@ -695,7 +695,7 @@ func (p *Leases) debit(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 		req.N -= paid
 		if req.N == 0 { // all of it from the lease: the answer is a peek of 1 on what is left
 			held := e.tokens.Load()
-			return ratelimit.Args{Limit: e.limit}.Outcome(held >= 1, min(e.limit, t.remaining+max(0, held-1)), 0, t.resetIn(now)), nil
+			return core.Args{Limit: e.limit}.Outcome(held >= 1, min(e.limit, t.remaining+max(0, held-1)), 0, t.resetIn(now)), nil
 		}
 		p.ask(e, now)
 	}
@@ -712,12 +712,12 @@ func (p *Leases) debit(ctx context.Context, req ratelimit.Request) (ratelimit.Ou
 	}
 	e.publish(func(t *terms) { t.remaining -= req.N })
 	p.chargeDebit(e, req)
-	return ratelimit.Args{Limit: e.limit}.Outcome(true, max(0, left-req.N-1), 0, t.resetIn(now)), nil
+	return core.Args{Limit: e.limit}.Outcome(true, max(0, left-req.N-1), 0, t.resetIn(now)), nil
 }
 
 // exactDebit charges req, a debit, to the next store at once (after the charges of e's
 // admissions on trust), and learns the key's state from the answer.
-func (p *Leases) exactDebit(ctx context.Context, e *entry, req ratelimit.Request, now int64) (ratelimit.Outcome, error) {
+func (p *Leases) exactDebit(ctx context.Context, e *entry, req core.Request, now int64) (core.Outcome, error) {
 	if e != nil {
 		p.settled(ctx, e)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/fallback"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/localstore"
@@ -34,14 +35,14 @@ type switchable struct {
 	down atomic.Bool
 }
 
-func (s *switchable) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (s *switchable) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	if s.down.Load() {
-		return ratelimit.Outcome{}, ratelimit.ErrUnavailable
+		return core.Outcome{}, ratelimit.ErrUnavailable
 	}
 	return s.Store.Apply(ctx, req)
 }
 
-func (s *switchable) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (s *switchable) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	if s.down.Load() {
 		return nil, ratelimit.ErrUnavailable
 	}
@@ -84,8 +85,8 @@ func (in *instance) allow(t *testing.T, key string) {
 // they held.
 func left(t *testing.T, shared ratelimit.Store, key string) int64 {
 	t.Helper()
-	peek := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "api", Rule: seedRule, Op: ratelimit.OpPeek}
-	o, err := shared.Apply(context.Background(), ratelimit.Request{Key: key, N: 1, Spec: peek})
+	peek := &core.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "api", Rule: core.Rule(seedRule), Op: core.OpPeek}
+	o, err := shared.Apply(context.Background(), core.Request{Key: key, N: 1, Spec: peek})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,10 +150,10 @@ type ends struct {
 	*localstore.Store
 	fail atomic.Bool // refills (loans that want) fail, after they land
 	mu   sync.Mutex
-	last map[int64]ratelimit.Loan // each holder's latest loan
+	last map[int64]core.Loan // each holder's latest loan
 }
 
-func (s *ends) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (s *ends) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	got, err := s.Store.Lend(ctx, loans)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -175,7 +176,7 @@ func TestLeasesLastLoanEnds(t *testing.T) {
 	for _, lose := range []bool{false, true} {
 		t.Run(fmt.Sprint("lost answer ", lose), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				shared := &ends{Store: localstore.New(), last: map[int64]ratelimit.Loan{}}
+				shared := &ends{Store: localstore.New(), last: map[int64]core.Loan{}}
 				in := newInstance(t, shared)
 				start := time.Now()
 				drive(t, "tenant", 1000, time.Second, []*instance{in}, []int{1})
@@ -406,7 +407,7 @@ func TestLeasesAllOrNone(t *testing.T) {
 // take the exact path, however busy.
 func TestLeasesForRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		in := newInstance(t, localstore.New(), hotkey.ForRequests(func(r ratelimit.Request) bool {
+		in := newInstance(t, localstore.New(), hotkey.ForRequests(func(r core.Request) bool {
 			return strings.HasPrefix(r.Key, "hot:")
 		}))
 		for range 2000 {
@@ -468,8 +469,8 @@ func TestLeasesOnRedis(t *testing.T) {
 	if int64(calls)*20 > decisions {
 		t.Errorf("Redis ran %d scripts for %d decisions; want fewer than 1 in 20", calls, decisions)
 	}
-	peek := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "api", Rule: rule, Op: ratelimit.OpPeek}
-	o, err := redisstore.New(srv.Client(), redisstore.WithPrefix("hot")).Apply(context.Background(), ratelimit.Request{Key: "tenant-big", N: 1, Spec: peek})
+	peek := &core.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "api", Rule: core.Rule(rule), Op: core.OpPeek}
+	o, err := redisstore.New(srv.Client(), redisstore.WithPrefix("hot")).Apply(context.Background(), core.Request{Key: "tenant-big", N: 1, Spec: peek})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +487,7 @@ type stalled struct {
 	release chan struct{}
 }
 
-func (s *stalled) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (s *stalled) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	if loans[0].Holder != 0 && s.lends.Add(1) > 1 { // the refills of leases, not the charges on trust
 		<-s.release
 	}
@@ -540,15 +541,15 @@ type slow struct {
 	applies, lends atomic.Int64
 }
 
-func (s *slow) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
-	if req.Spec != nil && req.Spec.Op == ratelimit.OpTake {
+func (s *slow) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
+	if req.Spec != nil && req.Spec.Op == core.OpTake {
 		s.applies.Add(1)
 	}
 	time.Sleep(2 * time.Millisecond)
 	return s.Store.Apply(ctx, req)
 }
 
-func (s *slow) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (s *slow) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	s.lends.Add(1)
 	time.Sleep(2 * time.Millisecond)
 	return s.Store.Lend(ctx, loans)
@@ -839,19 +840,19 @@ type remote struct {
 	calls atomic.Int64
 }
 
-func (r *remote) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (r *remote) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	r.calls.Add(1)
 	time.Sleep(r.rtt)
 	return r.Store.Apply(ctx, req)
 }
 
-func (r *remote) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
+func (r *remote) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
 	r.calls.Add(1)
 	time.Sleep(r.rtt)
 	return r.Store.ApplyAll(ctx, reqs)
 }
 
-func (r *remote) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (r *remote) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	r.calls.Add(1)
 	time.Sleep(r.rtt)
 	return r.Store.Lend(ctx, loans)
@@ -969,7 +970,7 @@ func TestLeasesAboveTheRuleStayLocal(t *testing.T) {
 // leases once left what the holders did not take unlent: what a fixed window left ended
 // with it (0.91-0.96 of the rule), and a sliding window never lent it (0.72).
 func TestLeasesWindowsAskedBeyond(t *testing.T) {
-	for _, alg := range []*ratelimit.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), slidingwindow.Algorithm()} {
+	for _, alg := range []*core.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), slidingwindow.Algorithm()} {
 		t.Run(alg.Name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				shared := &remote{Store: localstore.New(), rtt: time.Millisecond}
@@ -1131,8 +1132,8 @@ func TestLeasesSeveralLimits(t *testing.T) {
 		if local < 2*int64(decisions)*95/100 || calls*10 > int64(decisions) {
 			t.Errorf("%d of %d limits decided from leases, %d calls to the shared store; want 95%% and one call for 10 decisions at most", local, 2*decisions, calls)
 		}
-		peek := func(alg *ratelimit.Algorithm, ns, key string, rule ratelimit.Rule) int64 {
-			o, err := shared.Store.Apply(ctx, ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: alg, Namespace: ns, Rule: rule, Op: ratelimit.OpPeek}})
+		peek := func(alg *core.Algorithm, ns, key string, rule ratelimit.Rule) int64 {
+			o, err := shared.Store.Apply(ctx, core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: alg, Namespace: ns, Rule: core.Rule(rule), Op: core.OpPeek}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1358,8 +1359,8 @@ func TestAfterCloseExact(t *testing.T) {
 // counted is what a fixed window of rule in namespace ns counts of key on store, peeked.
 func counted(t *testing.T, store ratelimit.Store, ns, key string, rule ratelimit.Rule) int64 {
 	t.Helper()
-	peek := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: ns, Rule: rule, Op: ratelimit.OpPeek}
-	o, err := store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1, Spec: peek})
+	peek := &core.Spec{Algorithm: fixedwindow.Algorithm(), Namespace: ns, Rule: core.Rule(rule), Op: core.OpPeek}
+	o, err := store.Apply(context.Background(), core.Request{Key: key, N: 1, Spec: peek})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1373,11 +1374,11 @@ type lossy struct {
 	*localstore.Store
 	mu    sync.Mutex
 	calls int
-	late  []ratelimit.Loan // a call's loans that land after the next call's
-	off   atomic.Bool      // every call lands and is answered
+	late  []core.Loan // a call's loans that land after the next call's
+	off   atomic.Bool // every call lands and is answered
 }
 
-func (s *lossy) Lend(ctx context.Context, loans []ratelimit.Loan) ([]ratelimit.Lent, error) {
+func (s *lossy) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	if loans[0].Holder == 0 {
 		return s.Store.Lend(ctx, loans)
 	}
@@ -1626,9 +1627,9 @@ type failDebits struct {
 	fail atomic.Int64
 }
 
-func (f *failDebits) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
-	if req.Spec.Op == ratelimit.OpDebit && req.Receipt != nil && f.fail.Add(-1) >= 0 {
-		return ratelimit.Outcome{}, ratelimit.ErrUnavailable
+func (f *failDebits) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
+	if req.Spec.Op == core.OpDebit && req.Receipt != nil && f.fail.Add(-1) >= 0 {
+		return core.Outcome{}, ratelimit.ErrUnavailable
 	}
 	return f.Store.Apply(ctx, req)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/lend"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
@@ -212,7 +213,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 	if p.cfg.instances != nil {
 		share = p.instances()
 	}
-	loans := make([]ratelimit.Loan, 0, len(refills)+len(drops))
+	loans := make([]core.Loan, 0, len(refills)+len(drops))
 	gives := make([]int64, len(refills))
 	sent := clock.UnixNano(p.cfg.clock)
 	for i, e := range refills {
@@ -255,11 +256,11 @@ func (p *Leases) lend(refills, drops []*entry) {
 			sh, want = 1, min(want, int64(math.Ceil(2*e.accrues(p.cfg.refill))))
 		}
 		p.seq++
-		var rc *ratelimit.Receipt
+		var rc *core.Receipt
 		if want > 0 { // the receipt of a record's first loan, for the refunds of its takes (see lent)
-			rc = &ratelimit.Receipt{}
+			rc = &core.Receipt{}
 		}
-		loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: e.holder, Give: gives[i],
+		loans = append(loans, core.Loan{Key: e.key, Spec: e.spec, Holder: e.holder, Give: gives[i],
 			Want: want, Share: sh, TTL: p.cfg.ttl, Seq: p.seq, Out: e.out, Receipt: rc})
 	}
 	dropGives := make([]int64, len(drops))
@@ -267,7 +268,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 		dropGives[i] = e.end()
 		e.leased.Store(false)
 		p.seq++
-		loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: e.holder, Give: dropGives[i], Share: share,
+		loans = append(loans, core.Loan{Key: e.key, Spec: e.spec, Holder: e.holder, Give: dropGives[i], Share: share,
 			TTL: p.cfg.ttl, Seq: p.seq, Out: e.out, End: !e.lost})
 	}
 	p.leased.remove(drops...)
@@ -330,7 +331,7 @@ func (p *Leases) lend(refills, drops []*entry) {
 // short of a burst), is spent at an even pace until the next refill, an interval later
 // (dryEvery), and what the lease lacks is denied from memory until then. A key with more
 // (a day's budget, a window's) is spent as it is asked.
-func (e *entry) lent(r ratelimit.Lent, want, sent, now, interval int64, refill time.Duration) {
+func (e *entry) lent(r core.Lent, want, sent, now, interval int64, refill time.Duration) {
 	e.lentAt, e.lentDemand = now, e.demand.Load()
 	dry := r.N < want && float64(r.Remaining+r.N) < e.accrues(refill)
 	e.out = r.Out
@@ -383,14 +384,14 @@ func (p *Leases) settle(now int64) {
 	if len(p.unsettled) == 0 {
 		return
 	}
-	var loans []ratelimit.Loan
+	var loans []core.Loan
 	var es, later []*entry
 	for _, e := range p.unsettled {
 		switch {
 		case e.recordEnds <= now: // its events were counted as spent
 		case len(loans) < maxRefill:
 			p.seq++
-			loans = append(loans, ratelimit.Loan{Key: e.key, Spec: e.spec, Holder: e.holder, Share: 1, TTL: p.cfg.ttl,
+			loans = append(loans, core.Loan{Key: e.key, Spec: e.spec, Holder: e.holder, Share: 1, TTL: p.cfg.ttl,
 				Seq: p.seq, Out: e.out})
 			es = append(es, e)
 		default:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/localstore"
@@ -90,7 +91,7 @@ func TestShardInvalidShare(t *testing.T) {
 	if !errors.Is(err, ratelimit.ErrInvalidRule) || errors.Is(err, ratelimit.ErrInvalidN) {
 		t.Errorf("a share that cannot be counted: %v; want ErrInvalidRule", err)
 	}
-	_, err = s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 11, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(70)}})
+	_, err = s.Apply(context.Background(), core.Request{Key: "k", N: 11, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(70))}})
 	if !errors.Is(err, ratelimit.ErrInvalidN) {
 		t.Errorf("n above one shard's capacity: %v; want ErrInvalidN", err)
 	}

@@ -4,11 +4,11 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 type algKey struct {
-	alg     *ratelimit.Algorithm
+	alg     *core.Algorithm
 	ns, key string
 }
 

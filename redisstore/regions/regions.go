@@ -75,7 +75,7 @@ type Regions struct {
 	names   []string // sorted; names[0] leads
 	clients map[string]redis.Scripter
 	prefix  string
-	family  func(ratelimit.Request) string
+	family  func(core.Request) string
 
 	interval, grace, refresh, flush time.Duration
 	floor, step                     int64
@@ -151,7 +151,7 @@ func WithGrace(d time.Duration) Option {
 // WithFamily sets the family of a request, whose weights move together (its
 // namespace by default: every key of a limiter moves with the others). Keep the families
 // few: each is a field of a hash in every region's Redis.
-func WithFamily(f func(ratelimit.Request) string) Option {
+func WithFamily(f func(core.Request) string) Option {
 	return optionFunc(func(r *Regions) {
 		if f != nil {
 			r.family = f
@@ -195,7 +195,7 @@ func New(self string, clients map[string]redis.Scripter, opts ...Option) (*Regio
 		return nil, fmt.Errorf("regions: %q is not one of the regions", self)
 	}
 	r := &Regions{self: self, clients: clients, prefix: redisx.DefaultPrefix,
-		family:   func(req ratelimit.Request) string { return req.Spec.Namespace },
+		family:   func(req core.Request) string { return req.Spec.Namespace },
 		interval: 5 * time.Minute, grace: 3 * time.Second, refresh: time.Second, flush: time.Second,
 		floor: 100, step: 100, clock: clock.Real{}}
 	for name, c := range clients {
@@ -238,13 +238,13 @@ type regionStore struct {
 	next ratelimit.Store
 }
 
-func (s *regionStore) Apply(ctx context.Context, req ratelimit.Request) (ratelimit.Outcome, error) {
+func (s *regionStore) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	fam := s.r.family(req)
 	share, err := s.share(req, fam)
 	if err != nil {
-		return ratelimit.Outcome{}, err
+		return core.Outcome{}, err
 	}
-	if req.Spec.Op == ratelimit.OpTake && req.N > 0 {
+	if req.Spec.Op == core.OpTake && req.N > 0 {
 		s.r.count(fam, req.N)
 	}
 	req.Spec = core.WithRule(req.Spec, share)
@@ -253,28 +253,28 @@ func (s *regionStore) Apply(ctx context.Context, req ratelimit.Request) (ratelim
 
 // share is this region's weight of req's rule: exact (core.Portion), or for an in-flight
 // limit at least one lease, as the fallback's shares.
-func (s *regionStore) share(req ratelimit.Request, family string) (ratelimit.Rule, error) {
+func (s *regionStore) share(req core.Request, family string) (core.Rule, error) {
 	w := s.r.Weight(family)
 	if core.OfLeases(req.Spec.Algorithm) {
 		return core.PortionLeases(req.Spec.Rule, w, 1000), nil
 	}
 	share, err := core.Portion(req.Spec.Rule, w, 1000)
 	if err != nil {
-		return ratelimit.Rule{}, fmt.Errorf("regions: region %s: %w", s.r.self, err)
+		return core.Rule{}, fmt.Errorf("regions: region %s: %w", s.r.self, err)
 	}
 	return share, nil
 }
 
 // ApplyAll decides reqs all or none, each under this region's weight of its rule, when
-// the region's store can (a ratelimit.BatchStore); otherwise it returns an error matching
-// errors.ErrUnsupported, having counted nothing, and ratelimit.ApplyAll takes them one
+// the region's store can (a core.BatchStore); otherwise it returns an error matching
+// errors.ErrUnsupported, having counted nothing, and core.ApplyAll takes them one
 // by one.
-func (s *regionStore) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Outcome, error) {
-	bs, ok := s.next.(ratelimit.BatchStore)
+func (s *regionStore) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
+	bs, ok := s.next.(core.BatchStore)
 	if !ok {
 		return nil, fmt.Errorf("regions: region %s: its store decides no batches: %w", s.r.self, errors.ErrUnsupported)
 	}
-	scaled := make([]ratelimit.Request, len(reqs))
+	scaled := make([]core.Request, len(reqs))
 	for i, req := range reqs {
 		share, err := s.share(req, s.r.family(req))
 		if err != nil {
@@ -286,7 +286,7 @@ func (s *regionStore) ApplyAll(ctx context.Context, reqs []ratelimit.Request) ([
 	ds, err := bs.ApplyAll(ctx, scaled)
 	if err == nil || !errors.Is(err, errors.ErrUnsupported) {
 		for _, req := range reqs {
-			if req.Spec.Op == ratelimit.OpTake && req.N > 0 {
+			if req.Spec.Op == core.OpTake && req.N > 0 {
 				s.r.count(s.r.family(req), req.N)
 			}
 		}

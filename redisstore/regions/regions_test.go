@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/redisstore"
@@ -227,19 +228,19 @@ func TestRegionsApplyAll(t *testing.T) {
 	}
 	store := r.Store(redisstore.New(c, redisstore.WithPrefix(freshPrefix())))
 	alg := fixedwindow.Algorithm()
-	reqs := []ratelimit.Request{
-		{Key: "k", N: 5, Spec: &ratelimit.Spec{Algorithm: alg, Namespace: "a", Rule: ratelimit.PerHour(10)}},
-		{Key: "k", N: 5, Spec: &ratelimit.Spec{Algorithm: alg, Namespace: "b", Rule: ratelimit.PerHour(100)}}}
-	ds, err := ratelimit.ApplyAll(context.Background(), store, reqs)
-	if err != nil || !ds[0].Allowed || ds[0].Limit != 5 || ds[0].Remaining != 0 || ds[1].Limit != 50 || ds[1].Remaining != 45 {
+	reqs := []core.Request{
+		{Key: "k", N: 5, Spec: &core.Spec{Algorithm: alg, Namespace: "a", Rule: core.Rule(ratelimit.PerHour(10))}},
+		{Key: "k", N: 5, Spec: &core.Spec{Algorithm: alg, Namespace: "b", Rule: core.Rule(ratelimit.PerHour(100))}}}
+	ds, err := core.ApplyAll(context.Background(), store, reqs)
+	if err != nil || !ds[0].Allowed() || ds[0].Limit() != 5 || ds[0].Remaining != 0 || ds[1].Limit() != 50 || ds[1].Remaining != 45 {
 		t.Fatalf("first = %+v, %v; want both allowed under half of each rule", ds, err)
 	}
-	ds, err = ratelimit.ApplyAll(context.Background(), store, reqs)
-	if err != nil || ds[0].Allowed || !ds[1].Allowed {
+	ds, err = core.ApplyAll(context.Background(), store, reqs)
+	if err != nil || ds[0].Allowed() || !ds[1].Allowed() {
 		t.Fatalf("second = %+v, %v; want a denied, b allowed alone", ds, err)
 	}
-	ds, err = ratelimit.ApplyAll(context.Background(), store, reqs[1:])
-	if err != nil || !ds[0].Allowed || ds[0].Remaining != 40 {
+	ds, err = core.ApplyAll(context.Background(), store, reqs[1:])
+	if err != nil || !ds[0].Allowed() || ds[0].Remaining != 40 {
 		t.Fatalf("b alone = %+v, %v; want allowed with 40 left (the denied batch took nothing)", ds, err)
 	}
 }

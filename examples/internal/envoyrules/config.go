@@ -34,6 +34,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/slidinglog"
 	"github.com/ratelimit-go/ratelimit/slidingwindow"
@@ -254,7 +255,7 @@ func newLimit(y rateLimitYAML, d descriptorYAML) (*Limit, error) {
 		l.Rule = ratelimit.Rule{Limit: int64(y.RequestsPerUnit), Period: period}
 	}
 	if l.Rule.Limit > 0 {
-		if _, err := alg.Prepare(l.Rule, 1); err != nil {
+		if _, err := alg.Prepare(core.Rule(l.Rule), 1); err != nil {
 			return nil, err
 		}
 	}

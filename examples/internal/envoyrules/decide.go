@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // Status is the answer for one descriptor of a request.
@@ -19,7 +20,7 @@ type Status struct {
 	ResetAfter time.Duration // until the limit is whole again
 	Hits       Hits          // what this decision adds to the rule's metrics
 
-	receipt *ratelimit.Receipt // of its take, for the refund of a request denied after all
+	receipt *core.Receipt // of its take, for the refund of a request denied after all
 }
 
 // Hits are the service's counters of one rule, for one decision: every hit, and those
@@ -67,7 +68,7 @@ func Namespace(domain string) string { return "envoy/" + domain }
 
 // Decide decides descriptors of domain d with hits each (0 counts as 1, as in the
 // service), all or none: every limited descriptor's limit is taken in one atomic
-// decision where the store can (ratelimit.ApplyAll), and a request that one of them
+// decision where the store can (core.ApplyAll), and a request that one of them
 // denies consumes nothing from the others. As in the service: unlimited descriptors and
 // those without a limit are OK; a rule named in another matched rule's replaces is not
 // applied; quota-mode descriptors deny the request only when every one of them is over
@@ -112,7 +113,7 @@ func (dc *Decider) Decide(ctx context.Context, d *Domain, descriptors [][]Entry,
 	if ok && len(quota) > 0 {
 		over := 0
 		for _, i := range quota {
-			if err := dc.decide(ctx, &res.Statuses[i], n, ratelimit.OpTake); err != nil {
+			if err := dc.decide(ctx, &res.Statuses[i], n, core.OpTake); err != nil {
 				return Result{}, err
 			}
 			if res.Statuses[i].OverLimit {
@@ -124,21 +125,21 @@ func (dc *Decider) Decide(ctx context.Context, d *Domain, descriptors [][]Entry,
 		if over == len(quota) { // every quota descriptor is over: the request is, and gives back
 			ok = false
 			for _, i := range taken {
-				if err := dc.decide(ctx, &Status{Match: res.Statuses[i].Match, receipt: res.Statuses[i].receipt}, n, ratelimit.OpRefund); err != nil {
+				if err := dc.decide(ctx, &Status{Match: res.Statuses[i].Match, receipt: res.Statuses[i].receipt}, n, core.OpRefund); err != nil {
 					return Result{}, err
 				}
 			}
 		}
 	} else {
 		for _, i := range quota {
-			if err := dc.decide(ctx, &res.Statuses[i], n, ratelimit.OpPeek); err != nil {
+			if err := dc.decide(ctx, &res.Statuses[i], n, core.OpPeek); err != nil {
 				return Result{}, err
 			}
 		}
 	}
-	op := ratelimit.OpTake
+	op := core.OpTake
 	if !ok {
-		op = ratelimit.OpPeek
+		op = core.OpPeek
 	}
 	for _, i := range shadow {
 		if err := dc.decide(ctx, &res.Statuses[i], n, op); err != nil {
@@ -159,7 +160,7 @@ func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64)
 		alg *ratelimit.Algorithm
 		key string
 	}
-	var reqs []ratelimit.Request
+	var reqs []core.Request
 	of := make([]int, len(idx)) // the request of each status; two descriptors of one counter share one
 	seen := map[counter]int{}
 	doomed := false // a limit of 0, or hits more than the limit can hold: denied without asking
@@ -171,15 +172,15 @@ func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64)
 			reqs[r].N += n
 		} else {
 			seen[c], of[j] = len(reqs), len(reqs)
-			reqs = append(reqs, ratelimit.Request{Key: m.Key, N: n, Spec: &ratelimit.Spec{Algorithm: m.Algorithm, Namespace: m.namespace, Rule: m.Rule},
-				Receipt: &ratelimit.Receipt{}})
+			reqs = append(reqs, core.Request{Key: m.Key, N: n, Spec: &core.Spec{Algorithm: m.Algorithm, Namespace: m.namespace, Rule: core.Rule(m.Rule)},
+				Receipt: &core.Receipt{}})
 		}
 	}
 	for j, i := range idx {
-		if r := reqs[of[j]]; neverFits(r.Spec.Algorithm, r.Spec.Rule, r.N) {
+		if r := reqs[of[j]]; neverFits(r.Spec.Algorithm, ratelimit.Rule(r.Spec.Rule), r.N) {
 			doomed = true
 			res.Statuses[i].deny(n)
-			res.Statuses[i].ResetAfter = dc.untilWindowEnds(r.Spec.Rule)
+			res.Statuses[i].ResetAfter = dc.untilWindowEnds(ratelimit.Rule(r.Spec.Rule))
 		}
 	}
 	var ds []ratelimit.Decision
@@ -188,18 +189,23 @@ func (dc *Decider) takeAll(ctx context.Context, res *Result, idx []int, n int64)
 	if doomed {                       // only what each stands at, for its status
 		ds = make([]ratelimit.Decision, len(reqs))
 		for k, r := range reqs {
-			if r.Spec.Rule.Limit == 0 || neverFits(r.Spec.Algorithm, r.Spec.Rule, r.N) {
+			if r.Spec.Rule.Limit == 0 || neverFits(r.Spec.Algorithm, ratelimit.Rule(r.Spec.Rule), r.N) {
 				continue
 			}
-			r.Spec.Op, r.N = ratelimit.OpPeek, 1
+			r.Spec.Op, r.N = core.OpPeek, 1
 			asked[k] = 1
 			if ds[k], err = decision(ctx, dc.Store, r); err != nil {
 				return nil, false, err
 			}
 		}
 	} else {
-		if ds, err = ratelimit.ApplyAll(ctx, dc.Store, reqs); err != nil {
+		os, err := core.ApplyAll(ctx, dc.Store, reqs)
+		if err != nil {
 			return nil, false, err
+		}
+		ds = make([]ratelimit.Decision, len(os))
+		for k, o := range os {
+			ds[k] = decisionOf(o)
 		}
 		for k, r := range reqs {
 			asked[k] = r.N
@@ -245,25 +251,25 @@ func (dc *Decider) untilWindowEnds(rule ratelimit.Rule) time.Duration {
 }
 
 // decide applies op with n under s's limit, and records the outcome in s.
-func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op ratelimit.Op) error {
+func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op core.Op) error {
 	m := s.Match
 	if neverFits(m.Algorithm, m.Rule, n) {
-		if op != ratelimit.OpRefund { // a refund of what was never taken: nothing to give back
+		if op != core.OpRefund { // a refund of what was never taken: nothing to give back
 			s.deny(n)
 			s.ResetAfter = dc.untilWindowEnds(m.Rule)
 		}
 		return nil
 	}
-	req := ratelimit.Request{Key: m.Key, N: n, Spec: &ratelimit.Spec{Algorithm: m.Algorithm, Namespace: m.namespace, Rule: m.Rule, Op: op}}
+	req := core.Request{Key: m.Key, N: n, Spec: &core.Spec{Algorithm: m.Algorithm, Namespace: m.namespace, Rule: core.Rule(m.Rule), Op: op}}
 	switch op {
-	case ratelimit.OpTake: // a take, which a request denied after all gives back
-		s.receipt = &ratelimit.Receipt{}
+	case core.OpTake: // a take, which a request denied after all gives back
+		s.receipt = &core.Receipt{}
 		req.Receipt = s.receipt
-	case ratelimit.OpRefund:
+	case core.OpRefund:
 		req.Receipt = s.receipt
 	}
 	d, err := decision(ctx, dc.Store, req)
-	if err != nil || op == ratelimit.OpRefund {
+	if err != nil || op == core.OpRefund {
 		return err
 	}
 	s.record(d, n, dc.ratio())
@@ -271,12 +277,19 @@ func (dc *Decider) decide(ctx context.Context, s *Status, n int64, op ratelimit.
 }
 
 // decision is store's answer to req as a Decision.
-func decision(ctx context.Context, store ratelimit.Store, req ratelimit.Request) (ratelimit.Decision, error) {
+func decision(ctx context.Context, store ratelimit.Store, req core.Request) (ratelimit.Decision, error) {
 	o, err := store.Apply(ctx, req)
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
-	return o.Decision(), nil
+	return decisionOf(o), nil
+}
+
+// decisionOf is the Decision o stands for.
+func decisionOf(o core.Outcome) ratelimit.Decision {
+	var d ratelimit.Decision
+	d.Allowed, d.Limit, d.Remaining, d.Delay, d.RetryAfter, d.ResetAfter = o.Split()
+	return d
 }
 
 // neverFits reports whether n hits can never be admitted under rule: a limit of 0 (the
@@ -285,7 +298,7 @@ func neverFits(alg *ratelimit.Algorithm, rule ratelimit.Rule, n int64) bool {
 	if rule.Limit == 0 {
 		return true
 	}
-	_, err := alg.Prepare(rule, n)
+	_, err := alg.Prepare(core.Rule(rule), n)
 	return n >= 1 && errors.Is(err, ratelimit.ErrInvalidN)
 }
 

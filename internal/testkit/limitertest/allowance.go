@@ -135,7 +135,7 @@ func (m *keyModel) restart() { m.segments = append(m.segments, segment{rule: m.r
 // rule, what its request really cost, and the step that took it.
 type pending struct {
 	key     string
-	receipt *ratelimit.Receipt
+	receipt *core.Receipt
 	n, cost int64
 	rule    int
 	step    int
@@ -147,17 +147,17 @@ func runAllowance(t *testing.T, newStore NewStore, k Kind, seed uint64) {
 	clk := clock.NewFake(Start.Add(time.Duration(seed) * 1234567 * time.Microsecond))
 	store := newStore(t, clk)
 	var ls [2]*ratelimit.AlgorithmLimiter
-	var specs [2]*ratelimit.Spec // the takes with a receipt go to the store itself, whose receipt says where it counted them
+	var specs [2]*core.Spec // the takes with a receipt go to the store itself, whose receipt says where it counted them
 	for i, r := range rules {
 		l, err := k.New(store, r, ratelimit.WithNamespace("allowance"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ls[i] = l.(*ratelimit.AlgorithmLimiter)
-		specs[i] = &ratelimit.Spec{Algorithm: k.Algorithm, Namespace: "allowance", Rule: r}
+		specs[i] = &core.Spec{Algorithm: k.Algorithm, Namespace: "allowance", Rule: core.Rule(r)}
 	}
 	lends := k.Algorithm.Lendable
-	if _, ok := store.(ratelimit.Lender); !ok {
+	if _, ok := store.(core.Lender); !ok {
 		lends = false
 	}
 	debits := k.Algorithm.Debit != nil
@@ -232,7 +232,7 @@ func runAllowance(t *testing.T, newStore NewStore, k Kind, seed uint64) {
 			ri = 1 - ri
 		}
 		l, rule := ls[ri], rules[ri]
-		a, _ := k.Algorithm.Prepare(rule, 1)
+		a, _ := k.Algorithm.Prepare(core.Rule(rule), 1)
 		limit := a.Limit
 		n := 1 + rng.Int64N(min(limit, 3))
 		what := ""
@@ -242,11 +242,11 @@ func runAllowance(t *testing.T, newStore NewStore, k Kind, seed uint64) {
 		}
 		switch {
 		case op < 50: // a take, which may cost less or more than it took (settled later)
-			receipt := &ratelimit.Receipt{}
-			o, err := store.Apply(ctx, ratelimit.Request{Key: key, N: n, Spec: specs[ri], Receipt: receipt})
+			receipt := &core.Receipt{}
+			o, err := store.Apply(ctx, core.Request{Key: key, N: n, Spec: specs[ri], Receipt: receipt})
 			handover()
 			if errors.Is(err, ratelimit.ErrInvalidN) { // more than a part of the key ever admits (a Shard's): refused, as a denial is
-				err, o = nil, ratelimit.Outcome{}
+				err, o = nil, core.Outcome{}
 			}
 			if err != nil {
 				fail("a take of %d: %v", n, err)
@@ -271,9 +271,9 @@ func runAllowance(t *testing.T, newStore NewStore, k Kind, seed uint64) {
 			pd := open[i]
 			open = append(open[:i], open[i+1:]...)
 			touch(models[pd.key])
-			settle := ratelimit.Request{Key: pd.key, N: pd.n - pd.cost, Spec: core.WithOp(specs[pd.rule], ratelimit.OpRefund), Receipt: pd.receipt}
+			settle := core.Request{Key: pd.key, N: pd.n - pd.cost, Spec: core.WithOp(specs[pd.rule], core.OpRefund), Receipt: pd.receipt}
 			if pd.cost > pd.n {
-				settle = ratelimit.Request{Key: pd.key, N: pd.cost - pd.n, Spec: core.WithOp(specs[pd.rule], ratelimit.OpDebit)}
+				settle = core.Request{Key: pd.key, N: pd.cost - pd.n, Spec: core.WithOp(specs[pd.rule], core.OpDebit)}
 			}
 			if _, err := store.Apply(ctx, settle); err != nil {
 				fail("settling at %d: %v", pd.cost, err)
@@ -334,7 +334,7 @@ func checkAllowance(name string, rules [2]ratelimit.Rule, m *keyModel) string {
 			continue
 		}
 		seg, rule := slices.Clone(sg.as), rules[sg.rule]
-		limit, capacity := rule.Limit, core.Capacity(rule)
+		limit, capacity := rule.Limit, core.Capacity(core.Rule(rule))
 		// the buckets: their capacity, and their rate over any interval
 		slices.SortStableFunc(seg, func(a, b admission) int { return cmp.Compare(a.at, b.at) })
 		for i := range seg {

@@ -9,6 +9,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/slidinglog"
@@ -39,11 +40,11 @@ func testDebitReceipt(t *testing.T, newStore NewStore) {
 		}
 		clk := clock.NewFake(Start)
 		store := newStore(t, clk)
-		spec := &ratelimit.Spec{Algorithm: k.Algorithm, Namespace: "debit-receipt", Rule: ratelimit.PerMinute(10)}
-		receipt := &ratelimit.Receipt{}
+		spec := &core.Spec{Algorithm: k.Algorithm, Namespace: "debit-receipt", Rule: core.Rule(ratelimit.PerMinute(10))}
+		receipt := &core.Receipt{}
 		debit := *spec
-		debit.Op = ratelimit.OpDebit
-		if _, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 15, Spec: &debit, Receipt: receipt}); err != nil {
+		debit.Op = core.OpDebit
+		if _, err := store.Apply(ctx, core.Request{Key: "k", N: 15, Spec: &debit, Receipt: receipt}); err != nil {
 			t.Fatalf("%s: a debit of 15 with a receipt: %v", k.Name, err)
 		}
 		if receipt.At <= 0 {
@@ -51,15 +52,15 @@ func testDebitReceipt(t *testing.T, newStore NewStore) {
 		}
 		clk.Advance(time.Second)
 		refund := *spec
-		refund.Op = ratelimit.OpRefund
-		if _, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 10, Spec: &refund, Receipt: receipt}); err != nil {
+		refund.Op = core.OpRefund
+		if _, err := store.Apply(ctx, core.Request{Key: "k", N: 10, Spec: &refund, Receipt: receipt}); err != nil {
 			t.Fatalf("%s: its refund: %v", k.Name, err)
 		}
 		refund5 := refund
-		if _, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 5, Spec: &refund5, Receipt: receipt}); err != nil {
+		if _, err := store.Apply(ctx, core.Request{Key: "k", N: 5, Spec: &refund5, Receipt: receipt}); err != nil {
 			t.Fatalf("%s: its refund: %v", k.Name, err)
 		}
-		o, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 10, Spec: spec})
+		o, err := store.Apply(ctx, core.Request{Key: "k", N: 10, Spec: spec})
 		if err != nil || !o.Allowed() {
 			t.Errorf("%s: a take of 10 after a debit of 15 with a receipt, refunded: %+v, %v; want the key full", k.Name, o, err)
 		}
@@ -168,7 +169,7 @@ func testNoDebts(t *testing.T, newStore NewStore) {
 			t.Errorf("a debit of the %s: %v; want errors.ErrUnsupported", l.Rule(), err)
 		}
 	}
-	req := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: leakybucket.Algorithm(), Rule: ratelimit.PerSecond(10), Op: ratelimit.OpDebit}}
+	req := core.Request{Key: "k", N: 1, Spec: &core.Spec{Algorithm: leakybucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(10)), Op: core.OpDebit}}
 	if _, err := store.Apply(context.Background(), req); err == nil {
 		t.Error("the store took a debit of the leaky bucket")
 	}

@@ -25,7 +25,7 @@ var fuzzSteps = []time.Duration{time.Microsecond, time.Millisecond, 37 * time.Mi
 // on random rules and random sequences of (time step, n), each op three bytes of ops: the
 // clock moves by int8(ops[0]) * fuzzSteps[ops[1]], then AllowN with n from ops[2]. Every
 // decision must keep the invariants of check.
-func Fuzz(f *testing.F, alg *ratelimit.Algorithm) {
+func Fuzz(f *testing.F, alg *core.Algorithm) {
 	f.Add(uint8(10), uint8(0), uint8(2), []byte{0, 0, 1, 0, 0, 1, 100, 3, 1, 0xff, 3, 1})
 	f.Add(uint8(3), uint8(5), uint8(0), []byte{1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0})
 	f.Add(uint8(2), uint8(3), uint8(3), []byte{0, 0, 2, 0x80, 4, 1, 0, 0, 1, 127, 4, 0, 0, 0, 5})
@@ -46,17 +46,17 @@ func Fuzz(f *testing.F, alg *ratelimit.Algorithm) {
 
 type checker struct {
 	t        *testing.T
-	alg      *ratelimit.Algorithm
+	alg      *core.Algorithm
 	rule     ratelimit.Rule
-	st       ratelimit.State
+	st       core.State
 	latest   int64      // the latest instant the key has seen
 	admitted []admitted // in time order
 }
 
 type admitted struct{ at, n int64 }
 
-func (c *checker) args(n int64) ratelimit.Args {
-	a, err := c.alg.Prepare(c.rule, n)
+func (c *checker) args(n int64) core.Args {
+	a, err := c.alg.Prepare(core.Rule(c.rule), n)
 	if err != nil {
 		c.t.Fatalf("Prepare(%v, %d): %v", c.rule, n, err)
 	}
@@ -64,10 +64,10 @@ func (c *checker) args(n int64) ratelimit.Args {
 }
 
 // decide runs the step on a copy of st, leaving st as it was.
-func (c *checker) decide(st ratelimit.State, now, n int64) ratelimit.Decision {
+func (c *checker) decide(st core.State, now, n int64) ratelimit.Decision {
 	st = core.Clone(st)
 	a := c.args(n)
-	return c.alg.Step(&st, now, a).Decision()
+	return decisionOf(c.alg.Step(&st, now, a))
 }
 
 func (c *checker) step(now, rawN int64) {
@@ -76,7 +76,7 @@ func (c *checker) step(now, rawN int64) {
 	n := 1 + (rawN-1)%capacity
 	before := core.Clone(c.st)
 	a := c.args(n)
-	d := c.alg.Step(&c.st, now, a).Decision()
+	d := decisionOf(c.alg.Step(&c.st, now, a))
 	us := time.Microsecond
 	where := func() string { return time.Duration(now-Start.UnixMicro()).String() + "µs" }
 
@@ -171,7 +171,7 @@ func (c *checker) checkAdmitted() {
 		sum := int64(0)
 		for i := len(c.admitted) - 1; i >= 0; i-- { // from each admission to the last
 			a := c.admitted[i]
-			if sum += a.n; sum*period > core.Capacity(c.rule)*period+(last.at-a.at)*c.rule.Limit {
+			if sum += a.n; sum*period > core.Capacity(core.Rule(c.rule))*period+(last.at-a.at)*c.rule.Limit {
 				c.t.Fatalf("%s admitted %d from %d to %d, over capacity plus refill", c.alg.Name, sum, a.at, last.at)
 			}
 		}
@@ -197,7 +197,7 @@ func mod(a, b int64) int64 { return ((a % b) + b) % b }
 // admits more than its capacity plus its rate over any interval, and no window more than
 // its Limit: a refund gives back only what its own take would have left had it cost
 // less from the start, never what another refund gave back already.
-func FuzzReceipts(f *testing.F, alg *ratelimit.Algorithm) {
+func FuzzReceipts(f *testing.F, alg *core.Algorithm) {
 	parked := bytes.Repeat([]byte{0, 0, 8}, 10) // a bucket of 10 a second drained, then a charge of 1 at no cost each 100ms
 	parked = append(parked, bytes.Repeat([]byte{100, 1, 0}, 20)...)
 	parked = append(parked, bytes.Repeat([]byte{0, 0, 128, 0, 0, 8}, 20)...) // all settled at one instant, each before a take

@@ -9,6 +9,8 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/concurrency"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // testInFlight runs the in-flight limit's cases on a store.
@@ -72,9 +74,9 @@ type inFlight struct {
 }
 
 // apply is a request of op for key's leases, straight to the store.
-func (f inFlight) apply(key string, op ratelimit.Op) (ratelimit.Decision, error) {
-	o, err := f.store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: f.ns, Rule: f.l.Rule(), Op: op}})
-	return o.Decision(), err
+func (f inFlight) apply(key string, op core.Op) (ratelimit.Decision, error) {
+	o, err := f.store.Apply(context.Background(), core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: concurrency.Algorithm(), Namespace: f.ns, Rule: core.Rule(f.l.Rule()), Op: op}})
+	return decisionOf(o), err
 }
 
 func (f inFlight) at(d time.Duration) { f.clk.Set(Start.Add(d)) }
@@ -96,7 +98,7 @@ func (f inFlight) acquire(key string, want ratelimit.Decision) *ratelimit.Lease 
 
 func (f inFlight) peek(key string, want ratelimit.Decision) {
 	f.t.Helper()
-	d, err := f.apply(key, ratelimit.OpPeek)
+	d, err := f.apply(key, core.OpPeek)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -163,7 +165,7 @@ func testInFlightDecisions(t *testing.T, newStore NewStore) {
 	f.at(13 * s)
 	f.acquire("k", ok(0, 10*s)) // e's place
 
-	if _, err := f.apply("k", ratelimit.OpReset); err != nil {
+	if _, err := f.apply("k", core.OpReset); err != nil {
 		t.Fatal(err)
 	}
 	f.extend(c, false) // reset: every lease gone
@@ -253,27 +255,27 @@ func testInFlightBadInput(t *testing.T, newStore NewStore) {
 	if _, err := ratelimit.NewInFlight(nil, 1, time.Second); err == nil {
 		t.Error("NewInFlight(nil store): no error")
 	}
-	alg := ratelimit.InFlightAlgorithm()
+	alg := concurrency.Algorithm()
 	for _, n := range []int64{0, -1, 2} {
-		_, err := store.Apply(context.Background(), ratelimit.Request{Key: "k", N: n, Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.Rule{Limit: 5, Period: time.Second}, Lease: 1}})
+		_, err := store.Apply(context.Background(), core.Request{Key: "k", N: n, Spec: &core.Spec{Algorithm: alg, Rule: core.Rule{Limit: 5, Period: time.Second}, Lease: 1}})
 		if !errors.Is(err, ratelimit.ErrInvalidN) {
 			t.Errorf("a lease of n = %d: %v, want ErrInvalidN", n, err)
 		}
 	}
 	for _, k := range Kinds { // an "extend" of a rate algorithm: an error, and nothing taken
 		rule := ratelimit.PerHour(1)
-		_, err := store.Apply(context.Background(), ratelimit.Request{Key: "x", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: rule, Op: ratelimit.OpExtend}})
+		_, err := store.Apply(context.Background(), core.Request{Key: "x", N: 1, Spec: &core.Spec{Algorithm: k.Algorithm, Rule: core.Rule(rule), Op: core.OpExtend}})
 		if err == nil {
 			t.Errorf("%s: extend: no error", k.Name)
 		}
-		d, err := store.Apply(context.Background(), ratelimit.Request{Key: "x", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: rule}})
+		d, err := store.Apply(context.Background(), core.Request{Key: "x", N: 1, Spec: &core.Spec{Algorithm: k.Algorithm, Rule: core.Rule(rule)}})
 		if err != nil || !d.Allowed() {
 			t.Errorf("%s: a take after a refused extend = %+v, %v; want allowed", k.Name, d, err)
 		}
 	}
-	if bs, ok := store.(ratelimit.BatchStore); ok {
-		_, err := bs.ApplyAll(context.Background(), []ratelimit.Request{{Key: "k", N: 1,
-			Spec: &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.Rule{Limit: 5, Period: time.Second}, Lease: 1}}})
+	if bs, ok := store.(core.BatchStore); ok {
+		_, err := bs.ApplyAll(context.Background(), []core.Request{{Key: "k", N: 1,
+			Spec: &core.Spec{Algorithm: alg, Rule: core.Rule{Limit: 5, Period: time.Second}, Lease: 1}}})
 		if err == nil {
 			t.Error("ApplyAll of a lease: no error")
 		}
@@ -332,30 +334,30 @@ func testInFlightReleasedFirst(t *testing.T, newStore NewStore) {
 	clk := clock.NewFake(Start)
 	store := newStore(t, clk)
 	ctx := context.Background()
-	apply := func(op ratelimit.Op, lease int64) ratelimit.Decision {
+	apply := func(op core.Op, lease int64) ratelimit.Decision {
 		t.Helper()
-		sp := &ratelimit.Spec{Algorithm: ratelimit.InFlightAlgorithm(), Namespace: "first",
-			Rule: ratelimit.Rule{Limit: 2, Period: 10 * time.Second}, Lease: lease, Op: op}
-		o, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: sp})
+		sp := &core.Spec{Algorithm: concurrency.Algorithm(), Namespace: "first",
+			Rule: core.Rule{Limit: 2, Period: 10 * time.Second}, Lease: lease, Op: op}
+		o, err := store.Apply(ctx, core.Request{Key: "k", N: 1, Spec: sp})
 		if err != nil {
 			t.Fatalf("%q of %d: %v", op, lease, err)
 		}
-		return o.Decision()
+		return decisionOf(o)
 	}
-	apply(ratelimit.OpRefund, 77) // the release, first
-	apply(ratelimit.OpRefund, 77) // and again, as the orphans' releaser may
+	apply(core.OpRefund, 77) // the release, first
+	apply(core.OpRefund, 77) // and again, as the orphans' releaser may
 	clk.Advance(time.Second)
-	if d := apply(ratelimit.OpTake, 77); d.Allowed || d.RetryAfter != 9*time.Second {
+	if d := apply(core.OpTake, 77); d.Allowed || d.RetryAfter != 9*time.Second {
 		t.Errorf("an acquire after its release: %+v; want denied for 9s, until the release is forgotten", d)
 	}
-	if d := apply(ratelimit.OpPeek, 0); !d.Allowed || d.Remaining != 1 {
+	if d := apply(core.OpPeek, 0); !d.Allowed || d.Remaining != 1 {
 		t.Errorf("the key after a late acquire: %+v; want both leases free (1 left after a peek's)", d)
 	}
-	if d := apply(ratelimit.OpTake, 78); !d.Allowed || d.Remaining != 1 {
+	if d := apply(core.OpTake, 78); !d.Allowed || d.Remaining != 1 {
 		t.Errorf("another acquire: %+v; want a lease, 1 left", d)
 	}
 	clk.Advance(9 * time.Second)
-	if d := apply(ratelimit.OpTake, 77); !d.Allowed || d.Remaining != 0 {
+	if d := apply(core.OpTake, 77); !d.Allowed || d.Remaining != 0 {
 		t.Errorf("an acquire of the lease once its release is forgotten: %+v; want it held, beside the other", d)
 	}
 }

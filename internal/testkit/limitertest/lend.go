@@ -11,23 +11,24 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/slidingwindow"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
 
-// testLend is the contract of a ratelimit.Lender, on stores that are one.
+// testLend is the contract of a core.Lender, on stores that are one.
 func testLend(t *testing.T, newStore NewStore) {
 	clk := clock.NewFake(Start)
-	lender, ok := newStore(t, clk).(ratelimit.Lender)
+	lender, ok := newStore(t, clk).(core.Lender)
 	if !ok {
 		t.Skip("the store does not lend")
 	}
 	t.Run("partial takes", func(t *testing.T) { testAllowAtMost(t, newStore) })
 	t.Run("debits", func(t *testing.T) { testLendDebit(t, newStore) })
-	probe := ratelimit.Loan{Key: "probe", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10)},
+	probe := core.Loan{Key: "probe", Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(10))},
 		Holder: 1, Want: 1, Share: 1, TTL: time.Second}
-	if _, err := lender.Lend(context.Background(), []ratelimit.Loan{probe}); errors.Is(err, errors.ErrUnsupported) {
+	if _, err := lender.Lend(context.Background(), []core.Loan{probe}); errors.Is(err, errors.ErrUnsupported) {
 		t.Skip("the store grants part of a request, and lends to no holder (a Shard):", err)
 	}
 	t.Run("conserved", func(t *testing.T) { testLendConserved(t, newStore) })
@@ -80,18 +81,18 @@ func testAllowAtMost(t *testing.T, newStore NewStore) {
 func testLendDebit(t *testing.T, newStore NewStore) {
 	clk := clock.NewFake(Start.Add(10 * time.Second))
 	store := newStore(t, clk)
-	s := store.(ratelimit.Lender)
+	s := store.(core.Lender)
 	ctx := context.Background()
 	quota, err := fixedwindow.Quota{Limit: 10, Per: fixedwindow.Day, In: time.UTC}.Algorithm()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, alg := range []*ratelimit.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), slidingwindow.Algorithm(), quota} {
+	for _, alg := range []*core.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), slidingwindow.Algorithm(), quota} {
 		rule := ratelimit.PerSecond(10)
 		if alg == quota {
 			rule = ratelimit.PerDay(10)
 		}
-		take := func(key string) ratelimit.Outcome { return takeOne(t, store, key, alg, rule) }
+		take := func(key string) core.Outcome { return takeOne(t, store, key, alg, rule) }
 		for _, n := range []int64{4, 15} { // within what the key has, and past it: a debt
 			for _, reserve := range []int64{0, 50} {
 				what := fmt.Sprintf("%s: a debit of %d of a key that took 3, keeping %d%%", alg.Name, n, reserve)
@@ -100,9 +101,9 @@ func testLendDebit(t *testing.T, newStore NewStore) {
 					take(byLoan)
 					take(byApply)
 				}
-				spec := &ratelimit.Spec{Algorithm: alg, Rule: rule, Op: ratelimit.OpDebit, Reserve: reserve}
-				lent := lendOne(t, s, ratelimit.Loan{Key: byLoan, Spec: spec, Want: n})
-				want, err := store.Apply(ctx, ratelimit.Request{Key: byApply, N: n, Spec: spec})
+				spec := &core.Spec{Algorithm: alg, Rule: core.Rule(rule), Op: core.OpDebit, Reserve: reserve}
+				lent := lendOne(t, s, core.Loan{Key: byLoan, Spec: spec, Want: n})
+				want, err := store.Apply(ctx, core.Request{Key: byApply, N: n, Spec: spec})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -115,48 +116,48 @@ func testLendDebit(t *testing.T, newStore NewStore) {
 			}
 		}
 	}
-	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10), Op: ratelimit.OpDebit}
-	for i, bad := range []ratelimit.Loan{
+	spec := &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(10)), Op: core.OpDebit}
+	for i, bad := range []core.Loan{
 		{Key: "k", Spec: spec, Holder: 1, Want: 5, TTL: time.Second}, // a holder's debit
 		{Key: "k", Spec: spec},                   // of nothing
 		{Key: "k", Spec: spec, Want: 1 << 53},    // beyond what an algorithm counts
 		{Key: "k", Spec: spec, Want: 1, Give: 1}, // giving back
 	} {
-		if got, err := s.Lend(ctx, []ratelimit.Loan{bad}); err == nil {
+		if got, err := s.Lend(ctx, []core.Loan{bad}); err == nil {
 			t.Errorf("bad debit %d: %+v, no error", i, got)
 		}
 	}
-	if o := takeOne(t, store, "k", spec.Algorithm, spec.Rule); !o.Allowed() || o.Remaining != 9 {
+	if o := takeOne(t, store, "k", spec.Algorithm, ratelimit.Rule(spec.Rule)); !o.Allowed() || o.Remaining != 9 {
 		t.Errorf("after the bad debits, a take: %+v; want the key untouched", o)
 	}
 }
 
 // takeOne is a take of 1 of key under alg and rule.
-func takeOne(t *testing.T, store ratelimit.Store, key string, alg *ratelimit.Algorithm, rule ratelimit.Rule) ratelimit.Outcome {
+func takeOne(t *testing.T, store ratelimit.Store, key string, alg *core.Algorithm, rule ratelimit.Rule) core.Outcome {
 	t.Helper()
-	o, err := store.Apply(context.Background(), ratelimit.Request{Key: key, N: 1, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule}})
+	o, err := store.Apply(context.Background(), core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: alg, Rule: core.Rule(rule)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return o
 }
 
-func lender(t *testing.T, newStore NewStore) (ratelimit.Lender, *clock.Fake) {
+func lender(t *testing.T, newStore NewStore) (core.Lender, *clock.Fake) {
 	clk := clock.NewFake(Start)
-	return newStore(t, clk).(ratelimit.Lender), clk
+	return newStore(t, clk).(core.Lender), clk
 }
 
 // lendOne asks one loan, and fails the test on an error.
-func lendOne(t *testing.T, s ratelimit.Lender, l ratelimit.Loan) ratelimit.Lent {
+func lendOne(t *testing.T, s core.Lender, l core.Loan) core.Lent {
 	t.Helper()
-	got, err := s.Lend(context.Background(), []ratelimit.Loan{l})
+	got, err := s.Lend(context.Background(), []core.Loan{l})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("Lend(%+v) = %+v, %v", l, got, err)
 	}
 	return got[0]
 }
 
-func wantLent(t *testing.T, what string, got ratelimit.Lent, n int64, allowed bool, remaining int64, kept bool) {
+func wantLent(t *testing.T, what string, got core.Lent, n int64, allowed bool, remaining int64, kept bool) {
 	t.Helper()
 	if got.N != n || got.Allowed() != allowed || got.Remaining != remaining || got.Kept != kept {
 		t.Errorf("%s: lent %d, allowed %v, remaining %d, kept %v; want %d, %v, %d, %v (%+v)",
@@ -168,16 +169,16 @@ func wantLent(t *testing.T, what string, got ratelimit.Lent, n int64, allowed bo
 // it, never more than the holder has out, and a take sees the same key.
 func testLendConserved(t *testing.T, newStore NewStore) {
 	s, _ := lender(t, newStore)
-	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "lend", Rule: ratelimit.PerSecond(10)}
-	loan := func(holder, give, want int64) ratelimit.Loan {
-		return ratelimit.Loan{Key: "k", Spec: spec, Holder: holder, Give: give, Want: want, Share: 1, TTL: time.Minute}
+	spec := &core.Spec{Algorithm: tokenbucket.Algorithm(), Namespace: "lend", Rule: core.Rule(ratelimit.PerSecond(10))}
+	loan := func(holder, give, want int64) core.Loan {
+		return core.Loan{Key: "k", Spec: spec, Holder: holder, Give: give, Want: want, Share: 1, TTL: time.Minute}
 	}
 	got := lendOne(t, s, loan(1, 0, 4))
 	wantLent(t, "A borrows 4 of 10", got, 4, true, 6, false)
 	if got.For != time.Minute || got.Limit() != 10 {
 		t.Errorf("A's loan: for %v, limit %d; want 1m0s, 10", got.For, got.Limit())
 	}
-	d, err := s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 1, Spec: spec})
+	d, err := s.Apply(context.Background(), core.Request{Key: "k", N: 1, Spec: spec})
 	if err != nil || !d.Allowed() || d.Remaining != 5 {
 		t.Fatalf("a take after: %+v, %v; want allowed, 5 left", d, err)
 	}
@@ -186,7 +187,7 @@ func testLendConserved(t *testing.T, newStore NewStore) {
 	wantLent(t, "A gives back 1 more, with nothing on record", lendOne(t, s, loan(1, 1, 0)), 0, true, 6, false)
 	wantLent(t, "B renews, borrowing 0", lendOne(t, s, loan(2, 0, 0)), 0, true, 6, true)
 	wantLent(t, "B gives back its 2, and borrows 8", lendOne(t, s, loan(2, 2, 8)), 8, true, 1, true)
-	d, err = s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 2, Spec: spec})
+	d, err = s.Apply(context.Background(), core.Request{Key: "k", N: 2, Spec: spec})
 	if err != nil || d.Allowed() || d.Remaining != 1 {
 		t.Fatalf("a take of 2 with 2 left: %+v, %v; want denied, 1 left", d, err)
 	}
@@ -197,8 +198,8 @@ func testLendConserved(t *testing.T, newStore NewStore) {
 // whoever asks first).
 func testLendShare(t *testing.T, newStore NewStore) {
 	s, _ := lender(t, newStore)
-	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10)}
-	l := ratelimit.Loan{Key: "k", Spec: spec, Holder: 1, Want: 10, Share: 4, TTL: time.Second}
+	spec := &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(10))}
+	l := core.Loan{Key: "k", Spec: spec, Holder: 1, Want: 10, Share: 4, TTL: time.Second}
 	wantLent(t, "10 left over 4 instances", lendOne(t, s, l), 2, true, 8, false)
 	l.Holder, l.Share = 2, 1
 	wantLent(t, "8 left over 2 holders", lendOne(t, s, l), 4, true, 4, false)
@@ -220,8 +221,8 @@ func testLendShare(t *testing.T, newStore NewStore) {
 // returns nothing, and the key refills only by its rule.
 func testLendEnds(t *testing.T, newStore NewStore) {
 	s, clk := lender(t, newStore)
-	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerMinute(60)} // 1 a second
-	l := ratelimit.Loan{Key: "k", Spec: spec, Holder: 1, Want: 30, Share: 1, TTL: 2 * time.Second}
+	spec := &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerMinute(60))} // 1 a second
+	l := core.Loan{Key: "k", Spec: spec, Holder: 1, Want: 30, Share: 1, TTL: 2 * time.Second}
 	wantLent(t, "30 of 60", lendOne(t, s, l), 30, true, 30, false)
 	clk.Advance(2 * time.Second)
 	l.Give, l.Want = 30, 0
@@ -246,11 +247,11 @@ func testLendEnds(t *testing.T, newStore NewStore) {
 // is given; a loan that arrives after a later one changes nothing.
 func testLendLost(t *testing.T, newStore NewStore) {
 	s, _ := lender(t, newStore)
-	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerMinute(20)}
-	loan := func(key string, seq, out, give, want int64) ratelimit.Loan {
-		return ratelimit.Loan{Key: key, Spec: spec, Holder: 1, Seq: seq, Out: out, Give: give, Want: want, Share: 1, TTL: time.Minute}
+	spec := &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerMinute(20))}
+	loan := func(key string, seq, out, give, want int64) core.Loan {
+		return core.Loan{Key: key, Spec: spec, Holder: 1, Seq: seq, Out: out, Give: give, Want: want, Share: 1, TTL: time.Minute}
 	}
-	wantOut := func(what string, got ratelimit.Lent, n, remaining, out int64) {
+	wantOut := func(what string, got core.Lent, n, remaining, out int64) {
 		t.Helper()
 		wantLent(t, what, got, n, true, remaining, got.Kept)
 		if got.Out != out {
@@ -274,10 +275,10 @@ func testLendLost(t *testing.T, newStore NewStore) {
 	wantOut("D gives the 10 back", lendOne(t, s, loan("emptied", 2, 10, 10, 0)), 0, 19, 0)
 	wantOut("its first loan, arriving again", lendOne(t, s, first), 0, 19, 0)
 	// many loans of one key in one call: decided in order, each numbered after the last
-	many := make([]ratelimit.Loan, 25)
+	many := make([]core.Loan, 25)
 	for i := range many {
 		many[i] = loan("many", int64(i+1), int64(i), 0, 1)
-		many[i].Spec = &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerMinute(100)}
+		many[i].Spec = &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerMinute(100))}
 	}
 	got, err := s.Lend(context.Background(), many)
 	if err != nil {
@@ -297,18 +298,18 @@ func testLendLost(t *testing.T, newStore NewStore) {
 // records; the holder's own give back counts first.
 func testLendRevoke(t *testing.T, newStore NewStore) {
 	s, _ := lender(t, newStore)
-	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10)}
-	l := ratelimit.Loan{Key: "k", Spec: spec, Want: 3, Share: 1, TTL: time.Minute}
+	spec := &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(10))}
+	l := core.Loan{Key: "k", Spec: spec, Want: 3, Share: 1, TTL: time.Minute}
 	for h := int64(1); h <= 2; h++ {
 		l.Holder = h
 		lendOne(t, s, l)
 	}
-	wantLent(t, "A gives back its 3 and revokes", lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 1, Give: 3, Revoke: true, Share: 1, TTL: time.Minute}), 0, true, 6, true)
-	wantLent(t, "B after the revoke", lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 2, Give: 3, Share: 1, TTL: time.Minute}), 0, true, 6, false)
-	lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 2, Want: 2, Share: 1, TTL: time.Minute})
-	other := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(20)}
-	lendOne(t, s, ratelimit.Loan{Key: "k", Spec: other, Holder: 1, Want: 1, Share: 1, TTL: time.Minute})
-	wantLent(t, "B after a loan under another rule", lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 2, Give: 2, Share: 1, TTL: time.Minute}), 0, true, 3, false)
+	wantLent(t, "A gives back its 3 and revokes", lendOne(t, s, core.Loan{Key: "k", Spec: spec, Holder: 1, Give: 3, Revoke: true, Share: 1, TTL: time.Minute}), 0, true, 6, true)
+	wantLent(t, "B after the revoke", lendOne(t, s, core.Loan{Key: "k", Spec: spec, Holder: 2, Give: 3, Share: 1, TTL: time.Minute}), 0, true, 6, false)
+	lendOne(t, s, core.Loan{Key: "k", Spec: spec, Holder: 2, Want: 2, Share: 1, TTL: time.Minute})
+	other := &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(20))}
+	lendOne(t, s, core.Loan{Key: "k", Spec: other, Holder: 1, Want: 1, Share: 1, TTL: time.Minute})
+	wantLent(t, "B after a loan under another rule", lendOne(t, s, core.Loan{Key: "k", Spec: spec, Holder: 2, Give: 2, Share: 1, TTL: time.Minute}), 0, true, 3, false)
 }
 
 // testLendEnd: a holder's last loan (End) gives back what it holds and drops its record:
@@ -316,20 +317,20 @@ func testLendRevoke(t *testing.T, newStore NewStore) {
 // lend by their shares again.
 func testLendEnd(t *testing.T, newStore NewStore) {
 	s, _ := lender(t, newStore)
-	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerHour(100)}
-	l := ratelimit.Loan{Key: "k", Spec: spec, Want: 10, Share: 1, TTL: time.Minute}
+	spec := &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerHour(100))}
+	l := core.Loan{Key: "k", Spec: spec, Want: 10, Share: 1, TTL: time.Minute}
 	for h := int64(1); h <= 3; h++ {
 		l.Holder, l.Seq = h, 1
 		wantLent(t, fmt.Sprint("holder ", h), lendOne(t, s, l), 10, true, 100-10*h, false)
 	}
-	got := lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 1, Give: 4, Share: 1, TTL: time.Minute, Seq: 2, Out: 10, End: true})
+	got := lendOne(t, s, core.Loan{Key: "k", Spec: spec, Holder: 1, Give: 4, Share: 1, TTL: time.Minute, Seq: 2, Out: 10, End: true})
 	wantLent(t, "holder 1 ends, giving back 4 of 10", got, 0, true, 73, true) // 74 left: a peek of 1 leaves 73
 	if got.Out != 0 || got.For != 0 {
 		t.Errorf("holder 1 ends: out %d for %v; want 0 for 0s", got.Out, got.For)
 	}
 	// two holders have events out, not three: of 74, holder 2 is lent half
-	wantLent(t, "holder 2 with two holders out", lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 2, Want: 60, Share: 1, TTL: time.Minute, Seq: 2, Out: 10}), 37, true, 37, true)
-	wantLent(t, "holder 1 after its end", lendOne(t, s, ratelimit.Loan{Key: "k", Spec: spec, Holder: 1, Give: 6, Share: 1, TTL: time.Minute, Seq: 3}), 0, true, 36, false)
+	wantLent(t, "holder 2 with two holders out", lendOne(t, s, core.Loan{Key: "k", Spec: spec, Holder: 2, Want: 60, Share: 1, TTL: time.Minute, Seq: 2, Out: 10}), 37, true, 37, true)
+	wantLent(t, "holder 1 after its end", lendOne(t, s, core.Loan{Key: "k", Spec: spec, Holder: 1, Give: 6, Share: 1, TTL: time.Minute, Seq: 3}), 0, true, 36, false)
 }
 
 // testLendWindows: a windowed algorithm's loan ends with its window, and what it lent
@@ -337,25 +338,25 @@ func testLendEnd(t *testing.T, newStore NewStore) {
 func testLendWindows(t *testing.T, newStore NewStore) {
 	s, clk := lender(t, newStore)
 	clk.Set(Start.Add(40 * time.Second))
-	for _, alg := range []*ratelimit.Algorithm{fixedwindow.Algorithm(), slidingwindow.Algorithm()} {
-		spec := &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerMinute(10)}
-		got := lendOne(t, s, ratelimit.Loan{Key: "w", Spec: spec, Holder: 1, Want: 4, Share: 1, TTL: time.Hour})
+	for _, alg := range []*core.Algorithm{fixedwindow.Algorithm(), slidingwindow.Algorithm()} {
+		spec := &core.Spec{Algorithm: alg, Rule: core.Rule(ratelimit.PerMinute(10))}
+		got := lendOne(t, s, core.Loan{Key: "w", Spec: spec, Holder: 1, Want: 4, Share: 1, TTL: time.Hour})
 		if got.N != 4 || got.For != 20*time.Second {
 			t.Errorf("%s at 0:40: lent %d for %v; want 4 for the window's last 20s", alg.Name, got.N, got.For)
 		}
 	}
 	clk.Set(Start.Add(time.Minute))
-	spec := &ratelimit.Spec{Algorithm: fixedwindow.Algorithm(), Rule: ratelimit.PerMinute(10)}
-	got := lendOne(t, s, ratelimit.Loan{Key: "w", Spec: spec, Holder: 1, Give: 4, Share: 1, TTL: time.Hour})
+	spec := &core.Spec{Algorithm: fixedwindow.Algorithm(), Rule: core.Rule(ratelimit.PerMinute(10))}
+	got := lendOne(t, s, core.Loan{Key: "w", Spec: spec, Holder: 1, Give: 4, Share: 1, TTL: time.Hour})
 	wantLent(t, "the fixed window's 4 given back in the next window", got, 0, true, 9, false)
 	// two holders with events out: a loan divides what is left by them, but not in the
 	// window's last quarter, where what the other left would end with the window
-	for _, alg := range []*ratelimit.Algorithm{fixedwindow.Algorithm(), slidingwindow.Algorithm()} {
+	for _, alg := range []*core.Algorithm{fixedwindow.Algorithm(), slidingwindow.Algorithm()} {
 		clk.Set(Start.Add(2 * time.Hour))
-		spec := &ratelimit.Spec{Algorithm: alg, Rule: ratelimit.PerMinute(100)}
+		spec := &core.Spec{Algorithm: alg, Rule: core.Rule(ratelimit.PerMinute(100))}
 		key := "last-" + alg.Name
-		loan := func(holder, want int64) ratelimit.Loan {
-			return ratelimit.Loan{Key: key, Spec: spec, Holder: holder, Want: want, Share: 1, TTL: time.Hour}
+		loan := func(holder, want int64) core.Loan {
+			return core.Loan{Key: key, Spec: spec, Holder: holder, Want: want, Share: 1, TTL: time.Hour}
 		}
 		lendOne(t, s, loan(1, 20))
 		lendOne(t, s, loan(2, 20))
@@ -374,8 +375,8 @@ func testLendWindows(t *testing.T, newStore NewStore) {
 		t.Fatal(err)
 	}
 	clk.Set(Start.Add(23 * time.Hour))
-	qspec := &ratelimit.Spec{Algorithm: qalg, Rule: quota.Rule()}
-	got = lendOne(t, s, ratelimit.Loan{Key: "q", Spec: qspec, Holder: 1, Want: 10, Share: 1, TTL: 24 * time.Hour})
+	qspec := &core.Spec{Algorithm: qalg, Rule: core.Rule(quota.Rule())}
+	got = lendOne(t, s, core.Loan{Key: "q", Spec: qspec, Holder: 1, Want: 10, Share: 1, TTL: 24 * time.Hour})
 	if got.N != 10 || got.For != time.Hour {
 		t.Errorf("a daily quota at 23:00: lent %d for %v; want 10 for the day's last hour", got.N, got.For)
 	}
@@ -384,23 +385,23 @@ func testLendWindows(t *testing.T, newStore NewStore) {
 // testLendBad: loans no store decides are errors, and lend nothing.
 func testLendBad(t *testing.T, newStore NewStore) {
 	s, _ := lender(t, newStore)
-	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10)}
-	good := ratelimit.Loan{Key: "k", Spec: spec, Holder: 1, Want: 5, Share: 1, TTL: time.Second}
-	bad := []ratelimit.Loan{
-		{Key: "k", Spec: &ratelimit.Spec{Algorithm: leakybucket.Algorithm(), Rule: ratelimit.PerSecond(10)}, Holder: 1, Want: 1, TTL: time.Second},
+	spec := &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(10))}
+	good := core.Loan{Key: "k", Spec: spec, Holder: 1, Want: 5, Share: 1, TTL: time.Second}
+	bad := []core.Loan{
+		{Key: "k", Spec: &core.Spec{Algorithm: leakybucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(10))}, Holder: 1, Want: 1, TTL: time.Second},
 		{Key: "k", Spec: spec, Give: 1, Want: 1, TTL: time.Second}, // a partial take giving back
-		{Key: "k", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10), Reserve: 20}, Holder: 1, Want: 1, TTL: time.Second},
+		{Key: "k", Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(10)), Reserve: 20}, Holder: 1, Want: 1, TTL: time.Second},
 		{Key: "k", Spec: spec, Holder: 1, Want: -1, TTL: time.Second},
 		{Key: "k", Spec: spec, Holder: 1, Give: -1, TTL: time.Second},
-		{Key: "k", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.Rule{Limit: -1, Period: time.Second}}, Holder: 1, Want: 1, TTL: time.Second},
-		{Key: "k", Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerSecond(10), Op: ratelimit.OpPeek}, Holder: 1, Want: 1, TTL: time.Second},
+		{Key: "k", Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule{Limit: -1, Period: time.Second}}, Holder: 1, Want: 1, TTL: time.Second},
+		{Key: "k", Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerSecond(10)), Op: core.OpPeek}, Holder: 1, Want: 1, TTL: time.Second},
 		{Key: "k", Holder: 1, Want: 1, TTL: time.Second},
 		{Key: "k", Spec: spec, Want: 1, End: true, TTL: time.Second},                 // a partial take that ends a record
 		{Key: "k", Spec: spec, Holder: 1, Want: 1, End: true, TTL: time.Second},      // an end that wants
 		{Key: "k", Spec: spec, Holder: 1, Revoke: true, End: true, TTL: time.Second}, // an end that revokes
 	}
 	for i, b := range bad {
-		if got, err := s.Lend(context.Background(), []ratelimit.Loan{good, b}); err == nil {
+		if got, err := s.Lend(context.Background(), []core.Loan{good, b}); err == nil {
 			t.Errorf("bad loan %d: %+v, no error", i, got)
 		}
 	}
@@ -412,7 +413,7 @@ func testLendBad(t *testing.T, newStore NewStore) {
 // to its capacity, never more.
 func testLendConcurrent(t *testing.T, newStore NewStore) {
 	s, _ := lender(t, newStore)
-	spec := &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerHour(1000)}
+	spec := &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerHour(1000))}
 	var mu sync.Mutex
 	taken := int64(0)
 	held := make([]int64, 6)
@@ -423,14 +424,14 @@ func testLendConcurrent(t *testing.T, newStore NewStore) {
 			defer wg.Done()
 			for i := range 40 {
 				give := held[h] / 2
-				got, err := s.Lend(context.Background(), []ratelimit.Loan{{Key: "k", Spec: spec, Holder: int64(h + 1),
+				got, err := s.Lend(context.Background(), []core.Loan{{Key: "k", Spec: spec, Holder: int64(h + 1),
 					Give: give, Want: int64(5 + i%7), Share: 1, TTL: time.Hour}})
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				held[h] += got[0].N - give
-				d, err := s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 1, Spec: spec})
+				d, err := s.Apply(context.Background(), core.Request{Key: "k", N: 1, Spec: spec})
 				if err != nil {
 					t.Error(err)
 					return
@@ -444,7 +445,7 @@ func testLendConcurrent(t *testing.T, newStore NewStore) {
 		}()
 	}
 	wg.Wait()
-	d, err := s.Apply(context.Background(), ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: spec.Rule, Op: ratelimit.OpPeek}})
+	d, err := s.Apply(context.Background(), core.Request{Key: "k", N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: spec.Rule, Op: core.OpPeek}})
 	if err != nil {
 		t.Fatal(err)
 	}

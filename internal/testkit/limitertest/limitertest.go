@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 	"github.com/ratelimit-go/ratelimit/leakybucket"
 	"github.com/ratelimit-go/ratelimit/slidinglog"
@@ -35,7 +36,7 @@ type NewStore func(t *testing.T, clk *clock.Fake) ratelimit.Store
 type Kind struct {
 	Name      string
 	New       func(ratelimit.Store, ratelimit.Rule, ...ratelimit.Option) (ratelimit.Limiter, error)
-	Algorithm *ratelimit.Algorithm
+	Algorithm *core.Algorithm
 }
 
 // Kinds are the five algorithms.
@@ -168,18 +169,18 @@ func testBadInput(t *testing.T, newStore NewStore, k Kind) {
 			t.Errorf("AllowN(%d) = %+v, %v; want a zero Decision and %v", tc.n, d, err, tc.want)
 		}
 		// the store refuses the same request sent to it directly
-		req := ratelimit.Request{Key: "k", N: tc.n, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: rule}}
+		req := core.Request{Key: "k", N: tc.n, Spec: &core.Spec{Algorithm: k.Algorithm, Rule: core.Rule(rule)}}
 		if _, err := store.Apply(ctx, req); !errors.Is(err, tc.want) {
 			t.Errorf("Apply(n=%d) = %v; want %v", tc.n, err, tc.want)
 		}
 	}
 	for _, r := range InvalidRules {
-		req := ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: r}}
+		req := core.Request{Key: "k", N: 1, Spec: &core.Spec{Algorithm: k.Algorithm, Rule: core.Rule(r)}}
 		if _, err := store.Apply(ctx, req); !errors.Is(err, ratelimit.ErrInvalidRule) {
 			t.Errorf("Apply(rule %+v) = %v; want ErrInvalidRule", r, err)
 		}
 	}
-	if _, err := store.Apply(ctx, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Rule: rule}}); err == nil {
+	if _, err := store.Apply(ctx, core.Request{Key: "k", N: 1, Spec: &core.Spec{Rule: core.Rule(rule)}}); err == nil {
 		t.Error("Apply without an algorithm did not fail")
 	}
 	// nothing was consumed by any of it
@@ -422,4 +423,11 @@ func testCancelled(t *testing.T, newStore NewStore, k Kind) {
 	if d, err := l.Allow(context.Background(), "k"); err != nil || !d.Allowed {
 		t.Errorf("Allow after a cancelled call = %+v, %v; want allowed", d, err)
 	}
+}
+
+// decisionOf is the Decision a limiter makes of o.
+func decisionOf(o core.Outcome) ratelimit.Decision {
+	var d ratelimit.Decision
+	d.Allowed, d.Limit, d.Remaining, d.Delay, d.RetryAfter, d.ResetAfter = o.Split()
+	return d
 }

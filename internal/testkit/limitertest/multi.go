@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/slidinglog"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
 )
@@ -111,9 +112,9 @@ func testMulti(t *testing.T, newStore NewStore) {
 			t.Errorf("AllowAll with %s: %v; want ratelimit.ErrDuplicateKey", name, err)
 		}
 	}
-	if bs, ok := store.(ratelimit.BatchStore); ok { // the store itself, asked directly
-		r := ratelimit.Request{Key: "x", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: ratelimit.PerHour(100)}}
-		if ds, err := bs.ApplyAll(ctx, []ratelimit.Request{r, r}); !errors.Is(err, ratelimit.ErrDuplicateKey) {
+	if bs, ok := store.(core.BatchStore); ok { // the store itself, asked directly
+		r := core.Request{Key: "x", N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(ratelimit.PerHour(100))}}
+		if ds, err := bs.ApplyAll(ctx, []core.Request{r, r}); !errors.Is(err, ratelimit.ErrDuplicateKey) {
 			t.Errorf("ApplyAll with the same key twice: %+v, %v; want ratelimit.ErrDuplicateKey", ds, err)
 		}
 	}
@@ -158,7 +159,7 @@ func testMultiConcurrent(t *testing.T, newStore NewStore) {
 		t.Errorf("admitted %d; want exactly the tightest limit, 50", admitted.Load())
 	}
 	lost := int64(0)
-	if _, batch := store.(ratelimit.BatchStore); !batch {
+	if _, batch := store.(core.BatchStore); !batch {
 		lost = 25
 	}
 	p.takenWithin(t, "hot", 50, lost)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // setupOps is an algorithm's limiter with its Peek, Charge and Reset.
@@ -147,7 +148,7 @@ func testResetAndRefund(t *testing.T, newStore NewStore, k Kind) {
 		t.Errorf("Settle(-1): %v; want ErrInvalidN", err)
 	}
 	// a store refuses a refund without the receipt of its take
-	req := ratelimit.Request{Key: "r", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: ratelimit.PerMinute(7), Op: ratelimit.OpRefund}}
+	req := core.Request{Key: "r", N: 1, Spec: &core.Spec{Algorithm: k.Algorithm, Rule: core.Rule(ratelimit.PerMinute(7)), Op: core.OpRefund}}
 	if _, err := store.Apply(ctx, req); !errors.Is(err, ratelimit.ErrInvalidN) {
 		t.Errorf("a refund without a receipt: %v; want ErrInvalidN", err)
 	}

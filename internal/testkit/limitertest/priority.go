@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // Reserves are the reserves of the priority scenarios: Critical keeps nothing back,
@@ -165,7 +166,7 @@ func testPriorities(t *testing.T, newStore NewStore, k Kind) {
 			t.Errorf("a sheddable request of %d of 100: %+v, %v; want ErrInvalidN", n, d, err)
 		}
 	}
-	if d, err := largeStore.Apply(ctx, ratelimit.Request{Key: "k", N: 100, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: PriorityRule, Reserve: 50}}); err != nil || d.Allowed() {
+	if d, err := largeStore.Apply(ctx, core.Request{Key: "k", N: 100, Spec: &core.Spec{Algorithm: k.Algorithm, Rule: core.Rule(PriorityRule), Reserve: 50}}); err != nil || d.Allowed() {
 		t.Errorf("a store asked for 100 of 100 keeping 50%%: %+v, %v; want denied", d, err)
 	}
 	if d, err := allowN.AllowN(at(ratelimit.Critical), "k", 100); err != nil || !d.Allowed {
@@ -181,12 +182,12 @@ func testPriorities(t *testing.T, newStore NewStore, k Kind) {
 	}
 	store := newStore(t, clk)
 	for _, r := range []int64{-1, 100} {
-		_, err := store.Apply(ctx, ratelimit.Request{Key: "bad", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: PriorityRule, Reserve: r}})
+		_, err := store.Apply(ctx, core.Request{Key: "bad", N: 1, Spec: &core.Spec{Algorithm: k.Algorithm, Rule: core.Rule(PriorityRule), Reserve: r}})
 		if !errors.Is(err, ratelimit.ErrInvalidRule) {
 			t.Errorf("a Request with Reserve %d: %v; want ErrInvalidRule", r, err)
 		}
 	}
-	d, err := store.Apply(ctx, ratelimit.Request{Key: "bad", N: 1, Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: PriorityRule, Op: ratelimit.OpPeek}})
+	d, err := store.Apply(ctx, core.Request{Key: "bad", N: 1, Spec: &core.Spec{Algorithm: k.Algorithm, Rule: core.Rule(PriorityRule), Op: core.OpPeek}})
 	if err != nil || d.Remaining != 99 { // a peek of 1 leaves 99
 		t.Errorf("after bad reserves, a peek: %+v, %v; want the key untouched", d, err)
 	}

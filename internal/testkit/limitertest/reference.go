@@ -120,7 +120,7 @@ func (r *Reference) Check() string {
 // interval, plus what the instances held at the mark and were given back since, the
 // debts of the interval's requests, and trust.
 func checkLeasedBucket(sg *segment, rule ratelimit.Rule, trust int64) string {
-	limit, capacity, p := rule.Limit, core.Capacity(rule), rule.Period.Microseconds()
+	limit, capacity, p := rule.Limit, core.Capacity(core.Rule(rule)), rule.Period.Microseconds()
 	// sums of cost and of debts of sg.as[:i], for any interval's in constant time
 	costs, debts := make([]int64, len(sg.as)+1), make([]int64, len(sg.as)+1)
 	for i, a := range sg.as {

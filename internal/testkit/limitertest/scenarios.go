@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-go/ratelimit"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // Step is one AllowN at Start+At, and the exact Decision it must give.
@@ -164,20 +165,20 @@ func concat(parts ...[]Step) []Step {
 
 // RunSteps runs the scenarios of alg (Scenarios, by its Name) on its Step alone, with no
 // store: the table each algorithm package tests itself with.
-func RunSteps(t *testing.T, alg *ratelimit.Algorithm) {
+func RunSteps(t *testing.T, alg *core.Algorithm) {
 	scenarios := Scenarios[alg.Name]
 	if len(scenarios) == 0 {
 		t.Fatalf("no scenarios of %s", alg.Name)
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.Name, func(t *testing.T) {
-			var st ratelimit.State
+			var st core.State
 			for i, step := range sc.Steps {
-				a, err := alg.Prepare(sc.Rule, step.N)
+				a, err := alg.Prepare(core.Rule(sc.Rule), step.N)
 				if err != nil {
 					t.Fatalf("step %d: Prepare(%v, %d): %v", i, sc.Rule, step.N, err)
 				}
-				if got := alg.Step(&st, Start.Add(step.At).UnixMicro(), a).Decision(); got != step.Want {
+				if got := decisionOf(alg.Step(&st, Start.Add(step.At).UnixMicro(), a)); got != step.Want {
 					t.Errorf("step %d (at %v, n %d):\n got %+v\nwant %+v", i, step.At, step.N, got, step.Want)
 				}
 			}

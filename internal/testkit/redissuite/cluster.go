@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/redisstore"
 	"github.com/ratelimit-go/ratelimit/tokenbucket"
@@ -112,7 +113,7 @@ func ClusterFailover(t *testing.T) {
 	failures := 0
 	for {
 		short, cancel := context.WithTimeout(ctx, time.Second)
-		d, err := s.Apply(short, ratelimit.Request{Key: "k", N: 1, Spec: &ratelimit.Spec{Algorithm: tokenbucket.Algorithm(), Rule: rule}})
+		d, err := s.Apply(short, core.Request{Key: "k", N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(rule)}})
 		cancel()
 		if err == nil {
 			if !d.Allowed() || d.Remaining < 98 { // 98 left, or 99 if the replica had not the first decision yet

@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/localstore"
@@ -27,7 +28,7 @@ func LendParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, ste
 	if err != nil {
 		t.Fatal(err)
 	}
-	algs := []*ratelimit.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), slidingwindow.Algorithm(), quota}
+	algs := []*core.Algorithm{tokenbucket.Algorithm(), fixedwindow.Algorithm(), slidingwindow.Algorithm(), quota}
 	rules := []ratelimit.Rule{{Limit: 20, Period: 10 * step, Burst: 30}, {Limit: 40, Period: 30 * step}}
 	rng := rand.New(rand.NewPCG(3, 5))
 	stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore}
@@ -37,7 +38,7 @@ func LendParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, ste
 		if rng.IntN(3) == 0 {
 			clk.Advance(time.Duration(rng.IntN(8)) * step)
 		}
-		loans := make([]ratelimit.Loan, 1+rng.IntN(4))
+		loans := make([]core.Loan, 1+rng.IntN(4))
 		for j := range loans {
 			alg := algs[rng.IntN(len(algs))]
 			k := rng.IntN(5)
@@ -47,7 +48,7 @@ func LendParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, ste
 			}
 			holder := 1 + rng.Int64N(3)
 			h := fmt.Sprint(alg.Name, key, holder)
-			loans[j] = ratelimit.Loan{Key: key, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule}, Holder: holder,
+			loans[j] = core.Loan{Key: key, Spec: &core.Spec{Algorithm: alg, Rule: core.Rule(rule)}, Holder: holder,
 				Give: rng.Int64N(held[h] + 1), Want: rng.Int64N(12), Share: 1 + rng.Int64N(3),
 				TTL: time.Duration(1+rng.IntN(40)) * step, Revoke: rng.IntN(30) == 0}
 			if rng.IntN(2) == 0 { // numbered: now and then late, or counting what a lost answer changed
@@ -61,26 +62,26 @@ func LendParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, ste
 				loans[j].Want, loans[j].End = 0, true
 			}
 			if rng.IntN(5) == 0 { // a partial take, keeping a priority's reserve
-				loans[j] = ratelimit.Loan{Key: key, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule, Reserve: reserves[rng.IntN(len(reserves))]},
+				loans[j] = core.Loan{Key: key, Spec: &core.Spec{Algorithm: alg, Rule: core.Rule(rule), Reserve: reserves[rng.IntN(len(reserves))]},
 					Want: 1 + rng.Int64N(40), Share: 1}
 				if rng.IntN(3) == 0 { // a debit: all of it, whatever the key has left
-					loans[j].Spec.Op = ratelimit.OpDebit
+					loans[j].Spec.Op = core.OpDebit
 				}
 			}
 		}
-		var got [2][]ratelimit.Lent
-		var receipts [2][]*ratelimit.Receipt // a holder's loan asks one now and then
+		var got [2][]core.Lent
+		var receipts [2][]*core.Receipt // a holder's loan asks one now and then
 		asks := rng.IntN(2) == 0
 		for s, store := range stores {
-			sent := append([]ratelimit.Loan(nil), loans...)
-			receipts[s] = make([]*ratelimit.Receipt, len(sent))
+			sent := append([]core.Loan(nil), loans...)
+			receipts[s] = make([]*core.Receipt, len(sent))
 			for j := range sent {
 				if asks && sent[j].Holder != 0 && !sent[j].End {
-					receipts[s][j] = &ratelimit.Receipt{}
+					receipts[s][j] = &core.Receipt{}
 					sent[j].Receipt = receipts[s][j]
 				}
 			}
-			if got[s], err = store.(ratelimit.Lender).Lend(context.Background(), sent); err != nil {
+			if got[s], err = store.(core.Lender).Lend(context.Background(), sent); err != nil {
 				t.Fatalf("step %d, store %d: %v", i, s, err)
 			}
 		}
@@ -101,7 +102,7 @@ func LendParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, ste
 		}
 		if rng.IntN(2) == 0 { // a take beside the loans
 			l := loans[0]
-			same(t, stores, ratelimit.Request{Key: l.Key, N: 1, Spec: &ratelimit.Spec{Algorithm: l.Spec.Algorithm, Rule: l.Spec.Rule}},
+			same(t, stores, core.Request{Key: l.Key, N: 1, Spec: &core.Spec{Algorithm: l.Spec.Algorithm, Rule: l.Spec.Rule}},
 				func() string { return fmt.Sprintf("step %d, a take of %s %s", i, l.Spec.Algorithm.Name, l.Key) })
 		}
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/concurrency"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/localstore"
@@ -20,14 +22,14 @@ import (
 // alike; what says which step it was. A take with a Receipt is sent to each store with a
 // Receipt of its own, and both must write the same instant, which req's Receipt then
 // holds (for a refund of it later, to both).
-func same(t *testing.T, stores []ratelimit.Store, req ratelimit.Request, what func() string) {
+func same(t *testing.T, stores []ratelimit.Store, req core.Request, what func() string) {
 	t.Helper()
-	var got [2]ratelimit.Outcome
+	var got [2]core.Outcome
 	var at [2]int64
 	for i, s := range stores {
 		r := req
 		if req.Receipt != nil && req.Receipt.At == 0 {
-			r.Receipt = &ratelimit.Receipt{}
+			r.Receipt = &core.Receipt{}
 		}
 		var err error
 		if got[i], err = s.Apply(context.Background(), r); err != nil {
@@ -47,27 +49,27 @@ func same(t *testing.T, stores []ratelimit.Store, req ratelimit.Request, what fu
 
 // receipts are the takes of a parity run that wrote a receipt, per key, for refunds of
 // them later.
-type receipts map[string][]ratelimit.Request
+type receipts map[string][]core.Request
 
 // note keeps req, when it is an admitted take with a receipt (or a debit: a take whatever
 // the key has).
-func (rs receipts) note(req ratelimit.Request) {
-	if r := req.Receipt; r != nil && (req.Spec.Op == ratelimit.OpTake || req.Spec.Op == ratelimit.OpDebit) && r.At > 0 {
+func (rs receipts) note(req core.Request) {
+	if r := req.Receipt; r != nil && (req.Spec.Op == core.OpTake || req.Spec.Op == core.OpDebit) && r.At > 0 {
 		rs[req.Key] = append(rs[req.Key], req)
 	}
 }
 
 // refund is a refund of one of key's takes with a receipt, up to what it took; ok false
 // when key has none.
-func (rs receipts) refund(rng *rand.Rand, key string) (req ratelimit.Request, ok bool) {
+func (rs receipts) refund(rng *rand.Rand, key string) (req core.Request, ok bool) {
 	ts := rs[key]
 	if len(ts) == 0 {
 		return req, false
 	}
 	tk := ts[rng.IntN(len(ts))]
 	spec := *tk.Spec
-	spec.Op, spec.Reserve = ratelimit.OpRefund, 0
-	return ratelimit.Request{Key: key, N: 1 + rng.Int64N(tk.N), Spec: &spec, Receipt: tk.Receipt}, true
+	spec.Op, spec.Reserve = core.OpRefund, 0
+	return core.Request{Key: key, N: 1 + rng.Int64N(tk.N), Spec: &spec, Receipt: tk.Receipt}, true
 }
 
 // reserves are the reserves the parity tests draw from: none, most often.
@@ -95,29 +97,29 @@ func ParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store, rules 
 				if changeRules {
 					rule = rules[rng.IntN(len(rules))]
 				}
-				a, err := k.Algorithm.Prepare(rule, 1)
+				a, err := k.Algorithm.Prepare(core.Rule(rule), 1)
 				if err != nil {
 					t.Fatal(err)
 				}
-				req := ratelimit.Request{Key: "key" + strconv.Itoa(key), N: 1 + rng.Int64N(a.Limit), Spec: &ratelimit.Spec{Algorithm: k.Algorithm, Rule: rule}}
+				req := core.Request{Key: "key" + strconv.Itoa(key), N: 1 + rng.Int64N(a.Limit), Spec: &core.Spec{Algorithm: k.Algorithm, Rule: core.Rule(rule)}}
 				if rng.IntN(2) == 0 {
 					req.N = 1
 				}
 				req.Spec.Reserve = reserves[rng.IntN(len(reserves))] // a priority's, often none
 				switch {
 				case k.Algorithm.Debit != nil && rng.IntN(8) == 0: // a cost after the answer, past the limit too
-					req.Spec.Op, req.N = ratelimit.OpDebit, 1+rng.Int64N(3*a.Limit)
+					req.Spec.Op, req.N = core.OpDebit, 1+rng.Int64N(3*a.Limit)
 					if rng.IntN(2) == 0 { // a take whatever the key has, with a receipt, to refund later
-						req.N, req.Receipt = 1+rng.Int64N(a.Limit), &ratelimit.Receipt{}
+						req.N, req.Receipt = 1+rng.Int64N(a.Limit), &core.Receipt{}
 					}
 				case rng.IntN(3) == 0: // a take with a receipt, to refund later
-					req.Receipt = &ratelimit.Receipt{}
+					req.Receipt = &core.Receipt{}
 				case rng.IntN(5) == 0: // a refund of one of them, any time later
 					if r, ok := rs.refund(rng, req.Key); ok {
 						req = r
 					}
 				case rng.IntN(40) == 0:
-					req.Spec.Op, req.N = ratelimit.OpReset, 1
+					req.Spec.Op, req.N = core.OpReset, 1
 				}
 				same(t, stores, req, func() string {
 					return fmt.Sprintf("step %d, %s %v op %q n %d reserve %d%% at %v", i, req.Key, req.Spec.Rule, req.Spec.Op, req.N,
@@ -153,21 +155,21 @@ func Parity(t *testing.T) {
 func InFlightParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, step time.Duration, steps int) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore}
-	alg := ratelimit.InFlightAlgorithm()
-	ops := []ratelimit.Op{ratelimit.OpTake, ratelimit.OpTake, ratelimit.OpTake, ratelimit.OpRefund, ratelimit.OpRefund,
-		ratelimit.OpExtend, ratelimit.OpPeek}
+	alg := concurrency.Algorithm()
+	ops := []core.Op{core.OpTake, core.OpTake, core.OpTake, core.OpRefund, core.OpRefund,
+		core.OpExtend, core.OpPeek}
 	for i := range steps {
 		if rng.IntN(3) == 0 {
 			clk.Advance(time.Duration(rng.IntN(20)) * step)
 		}
-		req := ratelimit.Request{Key: "key" + strconv.Itoa(rng.IntN(3)), N: 1, Spec: &ratelimit.Spec{
+		req := core.Request{Key: "key" + strconv.Itoa(rng.IntN(3)), N: 1, Spec: &core.Spec{
 			Algorithm: alg,
-			Rule:      ratelimit.Rule{Limit: 1 + rng.Int64N(6), Period: time.Duration(10+rng.IntN(30)) * step},
+			Rule:      core.Rule{Limit: 1 + rng.Int64N(6), Period: time.Duration(10+rng.IntN(30)) * step},
 			Op:        ops[rng.IntN(len(ops))],
 			Lease:     1 + rng.Int64N(12), // few ids, so that releases and extensions find theirs
 		}}
 		if rng.IntN(200) == 0 {
-			req.Spec.Op = ratelimit.OpReset
+			req.Spec.Op = core.OpReset
 		}
 		req.Spec.Reserve = reserves[rng.IntN(len(reserves))]
 		same(t, stores, req, func() string {

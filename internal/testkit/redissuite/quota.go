@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
 	"github.com/ratelimit-go/ratelimit/fixedwindow"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/localstore"
 	"github.com/ratelimit-go/ratelimit/redisstore"
@@ -45,7 +46,7 @@ func QuotaParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store) {
 	rng := rand.New(rand.NewPCG(5, 8))
 	clk := clock.NewFake(time.Date(2027, 3, 21, 0, 0, 0, 0, time.UTC))
 	stores := []ratelimit.Store{localstore.New(localstore.WithClock(clk)), redisStore(clk)}
-	ops := []ratelimit.Op{ratelimit.OpTake, ratelimit.OpTake, ratelimit.OpTake, ratelimit.OpTake, ratelimit.OpPeek, ratelimit.OpRefund}
+	ops := []core.Op{core.OpTake, core.OpTake, core.OpTake, core.OpTake, core.OpPeek, core.OpRefund}
 	rs := receipts{}
 	for i := range 3000 {
 		clk.Advance(time.Duration(rng.Int64N(int64(5 * time.Hour))))
@@ -54,15 +55,15 @@ func QuotaParityOn(t *testing.T, redisStore func(*clock.Fake) ratelimit.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := ratelimit.Request{Key: "tenant", N: 1 + rng.Int64N(2), Spec: &ratelimit.Spec{Algorithm: alg, Namespace: q.String(), Rule: q.Rule(), Op: ops[rng.IntN(len(ops))], Reserve: reserves[rng.IntN(len(reserves))]}}
+		req := core.Request{Key: "tenant", N: 1 + rng.Int64N(2), Spec: &core.Spec{Algorithm: alg, Namespace: q.String(), Rule: core.Rule(q.Rule()), Op: ops[rng.IntN(len(ops))], Reserve: reserves[rng.IntN(len(reserves))]}}
 		switch {
 		case rng.IntN(300) == 0:
-			req.Spec.Op = ratelimit.OpReset
-		case req.Spec.Op == ratelimit.OpRefund: // of one of the takes with a receipt, or a take that writes one
+			req.Spec.Op = core.OpReset
+		case req.Spec.Op == core.OpRefund: // of one of the takes with a receipt, or a take that writes one
 			if r, ok := rs.refund(rng, req.Key); ok && r.Spec.Algorithm == alg {
 				req = r
 			} else {
-				req.Spec.Op, req.Receipt = ratelimit.OpTake, &ratelimit.Receipt{}
+				req.Spec.Op, req.Receipt = core.OpTake, &core.Receipt{}
 			}
 		}
 		same(t, stores, req, func() string {

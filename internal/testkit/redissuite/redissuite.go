@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/limitertest"
 	"github.com/ratelimit-go/ratelimit/internal/testkit/redistest"
 	"github.com/ratelimit-go/ratelimit/redisstore"
@@ -54,9 +55,9 @@ func FreshPrefix() redisstore.Option {
 	return redisstore.WithPrefix("test" + strconv.FormatInt(prefixes.Add(1), 10))
 }
 
-func apply(t *testing.T, s ratelimit.Store, alg *ratelimit.Algorithm, key string, rule ratelimit.Rule, n int64) (ratelimit.Outcome, error) {
+func apply(t *testing.T, s ratelimit.Store, alg *core.Algorithm, key string, rule ratelimit.Rule, n int64) (core.Outcome, error) {
 	t.Helper()
-	return s.Apply(context.Background(), ratelimit.Request{Key: key, N: n, Spec: &ratelimit.Spec{Algorithm: alg, Rule: rule}})
+	return s.Apply(context.Background(), core.Request{Key: key, N: n, Spec: &core.Spec{Algorithm: alg, Rule: core.Rule(rule)}})
 }
 
 // Conformance runs the conformance suite of localstore, unchanged, on a real Redis with

@@ -1,8 +1,10 @@
-package ratelimit
+package concurrency
 
 import (
 	"testing"
 	"time"
+
+	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
 // FuzzInFlight checks the in-flight steps against a model, a map from lease id to
@@ -19,8 +21,8 @@ func FuzzInFlight(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 0x41, 0x81, 0xc1, 0x20, 0x20, 0x02}, uint8(1), uint8(2))
 	f.Add([]byte("A\x9f0"), uint8(0), uint8(2)) // an extension of a lease not held, after a step back
 	f.Fuzz(func(t *testing.T, ops []byte, limit, period uint8) {
-		a := Args{N: 1, Limit: int64(limit%8) + 1, Period: (int64(period%50) + 1) * 1000}
-		var st State
+		a := core.Args{N: 1, Limit: int64(limit%8) + 1, Period: (int64(period%50) + 1) * 1000}
+		var st core.State
 		model := map[int64]int64{}    // id -> expiry
 		released := map[int64]int64{} // id of a lease released while not held -> when that is forgotten
 		now := int64(1_000_000)
@@ -43,7 +45,7 @@ func FuzzInFlight(f *testing.F) {
 			_, gone := released[a.Lease]
 			switch (op >> 3) & 3 {
 			case 0, 1: // acquire
-				d := acquireLease(&st, now, a).Decision()
+				d := decisionOf(acquireLease(&st, now, a))
 				want := held || !gone && int64(len(model)) < a.Limit
 				if d.Allowed != want {
 					t.Fatalf("op %d: acquire of %d allowed %v, want %v (%d of %d held)", i, a.Lease, d.Allowed, want, len(model), a.Limit)
@@ -87,7 +89,7 @@ func FuzzInFlight(f *testing.F) {
 }
 
 // check compares an acquire's Decision with the model after it.
-func check(t *testing.T, i int, d Decision, model map[int64]int64, now int64, a Args) {
+func check(t *testing.T, i int, d decision, model map[int64]int64, now int64, a core.Args) {
 	t.Helper()
 	first, last := int64(-1), int64(-1)
 	for _, exp := range model {
@@ -96,7 +98,7 @@ func check(t *testing.T, i int, d Decision, model map[int64]int64, now int64, a 
 		}
 		last = max(last, exp)
 	}
-	want := Decision{Allowed: d.Allowed, Limit: a.Limit, Remaining: max(0, a.Limit-int64(len(model)))}
+	want := decision{Allowed: d.Allowed, Limit: a.Limit, Remaining: max(0, a.Limit-int64(len(model)))}
 	if last >= 0 {
 		want.ResetAfter = time.Duration(last-now) * time.Microsecond
 	}
@@ -109,4 +111,17 @@ func check(t *testing.T, i int, d Decision, model map[int64]int64, now int64, a 
 	if d != want {
 		t.Fatalf("op %d: %+v, want %+v", i, d, want)
 	}
+}
+
+// decision is ratelimit.Decision, which this package cannot import.
+type decision struct {
+	Allowed                       bool
+	Limit, Remaining              int64
+	Delay, RetryAfter, ResetAfter time.Duration
+}
+
+func decisionOf(o core.Outcome) decision {
+	var d decision
+	d.Allowed, d.Limit, d.Remaining, d.Delay, d.RetryAfter, d.ResetAfter = o.Split()
+	return d
 }

@@ -1,27 +1,30 @@
-package ratelimit
+// Package concurrency is the algorithm of ratelimit.InFlightLimiter: a limit on the
+// requests in progress at once, each holding a lease that expires by itself.
+package concurrency
 
 import (
 	_ "embed"
 	"fmt"
 	"slices"
 
+	"github.com/ratelimit-go/ratelimit/internal/core"
 	"github.com/ratelimit-go/ratelimit/internal/eventlog"
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
-// InFlightAlgorithm is the in-flight limit as stores see it: an algorithm of leases (see
-// Algorithm.Extend), for redisstore.LoadScripts and third-party stores. A release
+// Algorithm is the in-flight limit as stores see it: an algorithm of leases (see
+// core.Algorithm's Extend). A release
 // (a refund) of a lease not held is remembered for a lease's duration, in the key's
 // state, and an acquire of that lease meanwhile is denied, its RetryAfter until the
 // release is forgotten: the acquire of a caller that gave up, run late, after the
 // release sent for it. A store keeps a key with such a release that long.
-func InFlightAlgorithm() *Algorithm { return &inflight }
+func Algorithm() *core.Algorithm { return &inflight }
 
 // inflight is the in-flight limit. Its state: Log holds the leases, At each one's expiry
 // and N its id (unordered, at most Limit of them while the limit stays), and the leases
 // released while not held, At when that is forgotten and N minus the id (lease ids are
 // above 0); Level is the number of leases.
-var inflight = Algorithm{
+var inflight = core.Algorithm{
 	Name:       "inflight",
 	Script:     inflightScript,
 	ScriptKeys: []string{"leases", "released"},
@@ -34,23 +37,23 @@ var inflight = Algorithm{
 //go:embed inflight.lua
 var inflightScript string
 
-func prepareInFlight(rule Rule, n int64) (Args, error) {
-	if err := rule.validate(); err != nil {
-		return Args{}, fmt.Errorf("inflight: %w", err)
+func prepareInFlight(rule core.Rule, n int64) (core.Args, error) {
+	if err := core.CheckRule(rule); err != nil {
+		return core.Args{}, fmt.Errorf("inflight: %w", err)
 	}
 	switch {
 	case n < 1:
-		return Args{}, fmt.Errorf("inflight: n = %d: %w", n, ErrInvalidN)
+		return core.Args{}, fmt.Errorf("inflight: n = %d: %w", n, core.ErrInvalidN)
 	case n > 1:
-		return Args{}, fmt.Errorf("inflight: n = %d: a lease is one request in progress: %w", n, ErrInvalidN)
+		return core.Args{}, fmt.Errorf("inflight: n = %d: a lease is one request in progress: %w", n, core.ErrInvalidN)
 	}
-	return Args{N: 1, Limit: rule.Limit, Period: rule.Period.Microseconds()}, nil
+	return core.Args{N: 1, Limit: rule.Limit, Period: rule.Period.Microseconds()}, nil
 }
 
 // expireLeases drops the leases expired at now, and brings back to now + period those
 // that would expire later: the clock went back, and a lease never lasts longer than its
 // duration from now.
-func expireLeases(st *State, now, period int64) {
+func expireLeases(st *core.State, now, period int64) {
 	if st.Log == nil {
 		st.Log = &eventlog.Log{}
 	}
@@ -88,7 +91,7 @@ func heldLeases(log *eventlog.Log) []int64 {
 // acquireLease takes a lease a.Lease for a.Period, if fewer than a.Limit are held (a
 // lease held already is renewed), unless it was released before (an acquire that ran
 // after its release: see releaseLease).
-func acquireLease(st *State, now int64, a Args) Outcome {
+func acquireLease(st *core.State, now int64, a core.Args) core.Outcome {
 	expireLeases(st, now, a.Period)
 	allowed, keep := true, a.Keep
 	held, gone := heldLeases(st.Log), findLease(st.Log, -a.Lease)
@@ -133,7 +136,7 @@ func renew(log *eventlog.Log, i int, at int64) {
 // releaseLease drops the lease a.Lease, if held, and says whether it was. A lease not
 // held is kept released for a.Period: an acquire of it that runs after (sent before its
 // release, and held up in a Redis that stopped, on another connection) takes nothing.
-func releaseLease(st *State, now int64, a Args) int64 {
+func releaseLease(st *core.State, now int64, a core.Args) int64 {
 	expireLeases(st, now, a.Period)
 	released := int64(0)
 	if i := findLease(st.Log, a.Lease); i >= 0 {
@@ -147,7 +150,7 @@ func releaseLease(st *State, now int64, a Args) int64 {
 }
 
 // extendLease renews the lease a.Lease, if held, to expire a.Period after now.
-func extendLease(st *State, now int64, a Args) bool {
+func extendLease(st *core.State, now int64, a core.Args) bool {
 	expireLeases(st, now, a.Period)
 	st.Level = int64(len(heldLeases(st.Log)))
 	i := findLease(st.Log, a.Lease)
