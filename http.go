@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// Middleware limits the requests that reach an http.Handler: it finds each request's
-// key, asks the limiter, sets the rate-limit headers, and answers a denied request with
-// 429 Too Many Requests and Retry-After, or passes the request on.
+// Middleware limits the requests that reach an http.Handler. For each request it finds
+// the key and asks the limiter. It sets the rate-limit headers. It passes an admitted
+// request on, and answers a denied one with 429 Too Many Requests and Retry-After.
 //
 //	limiter, _ := tokenbucket.New(store, ratelimit.PerSecond(10), ratelimit.WithNamespace("per-ip"))
 //	mw := &ratelimit.Middleware{
@@ -23,150 +23,172 @@ import (
 //	}
 //	http.ListenAndServe(":8080", mw.Wrap(mux))
 //
-// Every response it decides carries X-RateLimit-Limit (Decision.Limit),
-// X-RateLimit-Remaining, X-RateLimit-Reset (seconds until the key is full again), and
-// the IETF draft's RateLimit-Policy (its quota and the seconds a full quota takes to
-// come back) and RateLimit (remaining and reset). A denied one also carries Retry-After,
-// in whole seconds rounded up, so a client that waits that long is not early. A request
-// admitted by a shaping algorithm (the leaky bucket) is held for its Decision.Delay
-// before it is passed on. With InFlight, it also bounds the requests of a key in progress
-// at once, each holding a lease until its handler returns (RateLimit-Policy lists it,
-// in the draft's unit qu="concurrent-requests"). With Cost, a request whose cost is
-// known only once it is served (a completion's tokens) is admitted on an estimate and
-// charged the rest after the answer.
+// Every response it decides carries these headers:
+//   - X-RateLimit-Limit, the key's limit (Decision.Limit).
+//   - X-RateLimit-Remaining, what the key has left.
+//   - X-RateLimit-Reset, the seconds until the key is full again.
+//   - RateLimit-Policy, from the IETF draft: the quota, and the seconds a full quota
+//     takes to come back.
+//   - RateLimit, from the same draft: the remaining and the reset.
 //
-// Exempt requests skip it whole; Shadow decides and counts without denying anyone;
-// OnDecision sees every decision, and Logger what a fail-open swallows.
+// A denied response also carries Retry-After, in whole seconds rounded up. A client that
+// waits that long is not early. A shaping algorithm (the leaky bucket) may admit a
+// request after a Decision.Delay. The Middleware holds such a request for that delay,
+// then passes it on.
+//
+// With InFlight, it also bounds the requests of a key in progress at once. Each holds a
+// lease until its handler returns. RateLimit-Policy lists that limit in the draft's unit,
+// qu="concurrent-requests". With Cost, a request whose cost is known only once it is
+// served (a completion's tokens) is admitted on an estimate. It is charged the rest after
+// the answer.
+//
+// Exempt requests skip it whole. Shadow decides and counts without denying anyone.
+// OnDecision sees every decision. Logger gets the errors a fail-open swallows.
 //
 // Fields left nil have the defaults written beside them. A Middleware must not be changed
-// once Wrap has been called; it is safe for concurrent use.
+// once Wrap has been called. It is safe for concurrent use.
 type Middleware struct {
-	// Limiter decides each request, with n = 1: the one limit of the simple case (for
-	// several, or a key or a rule chosen per request, see Policies). Required unless
-	// Policies, Decide or InFlight is set.
+	// Limiter decides each request, with n = 1. It is the one limit of the simple case.
+	// For several limits, or a key or a rule chosen per request, see Policies. Required
+	// unless Policies, Decide or InFlight is set.
 	Limiter Limiter
 
-	// Key is the limiter key of a request: a client IP (see ClientIP), an API key, a
-	// tenant and a route joined with Key or redisstore.TaggedKey. Required. When it
-	// returns an error, the request gets KeyError's answer and the limiter is not asked.
-	// A key longer than MaxKeyLength, or that holds control characters (a header folded
-	// over several lines does), gets KeyError's answer too, so that no client makes
-	// itself a fresh key per request by padding one.
+	// Key is the limiter key of a request, such as a client IP (see ClientIP) or an API
+	// key. Join a tenant and a route with Key or redisstore.TaggedKey. Required. When it
+	// returns an error, the request gets KeyError's answer, and the limiter is not asked.
+	// So does a key longer than MaxKeyLength, or one that holds control characters (as a
+	// header folded over several lines does). No client can then make itself a fresh key
+	// per request by padding one.
 	Key func(r *http.Request) (string, error)
 
-	// Policies, when set, decides each request under several limits at once, all or
-	// none, as AllowAll does: a request one limit denies consumes nothing from the others.
-	// Each is a named limiter of an algorithm package, all on one store. Each applies to
-	// the requests it matches, with the request's Key or a key of its own. It decides
-	// under the limiter's rule, or one Policy.For chooses per request (a tenant's monthly
-	// quota beside its route's rate). It decides at the request's priority, and may have
-	// a Cost of its own. RateLimit-Policy lists every policy that took part, and RateLimit
-	// and X-RateLimit-* are the one policy's that bounds the client now: the denying one
-	// with the longest RetryAfter, or else the one with the least remaining (never a
-	// limit from one policy beside a reset from another). A request no policy matches is
-	// not limited. Wrap panics on a policy without a limiter of an algorithm package (or
-	// For), with a name that is not a valid header string (see PolicyName) or the name of
-	// another, or on limiters of different stores.
+	// Policies, when set, decides each request under several limits at once, as AllowAll
+	// does. The limits admit a request all together or not at all. A request one limit
+	// denies consumes nothing from the others. A request that no policy matches is not
+	// limited.
+	//
+	// Each policy is a named limiter of an algorithm package, and all are on one store. A
+	// policy applies to the requests it matches, with the request's Key or a key of its
+	// own. It decides under its limiter's rule, or under one that Policy.For chooses per
+	// request (a tenant's monthly quota beside its route's rate). It decides at the
+	// request's priority, and may have a Cost of its own.
+	//
+	// RateLimit-Policy lists every policy that took part. RateLimit and X-RateLimit-* come
+	// from the one policy that binds the client now. That is the denying policy with the
+	// longest RetryAfter, or else the policy with the least remaining. The headers never
+	// put a limit from one policy beside a reset from another.
+	//
+	// Wrap panics on a policy with neither a limiter of an algorithm package nor For. It
+	// panics on a name that is not a valid header string (see PolicyName), or that
+	// another policy has. It panics on limiters of different stores, and on two limiters
+	// of one algorithm and namespace, which would count the same keys.
 	Policies []Policy
 
-	// Decide, when set, decides a request instead of Limiter or Policies: for a decision
-	// made outside this library's limiters (a remote rate limit service, Envoy's
-	// descriptors). It returns the rule the decision was made under, for the
-	// RateLimit-Policy header (a zero Rule leaves that header out). A decision of the
-	// library's limiters, however many, and whatever rule and key each request has, is
-	// Policies'.
+	// Decide, when set, decides a request instead of Limiter or Policies. It is for a
+	// decision made outside this library's limiters, such as a remote rate limit service
+	// or Envoy's descriptors. It returns the rule of the decision, for the
+	// RateLimit-Policy header. A zero Rule leaves that header out. For the library's own
+	// limiters, use Policies, however many there are and whatever each request's rule and
+	// key.
 	Decide func(r *http.Request, key string) (Decision, Rule, error)
 
-	// Cost, when set, is what a request costs Limiter when it is known only once the
-	// request is served (see Cost): the request is admitted on its estimate, and charged
-	// the rest, or refunded, after the answer. Each of Policies has a Cost of its own.
+	// Cost, when set, charges Limiter a request's cost once the request is served (see
+	// Cost). The request is admitted on its estimate. After the answer, it is charged the
+	// rest, or refunded. Wrap panics if Cost is set without a Limiter, or with Policies or
+	// Decide. Each of Policies has a Cost of its own.
 	Cost *Cost
 
 	// MaxKeyLength bounds the length of a key in bytes: 256 when 0.
 	MaxKeyLength int
 
-	// PolicyName names a request's policy in the RateLimit and RateLimit-Policy headers
-	// (a route's name, say): "default" when nil. The headers carry it as a string of
-	// RFC 8941 structured fields: printable ASCII, with '"' and '\\' escaped; a name
-	// with any other character (a control character, a letter outside ASCII) leaves those
-	// two headers out of the response, as no strict client could read them.
+	// PolicyName names a request's policy in the RateLimit and RateLimit-Policy headers (a
+	// route's name, say). It is "default" when nil. The headers carry the name as an
+	// RFC 8941 string: printable ASCII, with '"' and '\\' escaped. A name with any other
+	// character (a control character, a letter outside ASCII) leaves those two headers
+	// out of the response. No strict client could read them.
 	PolicyName func(r *http.Request) string
 
-	// Denied answers a denied request, after the headers are set: by default 429 Too
-	// Many Requests with a one-line text body.
+	// Denied answers a denied request, after the headers are set. By default it answers
+	// 429 Too Many Requests with a one-line text body.
 	Denied func(w http.ResponseWriter, r *http.Request, d Decision)
 
-	// KeyError answers a request whose key could not be found or is refused, with an
-	// error that wraps ErrInvalidKey (and the Key function's): by default 400 Bad Request
-	// with the error's text. An API key that is missing deserves 401.
+	// KeyError answers a request whose key could not be found or is refused. Its error
+	// wraps ErrInvalidKey, and the Key function's error if there is one. By default it
+	// answers 400 Bad Request with the error's text. A missing API key deserves 401.
 	KeyError func(w http.ResponseWriter, r *http.Request, err error)
 
-	// Error is called when the limiter fails (its store is down, say), and says whether
-	// the request goes on (fail open) or not, in which case Error has answered it. When
-	// nil, every request goes on: rate limiting never takes a service down. A request
-	// whose client has gone away is dropped without calling it.
+	// Error is called when the limiter fails (its store is down, say). It reports whether
+	// the request goes on (fail open). If not, Error has answered the request. When Error
+	// is nil, every request goes on: rate limiting never takes a service down. A request
+	// whose client has gone away is dropped without calling Error.
 	Error func(w http.ResponseWriter, r *http.Request, err error) (pass bool)
 
 	// InFlight, when set, also bounds the requests of a key in progress at once. A request
-	// the rate limit admits (every request, without Limiter and Decide) holds one of its
-	// key's leases while the handler serves it. The lease is extended every half lease
-	// duration while it runs, and released when it returns, even if it panics. A request that finds
-	// every lease held gets InFlightDenied's answer; a failure of InFlight's store goes to
-	// Error, as the rate limit's does. A request refused for being one too many in
-	// progress costs the rate limits nothing. Limiters of the algorithm packages decide
-	// first, and give back what they took, their Cost's estimate included (see Charge.Settle).
-	// With a Limiter of another kind, or Decide, the in-flight limit decides first.
+	// the rate limit admits holds one of its key's leases while the handler serves it.
+	// Without Limiter, Policies and Decide, every request does. The lease is extended every
+	// half lease duration while the handler runs. It is released when the handler returns,
+	// even if it panics. A request that finds every lease held gets InFlightDenied's
+	// answer. A failure of InFlight's store goes to Error, as a rate limit's does.
+	//
+	// A request refused for being one too many in progress costs the rate limits nothing.
+	// Limiters of the algorithm packages decide first. If the in-flight limit then refuses
+	// the request, they give back what they took, their Cost's estimate included (see
+	// Charge.Settle). With a Limiter of another kind, or Decide, the in-flight limit
+	// decides first.
 	InFlight *InFlightLimiter
 
-	// InFlightLimit, when set, is the in-flight limit of a request (a route's, say)
-	// instead of InFlight's own; 0 or less means none for this request.
+	// InFlightLimit, when set, is a request's in-flight limit (a route's, say), instead of
+	// InFlight's own. 0 or less means none for this request.
 	InFlightLimit func(r *http.Request) int64
 
 	// Priority, when set, is a request's priority (its route's class, a header of a
-	// trusted caller): every limit decides it at that priority (WithPriority), so that the
-	// limiters with reserves (WithReserves) shed the least important requests first, and
-	// the request's context carries it on to the handler. Without it, requests have the
-	// priority their context has (Critical when none): none is shed for another.
+	// trusted caller). Every limit decides the request at that priority (see
+	// WithPriority). That way, the limiters with reserves (WithReserves) shed the least
+	// important requests first. The request's context carries the priority on to the
+	// handler.
+	// Without Priority, a request has its context's priority, Critical when there is
+	// none. Then no request is shed for another.
 	Priority func(r *http.Request) Priority
 
-	// Exempt, when set, says which requests skip the limits entirely (health checks, an
-	// allow-list of internal callers): no key is read, no limiter asked, no header set,
-	// no hook called.
+	// Exempt, when set, reports which requests skip the limits entirely (health checks,
+	// an allow-list of internal callers). For them no key is read, no limiter asked, no
+	// header set and no hook called.
 	Exempt func(r *http.Request) bool
 
-	// Shadow decides and counts every request as without it, but denies none: a request
-	// the limits would deny goes on, without the rate-limit headers (their absence says
-	// that nothing was enforced), and OnDecision sees it. For trying limits on live
-	// traffic (envoyproxy/ratelimit's shadow_mode). A Policy's Shadow shadows that policy
+	// Shadow decides and counts every request as usual, but denies none. Use it to try
+	// limits on live traffic, like envoyproxy/ratelimit's shadow_mode. A request the
+	// limits would deny goes on, and OnDecision sees it. No rate-limit headers are set:
+	// their absence says that nothing was enforced. A Policy's Shadow shadows that policy
 	// alone.
 	Shadow bool
 
-	// OnDecision, when set, sees every decision the Middleware makes, after it is made and
-	// before the request goes on or is answered: for metrics and logs. It runs on the
-	// request's goroutine and must be fast.
+	// OnDecision, when set, sees every decision the Middleware makes, for metrics and
+	// logs. It is called after the decision, before the request goes on or is answered. It
+	// runs on the request's goroutine and must be fast.
 	OnDecision func(ctx context.Context, e Event)
 
-	// Logger, when set, receives at Warn level what the Middleware would otherwise
-	// swallow: a limiter's error after which the request went on (fail open), a lease
-	// that could not be released or extended.
+	// Logger, when set, receives at Warn level the errors the Middleware would otherwise
+	// swallow. Among them are a limiter's error after which the request went on (fail
+	// open), and a lease that could not be released or extended.
 	Logger *slog.Logger
 
-	// InFlightDenied answers a request that found every lease of its key held, after
-	// Retry-After is set to 1 second (a lease may come back at any moment) and the rate
-	// limit's headers are taken off (their quota left would contradict the 429): by
-	// default 429 Too Many Requests with a one-line text body. Set it to answer 503
-	// instead, say.
+	// InFlightDenied answers a request that found every lease of its key held. By default
+	// it answers 429 Too Many Requests with a one-line text body. Set it to answer 503
+	// instead, say. Retry-After is set to 1 second first, as a lease may come back at any
+	// moment. The rate limit's headers are taken off, as their quota left would contradict
+	// the 429. RateLimit-Policy and RateLimit then state the in-flight limit alone.
 	InFlightDenied func(w http.ResponseWriter, r *http.Request, d Decision)
-	// Headers, when set, writes the rate-limit headers of a decided request instead of
-	// the defaults (X-RateLimit-*, RateLimit-Policy and RateLimit, from the binding
-	// policy): the headers of an API whose clients read their own (a language model
-	// provider's x-ratelimit-remaining-tokens), each limit of the request reported. It
-	// gets every enforced policy's part of the decision, in the order of Policies (one
-	// for a Limiter or Decide), after the request was decided and before it is answered
-	// or passed on; Retry-After is still the Middleware's, from the limit that binds. The
-	// in-flight limit adds its quota to RateLimit-Policy as it does by default, and a
-	// request it refuses loses every header Headers wrote (their quota left would
-	// contradict the 429).
+
+	// Headers, when set, writes a decided request's rate-limit headers instead of the
+	// defaults: X-RateLimit-*, RateLimit-Policy and RateLimit, from the binding policy.
+	// Use it for an API whose clients read headers of their own, such as a language model
+	// provider's x-ratelimit-remaining-tokens. It can report each limit of the request.
+	//
+	// Headers gets each enforced policy's part of the decision, in the order of Policies.
+	// A Limiter or Decide makes one part. It is called after the request is decided, and
+	// before it is answered or passed on. The Middleware still sets Retry-After, from the
+	// limit that binds. The in-flight limit still adds its quota to RateLimit-Policy. A
+	// request the in-flight limit refuses loses every header Headers wrote, as their quota
+	// left would contradict the 429.
 	Headers func(h http.Header, limits []PolicyDecision)
 }
 
@@ -182,9 +204,9 @@ type PolicyDecision struct {
 	Unit string
 	// Decision is the policy's own decision.
 	Decision Decision
-	// Binding says that this policy bounds the client now (as the default headers choose
-	// it): of those that denied, the one with the longest RetryAfter; else the one with
-	// the least remaining.
+	// Binding reports whether this policy binds the client now, as the default headers
+	// choose it. Of the policies that denied, it is the one with the longest RetryAfter.
+	// If none denied, it is the one with the least remaining.
 	Binding bool
 }
 
@@ -194,9 +216,10 @@ const leaseTimeout = time.Second
 
 const defaultMaxKeyLength = 256
 
-// Wrap returns next behind the limit. It panics if the Middleware has no Key, or neither
-// a Limiter nor Decide, as net/http's constructors do for a nil handler: a misconfigured
-// server should not start.
+// Wrap returns next behind the limit. It panics if the Middleware has no Key, or none of
+// Limiter, Policies, Decide and InFlight. It also panics on invalid Policies or Costs, as
+// those fields' docs say. A misconfigured server should not start: net/http's
+// constructors panic on a nil handler for the same reason.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	switch {
 	case m == nil:

@@ -9,14 +9,16 @@ import (
 	"strings"
 )
 
-// ClientIP is the address of the client that sent r. The peer (r.RemoteAddr) is the
-// client, unless it is in one of the trusted prefixes (proxies or load balancers in front
-// of the server): then X-Forwarded-For is read from the right, past the trusted hops, and
-// the first address that is not trusted is the client. A header the client wrote itself
-// sits to the left of that and is never read, so a client cannot choose its own address.
-// With no trusted prefixes, X-Forwarded-For is ignored. An IPv6 client is masked to its
-// /64, which one client usually holds whole. The error says that RemoteAddr is not an
-// address (a custom listener's, say).
+// ClientIP returns the address of the client that sent r. The peer (r.RemoteAddr) is the
+// client, unless it is in one of the trusted prefixes. These are the proxies or load
+// balancers in front of the server. From a trusted peer, X-Forwarded-For is read from the
+// right, past the trusted hops. The first address that is not trusted is the client.
+// Whatever the client wrote in the header itself sits to the left and is never read. A
+// client therefore cannot choose its own address. With no trusted prefixes,
+// X-Forwarded-For is ignored.
+//
+// An IPv6 client is masked to its /64, which one client usually holds whole. The error
+// reports that RemoteAddr is not an IP address (a custom listener's, say).
 func ClientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, error) {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {

@@ -12,57 +12,63 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
-// Cost is what a request costs in a limit's events when the cost is known only once the
-// request has been served: the tokens of a language model's completion, the bytes
-// streamed, the rows scanned. The request is admitted on its Estimate. Once its handler
-// has returned, the limit is charged the difference to its Actual cost. When it cost
-// more, that is a debit (AlgorithmLimiter.Debit): the key may go below zero, and its next
-// requests are denied until the debt is repaid. When it cost less, that is a refund.
+// Cost is what a request costs in a limit's events, when the cost is known only once the
+// request has been served. Examples are the tokens of a language model's completion, the
+// bytes streamed, or the rows scanned. The request is admitted on its Estimate. Once its
+// handler has returned, the limit is charged the difference to its Actual cost. A request
+// that cost more is charged the rest as a debit (see AlgorithmLimiter.Debit). The key may
+// then go below zero, and its next requests are denied until the debt is repaid. A
+// request that cost less gets the difference back.
 //
 // A Cost applies to the Middleware's Limiter (Middleware.Cost) or to one of its Policies
-// (Policy.Cost), whose limiter must be of an algorithm that takes debts (the token
-// bucket, the fixed and sliding windows, the calendar quotas): Wrap panics otherwise.
+// (Policy.Cost). That limiter must be of an algorithm that takes debts: the token bucket,
+// the fixed and sliding windows, or the calendar quotas. Wrap panics otherwise.
 type Cost struct {
 	// Estimate is the events a request is admitted on (its max_tokens, its
-	// Content-Length): 1 when nil or below 1. An estimate above what the limit can ever
-	// admit at the request's priority is admitted as that much, and the rest is charged
-	// after the answer.
+	// Content-Length). It is 1 when nil or below 1. If the limit can never admit that
+	// many at the request's priority, the request is admitted on the most it can. The rest
+	// is charged after the answer.
 	Estimate func(r *http.Request) int64
 
-	// Actual is what the request cost, from the request and its answer (see CostHeader
-	// for a cost the upstream reports in a header or trailer). A value below 0 says that
-	// the cost is unknown: the estimate stands. Nil charges the bytes of the response's
-	// body. It runs on the request's goroutine once the handler has returned (not if it
-	// panicked), and the charge is made on a context that outlives the request's, so
-	// that a client that left still pays for what it was served.
+	// Actual is what the request cost, from the request and its answer. See CostHeader
+	// for a cost the upstream reports in a header or trailer. A value below 0 says that
+	// the cost is unknown, and the estimate stands. Nil charges the bytes of the
+	// response's body. Actual runs on the request's goroutine once the handler has
+	// returned, but not if it panicked. A client that has gone away still pays for what
+	// it was served.
 	Actual func(r *http.Request, a Answer) int64
 
-	// Unit is the quota's unit, which RateLimit-Policy states as its qu parameter (the
-	// IETF draft's quota units: "requests", the default, is left out; "content-bytes"
-	// for bytes). Any other unit (a model's "tokens") must be a valid header string; the
-	// draft lets a service name its own, which clients that do not know it ignore.
+	// Unit is the quota's unit. RateLimit-Policy states it as its qu parameter, in the
+	// IETF draft's quota units. The default, "requests", is left out. Use
+	// "content-bytes" for bytes. Any other unit (a model's "tokens") must be a valid
+	// header string, or Wrap panics. The draft lets a service name its own units.
+	// Clients that do not know a unit ignore it.
 	Unit string
 
-	// Max bounds what one request is charged, whatever Actual says (an upstream that
-	// reports a cost of 2^63, by mistake or not): a cost above it is charged as Max, and
-	// logged at Warn with the cost reported. 0 means ten times the limit's Limit (a debt
-	// of ten periods at most: a minute's budget of 1,000 tokens charges a request at most
-	// 10,000), or the request's estimate if that is more; below 0 is refused by Wrap.
+	// Max is the most one request is charged, whatever Actual says. It guards against an
+	// upstream that reports a huge cost. A cost above Max is charged as Max, and logged at
+	// Warn with the cost reported. 0 means ten times the limit's Limit, or the request's
+	// estimate if that is more. That is a debt of ten periods at most: a budget of 1,000
+	// tokens a minute charges a request at most 10,000. Wrap panics if Max is below 0.
 	Max int64
 }
 
-// Answer is what a handler wrote: its status, the bytes of its body, and its header
-// once it returned, with the trailers it set.
+// Answer is what a handler wrote, for Cost.Actual.
 type Answer struct {
+	// Status is the response's status code: 200 when the handler wrote none.
 	Status int
-	Bytes  int64
+	// Bytes is the length of the response's body, in bytes.
+	Bytes int64
+	// Header is the response's header once the handler returned, with the trailers it
+	// set.
 	Header http.Header
 }
 
-// CostHeader is a Cost.Actual that reads the cost from the response header or trailer
-// name the handler (an upstream behind a reverse proxy) sets: one decimal count. A
-// response without it, or with anything but one count in it (the header given twice, a
-// list, a sign, a space), keeps the estimate: an answer that says two costs says none.
+// CostHeader returns a Cost.Actual that reads the cost from the response header or
+// trailer called name. The handler sets it, or an upstream behind a reverse proxy. Its
+// value must be one decimal count. Otherwise the estimate stands: when the header is
+// missing, given twice, or holds a list, a sign or a space. An answer that says two costs
+// says none.
 func CostHeader(name string) func(r *http.Request, a Answer) int64 {
 	return func(_ *http.Request, a Answer) int64 {
 		vs := a.Header.Values(name)
@@ -177,6 +183,8 @@ func (c charge) charge(ctx context.Context, o observer, cost int64) {
 	if cost == c.admitted {
 		return
 	}
+	// The charge outlives the request's context: a client that left still pays for what
+	// it was served.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseTimeout)
 	defer cancel()
 	req := core.Request{Key: c.key, N: min(cost-c.admitted, mathx.MaxExact), Spec: core.WithOp(c.spec, core.OpDebit)}

@@ -13,26 +13,27 @@ import (
 type Event struct {
 	// Key is the request's limiter key.
 	Key string
-	// Policy names the limit: the binding policy of a rate decision (see Policies), the
-	// shadowed policy of a shadow decision, PolicyName's of the Limiter's or Decide's.
+	// Policy names the limit. For a rate decision, it is the binding policy (see
+	// Middleware.Policies). For a shadow decision, it is the shadowed policy. For a Limiter
+	// or Decide, it is PolicyName's. For the in-flight limit, it is "in-flight".
 	Policy string
-	// Decision is the decision (the combined one under several policies); zero when Err
-	// is set. When Shadowed and not Allowed, the request went on anyway.
+	// Decision is the decision, the combined one under several policies. It is zero when
+	// Err is set. When Shadowed and not Allowed, the request went on anyway.
 	Decision Decision
-	// InFlight says that the decision is the in-flight limit's: a lease acquired, or
+	// InFlight reports that the decision is the in-flight limit's: a lease acquired, or
 	// refused.
 	InFlight bool
-	// Shadowed says that the decision was not enforced (Shadow, Policy.Shadow).
+	// Shadowed reports that the decision was not enforced (Shadow, Policy.Shadow).
 	Shadowed bool
 	// Priority is the priority the request was decided at (see Middleware.Priority).
 	Priority Priority
-	// Source is the store that decided when the limiter's store is a fallback.Store:
-	// "primary" (Redis) or "secondary" (this instance's share); "lease" for a decision
-	// hotkey.Leases made from what it holds; "" for any other store.
+	// Source is the store that decided, when the limiter's store is a fallback.Store. It
+	// is "primary" (Redis) or "secondary" (this instance's share). It is "lease" for a
+	// decision that hotkey.Leases made from what it holds. It is "" for any other store.
 	Source string
 	// Latency is how long the decision took.
 	Latency time.Duration
-	// Err is the limiter's error; the request then went on or not as Error says.
+	// Err is the limiter's error. The request then went on or not, as Error says.
 	Err error
 }
 

@@ -12,35 +12,36 @@ import (
 
 // Policy is one of a Middleware's Policies: a limit with a name for the headers.
 type Policy struct {
-	// Name names the policy in RateLimit and RateLimit-Policy (see
-	// Middleware.PolicyName for the characters it may hold). Required.
+	// Name names the policy in RateLimit and RateLimit-Policy. Middleware.PolicyName says
+	// which characters it may hold. Required.
 	Name string
-	// Limiter is a limiter of an algorithm package (its New's, or a
-	// fixedwindow.QuotaLimiter; any other does not compile); every policy's limiter is on
-	// the same store. Required unless For chooses one for every request.
+	// Limiter is a limiter of an algorithm package: its New's, or a
+	// fixedwindow.QuotaLimiter. No other kind compiles. Every policy's limiter is on the
+	// same store. Required unless For chooses one for every request.
 	Limiter algorithmBased
-	// Match says whether the policy applies to r (an export route's limit, say); nil
+	// Match reports whether the policy applies to r (an export route's limit, say). Nil
 	// applies it to every request.
 	Match func(r *http.Request) bool
 	// For, when set, chooses the policy's limit for each request it applies to. It may
-	// choose a key of its own (a tenant's monthly quota, beside the Middleware's key of a
-	// tenant and a route), a rule (a tenant's plan), a limiter (on the policies' store) or
-	// its name in the headers. What it leaves zero is the Policy's own. Its error is a request without a key: KeyError's answer, as the
-	// Key function's.
+	// choose a key of its own, a rule, a limiter on the policies' store, or the policy's
+	// name in the headers. Its own key suits a tenant's monthly quota, beside the
+	// Middleware's key of a tenant and a route. A rule suits a tenant's plan. What For
+	// leaves zero is the Policy's own. Its error counts as a request without a key: the
+	// request gets KeyError's answer, as for the Key function's error.
 	For func(r *http.Request) (PolicyLimit, error)
-	// Shadow decides and counts the policy without enforcing it (see
-	// Middleware.Shadow): it is decided alone, after the policies it does not shadow
-	// have admitted the request, and is left out of the headers.
+	// Shadow decides and counts the policy without enforcing it (see Middleware.Shadow).
+	// A shadowed policy is decided alone, after the enforced policies have admitted the
+	// request. It is left out of the headers.
 	Shadow bool
-	// Cost, when set, is what a request costs this policy when it is known only once the
-	// request is served (see Cost): the policy admits the request on its estimate, and
-	// is charged the rest, or refunded, after the answer. Nil: 1 event a request.
+	// Cost, when set, charges this policy a request's cost once the request is served
+	// (see Cost). The policy admits the request on its estimate. After the answer, it is
+	// charged the rest, or refunded. Nil charges 1 event a request.
 	Cost *Cost
 }
 
-// PolicyLimit is a Policy's limit for one request, as Policy.For chooses it; each field
-// left zero is the Policy's own (its name, the Middleware's Key, its limiter, the
-// limiter's rule).
+// PolicyLimit is a Policy's limit for one request, as Policy.For chooses it. A field left
+// zero takes the Policy's own: its name, the Middleware's Key, its limiter, or the
+// limiter's rule.
 type PolicyLimit struct {
 	Name    string
 	Key     string
