@@ -10,7 +10,7 @@ import (
 )
 
 // ContextLimiter limits calls whose key comes from their context alone, as gRPC
-// interceptors see a call: Limit decides one, and an interceptor answers its error as
+// interceptors see a call. Limit decides one call. An interceptor answers its error as
 // gRPC's conventions say:
 //
 //	limit := &ratelimit.ContextLimiter{
@@ -39,30 +39,34 @@ import (
 //		return next(ctx, req)
 //	}
 //
-// Limit is also the Limiter of go-grpc-middleware's interceptors/ratelimit, which answers
-// every error ResourceExhausted with a text of its own: a call without a key among them,
-// and no retry delay a client's retry policy could act on.
+// Limit can also be the Limiter of go-grpc-middleware's interceptors/ratelimit. That
+// interceptor answers every error with ResourceExhausted and a text of its own. A call
+// without a key gets that answer too. No answer has a retry delay that a client's retry
+// policy could act on.
 //
-// It needs nothing but the standard library; examples/grpcservice has a whole service,
-// with ContextInFlight's interceptors beside it. Shadow, OnDecision and Logger are as in
-// Middleware. It must not be changed once in use; it is safe for concurrent use.
+// ContextLimiter needs nothing but the standard library. The module's
+// examples/grpcservice has a whole service, with ContextInFlight's interceptors beside
+// it. Shadow, OnDecision and Logger are as in Middleware. A ContextLimiter must not be
+// changed once in use. It is safe for concurrent use.
 type ContextLimiter struct {
 	// Limiter decides each call, with n = 1. Required.
 	Limiter Limiter
 	// Key is a call's limiter key, from its context (gRPC metadata, an authenticated
-	// identity). Required. Its error is Limit's, and the limiter is not asked.
+	// identity). Required. Limit returns its error, and the limiter is not asked.
 	Key func(ctx context.Context) (string, error)
-	// MaxKeyLength bounds a key's length in bytes: 256 when 0, as Middleware's. A longer
-	// key, or one that holds control characters, is refused with an error, and the
-	// limiter is not asked: keys that callers choose must not make memory without bound.
+	// MaxKeyLength bounds a key's length in bytes: 256 when 0, as in Middleware. A longer
+	// key, or one that holds control characters, is refused with an error that wraps
+	// ErrInvalidKey. The limiter is then not asked. Keys that callers choose must not use
+	// memory without bound.
 	MaxKeyLength int
 	// Policy names the limit in OnDecision's events: "default" when empty.
 	Policy string
-	// Priority, when set, is a call's priority (its method's class, say): the limiter
-	// decides it at that priority (see Middleware.Priority); without it, the context's.
+	// Priority, when set, is a call's priority (its method's class, say). The limiter
+	// decides the call at that priority (see Middleware.Priority). Without Priority, the
+	// call has its context's priority.
 	Priority func(ctx context.Context) Priority
-	// Error is called when the limiter fails, and returns Limit's error: nil lets the
-	// call go on (fail open), which is what a nil Error does.
+	// Error is called when the limiter fails, and returns Limit's error. Returning nil
+	// lets the call go on (fail open). A nil Error does the same.
 	Error func(ctx context.Context, err error) error
 	// Shadow decides and counts every call but denies none (see Middleware.Shadow).
 	Shadow bool
@@ -73,9 +77,11 @@ type ContextLimiter struct {
 	Logger *slog.Logger
 }
 
-// Limit decides one call: nil when it may go on (after the Decision's Delay, for a
-// shaping algorithm), a *DeniedError when the limit denies it, the Key function's error,
-// Error's for a failed limiter, or ctx's when it ends during the Delay.
+// Limit decides one call. It returns nil when the call may go on. For a shaping
+// algorithm, it first waits out the Decision's Delay. It returns a *DeniedError when the
+// limit denies the call. Other errors are the Key function's, or Error's for a failed
+// limiter. When ctx ends during the Delay, or the limiter fails once ctx is done, the
+// error is ctx's.
 func (c *ContextLimiter) Limit(ctx context.Context) error {
 	if c == nil || c.Limiter == nil || c.Key == nil {
 		return errors.New("ratelimit: ContextLimiter without a Limiter or a Key function")
@@ -112,44 +118,46 @@ func (c *ContextLimiter) Limit(ctx context.Context) error {
 	return nil
 }
 
-// ContextInFlight bounds the calls of a key in progress at once, for interceptors that
-// wrap a handler (gRPC's unary and stream interceptors, whose key comes from the call's
-// context): Acquire before the handler runs, and call the release it returns when the
-// handler returns. While the call runs its lease is extended every half lease duration,
-// so that a call that outlives its lease keeps its place; a crashed instance's leases come
-// back by themselves. examples/grpcservice has the interceptors. Shadow, OnDecision and
-// Logger are as in Middleware. It must not be changed once in use; it is safe for
-// concurrent use.
+// ContextInFlight bounds the calls of a key in progress at once. It is for interceptors
+// that wrap a handler, such as gRPC's unary and stream interceptors. A call's key comes
+// from its context. Call Acquire before the handler runs. Call the release it returns
+// when the handler returns.
+//
+// While the call runs, its lease is extended every half lease duration. That way, a call
+// that outlives its lease duration keeps its place. The leases of a crashed instance come
+// back by themselves. The module's examples/grpcservice has the interceptors.
+//
+// Shadow, OnDecision and Logger are as in Middleware. A ContextInFlight must not be
+// changed once in use. It is safe for concurrent use.
 type ContextInFlight struct {
 	// InFlight is the limit. Required.
 	InFlight *InFlightLimiter
-	// Key is a call's limiter key, from its context. Required. Its error is Acquire's.
+	// Key is a call's limiter key, from its context. Required. Acquire returns its error.
 	Key func(ctx context.Context) (string, error)
 	// MaxKeyLength bounds a key's length in bytes (see ContextLimiter.MaxKeyLength).
 	MaxKeyLength int
-	// Limit, when set, is a call's limit instead of InFlight's own (a method's, say); 0
+	// Limit, when set, is a call's limit (a method's, say), instead of InFlight's own. 0
 	// or less means none for this call.
 	Limit func(ctx context.Context) int64
-	// Priority, when set, is a call's priority: the limit keeps its reserve for more
+	// Priority, when set, is a call's priority. The limit keeps its reserve for more
 	// important calls (see ContextLimiter.Priority).
 	Priority func(ctx context.Context) Priority
-	// Error is called when the limit's store fails, and returns Acquire's error: nil lets
-	// the call go on without a lease (fail open), which is what a nil Error does.
+	// Error is called when the limit's store fails, and returns Acquire's error. Returning
+	// nil lets the call go on without a lease (fail open). A nil Error does the same.
 	Error func(ctx context.Context, err error) error
-	// Shadow acquires as without it but denies no call (see Middleware.Shadow).
+	// Shadow acquires leases as usual, but denies no call (see Middleware.Shadow).
 	Shadow bool
 	// OnDecision, when set, sees every decision (see Middleware.OnDecision).
 	OnDecision func(ctx context.Context, e Event)
 	// Logger, when set, receives at Warn level a store's error after which the call went
-	// on, and a lease that could not be released or extended.
+	// on. It also receives the failure to release or extend a lease.
 	Logger *slog.Logger
 }
 
-// Acquire takes one of the leases of the key of the call in ctx, and returns the function
-// that gives it back. Call release once the handler has returned; it never fails, and a
-// second call does nothing. When every lease of the key is held, the error is a
-// *DeniedError whose InFlight is set. Other errors are the Key function's, or Error's for
-// a failed store.
+// Acquire takes one of the leases of the call's key, and returns the function that gives
+// it back. Call release once the handler has returned. It never fails, and a second call
+// does nothing. When every lease of the key is held, the error is a *DeniedError whose
+// InFlight is set. Other errors are the Key function's, or Error's for a failed store.
 func (c *ContextInFlight) Acquire(ctx context.Context) (release func(), err error) {
 	if c == nil || c.InFlight == nil || c.Key == nil {
 		return nil, errors.New("ratelimit: ContextInFlight without an InFlight limiter or a Key function")
@@ -189,19 +197,23 @@ func (c *ContextInFlight) Acquire(ctx context.Context) (release func(), err erro
 	return release, nil
 }
 
-// DeniedError is the error of a call a limit denied: its Decision says when to retry.
-// gRPC's conventions carry that wait in the status details, as google.rpc.RetryInfo's
-// retry_delay, and in the grpc-retry-pushback-ms trailer (gRFC A6), which clients with a
-// retry policy honour; RetryAfter is the value for both (examples/grpcservice sets
-// them). A call refused for want of a key is not denied: its error wraps ErrInvalidKey.
+// DeniedError is the error of a call that a limit denied. Its Decision says when to
+// retry. gRPC's conventions carry that wait in the status details, as
+// google.rpc.RetryInfo's retry_delay. They also carry it in the grpc-retry-pushback-ms
+// trailer (gRFC A6). Clients with a retry policy honour both. RetryAfter is the value for
+// both, and the module's examples/grpcservice sets them. A call refused for want of a key
+// is not denied: its error wraps ErrInvalidKey.
 type DeniedError struct {
+	// Decision is the decision that denied the call.
 	Decision Decision
-	// InFlight says that the in-flight limit denied it: every lease of its key is held.
+	// InFlight reports that the in-flight limit denied the call: every lease of its key
+	// is held.
 	InFlight bool
 }
 
-// RetryAfter is when the call may be retried: the Decision's RetryAfter, or a second for
-// an in-flight limit (a lease may come back at any moment), at least a millisecond.
+// RetryAfter is how long to wait before retrying the call. It is the Decision's
+// RetryAfter, at least a millisecond. For the in-flight limit it is one second, as a
+// lease may come back at any moment.
 func (e *DeniedError) RetryAfter() time.Duration {
 	if e.InFlight {
 		return time.Second
