@@ -23,10 +23,10 @@ func shareCapacity(req core.Request) int64 {
 
 var _ core.BatchStore = (*Store)(nil)
 
-// ApplyAll decides reqs all or none: on the primary within the timeout (atomically when
-// it is a core.BatchStore, else one by one with refunds), or, when the primary
-// cannot decide, by the policy on the secondary, with each rule's share, all or none
-// again. Errors as Apply's.
+// ApplyAll decides reqs all or none. It asks the primary within the timeout: atomically
+// when the primary is a core.BatchStore, else one by one with refunds. When the primary
+// cannot decide, it decides by the policy on the secondary, with each rule's share, all
+// or none again. Its errors are Apply's.
 func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

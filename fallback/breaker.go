@@ -16,8 +16,8 @@ const (
 	Closed BreakerState = iota
 	// Open: decisions go to the secondary, and none waits for the primary.
 	Open
-	// HalfOpen: one probe goes to the primary; the others go to the secondary until it
-	// answers. A success closes the breaker, a failure opens it again.
+	// HalfOpen: one probe goes to the primary. The others go to the secondary until it
+	// answers. A success closes the breaker, and a failure opens it again.
 	HalfOpen
 )
 
@@ -35,30 +35,32 @@ func (s BreakerState) String() string {
 
 // Breaker configures the circuit breaker. A zero field means its default.
 //
-// The breaker opens when, among the calls of the primary that ended in the last Window,
-// at least MinCalls were made and at least FailureRate of them failed. A call fails when
-// it stays unanswered for Unanswered, or returns an error wrapping
-// ratelimit.ErrUnavailable. A rate over a window, as resilience libraries use, keeps a
-// burst of callers timing out together under a CPU spike from opening it. Timeouts without an error open it only
-// once they have gone on into a second tenth of the Window: a burst of them within a
-// tenth (the process starved of CPU as a load starts) does not, even with no answer
-// beside them.
+// The breaker opens when at least MinCalls calls of the primary ended in the last
+// Window, and at least FailureRate of them failed. A call fails when it returns an error
+// wrapping ratelimit.ErrUnavailable, or stays unanswered for Unanswered.
+//
+// Under a CPU spike, callers time out together. A rate over a window keeps such a burst
+// from opening the breaker. Timeouts without an error open it only once they last into a
+// second tenth of the Window. A burst of them within a tenth does not open it, even with
+// no answer beside them. That is the process starved of CPU as a load starts.
 type Breaker struct {
 	// FailureRate is the share of failed calls that opens the breaker, in (0, 1] (0.5).
 	FailureRate float64
 	// MinCalls is how many calls the window must hold before its rate counts (20).
 	MinCalls int
-	// Window is how far back calls count (1s), in 10 slices that age out one by one.
+	// Window is how far back calls count (1s).
 	Window time.Duration
 	// OpenFor is how long the breaker stays open before it lets a probe through (1s).
 	OpenFor time.Duration
-	// Unanswered is how long a call of the primary may go unanswered before it counts as
-	// a failure (100ms, and never less than the timeout's maximum, WithMaxTimeout). A
-	// call the decision stopped waiting for at the timeout but that the primary answers
-	// within it is a slow primary, not a failed one: it counts as an answer.
+	// Unanswered is how long a call of the primary may go unanswered before it counts
+	// as a failure (100ms). It is never less than the timeout's maximum (WithMaxTimeout).
+	// A call the decision stopped waiting for at the timeout may still be answered within
+	// Unanswered. That is a slow primary, not a failed one, and counts as an answer.
 	Unanswered time.Duration
 }
 
+// slices is how many slices of Breaker.Window the breaker counts calls in. They age out
+// one by one, and a burst of timeouts within one slice does not open it (see tripped).
 const slices = 10
 
 // breaker is a failure-rate circuit breaker. Closed, a call costs a clock read and two

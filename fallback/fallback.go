@@ -1,23 +1,25 @@
-// Package fallback is a fail-open ratelimit.Store: it asks a primary store (Redis) first,
-// within a short timeout and behind a circuit breaker, and when the primary cannot decide
-// it decides on a secondary store (in memory) with a share of the rule, so that the
-// application keeps serving and keeps its protection.
+// Package fallback provides a fail-open ratelimit.Store. It asks a primary store
+// (Redis) first, within a short timeout and behind a circuit breaker. When the primary
+// cannot decide, the store decides on a secondary store (in memory) with a share of the
+// rule. So the application keeps serving, and keeps its protection.
 //
 //	store := fallback.New(redisstore.New(client), localstore.New(), fallback.WithInstances(20))
 //	limiter, err := tokenbucket.New(store, rule, ratelimit.WithNamespace("api"))
 //
 // While the primary is down, each of n instances enforces 1/n of every rule on its
-// secondary (WithInstances, or WithInstanceCount for a number learned at run time), and
-// while it decides, each instance mirrors its decisions onto its share. While all of them
-// decide on their shares, the instances together admit no more than the rule; over an
-// interval that spans the primary's going away or coming back, never more than twice the
-// rule (the bound, in Store's doc).
-// A decision waits for the primary at least the timeout (WithTimeout, 5ms by default),
-// longer while the primary answers slower (up to WithMaxTimeout): see WithTimeout for
-// the breaker and how to choose it, and New for the go-redis settings that go with it. WithHooks reports decisions by source, the
-// primary's errors and latency, and the breaker's changes of state, with plain callbacks,
-// for Prometheus or OpenTelemetry; WithLogger logs the breaker's openings with their
-// cause.
+// secondary. The instances together admit at most the rule, or twice the rule over an
+// interval in which the primary goes away or comes back. Set n with WithInstances, or
+// with WithInstanceCount for a number learned at run time. While the primary decides,
+// each instance mirrors its decisions onto its share. Store's doc details the bound.
+//
+// A decision waits for the primary at least the timeout (WithTimeout, 5ms by default).
+// It waits longer while the primary answers slower, up to WithMaxTimeout (50ms by
+// default). WithTimeout describes the breaker and how to choose the timeout. New gives
+// the go-redis settings that go with it.
+//
+// WithHooks reports decisions by source, the primary's errors and latency, and the
+// breaker's changes of state. Its plain callbacks suit Prometheus or OpenTelemetry.
+// WithLogger logs each opening of the breaker with its cause.
 package fallback
 
 import (
@@ -73,18 +75,20 @@ func (s Source) String() string {
 	return "secondary"
 }
 
-// Hooks are callbacks for metrics and logs; a nil one is not called. They run on the
-// decision's goroutine and must be fast and safe for concurrent use.
+// Hooks are callbacks for metrics and logs. A nil hook is not called. Hooks run on the
+// decision's goroutine, and must be fast and safe for concurrent use.
 type Hooks struct {
-	// OnDecision is called once for each decision made, a take (AllowN, an in-flight
-	// acquire, each request of an ApplyAll), with its source, and the time the primary
-	// took when the source is Primary; not for errors, nor for the calls that decide
-	// nothing (peeks, refunds, resets, a lease's release or extension).
+	// OnDecision is called once for each decision, with its source. A decision is a take:
+	// AllowN, an in-flight acquire, or each request of an ApplyAll. When the source is
+	// Primary, latency is the time the primary took. It is not called for errors. Nor is it
+	// called for what decides nothing: peeks, refunds, resets, a lease's release or
+	// extension.
 	OnDecision func(source Source, latency time.Duration)
-	// OnPrimaryError is called for each failed call of the primary, with its error, and
-	// whether it counted as a failure for the breaker; and for each decision that stopped
-	// waiting at the timeout (an error wrapping context.DeadlineExceeded, not a failure:
-	// the call goes on, and counts as a failure only if it stays unanswered).
+	// OnPrimaryError is called for each failed call of the primary, with its error.
+	// With failure true, the breaker counted it as a failure. It is also called for
+	// each decision that stopped waiting at the timeout. Its error then wraps
+	// context.DeadlineExceeded, and is no failure. The call goes on, and counts as a
+	// failure only if it stays unanswered.
 	OnPrimaryError func(err error, failure bool)
 	// OnStateChange is called when the breaker changes state.
 	OnStateChange func(from, to BreakerState)
@@ -94,39 +98,50 @@ type Hooks struct {
 //
 // # While the primary is down
 //
-// With WithInstances(n), or WithInstanceCount(f) for a number learned at run time (see
-// members.Members), each of n instances enforces 1/n of every rule on its secondary,
-// never rounded up. Limit and Burst are divided by n and rounded down. A share below 1
-// per Period becomes 1 per a longer Period (2 per second over 5 instances: 1 per 3
-// seconds each), and Burst is at least 1. With 4 instances and a limit of 100, each admits 25. An
-// in-flight limit (ratelimit.InFlightLimiter) is divided likewise, at least one lease
-// each; the leases taken on the primary are mirrored onto the share (below), so that
-// their releases and extensions find them there while the primary is down. A decision
-// on a share reports the rule's Limit (a client reads it as the limit), and the share's
-// Remaining.
-// WithPolicy chooses instead to allow everything (FailOpen) or deny everything
-// (FailClosed) while the primary is down.
+// Each of n instances enforces 1/n of every rule on its secondary. Set n with
+// WithInstances(n), or with WithInstanceCount(f) for a number learned at run time (see
+// members.Members). Limit and Burst are divided by n and rounded down, never up. With 4
+// instances and a limit of 100, each admits 25. A share below 1 per Period becomes 1 per
+// a longer Period: 2 per second over 5 instances is 1 per 3 seconds each. Burst is at
+// least 1. An in-flight limit (ratelimit.InFlightLimiter) is divided likewise, with at
+// least one lease each.
 //
-// While the primary decides, each instance mirrors its decisions onto its share: an
-// admission takes from the share, a denial (the key spent cluster-wide) empties it. So a
-// share never hands out again what the primary has just admitted, and a breaker that
-// flaps does not let each store admit a full allowance in turn.
+// A decision on a share reports the rule's Limit, which a client reads as the limit,
+// and the share's Remaining. WithPolicy can instead allow everything (FailOpen) or deny
+// everything (FailClosed) while the primary is down.
 //
-// A breaker opened by calls gone unanswered means a slow primary, or a process starved
-// of CPU, while other instances may still decide on the primary. So what the share then
-// admits or debits is charged to the primary too, as debits, within 10ms, in the
-// background. A take with a receipt is charged with a receipt of the primary's, and its
-// settlement goes there, if it comes within 10 minutes; later, to the share. A refund
-// of a take the primary counted waits for it too. A breaker opened by errors means an
-// outage: nothing decided locally is replayed into the primary, but the refunds of its
-// takes are given back once it answers. A primary that restarted without its data gives
-// them back from what it counted since: a window's count, not a bucket's.
+// # While the primary decides
 //
-// The bound. Over any interval, the instances together admit at most twice the rule:
-// what the rule allows on the primary, plus their shares' allowances, each less what the
-// primary admitted for its instance. The second rule is whole only when the primary had
-// admitted nothing for the instances that then decide locally. When a rule is smaller than n at once (2 at once over 5 instances),
-// each share still holds 1, so n may pass at once.
+// Each instance mirrors its decisions onto its share. An admission takes from the
+// share. A denial means the key is spent cluster-wide, and empties the share. So a share
+// never hands out again what the primary has just admitted. A breaker that flaps does
+// not let each store admit a full allowance in turn. The leases of an in-flight limit are
+// mirrored too. Their releases and extensions find them on the share while the primary
+// is down.
+//
+// # A slow primary and a down one
+//
+// When calls left unanswered open the breaker, the primary is slow, or the process is
+// starved of CPU. Other instances may still decide on the primary. So what the share then
+// admits or debits is charged to the primary too, as debits, in the background, within
+// 10ms. A take with a receipt is charged with a receipt of the primary's. Its settlement
+// goes to the primary if it comes within 10 minutes, and to the share after that. A refund of a take the
+// primary counted waits for the primary too.
+//
+// When errors open the breaker, it is an outage. Nothing decided locally is then replayed
+// into the primary. The refunds of its takes are given back once it answers. A primary
+// that restarted without its data gives them back from what it counted since: a
+// window's count, not a bucket's.
+//
+// # The bound
+//
+// While all instances decide on their shares, they together admit at most the rule.
+// Over any interval, the instances together admit at most twice the rule. That is what
+// the rule allows on the primary, plus the shares' allowances. Each share's allowance is
+// less what the primary admitted for its instance. So the second rule is whole only when
+// the primary had admitted nothing for the instances that then decide locally. A rule
+// smaller than n at once (2 at once over 5 instances) still gives each share 1. So n may
+// pass at once.
 type Store struct {
 	primary, secondary ratelimit.Store
 	instances          int64
@@ -151,21 +166,21 @@ type Store struct {
 
 var _ ratelimit.Store = (*Store)(nil)
 
-// New returns a Store that asks primary first and secondary when primary cannot decide.
-// It panics with a message that says so for a nil store or a nil option, as net/http does
-// for a nil handler: a fallback without a secondary would fail only during an outage.
+// New returns a Store that asks primary first, and secondary when primary cannot
+// decide. It panics for a nil store or a nil option, as net/http does for a nil
+// handler. A fallback without a secondary would fail only during an outage.
 //
 // # go-redis settings
 //
 // For the timeout to stop the work as well as the wait, let go-redis honour context
-// deadlines, and keep its own timeouts short so that an outage does not pile up
-// connections and goroutines: redisstore.Recommended sets all of it,
+// deadlines. Keep its own timeouts short, so that an outage does not pile up connections
+// and goroutines. All of it is set by redisstore.Recommended:
 //
 //	client := redis.NewClient(redisstore.Recommended(&redis.Options{Addr: addr}))
 //
-// and call redisstore's LoadScripts before serving: it loads the scripts and opens the
-// connections the first decisions will use, so that none of them pays a dial and a
-// handshake inside its timeout.
+// Call redisstore's LoadScripts before serving. It loads the scripts and opens the
+// connections the first decisions will use. So no decision pays a dial and a handshake
+// inside its timeout.
 func New(primary, secondary ratelimit.Store, opts ...Option) *Store {
 	if core.IsNil(primary) || core.IsNil(secondary) {
 		panic("fallback: New needs a primary and a secondary store; one is nil")
@@ -213,8 +228,9 @@ func New(primary, secondary ratelimit.Store, opts ...Option) *Store {
 func (s *Store) BreakerState() BreakerState { return BreakerState(s.breaker.state.Load()) }
 
 // Apply decides req on the primary, or on the secondary when the primary cannot. It
-// returns an error for an invalid request (before asking either store), ctx.Err() when
-// the caller's context ends, and the secondary's errors; never the primary's.
+// never returns the primary's errors. It returns an error for an invalid request, before
+// asking either store. It returns ctx.Err() when the caller's context ends, and the
+// secondary's errors.
 func (s *Store) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return core.Outcome{}, err

@@ -12,29 +12,34 @@ import (
 
 var _ core.Lender = (*Store)(nil)
 
-// Lend lends from the primary, when it is a core.Lender and the breaker lets a call
-// through. Loans to a holder (the refills of hotkey.Leases) wait for the primary as long
-// as ctx allows (a refill, not a decision: no timeout of the store's applies), and never
-// fall back to the secondary: the events lent are the primary's, which every instance
-// shares, while the secondary's shares are this instance's alone. Loans that only give
-// back are sent while the breaker is open too. A loan's Receipt holds the primary's, as
-// a take's does (see Apply). When the primary
-// cannot lend (the breaker is open, it fails, or it is no Lender), they fail with an
-// error wrapping ratelimit.ErrUnavailable: the holders' leases then run out by
-// themselves, and their requests are decided here, on the shares. With the LocalShare
-// policy, what the primary lends a holder is taken from this instance's shares too (and
-// a key that lends less than asked empties them, as a denial does), as Apply mirrors a
-// take: what a lease spends
-// through an outage is spent from the shares, and the two together admit the rule.
+// Lend lends from the primary, when the primary is a core.Lender and the breaker lets a
+// call through.
 //
-// Partial takes (loans without a holder: AlgorithmLimiter.AllowAtMost) are decisions of
-// their own, decided as Apply decides a take: on the primary within the timeout, and
-// mirrored onto this instance's share; when the primary cannot (the breaker is open, it
-// fails, it does not answer in time, it does not lend), on the share, by the policy.
-// Like Apply, they never return the primary's errors. Partial debits (the charges of
-// events admitted before they were counted: hotkey.Leases') are no decisions: they wait
-// for the primary as long as ctx allows, are mirrored onto the shares, and go to the
-// shares alone when the primary cannot take them.
+// Loans to a holder, such as the refills of hotkey.Leases, wait for the primary as long
+// as ctx allows. They are refills, not decisions, so the store's timeout does not apply.
+// They never fall back to the secondary. The events lent are the primary's, which every
+// instance shares, while a share belongs to this instance alone. Loans that only give
+// back are sent while the breaker is open too. A loan's Receipt holds the primary's, as
+// a take's does (see Apply).
+//
+// When the primary cannot lend, loans to a holder fail with an error wrapping
+// ratelimit.ErrUnavailable. That is when the breaker is open, the primary fails, or it is
+// no Lender. The holders' leases then run out by themselves, and their requests are
+// decided here, on the shares. With the LocalShare policy, what the primary lends a
+// holder is taken from this instance's shares too. A key that lends less than asked
+// empties them, as a denial does. So what a lease spends through an outage is spent from
+// the shares, and the two together admit the rule.
+//
+// Partial takes are loans without a holder (AlgorithmLimiter.AllowAtMost). They are
+// decided as Apply decides a take: on the primary within the timeout, and mirrored onto
+// this instance's share. When the primary cannot decide them, they go to the share, by
+// the policy. That is when the breaker is open, or the primary fails, is late, or does
+// not lend. Like Apply, they never return the primary's errors.
+//
+// Partial debits charge events admitted before they were counted, as hotkey.Leases
+// does. They are not decisions. They wait for the primary as long as ctx allows, and are
+// mirrored onto the shares. They go to the shares alone when the primary cannot take
+// them.
 func (s *Store) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -14,70 +14,79 @@ type optionFunc func(*Store)
 
 func (f optionFunc) apply(s *Store) { f(s) }
 
-// WithInstanceCount makes the number of instances sharing the rule while the primary is
-// down whatever count returns at each decision (less than 1 means 1): the number of
-// instances alive, learned while the primary was up, such as members.Members.Count.
-// It replaces WithInstances.
+// WithInstanceCount asks count, at each decision, how many instances share the rule
+// while the primary is down. Less than 1 means 1. Pass the number of instances alive,
+// learned while the primary was up, such as members.Members.Count. It replaces
+// WithInstances.
 func WithInstanceCount(count func() int) Option {
 	return optionFunc(func(s *Store) { s.count = count })
 }
 
-// WithInstances says how many instances share the rule while the primary is down: each
-// enforces 1/n of it (1 by default: the whole rule; less than 1 means 1).
+// WithInstances sets how many instances share the rule while the primary is down. Each
+// enforces 1/n of it. The default is 1, the whole rule; less than 1 means 1.
 func WithInstances(n int) Option {
 	return optionFunc(func(s *Store) { s.instances, s.count = int64(max(1, n)), nil })
 }
 
-// WithTimeout sets the least a decision waits for the primary (DefaultTimeout by
-// default; 0 or less means the default): that long beyond the primary's measured tail
-// (see Timeout and WithMaxTimeout), whatever the primary's client does with its context,
-// after which it is decided on the secondary.
+// WithTimeout sets the least a decision waits for the primary. After it, the decision
+// is made on the secondary. The default is DefaultTimeout (5ms); 0 or less means the
+// default. A decision waits that long beyond the primary's measured tail, up to
+// WithMaxTimeout (see Timeout). The store stops waiting then, whatever the primary's
+// client does with its context.
 //
 // # Timeout and breaker
 //
-// A decision the primary has not answered within the timeout is decided on the
-// secondary, but its call goes on: an answer that comes later is a primary that is slow,
-// not one that is down. It counts as an answer for the breaker. Its time counts in the
-// round trip the timeout follows (see Timeout), up to WithMaxTimeout (50ms by default).
-// A lease of an in-flight limit it granted is released at once, since nobody holds it.
-// So a Redis a zone away, a jittery network or a busy
-// CPU make decisions wait longer for Redis, never send them to the shares wholesale.
+// A decision the primary has not answered within the timeout is made on the secondary.
+// Its call goes on. An answer that comes later is a slow primary, not a down one. It
+// counts as an answer for the breaker. Its time counts in the round trip the timeout
+// follows, up to WithMaxTimeout (50ms by default). A lease of an in-flight limit that
+// such an answer grants is released at once, since nobody holds it. So a Redis a zone
+// away, a jittery network or a busy CPU make decisions wait longer for Redis. They never
+// send them to the shares wholesale.
 //
-// A call is a failure when it fails with an error wrapping ratelimit.ErrUnavailable,
-// or stays unanswered for the breaker's Unanswered (100ms). When at least half of the
-// calls that ended in the last second failed, and there were at least 20, the breaker
-// opens (see Breaker): for a second no decision tries the primary, so none waits. Calls
-// left unanswered within a tenth of a second of each other (the process starved of CPU
-// for a moment) do not open it, unless an error comes with them; a primary that is down
-// opens it within about 200ms of traffic, and below 20 calls a second it stays closed,
-// each call paying the timeout. Then a single probe goes to the primary; its answer
-// closes the breaker, its failure opens it for another second. An error that says
-// nothing about availability (a missing script, say) is answered from the secondary
-// too, but does not count as a failure; neither does a caller that gives up: a decision
-// whose context ends returns ctx.Err().
+// A call fails when it returns an error wrapping ratelimit.ErrUnavailable, or stays
+// unanswered for the breaker's Unanswered (100ms). The breaker opens when at least 20
+// calls ended in the last second, and at least half of them failed (see Breaker). Then,
+// for a second, no decision tries the primary, so none waits. After that, a single probe
+// goes to the primary. Its answer closes the breaker, and its failure opens it for another
+// second.
 //
-// A take the primary is too slow for is decided on the secondary, and the primary counts
-// what the instance admitted once, at what it cost, however late it answers (within a
-// second). Where it admitted the take too, the share's take is the mirror of the
-// primary's, and the take's settlement (a Charge's) goes to the primary. Where the share
-// admitted what the primary denied, or never received, the primary is charged it as a
-// debit. A take the share would deny waits for the primary a while longer (up to the
-// breaker's Unanswered, 100ms): a share holds 1/n of the rule, and a slow primary decides
-// better. Where the share denied what the primary admitted later still, the primary
-// gives back a take that carries a receipt; one without stays counted there. Watch
-// OnDecision's sources, and OnPrimaryError's timeouts.
+// A primary that is down opens the breaker within about 200ms of traffic. Below 20 calls
+// a second, the breaker stays closed, and each call pays the timeout. Calls left
+// unanswered within a tenth of a second of each other do not open it, unless an error
+// comes with them. They are the process starved of CPU for a moment.
+//
+// An error that says nothing about availability, such as a missing script, is also
+// answered from the secondary. It does not count as a failure. Neither does a caller that
+// gives up: a decision whose context ends returns ctx.Err().
+//
+// # A slow primary
+//
+// A take the primary is too slow for is decided on the secondary. The primary still
+// counts what the instance admitted, once, at what it cost, if it answers within a
+// second. If the primary admitted the take too, the share's take is its mirror. The
+// take's settlement (a Charge's) then goes to the primary. If the share admitted what the
+// primary denied or never received, the primary is charged it as a debit. If the share
+// denied what the primary admitted later, the primary gives back a take with a receipt.
+// A take without one stays counted there.
+//
+// A take the share would deny waits a while longer for the primary, up to the breaker's
+// Unanswered (100ms). A share holds only 1/n of the rule, and a slow primary decides
+// better. Watch OnDecision's sources and OnPrimaryError's timeouts.
 //
 // # Choosing the timeout
 //
-// The timeout is what a decision may always wait for the primary, before the round trip
-// is known and whatever it is: above the primary's usual round trip where the
-// application runs, with room for the slow ones (OnDecision reports the primary's
-// latency of every decision it makes; or redis-cli --latency from an instance). The
-// default of 5ms suits a Redis on the same host or in the same zone; the timeout then
-// follows a Redis further away by itself, up to WithMaxTimeout (BENCHMARKS.md has the
-// share Redis decides 1, 2.5 and 4ms away, with jitter and held replies). A reply that comes after its
-// decision's timeout is still read by redisstore, and its connection kept, so a slow
-// moment does not cost the next decisions a new connection.
+// The timeout is what a decision may always wait for the primary, whatever the round
+// trip. Set it above the primary's usual round trip where the application runs, with
+// room for the slow ones. OnDecision reports the primary's latency for each decision it
+// makes. redis-cli --latency, run from an instance, measures it too.
+//
+// The default of 5ms suits a Redis on the same host or in the same zone. The timeout
+// then follows a Redis further away by itself, up to WithMaxTimeout. BENCHMARKS.md gives
+// the share of decisions Redis makes at 1, 2.5 and 4ms away, with jitter and held
+// replies. A reply that comes after its decision's timeout is still read by redisstore,
+// which keeps its connection. So a slow moment does not cost the next decisions a new
+// connection.
 func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(s *Store) {
 		if d > 0 {
@@ -86,9 +95,9 @@ func WithTimeout(d time.Duration) Option {
 	})
 }
 
-// WithMaxTimeout bounds how far the timeout follows the primary's measured round trip
-// (DefaultMaxTimeout by default; a value below the timeout means the timeout, which then
-// stays as WithTimeout set it). See WithTimeout.
+// WithMaxTimeout bounds how far the timeout follows the primary's measured round trip.
+// The default is DefaultMaxTimeout (50ms). A value below the timeout means the timeout,
+// which then stays as WithTimeout set it. See WithTimeout.
 func WithMaxTimeout(d time.Duration) Option {
 	return optionFunc(func(s *Store) {
 		if d > 0 {
@@ -134,13 +143,15 @@ func WithHooks(h Hooks) Option {
 //   - the primary's errors that open nothing (a missing script), at most one a second;
 //   - once a minute, a timeout that follows a primary slower than WithTimeout.
 //
-// At Info, it logs each time the primary decides again. nil, the default, logs nothing.
+// At Info, it logs each time the primary decides again. A nil logger, the default, logs
+// nothing.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(s *Store) { s.log = l })
 }
 
-// WithClock sets the clock of the breaker and of the latency hooks (clock.NewMonotonic()
-// by default; nil means the default). It does not change the stores' clocks.
+// WithClock sets the clock of the breaker and of the latency hooks. The default is
+// clock.NewMonotonic(), and nil means the default. It does not change the stores'
+// clocks.
 func WithClock(c clock.Clock) Option {
 	return optionFunc(func(s *Store) {
 		if c != nil {

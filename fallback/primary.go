@@ -12,13 +12,13 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/trace"
 )
 
-// Timeout is how long a decision waits for the primary now. That is the primary's tail
-// (the time within which it gave 99.5% of its answers over the last second or two, late
-// answers included) plus the timeout of WithTimeout, or twice the tail if longer, up to
-// WithMaxTimeout. While too few answers were seen, it is the timeout alone. The slack is
-// there because the moments a machine is
-// slow (a CPU busy elsewhere, a virtual machine's CPU waking) come in bursts that the
-// past second's tail does not foresee.
+// Timeout is how long a decision waits for the primary now. It is the primary's tail
+// plus the timeout of WithTimeout, or twice the tail if longer, up to WithMaxTimeout.
+// The tail is the time within which the primary gave 99.5% of its answers over the last
+// second or two, late answers included. While too few answers were seen, Timeout is the
+// timeout alone. The slack covers a machine's slow moments, such as a CPU busy elsewhere
+// or a virtual machine's CPU waking. They come in bursts that the past second's tail does
+// not foresee.
 func (s *Store) Timeout() time.Duration {
 	tail := time.Duration(s.rtt.tail.Load())
 	return min(max(tail+s.timeout, 2*tail), max(s.timeout, s.maxTimeout))
