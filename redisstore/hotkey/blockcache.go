@@ -13,14 +13,17 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
-// BlockCache answers a key that was denied, with the same rule and the same n, from
-// memory until its RetryAfter has passed: an abuser who keeps hammering a denied key
-// costs Redis nothing. Decisions from the cache are the denial's, with the RetryAfter and
-// ResetAfter left (a larger n would need longer, a smaller one may fit: both are asked).
-// Requests that keep a reserve for more important ones (Request.Reserve: priorities) are
-// blocked apart, each by a denial that kept the same: a critical request may fit where a
-// sheddable one did not, and what it takes makes the others wait longer, so a request
-// admitted through the cache ends the key's blocks, as a refund or a reset does.
+// BlockCache answers a denied key from memory until its RetryAfter has passed. It does
+// so for requests with the same rule and the same n. So an abuser who keeps hammering a
+// denied key costs Redis nothing. A decision from the cache is the denial, with the
+// RetryAfter and ResetAfter left. A request of another n goes to the next store: a
+// larger n would need longer, and a smaller one may fit.
+//
+// Requests that keep a reserve for more important ones (Request.Reserve: priorities)
+// are blocked apart. Each is blocked only by a denial that kept the same reserve. A
+// critical request may fit where a sheddable one did not. What it takes makes the others
+// wait longer. So a request admitted through the cache ends the key's blocks, as a
+// refund or a reset does.
 type BlockCache struct {
 	next    ratelimit.Store
 	cfg     hotConfig
@@ -153,10 +156,10 @@ func (bl *block) unblock() {
 
 var _ core.Lender = (*BlockCache)(nil)
 
-// Lend lends on the next store, a core.Lender, so that a limiter over a BlockCache
-// grants part of a request (ratelimit.AlgorithmLimiter.AllowAtMost) and Leases lend
-// through it, as without it. Events granted end the key's blocks, as an admission does;
-// a next store that does not lend is an error wrapping errors.ErrUnsupported.
+// Lend lends on the next store, a core.Lender. So a limiter over a BlockCache grants
+// part of a request (ratelimit.AlgorithmLimiter.AllowAtMost), and Leases lend through
+// it, as without it. Events granted end the key's blocks, as an admission does. A next
+// store that does not lend gives an error wrapping errors.ErrUnsupported.
 func (b *BlockCache) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	l, ok := b.next.(core.Lender)
 	if !ok {

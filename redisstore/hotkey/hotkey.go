@@ -1,22 +1,27 @@
-// Package hotkey is for hot keys: one tenant sending 20,000 requests a second to one key
-// makes that key, and the Redis node that holds it, the bottleneck, and every request
-// waits for a round trip to it. Three Store decorators take the load off:
+// Package hotkey provides Store decorators that take the load of hot keys off Redis. A
+// hot key is one key asked many times a second, such as one tenant sending 20,000
+// requests a second. That key, and the Redis node that holds it, become the bottleneck.
+// Every request waits for a round trip to it.
+//
+// Leases admits at most one event per instance and key beyond the rule (WithTrust);
+// BlockCache and Shard none, but see Shard for small rules. The three decorators are:
 //
 //   - Leases decides a busy key's requests from events this instance holds on loan from
-//     Redis, refilled in the background: no round trip for them, one call per refill for
-//     every key refilled at once (token bucket, fixed window, sliding window counter,
-//     calendar quotas). Loans are conserved: no event is ever created.
+//     Redis. So those requests make no round trip. It refills its loans in the
+//     background, in one call for every key refilled at once. Loans are conserved: no
+//     event is ever created. It works for the token bucket, the fixed window, the
+//     sliding window counter and the calendar quotas.
 //   - Shard splits one limit over several keys, each with its share of the rule, on
-//     different Redis Cluster nodes (any algorithm).
-//   - BlockCache answers a key that was just denied without asking Redis until its
-//     RetryAfter has passed (any algorithm).
+//     different Redis Cluster nodes. It works for any algorithm.
+//   - BlockCache answers a key that was just denied without asking Redis, until its
+//     RetryAfter has passed. It works for any algorithm.
 //
-// Each wraps any ratelimit.Store (redisstore, or fallback around it; Leases one that
-// lends, a core.Lender) and handles only the requests ForRequests selects (all by
-// default); the others go straight through.
+// Each wraps any ratelimit.Store: redisstore, or fallback around it. Leases needs one
+// that lends (a core.Lender). Each handles only the requests ForRequests selects, all by
+// default. The others go straight through.
 //
-// Each decorator takes only the options that mean something to it, so that a misplaced
-// one (a refill interval given to a Shard) does not compile:
+// Each decorator takes only the options that mean something to it. So a misplaced one,
+// such as a refill interval given to a Shard, does not compile:
 //
 //   - ForRequests: all three (Option);
 //   - WithClock and WithMaxKeys: Leases and BlockCache, which remember keys (MemoryOption);
@@ -81,18 +86,17 @@ func (f anyOption) applyBlockCache(c *hotConfig)    { f(c) }
 func (f memoryOption) applyBlockCache(c *hotConfig) { f(c) }
 func (f shardOption) applyShard(c *hotConfig)       { f(c) }
 
-// ForRequests limits a decorator to the requests f selects (hot keys, or the rules of
-// large tenants); the others go straight to the next store. Nil means every request.
+// ForRequests limits a decorator to the requests f selects, such as hot keys or the
+// rules of large tenants. The others go straight to the next store. Nil means every
+// request.
 func ForRequests(f func(core.Request) bool) Option {
 	return anyOption(func(c *hotConfig) { c.only = f })
 }
 
-// WithRefill sets the refill interval of Leases (1s by default; 0 or less means the
-// default): a lease holds about its key's demand over this interval and a round trip, and
+// WithRefill sets the refill interval of Leases. The default is 1s; 0 or less means the
+// default. A lease holds about its key's demand over this interval and a round trip. It
 // is renewed at least once in it. A debt, a reset or a rule change reaches every
-// instance within it. Four times an interval the refiller looks at every lease (to top it
-// up, renew it, give back what it does not need, or end it), and refills a key that had
-// less to lend than asked: what the key accrued in that quarter.
+// instance within it.
 func WithRefill(d time.Duration) LeasesOption {
 	return leasesOption(func(c *hotConfig) {
 		if d > 0 {
@@ -101,9 +105,9 @@ func WithRefill(d time.Duration) LeasesOption {
 	})
 }
 
-// WithLeaseTTL sets how long a lease of Leases lasts unless renewed (2s by default; 0 or
-// less means the default), and so how long it serves through an outage of Redis, and
-// how long the events of an instance that died stay out.
+// WithLeaseTTL sets how long a lease of Leases lasts unless renewed. The default is 2s;
+// 0 or less means the default. A lease serves that long through an outage of Redis. The
+// events of an instance that died stay out that long too.
 func WithLeaseTTL(d time.Duration) LeasesOption {
 	return leasesOption(func(c *hotConfig) {
 		if d > 0 {
@@ -112,23 +116,27 @@ func WithLeaseTTL(d time.Duration) LeasesOption {
 	})
 }
 
-// WithInstanceCount tells Leases how many instances share the keys (members.Count, say),
-// so that a lease takes no more than a key has left divided by them, and a rule smaller
-// than the instances keeps the exact path. Without it, a lease takes no more than the
-// key has left divided by the instances holding a lease of it: the rule holds all the
-// same (trust is per instance, and loans conserved), but the first instance to ask a
-// scarce key gets more of it than its share.
+// WithInstanceCount tells Leases how many instances share the keys (members.Count, say).
+// A lease then takes no more than a key has left divided by them. A rule smaller than
+// the instances keeps the exact path.
+//
+// Without it, a lease takes no more than the key has left divided by the instances
+// holding a lease of it. The rule holds all the same, since trust is per instance and
+// loans are conserved. But the first instance to ask a scarce key gets more of it than
+// its share.
 func WithInstanceCount(count func() int) LeasesOption {
 	return leasesOption(func(c *hotConfig) { c.instances = count })
 }
 
-// WithTrust sets how many events of a key Leases admits on trust at a time (1 by
-// default; 0 or less: none): events admitted before the next store counted them, where
-// this instance holds no lease of the key, or its lease cannot decide yet. They are
-// charged to the next store at once, with the others of the next moments, as debits: a
-// key that had none owes them, and repays them from its next events. So beyond the rule,
-// at most trust events per instance per key are admitted at any moment. Without trust,
-// those requests take the exact path, as without Leases: a round trip each.
+// WithTrust sets how many events of a key Leases admits on trust at a time. The default
+// is 1; 0 or less means none. Events on trust are admitted before the next store counted
+// them. That happens where this instance holds no lease of the key, or its lease cannot
+// decide yet.
+//
+// They are charged to the next store at once, as debits. A key that had none left owes
+// them, and repays them from its next events. So beyond the rule, at most n events per
+// instance per key are admitted at any moment. Without trust, those requests take the
+// exact path, as without Leases: a round trip each.
 func WithTrust(n int) LeasesOption {
 	return leasesOption(func(c *hotConfig) { c.trust = int64(max(0, n)) })
 }
@@ -138,7 +146,7 @@ func WithRetries(n int) ShardOption {
 	return shardOption(func(c *hotConfig) { c.retries = max(0, n) })
 }
 
-// WithClock sets the clock of leases and blocks (clock.NewMonotonic() by default).
+// WithClock sets the clock of leases and blocks. The default is clock.NewMonotonic().
 func WithClock(c clock.Clock) MemoryOption {
 	return memoryOption(func(cfg *hotConfig) {
 		if c != nil {
@@ -147,9 +155,9 @@ func WithClock(c clock.Clock) MemoryOption {
 	})
 }
 
-// WithMaxKeys bounds the keys BlockCache remembers (100,000 by default; past it, the
-// expired ones are dropped, and if none is, the oldest half), and the keys Leases leases
-// and watches (past it, no key is added until one goes).
+// WithMaxKeys bounds the keys BlockCache remembers, and the keys Leases leases and
+// watches. The default is 100,000. Past it, BlockCache drops the expired keys, or the
+// oldest half if none has expired. Past it, Leases adds no key until one goes.
 func WithMaxKeys(n int) MemoryOption {
 	return memoryOption(func(c *hotConfig) {
 		if n > 0 {

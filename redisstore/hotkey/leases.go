@@ -17,85 +17,95 @@ import (
 )
 
 // Leases decides a key's requests in memory, on every instance, without waiting for the
-// next store: a core.Lender (redisstore, or fallback around it) that every instance
-// shares. The instances together admit what the rule allows, and at most one event per
-// instance more (WithTrust): beyond the rule, over any interval, only
+// next store. The next store is a core.Lender that every instance shares: redisstore,
+// or fallback around it. Leases starts a goroutine of its own. Close stops it, charges
+// what it admitted on trust, and gives back what it holds.
 //
-//   - the events each instance admits on trust, one at a time per key (the key's first
-//     request there, or its next once the last is charged): charged to the next store at
-//     once, as debits, so that a key admitted beyond its rule owes them and repays them
-//     from its next events;
-//   - the events the instances hold on loan at the interval's start: taken from the key
-//     before, counted there when lent, and admitted later (a lease's worth of a key's
-//     demand, at most what the key had left over the instances);
-//   - what the costs known after the answer debit (AlgorithmLimiter.Debit, Charge), as
-//     without leases;
-//   - what the next store admits without Redis: a fallback.Store decides a call that
-//     misses its timeout on the instance's share, at most the rule's burst over the
-//     instances, which the key pays back once Redis counts it (see fallback.Store).
+// Leases works for the algorithms that are core.Algorithm.Lendable: the token bucket,
+// the fixed window, the sliding window counter and the calendar quotas. Other algorithms
+// and peeks take the exact path, on the next store. So do rules whose Limit is smaller
+// than the instances, such as 5 a minute on 20 instances. LeasesStats.Exact counts them.
 //
-// And nothing is lost: with nothing failing, what the instances admitted, what they hold
-// on loan and what they give back at Close add up to what the rule allowed, and a key
-// asked beyond its rule is admitted its rule. A refill or a give-back whose answer is
-// lost (a timeout; it landed or not, or lands late) loses nothing either: each loan is
-// numbered and says what the instance counts out (core.Loan.Seq), so the key's next
-// one settles it. An ended key's give-back is sent again at each look until it is
-// answered, or its record ends.
+// # The bound
 //
-// How a request is decided, in this order:
-//   - from the events this instance holds on loan of its key (a lease), when it holds
-//     enough;
-//   - denied from memory while the key is known to have none: a denial, a debt, or a
-//     lease that lent less than asked, until its pace or its next refill;
-//   - on trust, while fewer than WithTrust events of the key are admitted and not yet
-//     charged here;
-//   - else on the next store (the exact path), as without Leases.
+// The instances together admit what the rule allows, and at most one event per instance
+// more (WithTrust). Over any interval, they admit beyond the rule only:
 //
-// While the key's refill is on its way, such a request waits for it first, up to 100ms
-// (a quarter of a refill interval, if shorter). A key turning busy so costs the next
-// store one loan, not a call per request until the loan lands. A key asked more than its
-// trust serves is leased. The lease's first loan goes out at its next request, coalesced
-// with every other key's, and its refills are asked for before it runs out. A lease holds
-// about the instance's demand over a refill interval (WithRefill) and a round trip. It
-// never holds more than the key has left divided by the instances (WithInstanceCount).
-// It is renewed at least once a refill interval, and what it does not need goes back.
+//   - the events each instance admits on trust, one per key at a time by default. They
+//     are charged to the next store at once, as debits. A key admitted beyond its rule
+//     owes them, and repays them from its next events.
+//   - the events the instances hold on loan at the interval's start. The key counted
+//     them when it lent them, before the interval. A lease holds about a key's demand
+//     over a refill interval, and at most what the key had left divided by the
+//     instances.
+//   - what debits of costs known after the answer add (AlgorithmLimiter.Debit,
+//     Charge), as without Leases.
+//   - what the next store admits without Redis. A fallback.Store decides a call that
+//     misses its timeout on the instance's share. That is at most the rule's burst
+//     divided by the instances. The key pays it back once Redis counts it (see
+//     fallback.Store).
+//
+// Nothing is lost. With nothing failing, what the instances admitted, hold on loan and
+// give back at Close adds up to what the rule allowed. A key asked
+// beyond its rule is admitted its rule. A refill or a give-back whose answer is lost,
+// say to a timeout, loses nothing either. Each loan is numbered (core.Loan.Seq), and the
+// key's next loan settles it.
+//
+// # How a request is decided
+//
+// Leases decides a request in the first of these ways that applies:
+//
+//   - from the events this instance holds on loan for its key (its lease), when it
+//     holds enough;
+//   - denied from memory, while the key is known to have none. That follows a denial, a
+//     debt, or a refill that got less than asked. It lasts until the lease's pace or its
+//     next refill.
+//   - on trust, while fewer than WithTrust events of the key are admitted here and not
+//     yet charged;
+//   - else on the next store, as without Leases (the exact path).
+//
+// A request memory cannot decide while its key's refill is on its way waits for that
+// refill first. It waits up to 100ms, or a quarter of the refill interval if shorter.
+// So a key turning busy costs the next store one loan, not a call per request.
+//
+// A key asked more than its trust serves gets a lease. Its first loan goes out with its
+// next request, in one call with other keys' loans. Its refills are asked for before it
+// runs out. A lease holds about the instance's demand over a refill interval
+// (WithRefill) and a round trip. It never holds more than the key has left divided by the
+// instances (WithInstanceCount). It is renewed at least once a refill interval, and what
+// it does not need goes back.
 //
 // A key asked more than its rule is decided from memory too, denials and admissions
-// alike: a refill that gets less than it asked (the key is at its rule) is spent at an
-// even pace until the next one, which lends what the key accrued since; what the lease
-// lacks meanwhile is denied from memory. The next comes a quarter of a refill interval
-// later, or once the instance was asked 50 requests of the key, every 10ms at most. A
-// window's lease holds no more than it spends before the window ends. In the window's
-// last quarter, it is refilled at half the time left, and takes all the key has left.
+// alike. A refill that gets less than asked means the key is at its rule. The lease then
+// spends it at an even pace, and denies the rest from memory. The next refill lends what
+// the key accrued since. It comes a quarter of a refill interval later, or after 50
+// requests of the key, but at most every 10ms. A window's lease holds no more than it
+// spends before the window ends.
 //
 // Several limits of one request (ApplyAll: ratelimit.AllowAll, Middleware.Policies) are
-// decided from memory, all or none, when each can be; else on the next store. A request
-// that keeps a reserve for more important ones (priorities) is decided on its key's
-// lease, keeping the reserve of what the key had left at the last refill plus what the
-// lease holds; without a lease, on the next store.
+// decided from memory, all or none, when each can be. Otherwise they go to the next
+// store. A request that keeps a reserve for more important ones (priorities) is decided
+// on its key's lease. It keeps the reserve of what the key had left at the last refill,
+// plus what the lease holds. Without a lease, it goes to the next store.
 //
-// A decision from memory reports the key's Remaining at the next store's last answer
-// (plus what the lease holds), the rule's Limit, and the time until the key is full as
-// that answer put it; its source, for the middleware's Event, is "lease".
+// A decision from memory reports the rule's Limit. Its Remaining is the key's at the
+// next store's last answer, plus what the lease holds. Its time until the key is full is
+// as that answer put it. Its source, for the middleware's Event, is "lease" (Source).
 //
-// A debit is paid from this instance's lease of the key first, the rest charged to the
-// next store with the charges on trust (at once, when this instance knows it leaves the
-// key in debt, or names a take's receipt); a key in debt is denied from memory until it
-// has repaid, on every instance within a refill interval. A refund goes back to the lease
-// that made its take while it holds it; once that lease ended, to the next store as of
-// the first loan of the lease's record; or to the next store as its receipt says. A
-// reset drops this instance's entry of the key at once, and every other instance's lease
-// at its next refill: the key is restored everywhere within a refill interval. A request
-// under another rule than its key's entry (a rule change) ends that entry, and the other
-// instances' leases at their next refill.
+// # Debits, refunds, resets and rule changes
 //
-// The algorithms that are core.Algorithm.Lendable (the token bucket, the fixed
-// window, the sliding window counter and the calendar quotas) are decided so; the
-// others' requests, peeks, and the rules whose Limit is smaller than the instances (5 a
-// minute on 20 instances) take the exact path (LeasesStats.Exact counts them).
+// A debit is paid from this instance's lease of the key first. The rest is charged to
+// the next store with the charges on trust. It is sent at once when this instance knows
+// it leaves the key in debt, or when it names a take's receipt. A key in debt is denied
+// from memory until it has repaid, on every instance within a refill interval.
 //
-// Leases starts a goroutine of its own: Close stops it, charges what it admitted on
-// trust, and gives back what it holds.
+// A refund goes back to the lease that made its take, while that lease holds it.
+// Otherwise it goes to the next store, as its receipt says.
+//
+// A reset drops this instance's entry of the key at once. The other instances drop
+// their leases at their next refill. So the key is restored everywhere within a refill
+// interval. A rule change does the same. A request under another rule than its key's
+// entry ends that entry here. It ends the other instances' leases at their next refill.
 type Leases struct {
 	next   ratelimit.Store
 	lender core.Lender
@@ -161,7 +171,7 @@ var (
 const Source = "lease"
 
 // NewLeases returns Leases over next, and starts its refiller. It returns an error for
-// a next that does not lend (a core.Lender); it panics for a nil next or option.
+// a next that does not lend (a core.Lender). It panics for a nil next or option.
 func NewLeases(next ratelimit.Store, opts ...LeasesOption) (*Leases, error) {
 	cfg := newLeaseConfig(next, opts)
 	lender, ok := next.(core.Lender)
@@ -186,8 +196,8 @@ func newHolder() int64 {
 }
 
 // Close stops the refiller, charges what this instance admitted on trust, and gives back
-// what it holds (within ctx); the keys' requests then take the exact path. It returns an
-// error wrapping ratelimit.ErrUnavailable when a charge or a give-back failed: what it
+// what it holds, within ctx. The keys' requests then take the exact path. It returns an
+// error wrapping ratelimit.ErrUnavailable when a charge or a give-back failed. What it
 // held is then lost to the key until its records end. It is safe to call more than once.
 func (p *Leases) Close(ctx context.Context) error {
 	p.closed.Do(func() {
@@ -479,11 +489,12 @@ func (p *Leases) heard(e *entry, o core.Outcome, now int64, what int) {
 	}
 }
 
-// ApplyAll decides several limits at once, all or none: in memory when each can be (its
-// lease, or on trust), each answering as it would alone (when one denies, what the others
-// took goes back); else on the next store, atomic as the next store makes it
-// (core.BatchStore). A next store that is not a BatchStore gives an error matching
-// errors.ErrUnsupported, and ratelimit.AllowAll then takes the requests one by one.
+// ApplyAll decides several limits at once, all or none. It decides in memory when each
+// can be, from its lease or on trust. Each then answers as it would alone, and when one
+// denies, what the others took goes back. Otherwise it decides on the next store, as
+// atomically as the next store makes it (core.BatchStore). A next store that is not a
+// BatchStore gives an error matching errors.ErrUnsupported. Then ratelimit.AllowAll takes
+// the requests one by one.
 func (p *Leases) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
 	now := clock.UnixNano(p.cfg.clock)
 	es := make([]*entry, len(reqs))
@@ -572,9 +583,9 @@ func (p *Leases) allFromMemory(ctx context.Context, es []*entry, reqs []core.Req
 	return os, true
 }
 
-// Lend lends on the next store, so that a limiter over Leases grants part of a request
-// (ratelimit.AlgorithmLimiter.AllowAtMost, a loan of holder 0) as it would without them,
-// and learns the keys' state from the answers.
+// Lend lends on the next store. So a limiter over Leases grants part of a request as it
+// would without them (ratelimit.AlgorithmLimiter.AllowAtMost, a loan of holder 0). Lend
+// learns the keys' state from the answers.
 func (p *Leases) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	lent, err := p.lender.Lend(ctx, loans)
 	if err != nil || len(lent) != len(loans) {

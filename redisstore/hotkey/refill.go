@@ -20,8 +20,10 @@ const (
 )
 
 // refill is the refiller: it lends what decisions ask for at low water, coalesced, and
-// four times a refill interval looks at every lease. When Close stops it, it charges
-// what was admitted on trust, then gives back what the leases hold.
+// four times a refill interval looks at every lease. A look tops a lease up, renews it,
+// gives back what it does not need, or ends it. It also refills a key that had less to
+// lend than asked: what the key accrued in that quarter. When Close stops the refiller,
+// it charges what was admitted on trust, then gives back what the leases hold.
 func (p *Leases) refill() {
 	defer close(p.done)
 	tick := time.NewTicker(p.cfg.refill / ticks)

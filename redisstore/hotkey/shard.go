@@ -13,18 +13,21 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/redisx"
 )
 
-// Shard splits one limit over shards keys, each with 1/shards of the rule (Limit and
-// Burst divided, rounded down; a Limit below shards is 1 per a Period stretched to
-// fit). Requests go to the shards in turn, and a denied one tries up to
-// WithRetries (2) more before the answer is "denied", so a key under its total limit is
-// not denied by an uneven spread. Each shard's key has a hash tag of its own, so on Redis
-// Cluster the shards of one key sit on different nodes.
+// Shard splits one limit over shards keys, each with 1/shards of the rule. Limit and
+// Burst are divided and rounded down, so the shards together admit at most the rule. A
+// Limit below shards becomes 1 per a Period stretched to fit, and a Burst is at least 1.
+// Then each shard still holds 1, so up to shards requests may pass at once.
 //
-// Decisions report the whole rule's Limit, and Remaining as the shard's times shards (an
-// estimate). A request for more than one shard's capacity is an error wrapping
-// ratelimit.ErrInvalidN. A peek goes to the next shard in turn, a refund to the shard
-// its receipt names (the one that took its events), a debit is spread over every shard,
-// and a reset goes to every shard.
+// Requests go to the shards in turn. A denied one tries up to WithRetries (2) more
+// shards before the answer is "denied". So a key under its total limit is not denied by
+// an uneven spread. Each shard's key has a hash tag of its own. So on Redis Cluster the
+// shards of one key sit on different nodes.
+//
+// Decisions report the whole rule's Limit. Their Remaining is the shard's times shards,
+// an estimate. A request for more than one shard's capacity is an error wrapping
+// ratelimit.ErrInvalidN. A peek goes to the next shard in turn. A refund goes to the
+// shard its receipt names, the one that took its events. A debit is spread over every
+// shard, and a reset goes to every shard.
 type Shard struct {
 	next   ratelimit.Store
 	shards int64
@@ -197,14 +200,15 @@ func shardKey(key string, i uint64) string {
 
 var _ core.Lender = (*Shard)(nil)
 
-// Lend grants part of a request (a loan without a holder: AlgorithmLimiter.AllowAtMost)
-// from the shards in turn, as a take tries them: up to WithRetries more shards while it
-// has granted less than it wants, each with 1/shards of the rule. Its Outcome reports the
-// whole rule's Limit, and Remaining as the last shard's times shards (an estimate). A
-// partial take's debit is spread over the shards, as Apply spreads one. Loans
-// to a holder (Leases) are refused with an error wrapping errors.ErrUnsupported: put
-// Leases under the Shard, or the Shard under Leases' next store. A next store that does
-// not lend is such an error too.
+// Lend grants part of a request, a loan without a holder (AlgorithmLimiter.AllowAtMost).
+// It tries the shards in turn, as a take does: up to WithRetries more while it has
+// granted less than it wants. Its Outcome reports the whole rule's Limit. Its Remaining is the last shard's times
+// shards, an estimate. A partial take's debit is spread over the shards, as Apply spreads
+// one.
+//
+// Loans to a holder (Leases) are refused with an error wrapping errors.ErrUnsupported.
+// Put Leases under the Shard, or the Shard under Leases' next store. A next store that
+// does not lend gives such an error too.
 func (s *Shard) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
 	l, ok := s.next.(core.Lender)
 	if !ok {
