@@ -29,6 +29,8 @@ func (r *Regions) countIn(of demandOf, n int64) {
 // bucket is the index of the interval of now.
 func (r *Regions) bucket(now time.Time) int64 { return now.UnixNano() / int64(r.interval) }
 
+// demandKey is the hash of interval bucket's demand in a region's Redis: a field per
+// family, to which Flush adds with HINCRBY, one script for all of them.
 func (r *Regions) demandKey(bucket int64) string { return redisx.RegionsDemand(r.prefix, bucket) }
 
 func (r *Regions) weightsKey() string { return redisx.RegionsWeights(r.prefix) }
@@ -54,11 +56,12 @@ var (
 	lockScript = redis.NewScript(lockSource)
 )
 
-// Flush adds the demand counted since the last flush to this region's Redis, each take
-// in the interval it was made in, however late the flush (a region cut off from its
-// Redis keeps its demand until it can), and marks the interval now in as reported by
-// this region: the leader moves no weight on an interval that a region has not reported
-// (see Rebalance). What it cannot add is kept for the next flush.
+// Flush adds the demand counted since the last flush to this region's Redis. Each take
+// goes in the interval it was made in, however late the flush. So a region cut off from
+// its Redis keeps its demand until it can add it. What Flush cannot add is kept for the
+// next flush. Flush also marks the current interval as reported by this region. The
+// leader waits for every region's report, up to half an interval, before it moves a
+// weight (see Rebalance).
 func (r *Regions) Flush(ctx context.Context) error {
 	now := r.clock.Now()
 	current := r.bucket(now)

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Refresh reads this region's weights from its Redis; on an error the weights read
+// Refresh reads this region's weights from its Redis. On an error, the weights read
 // before stay in force.
 func (r *Regions) Refresh(ctx context.Context) error {
 	m, err := r.readWeights(ctx, r.self)
@@ -38,13 +38,16 @@ func (r *Regions) readWeights(ctx context.Context, region string) (map[string]we
 	return m, nil
 }
 
-// Rebalance moves the weights for the interval now in (the one begun two seconds ago, or
-// half an interval when that is shorter, so that the last flushes of the one before have
-// landed), from the demand of the one before, if this region leads, every region has
-// flushed since that one ended (or half an interval has passed), and no other instance
-// has done it; see Regions. It returns the weights it wrote, by family and region, or nil
-// when it had nothing to do (yet), and an error when a region could not be read or
-// written (then nothing, or only lowered weights, were written).
+// Rebalance sets the weights of the current interval from the demand of the one before.
+// An interval counts as current two seconds after it starts, or half an interval if
+// shorter. By then the last flushes of the one before have landed. Rebalance acts only
+// if this region leads and no other instance has done it. It also needs every region to
+// have flushed since the interval before ended, until half an interval has passed. See
+// Regions.
+//
+// It returns the weights it wrote, by family and region. It returns nil when it had
+// nothing to do, or nothing yet. It returns an error when a region could not be read or
+// written. Then nothing was written, or only lowered weights.
 func (r *Regions) Rebalance(ctx context.Context) (map[string]map[string]int64, error) {
 	if r.self != r.names[0] {
 		return nil, nil

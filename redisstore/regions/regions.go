@@ -1,5 +1,7 @@
 // Package regions splits every limit between regions that each decide on a Redis of
-// their own, in proportion to where the traffic is (see Regions).
+// their own. Each region gets a weight of every rule, in proportion to where the traffic
+// is. In each window of a rule, the regions together admit at most the rule, or 1.1
+// times it while weights move (the default WithStep). See Regions.
 package regions
 
 import (
@@ -21,55 +23,69 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/redisx"
 )
 
-// Regions splits every limit between regions that each decide on a Redis of their own
-// (a gateway in Europe and one in the US cannot reach one Redis within 2ms), in
-// proportion to where the traffic is, and moves the proportions as the traffic moves:
+// Regions splits every limit between regions that each decide on a Redis of their own.
+// Use it when one Redis is too far for some regions. A gateway in Europe and one in the
+// US cannot reach one Redis within 2ms. Each region enforces a weight of every rule, in
+// proportion to where the traffic is. The weights move as the traffic moves.
 //
 //	split, err := regions.New("eu", map[string]redis.Scripter{"eu": euClient, "us": usClient})
 //	go split.Run(ctx)
 //	limiter, err := tokenbucket.New(split.Store(redisstore.New(euClient)), rule, ratelimit.WithNamespace("api"))
 //
+// In each window of a rule, the regions together admit at most the rule, or 1.1 times it
+// while weights move. The 0.1 is the default step (WithStep). That holds while every
+// instance reads its weights within the grace (WithGrace).
+//
+// Run reads the weights, counts the demand and rebalances in the background. Flush,
+// Refresh and Rebalance each do one round, for tests and for applications that schedule
+// their own. A request's path holds only a clock read, a map lookup and an atomic add.
+//
 // # Weights
 //
-// Each region enforces its weight of every rule, in thousandths, per family of limits:
-// a request's namespace, unless WithFamily says otherwise. The regions together never
-// admit more than the rule: the shares are rounded down. A rule too small to split is an
-// error wrapping ratelimit.ErrInvalidRule, but for an in-flight limit, where each region
-// holds one lease at least. Weights start equal.
+// Each region enforces its weight of every rule, in thousandths. Weights are kept per
+// family of limits: a request's namespace, unless WithFamily says otherwise. Weights
+// start equal. The shares are rounded down, so the regions together never admit more
+// than the rule. A rule too small to split is an error wrapping ratelimit.ErrInvalidRule.
+// An in-flight limit is the exception: each region holds at least one lease of it.
 //
-// # Demand and rebalancing
+// # Demand
 //
-// Every take is counted as demand, admitted or denied, in memory, in the interval it is
-// made in. Each instance adds its counts to its own region's Redis every second, one
-// HINCRBY per family into a hash per interval, and marks the interval as reported. An
-// instance cut off from its Redis adds them to their intervals when it reconnects.
+// Every take counts as demand, admitted or denied, in the interval it is made in. Each
+// instance counts it in memory, and adds its counts to its own region's Redis every
+// second. It then marks the interval as reported. An instance cut off from its Redis
+// adds its counts to their intervals when it reconnects.
+//
+// # Rebalancing
 //
 // Every interval (WithInterval, 5 minutes by default), one instance of the leader region
-// rebalances: the first region in order, one instance by a lock in its Redis. Once every
-// region has reported the interval just ended, or after half an interval, it reads each
-// region's demand of that interval. It moves each family's weights toward the regions'
-// shares of it: by a step at most (WithStep, 100 thousandths), and never below a floor
-// per region (WithFloor, 100 thousandths). It writes each
-// region's new weight into that region's own Redis, lowered weights first, and stops at
-// the first region it cannot reach: so the weights in force never add up to more than
-// the whole. A raised weight takes effect only after a grace (WithGrace, three
-// seconds), by which time every instance of the lowered regions has read its lowered
-// weight (instances read theirs every second). A leader that cannot read every region's
-// demand leaves every weight as it is: a region cut off keeps its last weights.
+// rebalances. The leader region is the first region in order. A lock in its Redis picks
+// the instance. The instance waits until every region has reported the interval just
+// ended, or for half an interval. Then it reads each region's demand of that interval.
 //
-// The bound: at any instant the weights in force add up to at most the whole, as long as
-// every instance reads its weights within the grace. In a window of a rule in which no
-// weight moves, the regions admit at most the rule, as one limiter on one Redis would.
-// In a window in which they move, they admit at most the rule plus the step of it: 1.1
-// times the rule with the default step. A region may have spent its old, larger share
-// before its weight went down, and another spend its new one after its went up. An
-// instance that cannot reach its own Redis keeps the weights it last read, and decides
-// as its store does (the fallback store's shares, say).
+// It moves each family's weights toward the regions' shares of the demand. A weight moves
+// by a step at most (WithStep, 100 thousandths). It never goes below a floor per region
+// (WithFloor, 100 thousandths).
 //
-// Nothing of it is on a request's path but a clock read (the take's interval), a map
-// lookup and an atomic add. Run does the reading, the counting and the rebalancing in the
-// background; Flush, Refresh and Rebalance do one round each, for tests and for
-// applications that schedule their own.
+// The leader writes each region's new weight into that region's own Redis, lowered
+// weights first. It stops at the first region it cannot reach. So the weights in force
+// never add up to more than the whole. A raised weight takes effect only after a grace
+// (WithGrace, 3 seconds). By then, every instance of the lowered regions has read its
+// lowered weight, since instances read theirs every second. A leader that cannot read
+// every region's demand leaves every weight as it is. So a region cut off keeps its last
+// weights.
+//
+// # The bound
+//
+// At any instant, the weights in force add up to at most the whole. That holds as long
+// as every instance reads its weights within the grace. In a window of a rule in which no
+// weight moves, the regions admit at most the rule, as one limiter on one Redis would. In
+// a window in which weights move, they admit at most the rule plus the step of it. That
+// is 1.1 times the rule with the default step. A region may have spent its old, larger
+// share before its weight went down. Another may spend its new, larger share after its
+// weight went up.
+//
+// An instance that cannot reach its own Redis keeps the weights it last read. It decides
+// as its store does, such as on the fallback store's shares.
 type Regions struct {
 	self    string
 	names   []string // sorted; names[0] leads
@@ -107,8 +123,8 @@ type optionFunc func(*Regions)
 
 func (f optionFunc) apply(r *Regions) { f(r) }
 
-// WithInterval sets how often the weights move (5 minutes by default), and the
-// interval whose demand each move reads.
+// WithInterval sets how often the weights move, and the interval whose demand each move
+// reads. The default is 5 minutes.
 func WithInterval(d time.Duration) Option {
 	return optionFunc(func(r *Regions) {
 		if d > 0 {
@@ -117,8 +133,8 @@ func WithInterval(d time.Duration) Option {
 	})
 }
 
-// WithStep bounds how far a weight moves in one interval, in thousandths (100 by
-// default).
+// WithStep bounds how far a weight moves in one interval, in thousandths. The default is
+// 100. While weights move, the regions may admit the rule plus this step of it.
 func WithStep(thousandths int64) Option {
 	return optionFunc(func(r *Regions) {
 		if thousandths > 0 {
@@ -127,9 +143,9 @@ func WithStep(thousandths int64) Option {
 	})
 }
 
-// WithFloor is the least weight of a region, in thousandths (100 by default), so
-// that a region whose traffic stopped can still serve when it comes back. It is lowered
-// to an equal share when the regions are too many for it.
+// WithFloor sets the least weight of a region, in thousandths. The default is 100. So a
+// region whose traffic stopped can still serve when the traffic comes back. The floor is
+// lowered to an equal share when the regions are too many for it.
 func WithFloor(thousandths int64) Option {
 	return optionFunc(func(r *Regions) {
 		if thousandths >= 0 {
@@ -138,8 +154,9 @@ func WithFloor(thousandths int64) Option {
 	})
 }
 
-// WithGrace sets how long a raised weight waits before it is in force (3s by
-// default): longer than it takes every instance to read its weights (every second).
+// WithGrace sets how long a raised weight waits before it is in force. The default is 3s.
+// Keep it longer than it takes every instance to read its weights, which they do every
+// second.
 func WithGrace(d time.Duration) Option {
 	return optionFunc(func(r *Regions) {
 		if d > 0 {
@@ -148,9 +165,9 @@ func WithGrace(d time.Duration) Option {
 	})
 }
 
-// WithFamily sets the family of a request, whose weights move together (its
-// namespace by default: every key of a limiter moves with the others). Keep the families
-// few: each is a field of a hash in every region's Redis.
+// WithFamily sets the family of a request. The weights of a family move together. The
+// default is the request's namespace, so every key of a limiter moves with the others.
+// Keep the families few: each is a field of a hash in every region's Redis.
 func WithFamily(f func(core.Request) string) Option {
 	return optionFunc(func(r *Regions) {
 		if f != nil {
@@ -159,13 +176,14 @@ func WithFamily(f func(core.Request) string) Option {
 	})
 }
 
-// WithOnError has f called with each error of a round of Run (a region's Redis that
-// cannot be read, say), for logs and metrics; Run goes on whatever f does. Nil means none.
+// WithOnError has f called with each error of a round of Run, for logs and metrics. Such
+// an error is, say, a region's Redis that cannot be read. Run goes on whatever f does.
+// Nil means none.
 func WithOnError(f func(error)) Option {
 	return optionFunc(func(r *Regions) { r.onError = f })
 }
 
-// WithClock sets the clock of intervals and graces (the system's by default).
+// WithClock sets the clock of intervals and graces. The default is the system's.
 func WithClock(c clock.Clock) Option {
 	return optionFunc(func(r *Regions) {
 		if c != nil {
@@ -174,8 +192,8 @@ func WithClock(c clock.Clock) Option {
 	})
 }
 
-// WithPrefix starts the keys of the demand, the weights and the lock with prefix
-// (redisstore.DefaultPrefix by default).
+// WithPrefix starts the keys of the demand, the weights and the lock with prefix. The
+// default is redisstore.DefaultPrefix.
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(r *Regions) {
 		if prefix != "" {
@@ -184,9 +202,9 @@ func WithPrefix(prefix string) Option {
 	})
 }
 
-// New returns the Regions of self among clients, one client per region's Redis
-// (self's included). It makes no call to Redis. The error says what is wrong with the
-// regions: fewer than two, self not among them, a nil client.
+// New returns the Regions of self among clients, one client per region's Redis, self's
+// included. It makes no call to Redis. It returns an error when the regions are fewer
+// than two, self is not among them, or a client or an option is nil.
 func New(self string, clients map[string]redis.Scripter, opts ...Option) (*Regions, error) {
 	if len(clients) < 2 {
 		return nil, fmt.Errorf("regions: %d region(s); a split needs two or more", len(clients))
@@ -229,7 +247,7 @@ func (r *Regions) Weight(family string) int64 {
 	return w.new
 }
 
-// Store wraps next, this region's store, so that each request is decided under this
+// Store wraps next, this region's store. Each request is then decided under this
 // region's weight of its rule, and each take counts as demand.
 func (r *Regions) Store(next ratelimit.Store) ratelimit.Store { return &regionStore{r, next} }
 
@@ -294,11 +312,11 @@ func (s *regionStore) ApplyAll(ctx context.Context, reqs []core.Request) ([]core
 	return ds, err
 }
 
-// Run keeps the region's weights and demand in step with Redis until ctx ends, and
-// returns ctx's error: it reads the weights and adds the demand every second, and
-// rebalances once an interval, two seconds into it, when this region leads. An error of
-// a round leaves things as they were, goes to WithOnError's function, and is tried again
-// on the next round.
+// Run keeps the region's weights and demand in step with Redis until ctx ends. Every
+// second, it reads the weights and adds the demand. Once an interval, two seconds into
+// it, it rebalances when this region leads. An error of a round leaves things as they
+// were, and goes to WithOnError's function. The next round tries again. When ctx ends,
+// Run adds the demand one last time, and returns ctx's error.
 func (r *Regions) Run(ctx context.Context) error {
 	t := time.NewTicker(r.refresh)
 	defer t.Stop()
