@@ -18,12 +18,11 @@ import (
 // algorithm's. It is safe for concurrent use.
 //
 // Limiters count together exactly when they share a store, an algorithm, a namespace and
-// a key. The namespace is the rule's by default ("100/1s" for PerSecond(100)), so two
-// limiters of different rules never share a count, while the same limiter in every
-// instance of an application does (on a shared store such as Redis). Name the namespace
-// with WithNamespace when two limiters of the same rule must count apart (logins and
-// password resets, both 5 an hour), or when the rule may change and the counts should
-// carry over.
+// a key. By default the namespace is the rule's: "100/1s" for PerSecond(100). So two
+// limiters of different rules never share a count. The same limiter in every instance of
+// an application does, on a shared store such as Redis. Use WithNamespace when two
+// limiters of the same rule must count apart (logins and password resets, both 5 an
+// hour). Use it too when the rule may change and the counts should carry over.
 type AlgorithmLimiter struct {
 	store     Store
 	alg       *Algorithm
@@ -48,18 +47,18 @@ type optionFunc func(*AlgorithmLimiter)
 func (f optionFunc) apply(l *AlgorithmLimiter) { f(l) }
 
 // WithNamespace puts the limiter's keys in namespace instead of the rule's. Name every
-// limiter's namespace: without one, a limiter whose rule changes starts every key from
-// full, and during a rolling deploy the instances of the old rule and of the new one count
-// apart, admitting up to twice the limit between them. A name also keeps two limiters of
-// one rule apart (logins and password resets, both 5 an hour). Any string is a namespace,
-// the empty one included (see AlgorithmLimiter).
+// limiter's namespace. Without one, a limiter whose rule changes starts every key from
+// full. During a rolling deploy, instances on the old rule and on the new one then count
+// apart. Between them, they admit up to twice the limit. A name also keeps two limiters of
+// one rule apart (logins and password resets, both 5 an hour). Any string is a
+// namespace, the empty one included (see AlgorithmLimiter).
 func WithNamespace(namespace string) Option {
 	return optionFunc(func(l *AlgorithmLimiter) { l.namespace = namespace })
 }
 
-// NewAlgorithmLimiter validates rule for alg and returns an AlgorithmLimiter on store. The
-// error wraps ErrInvalidRule for a rule alg cannot enforce. Algorithm packages call it;
-// users call their New.
+// NewAlgorithmLimiter validates rule for alg and returns an AlgorithmLimiter on store. If
+// alg cannot enforce rule, the error wraps ErrInvalidRule. Algorithm packages call it.
+// Users call the package's New.
 func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule, opts ...Option) (*AlgorithmLimiter, error) {
 	if alg == nil || alg.Prepare == nil || alg.Step == nil {
 		return nil, errors.New("ratelimit: nil algorithm")
@@ -92,10 +91,10 @@ func NewAlgorithmLimiter(store Store, alg *Algorithm, rule Rule, opts ...Option)
 	return l, nil
 }
 
-// Rule is the limiter's rule, the one Allow and AllowN decide under.
+// Rule returns the limiter's rule, the one Allow and AllowN decide under.
 func (l *AlgorithmLimiter) Rule() Rule { return l.rule }
 
-// Namespace is the namespace of the limiter's keys (see WithNamespace).
+// Namespace returns the namespace of the limiter's keys (see WithNamespace).
 func (l *AlgorithmLimiter) Namespace() string { return l.namespace }
 
 // ruleNamespace is the default namespace of a rule: "100/1s", or "100/1s/200" with a
@@ -121,9 +120,8 @@ func (l *AlgorithmLimiter) Allow(ctx context.Context, key string) (Decision, err
 	return Decision{Allowed: o.Allowed(), Limit: o.Limit(), Remaining: o.Remaining, RetryAfter: retry, ResetAfter: o.Reset, Delay: delay}, nil
 }
 
-// AllowN admits n events for key, all or none. n must be between 1 and the most the rule
-// allows at once (Decision.Limit), or the error wraps ErrInvalidN and
-// nothing is consumed.
+// AllowN admits n events for key, all or none. If n is less than 1, or more than the rule
+// allows at once (Decision.Limit), the error wraps ErrInvalidN. Nothing is then consumed.
 func (l *AlgorithmLimiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	return l.take(ctx, key, l.rule, n)
 }
@@ -197,12 +195,12 @@ func (l *AlgorithmLimiter) fits(ctx context.Context, limit, n, reserve int64) er
 	return nil
 }
 
-// AllowRule is AllowN under rule instead of the limiter's own: for a rule chosen per call
-// (a tenant's plan, looked up per request). The key is counted in the limiter's
-// namespace whatever the rule, so a key whose rule changes keeps its count (give such a
-// limiter a namespace with WithNamespace). An invalid rule, or an n it cannot allow,
-// returns an error wrapping ErrInvalidRule or ErrInvalidN and consumes
-// nothing.
+// AllowRule is AllowN under rule instead of the limiter's own. It is for a rule chosen
+// per call, such as a tenant's plan looked up per request. The key is counted in the
+// limiter's namespace whatever the rule. So a key whose rule changes keeps its count.
+// Give such a limiter a namespace with WithNamespace. An invalid rule returns an error
+// wrapping ErrInvalidRule. An n the rule cannot allow returns one wrapping ErrInvalidN.
+// Neither consumes anything.
 func (l *AlgorithmLimiter) AllowRule(ctx context.Context, key string, rule Rule, n int64) (Decision, error) {
 	return l.take(ctx, key, rule, n)
 }
@@ -267,16 +265,16 @@ func badN(alg *Algorithm, rule Rule, n int64) error {
 	return err
 }
 
-// PeekN is the Decision AllowN(ctx, key, n) would give now, at ctx's priority, consuming
-// nothing.
+// PeekN returns the Decision AllowN(ctx, key, n) would give now, at ctx's priority. It
+// consumes nothing.
 func (l *AlgorithmLimiter) PeekN(ctx context.Context, key string, n int64) (Decision, error) {
 	return l.do(ctx, key, n, core.OpPeek)
 }
 
-// Charge admits n events for key as AllowN does, and, when it admits them, returns their
-// Charge, to settle once the request's real cost is known: a completion's tokens, the
-// rows a query scanned, nothing for a request the upstream failed. Admit on an estimate,
-// then Settle the truth:
+// Charge admits n events for key as AllowN does. When it admits them, it also returns
+// their Charge. Settle the Charge once the request's real cost is known. That may be a
+// completion's tokens, the rows a query scanned, or nothing if the upstream failed. Admit
+// on an estimate, then Settle the truth:
 //
 //	c, d, err := tokens.Charge(ctx, apiKey, estimate)
 //	if err != nil || c == nil {
@@ -285,8 +283,8 @@ func (l *AlgorithmLimiter) PeekN(ctx context.Context, key string, n int64) (Deci
 //	... // serve the request
 //	c.Settle(ctx, used) // debits what it cost beyond the estimate, refunds what it did not use
 //
-// The Charge is nil when the events were denied (its Settle does nothing). Errors are
-// AllowN's.
+// The Charge is nil when the events were denied, and its Settle then does nothing. The
+// errors are AllowN's.
 func (l *AlgorithmLimiter) Charge(ctx context.Context, key string, n int64) (*Charge, Decision, error) {
 	return l.charge(ctx, key, l.rule, n)
 }
@@ -308,8 +306,8 @@ func (l *AlgorithmLimiter) charge(ctx context.Context, key string, rule Rule, n 
 	return &Charge{store: l.store, key: key, spec: spec, receipt: receipt, n: n}, d, nil
 }
 
-// Charge is events a limiter admitted for a key (AlgorithmLimiter.Charge), until their
-// real cost is settled. It is safe for concurrent use; a nil Charge holds nothing.
+// Charge holds the events a limiter admitted for a key (AlgorithmLimiter.Charge), until
+// their real cost is settled. It is safe for concurrent use. A nil Charge holds nothing.
 type Charge struct {
 	store   Store
 	key     string
@@ -328,23 +326,28 @@ const (
 	chargeSettled
 )
 
-// Settle charges the key what the request really cost, once: a cost above the events
-// admitted takes the rest as a debit (AlgorithmLimiter.Debit: the key may go into debt,
-// and then denies until it is repaid), a cost below them gives the difference back, and
-// the same cost changes nothing. A refund never creates allowance: it gives back only
-// what the key would still hold had the take been smaller from the start (each
-// algorithm's package says what that is: nothing of a window that is over, nothing once
-// a bucket has been full since). The Decision is the key's after it, for a
-// request of 1 (a debit's, or a peek's after a refund).
+// Settle charges the key what the request really cost. A Charge is settled once. A cost
+// above the events admitted takes the rest as a debit (see AlgorithmLimiter.Debit). The
+// key may then go into debt, and it denies until the debt is repaid. A cost below the
+// events admitted gives the difference back. The same cost changes nothing.
 //
-// cost must be at least 0 and at most 2^52, or the error wraps ErrInvalidN and nothing
-// is settled; a Charge settled already returns an error, and so does a debit on an
-// algorithm that takes none (the leaky bucket, the sliding log: errors.ErrUnsupported).
+// A refund never creates allowance. It gives back only what the key would still hold,
+// had the take been smaller from the start. Each algorithm's package says what that is.
+// For example, a window that is over gives nothing back, and neither does a bucket that
+// has been full since.
 //
-// With a store that fails, the charge stays unsettled, and Settle may be called again at
-// the same cost. The failed attempt may have landed (a reply lost on its way back): the
-// next one is a retry, which redisstore applies only if the first did not.
-// A retry at another cost is an error.
+// The Decision is the key's after the settlement, for a request of 1. After a debit, it
+// is the debit's Decision. Otherwise it is a peek's, after any refund.
+//
+// The cost must be between 0 and 2^52, or the error wraps ErrInvalidN and nothing is
+// settled. Settling a Charge that is settled already returns an error. So does a debit
+// on an algorithm that takes no debts, such as the leaky bucket or the sliding log. That
+// error wraps errors.ErrUnsupported.
+//
+// If the store fails, the charge stays unsettled. Settle may then be called again at the
+// same cost. The failed attempt may have landed, with its reply lost on the way back. The
+// next call is then a retry, which redisstore applies only if the first did not land. A
+// retry at another cost is an error.
 func (c *Charge) Settle(ctx context.Context, cost int64) (Decision, error) {
 	if c == nil {
 		return Decision{}, nil
@@ -385,16 +388,19 @@ func (c *Charge) Settle(ctx context.Context, cost int64) (Decision, error) {
 	return decisionOf(o), nil
 }
 
-// Debit takes n events from key whatever it has left, even past zero: the cost of a
-// request known only once it was served (the tokens of a completion, the bytes
-// streamed, the rows scanned), charged after the answer, beside the estimate it was
-// admitted on. A key in debt denies until it has earned the debt back, with the exact
-// RetryAfter. n may exceed the rule's Limit (up to 2^52). The Decision is the key's after
-// the debit, for a request of 1 at ctx's priority: Allowed false says the debit left the
-// key in debt, or inside the part of its allowance kept for more important requests
-// (WithReserves), and RetryAfter when such a request is admitted again. The leaky
-// bucket, the sliding log and the in-flight limit take no debts: an error wrapping
-// errors.ErrUnsupported, before the store is asked.
+// Debit takes n events from key whatever it has left, even past zero. It is for a cost
+// known only once a request was served. Examples are the tokens of a completion, the
+// bytes streamed, or the rows scanned. The debit comes after the answer, on top of the
+// estimate the request was admitted on. A key in debt denies until it has earned the
+// debt back, with the exact RetryAfter. A debit may exceed the rule's Limit, up to 2^52.
+//
+// The Decision is the key's after the debit, for a request of 1 at ctx's priority.
+// Allowed is false if the debit left the key in debt. It is also false if the debit left
+// the key inside the reserve kept for more important requests (WithReserves). RetryAfter
+// then says when such a request is admitted again.
+//
+// The leaky bucket, the sliding log and the in-flight limit take no debts. For them,
+// Debit returns an error wrapping errors.ErrUnsupported, without asking the store.
 func (l *AlgorithmLimiter) Debit(ctx context.Context, key string, n int64) (Decision, error) {
 	if l.alg.Debit == nil {
 		return Decision{}, fmt.Errorf("%s: a debit: %w: it takes no debts", l.alg.Name, errors.ErrUnsupported)
@@ -407,14 +413,18 @@ func (l *AlgorithmLimiter) Debit(ctx context.Context, key string, n int64) (Deci
 	return decisionOf(o), nil
 }
 
-// AllowAtMost admits as many of n events for key as it has left, from none to n, and says
-// how many (a batch consumer's "up to n"): in one atomic step on the store, at ctx's
-// priority (what WithReserves keeps back for more important requests stays). The
-// Decision is the key's after it: Allowed when granted is above 0, RetryAfter when none
-// is (the time until one event is). n may exceed the rule's Limit. It needs a store that
-// lends (localstore, redisstore, fallback) and an algorithm that does (the token bucket,
-// the windows, the calendar quotas); otherwise an error wrapping errors.ErrUnsupported,
-// before the store is asked.
+// AllowAtMost admits as many of n events for key as it has left, from none to n. It
+// returns how many it granted: a batch consumer's "up to n". It decides in one atomic
+// step on the store, at ctx's priority. It leaves alone what WithReserves keeps back for
+// more important requests. The n asked for may exceed the rule's Limit, up to 2^52. An n
+// less than 1 or more than 2^52 returns an error wrapping ErrInvalidN.
+//
+// The Decision is the key's after the grant. Allowed is true when granted is above 0.
+// When none is granted, RetryAfter is the time until one event would be.
+//
+// AllowAtMost needs a store that lends: localstore, redisstore or fallback. It also needs
+// an algorithm that lends: the token bucket, the windows or the calendar quotas.
+// Otherwise it returns an error wrapping errors.ErrUnsupported, without asking the store.
 func (l *AlgorithmLimiter) AllowAtMost(ctx context.Context, key string, n int64) (granted int64, d Decision, err error) {
 	lender, ok := l.store.(core.Lender)
 	if !ok || !l.alg.Lendable {

@@ -13,34 +13,38 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
-// Denials answers "who is being limited right now": the keys denied most over the last
-// minute, from memory bounded whatever the number of keys (no metric per key). It counts
-// with the Space-Saving algorithm (Metwally, Agrawal and El Abbadi, 2005) in six slots
-// of 10 seconds, each Capacity keys: a key denied more than a slot's denials divided by
-// Capacity is always among them, and its count is over by at most Denied.Error.
+// Denials answers "who is being limited right now?". It reports the keys denied most over
+// the last minute. Its memory is bounded whatever the number of keys, with no metric per
+// key.
 //
-// Hand its Observe to Middleware.OnDecision (or call it from a hook of your own), and
-// read Top from an admin endpoint:
+// It counts in six slots of 10 seconds, each of up to Capacity keys. A key denied more
+// than a slot's denials divided by Capacity is always among them. Its count is over by
+// at most Denied.Error. The counting is the Space-Saving algorithm (Metwally, Agrawal and
+// El Abbadi, 2005).
+//
+// Hand its Observe to Middleware.OnDecision, or call it from a hook of your own. Read Top
+// from an admin endpoint:
 //
 //	denials := &ratelimit.Denials{}
 //	mw := &ratelimit.Middleware{Limiter: limiter, Key: key, OnDecision: denials.Observe}
 //	top := denials.Top(10)
 //
-// Its zero value is ready to use, with the defaults written beside the fields, which must
-// not change once it is in use. It is safe for concurrent use.
+// The zero value is ready to use, with the defaults written beside the fields. The
+// fields must not change once it is in use. It is safe for concurrent use.
 type Denials struct {
 	// Capacity is the number of keys each slot counts: 256 when 0. Memory is about six
 	// times Capacity keys.
 	Capacity int
-	// Clock is the time: the system's when nil.
+	// Clock is the source of time: the system's when nil.
 	Clock clock.Clock
 
 	mu    sync.Mutex
 	slots [denialSlots]denialSlot
 }
 
-// Denied is one key of Denials.Top: denied Count times over the last minute, a count
-// that may be over by at most Error (the denials of the keys it replaced in the sketch).
+// Denied is one key of Denials.Top. The key was denied Count times over the last minute.
+// Count may be over by at most Error, which counts the denials of the keys this one
+// replaced.
 type Denied struct {
 	Key   string
 	Count int64
@@ -66,16 +70,17 @@ type denialEntry struct {
 	at           int // its place in the heap
 }
 
-// Observe counts e's key once when e is a denial a client saw (a rate limit's or an
-// in-flight limit's, not a shadowed one): a Middleware.OnDecision hook.
+// Observe counts e's key once when e is a denial a client saw. That is a rate limit's or
+// an in-flight limit's denial, but not a shadowed one. Use it as a Middleware.OnDecision
+// hook.
 func (d *Denials) Observe(_ context.Context, e Event) {
 	if e.Err == nil && !e.Decision.Allowed && !e.Shadowed {
 		d.Record(e.Key, 1)
 	}
 }
 
-// Record counts n denials of key now (a gRPC interceptor's, say). A count that would pass
-// the largest int64 stays there.
+// Record counts n denials of key now, from a gRPC interceptor, say. A count that would
+// pass the largest int64 stays there.
 func (d *Denials) Record(key string, n int64) {
 	if n <= 0 {
 		return
@@ -113,8 +118,8 @@ func (d *Denials) Record(key string, n int64) {
 	heap.Fix(&s.heap, 0)
 }
 
-// Top is at most n of the keys denied most over the last minute, the most denied first
-// (ties by key).
+// Top returns at most n of the keys denied most over the last minute. The most denied
+// come first, and ties are in order of key.
 func (d *Denials) Top(n int) []Denied {
 	epoch := d.epoch()
 	sum := map[string]*Denied{}

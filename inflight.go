@@ -12,9 +12,10 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
-// InFlightLimiter limits the requests in progress per key, where a rate limit counts the
-// requests started: at most limit leases of a key are held at once, across every instance
-// that shares the store. Acquire a lease before the work, Release it after:
+// InFlightLimiter limits the requests in progress per key. Where a rate limit counts the
+// requests started, this counts those not yet done. At most limit leases of a key are
+// held at once, across every instance that shares the store. Acquire a lease before the
+// work, and Release it after:
 //
 //	inflight, err := ratelimit.NewInFlight(store, 20, 30*time.Second) // 20 in progress
 //	...
@@ -24,30 +25,32 @@ import (
 //	}
 //	defer lease.Release(context.WithoutCancel(ctx))
 //
-// A lease expires by itself a lease duration after it was acquired or last extended. The
-// leases of a holder that crashed, or of an instance that lost its connection, so come
-// back without anyone releasing them. Work that may outlast the duration extends its
-// lease (Lease.Extend; Middleware does it for the requests it holds). Releasing twice, or
-// after the lease expired, frees nothing, and never another holder's lease. A release of
-// a lease not held is remembered for a lease's duration: an acquire that reaches the
-// store after its own release (its caller gave up while Redis was stalled) takes nothing.
+// A lease expires by itself, a lease duration after it was acquired or last extended. So
+// the leases of a crashed holder come back without a release. So do those of an instance
+// that lost its connection. Work that may outlast the duration extends its lease
+// (Lease.Extend). Middleware does that for the requests it holds. Releasing twice, or
+// after the lease expired, frees nothing. It never frees another holder's lease.
 //
-// Every store runs it: localstore in memory, redisstore on Redis (one script per
-// acquire, release and extend; each key's TTL follows its latest lease), and fallback,
-// whose share while Redis is down is the limit divided by the instances, at least one
-// lease each. The decorators of redisstore that cache, lend or split decisions (Leases,
-// Shard, BlockCache) pass leases straight through.
+// A release of a lease not held is remembered for a lease duration. An acquire that
+// reaches the store after its own release then takes nothing. That happens when its
+// caller gave up while Redis was stalled.
+//
+// Every store runs it: localstore in memory, redisstore on Redis, and fallback. On Redis,
+// each acquire, release and extend is atomic, and a key's TTL follows its latest lease.
+// While Redis is down, fallback's share is the limit divided by the instances. Each
+// instance gets at least one lease. The redisstore decorators that cache, lend or split
+// decisions (Leases, Shard, BlockCache) pass leases straight through.
 //
 // It is safe for concurrent use.
 type InFlightLimiter struct {
 	base *AlgorithmLimiter // of the in-flight algorithm, whose rule is the limit and the lease duration
 }
 
-// NewInFlight returns an InFlightLimiter of limit leases per key on store, each expiring
-// lease after it is acquired or extended. lease must be between 1ms and 10 years, in
-// whole microseconds, and limit between 1 and 2^52, or the error wraps ErrInvalidRule.
-// Options are those of every limiter: its keys are in the namespace "<limit>/<lease>"
-// ("20/30s"), as a rule's, unless WithNamespace names one.
+// NewInFlight returns an InFlightLimiter of limit leases per key on store. Each lease
+// expires lease after it is acquired or extended. The lease must be between 1ms and 10
+// years, in whole microseconds. The limit must be between 1 and 2^52. Otherwise the error
+// wraps ErrInvalidRule. The options are those of every limiter. Its keys are in the
+// namespace "<limit>/<lease>", such as "20/30s", unless WithNamespace names one.
 func NewInFlight(store Store, limit int64, lease time.Duration, opts ...Option) (*InFlightLimiter, error) {
 	base, err := NewAlgorithmLimiter(store, concurrency.Algorithm(), Rule{Limit: limit, Period: lease}, opts...)
 	if err != nil {
@@ -56,25 +59,28 @@ func NewInFlight(store Store, limit int64, lease time.Duration, opts ...Option) 
 	return &InFlightLimiter{base: base}, nil
 }
 
-// Rule is the limiter's limit as a Rule: at most Limit leases of a key held at once, each
-// living Period after it is acquired or extended.
+// Rule returns the limiter's limit as a Rule. At most Limit leases of a key are held at
+// once. Each lives Period after it is acquired or extended.
 func (l *InFlightLimiter) Rule() Rule { return l.base.rule }
 
-// Acquire takes one of key's leases, or says that all of them are held. When allowed,
-// the Lease is held until released or expired. When denied, the Lease is nil (its Release
-// is harmless), Remaining is 0, and RetryAfter is the time until enough leases expire
-// for this one to fit if no one releases them. That is only the latest a lease can come
-// back: a release frees one at once. Limit is the limit, Remaining the leases left after
-// this one, ResetAfter the time until every lease held has expired.
+// Acquire takes one of key's leases, or reports that all of them are held. When allowed,
+// the Lease is held until it is released or expires. When denied, the Lease is nil, and
+// its Release is harmless.
+//
+// In the Decision, Limit is the limit, and Remaining the leases left after this one.
+// ResetAfter is the time until every lease held has expired. When denied, Remaining is 0.
+// RetryAfter is then the time until enough leases expire for this one to fit, if no one
+// releases them. That is only the latest a lease can come back: a release frees one at
+// once.
 func (l *InFlightLimiter) Acquire(ctx context.Context, key string) (*Lease, Decision, error) {
 	return l.acquire(ctx, key, l.base.rule)
 }
 
-// AcquireLimit is Acquire with limit leases instead of the limiter's own: for a limit
-// chosen per call (a route's, a tenant's plan). The key's leases are counted in the
-// limiter's namespace whatever the limit, so lowering it admits no one until the leases
-// held are fewer than the new limit. An invalid limit returns an error wrapping
-// ErrInvalidRule and acquires nothing.
+// AcquireLimit is Acquire with limit leases instead of the limiter's own. It is for a
+// limit chosen per call, such as a route's or a tenant's plan. The key's leases are
+// counted in the limiter's namespace whatever the limit. So after the limit is lowered, no
+// one is admitted until fewer leases than the new limit are held. An invalid limit
+// returns an error wrapping ErrInvalidRule, and acquires nothing.
 func (l *InFlightLimiter) AcquireLimit(ctx context.Context, key string, limit int64) (*Lease, Decision, error) {
 	return l.acquire(ctx, key, Rule{Limit: limit, Period: l.base.rule.Period})
 }
@@ -93,11 +99,11 @@ func (l *InFlightLimiter) acquire(ctx context.Context, key string, rule Rule) (*
 }
 
 // Wait acquires one of key's leases, waiting while all of them are held, until ctx ends.
-// A release on another instance wakes no one, so a waiter asks the store again after a
-// pause that starts at a millisecond and doubles up to 100ms (never beyond the oldest
-// lease's expiry), with jitter. When ctx has a deadline that comes before the next try, it
-// returns at once with an error that matches context.DeadlineExceeded. An error of the
-// store is returned as it is.
+// A release on another instance wakes no one. So a waiter asks the store again after a
+// pause, with jitter. The pause starts at a millisecond and doubles up to 100ms. It never
+// goes beyond the oldest lease's expiry. If ctx's deadline comes before the next try,
+// Wait returns at once, with an error that matches context.DeadlineExceeded. An error of
+// the store is returned as it is.
 func (l *InFlightLimiter) Wait(ctx context.Context, key string) (*Lease, error) {
 	pause := time.Millisecond
 	for {
@@ -121,20 +127,21 @@ func (l *InFlightLimiter) Wait(ctx context.Context, key string) (*Lease, error) 
 // maxWaitPause is the longest pause of Wait between two tries.
 const maxWaitPause = 100 * time.Millisecond
 
-// Lease is one lease of an InFlightLimiter's key, held from Acquire until Release or its
-// expiry. A nil *Lease, which a denied Acquire returns, holds nothing (nor does a zero
-// Lease): its Release and Extend do nothing. It is safe for concurrent use.
+// Lease is one lease of an InFlightLimiter's key. It is held from Acquire until Release
+// or its expiry. A denied Acquire returns a nil *Lease. A nil *Lease holds nothing, and
+// neither does a zero Lease. Their Release and Extend do nothing. A Lease is safe for
+// concurrent use.
 type Lease struct {
 	limiter *InFlightLimiter
 	key     string
 	spec    *core.Spec // of its acquire: its rule and id
 }
 
-// Release gives the lease back, so that another request of its key may start. A lease
-// released already, or expired, changes nothing. Release with a context that outlives
-// the work's own (context.WithoutCancel), or a request that was cancelled would keep its
-// lease until it expires. An error means the store could not be told (the lease then
-// expires by itself).
+// Release gives the lease back, so that another request of its key may start. Releasing
+// a lease that was released already, or has expired, changes nothing. Release with a
+// context that outlives the work's own (context.WithoutCancel). Otherwise a request that
+// was cancelled keeps its lease until it expires. An error means the store could not be
+// told. The lease then expires by itself.
 func (x *Lease) Release(ctx context.Context) error {
 	if x == nil || x.limiter == nil {
 		return nil
@@ -143,10 +150,11 @@ func (x *Lease) Release(ctx context.Context) error {
 	return err
 }
 
-// Extend renews the lease for another lease duration from now, and reports whether it
-// was still held: false if it had been released, had expired (another request may have
-// its place now), or its key was reset. Work that may outlast the lease duration extends
-// its lease well before it expires (Middleware extends every half duration).
+// Extend renews the lease for another lease duration from now. It reports whether the
+// lease was still held. It reports false if the lease was released, expired, or its key
+// was reset. Another request may then have its place. Work that may outlast the lease
+// duration extends its lease well before it expires. Middleware extends every half
+// duration.
 func (x *Lease) Extend(ctx context.Context) (bool, error) {
 	if x == nil || x.limiter == nil {
 		return false, nil

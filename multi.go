@@ -9,31 +9,33 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
-// Part is one limit of a decision under several (see AllowAll): a limiter of one of the
-// algorithm packages (its New's, or a fixedwindow.QuotaLimiter; any other does not
-// compile) and the key it limits.
+// Part is one limit of a decision under several (see AllowAll). It pairs a limiter with
+// the key it limits. The limiter comes from an algorithm package: its New's, or a
+// fixedwindow.QuotaLimiter. Any other does not compile.
 type Part struct {
 	Limiter algorithmBased
 	Key     string
 }
 
-// AllowAll admits n events under every part, or under none: a request a tenant's daily
-// plan allows but its per-route rate denies consumes nothing from the plan.
+// AllowAll admits n events under every part, or under none. Say a tenant's daily plan
+// allows a request, but its per-route rate denies it. Then the request consumes nothing
+// from the plan.
 //
 //	plan, _ := tokenbucket.New(store, ratelimit.PerDay(10_000), ratelimit.WithNamespace("plan"))
 //	rate, _ := tokenbucket.New(store, ratelimit.PerSecond(20), ratelimit.WithNamespace("rate"))
 //	d, err := ratelimit.AllowAll(ctx, 1, ratelimit.Part{Limiter: plan, Key: tenant},
 //		ratelimit.Part{Limiter: rate, Key: tenant})
 //
-// The parts must share one Store and name distinct (limiter namespace, key) pairs. On
-// localstore, redisstore and fallback the decision is atomic (one lock, one script; on Redis Cluster when the keys
-// share a hash slot: the same key, or keys of one redisstore.TaggedKey tag). Otherwise the
-// parts are taken one by one and, when one denies, the ones taken are refunded: never
-// counted in the end, but visible to a concurrent request meanwhile.
+// The parts must share one Store. They must name distinct pairs of limiter namespace and
+// key, or the error wraps ErrDuplicateKey. On localstore, redisstore and fallback, the
+// decision is atomic. On Redis Cluster, that holds when the keys share a hash slot: the
+// same key, or keys of one redisstore.TaggedKey tag. Otherwise the parts are taken one
+// by one. When one denies, the ones taken are refunded. They are never counted in the
+// end, but a concurrent request may see them meanwhile.
 //
-// The Decision is denied if any part denies, with the longest RetryAfter of the denials;
-// Limit and Remaining are the tightest part's (the least remaining); ResetAfter and Delay
-// are the longest.
+// The Decision is denied if any part denies, with the longest RetryAfter of the denials.
+// Limit and Remaining are those of the tightest part, the one with the least remaining.
+// ResetAfter and Delay are the longest.
 func AllowAll(ctx context.Context, n int64, parts ...Part) (Decision, error) {
 	if len(parts) == 0 {
 		return Decision{}, errors.New("ratelimit: AllowAll without parts")
@@ -58,6 +60,9 @@ func AllowAll(ctx context.Context, n int64, parts ...Part) (Decision, error) {
 		}
 		reqs[i] = core.Request{Key: p.Key, N: n, Spec: l.takes[l.priority(ctx)]}
 	}
+	// one atomic decision on a store that decides a batch together (localstore under one
+	// lock, redisstore in one script); elsewhere the parts are taken one by one, with
+	// refunds when one denies
 	ds, err := applyAll(ctx, store, reqs)
 	if err != nil {
 		return Decision{}, err

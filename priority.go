@@ -5,10 +5,10 @@ import (
 	"fmt"
 )
 
-// Priority ranks a request for load shedding, most important first: under overload, a
-// limiter with reserves (WithReserves) denies the least important requests first, while
-// every priority counts against the same keys. The three named ones follow Stripe's
-// classes (critical traffic, the rest, what can wait: tests, crawlers, prefetches); a
+// Priority ranks a request for load shedding, most important first. Under overload, a
+// limiter with reserves (WithReserves) denies the least important requests first. Every
+// priority counts against the same keys. The three named priorities follow Stripe's
+// classes: critical traffic, the rest, and what can wait (tests, crawlers, prefetches). A
 // larger Priority is less important still.
 type Priority uint8
 
@@ -19,7 +19,7 @@ const (
 	Sheddable                 // the first to go: test traffic, prefetches, batch jobs
 )
 
-// String is "critical", "normal", "sheddable", or "priority N" for the others.
+// String returns "critical", "normal", "sheddable", or "priority N" for the others.
 func (p Priority) String() string {
 	switch p {
 	case Critical:
@@ -34,36 +34,43 @@ func (p Priority) String() string {
 
 type priorityKey struct{}
 
-// WithPriority returns a copy of ctx in which decisions are made at priority p: every
+// WithPriority returns a copy of ctx in which decisions are made at priority p. Every
 // limiter with reserves that decides under it keeps back the reserve of p.
 func WithPriority(ctx context.Context, p Priority) context.Context {
 	return context.WithValue(ctx, priorityKey{}, p)
 }
 
-// PriorityFrom is the priority WithPriority put in ctx, or Critical: a request with no
-// priority is never shed in favour of others.
+// PriorityFrom returns the priority WithPriority put in ctx, or Critical if it put none.
+// So a request with no priority is never shed in favour of others.
 func PriorityFrom(ctx context.Context) Priority {
 	p, _ := ctx.Value(priorityKey{}).(Priority)
 	return p
 }
 
-// WithReserves makes the limiter shed by priority: a request of priority p is admitted
-// only if, after it, percent[p] percent of the key's allowance (Decision.Limit, rounded
-// down) is still left for the more important priorities; all of them count against the
-// same key, and take only what they ask for. A priority past the end of the list has its
-// last reserve. Each is 0 to 99, and none is below the one before it (a less important
-// request keeps at least as much back), or New returns an error wrapping ErrInvalidRule.
+// WithReserves makes the limiter shed requests by priority. A request of priority p is
+// admitted only if, after it, percent[p] percent of the key's allowance is still left.
+// That reserve is kept for the more important priorities. The allowance is
+// Decision.Limit, and the reserve is rounded down. All priorities count against the same
+// key, and each takes only what it asks for. A priority past the end of the list has the
+// last reserve.
 //
-// With WithReserves(0, 20, 50) and a token bucket of 100, 100 Sheddable requests at once
-// admit 50, then 100 Normal ones admit 30, then 100 Critical ones the last 20; 100ms
-// later (10 tokens back) a Sheddable request would be admitted in 410ms, a Normal one in
-// 110ms, and a Critical one is admitted. Every algorithm keeps its reserve in its own
-// terms: tokens, a window's count, a sliding log's events, a leaky bucket's queue slots,
-// an in-flight limit's leases. Decision.Remaining is what is left above the reserve, and
-// RetryAfter the time until the request would be admitted at its priority.
+// Each percentage must be 0 to 99, and none may be below the one before it. Otherwise
+// New returns an error wrapping ErrInvalidRule. So a less important request keeps at
+// least as much back.
 //
-// The reserve is a share of the allowance, so it follows the rule wherever it is divided:
-// an instance's share in a fallback.Store, a shard of a hot key, a rule per call.
+// For example, take WithReserves(0, 20, 50) and a token bucket of 100. 100 Sheddable requests at once
+// admit 50. Then 100 Normal ones admit 30, and then 100 Critical ones the last 20. 100ms
+// later, 10 tokens are back. A Sheddable request would then be admitted in 410ms, and a
+// Normal one in 110ms. A Critical one is admitted.
+//
+// The reserve is in each algorithm's own unit: tokens, a window's count, a sliding log's
+// events, a leaky bucket's queue slots, an in-flight limit's leases. Decision.Remaining
+// is what is left above the reserve. RetryAfter is the time until the request would be
+// admitted at its priority.
+//
+// The reserve is a share of the allowance, so it follows the rule wherever the rule is
+// divided. Examples are an instance's share in a fallback.Store, a shard of a hot key, and
+// a rule per call.
 func WithReserves(percent ...int64) Option {
 	return optionFunc(func(l *AlgorithmLimiter) {
 		for i, p := range percent {

@@ -10,19 +10,18 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
-// Rule says how much a key may do. Its meaning is the same for every algorithm, with one
-// field that only some of them read:
+// Rule says how much a key may do. Its meaning is the same for every algorithm, but only
+// some algorithms read Burst:
 //
-//   - Limit: events allowed per Period. For the token and leaky buckets it is the refill
+//   - Limit: events allowed per Period. For the token and leaky buckets, it is the refill
 //     (drain) amount: Limit every Period, continuously.
-//   - Period: the window length, or the refill period. At least one millisecond, a whole
-//     number of microseconds.
-//   - Burst: the bucket's capacity (token bucket) or the queue's size (leaky bucket);
+//   - Period: the window length, or the refill period. It is between one millisecond and
+//     10 years, in whole microseconds.
+//   - Burst: the bucket's capacity (token bucket) or the queue's size (leaky bucket).
 //     0 means Limit. The fixed window, sliding window and sliding log ignore it.
 //
-// Every number must be at most 2^52 (exact in a Lua script's doubles), and an algorithm may
-// refuse more (see its package). The zero Rule is invalid: every constructor that takes
-// a Rule returns an error wrapping ErrInvalidRule for it.
+// Every number must be at most 2^52. An algorithm may refuse more (see its package). The zero Rule is invalid. Every
+// constructor that takes a Rule returns an error wrapping ErrInvalidRule for it.
 type Rule struct {
 	Limit  int64
 	Period time.Duration
@@ -48,12 +47,13 @@ func PerDay(n int64) Rule { return Rule{Limit: n, Period: 24 * time.Hour} }
 // algorithm's package). The error wraps ErrInvalidRule.
 func (r Rule) validate() error { return core.CheckRule(core.Rule(r)) }
 
-// String formats the rule as "100 per 1s", or "100 per 1s, burst 200" when Burst is set:
-// the form MarshalText writes and UnmarshalText reads.
+// String formats the rule as "100 per 1s", or as "100 per 1s, burst 200" when Burst is
+// set. MarshalText writes this form, and UnmarshalText reads it.
 func (r Rule) String() string { return core.Rule(r).String() }
 
-// MarshalText is the rule as String writes it (encoding.TextMarshaler), so that rules go
-// into JSON, YAML and flags (flag.TextVar) as text; the zero Rule is the empty text.
+// MarshalText implements encoding.TextMarshaler. It returns the rule as String writes it,
+// so that rules go into JSON, YAML and flags (flag.TextVar) as text. The zero Rule is
+// the empty text.
 func (r Rule) MarshalText() ([]byte, error) {
 	if r == (Rule{}) {
 		return []byte{}, nil
@@ -61,12 +61,13 @@ func (r Rule) MarshalText() ([]byte, error) {
 	return []byte(r.String()), nil
 }
 
-// UnmarshalText sets the rule from text of the form String writes: "<limit> per
-// <period>", then ", burst <n>" when there is a burst. The period is a Go duration
-// ("1s", "1m0s", "1h30m", "1500ms") or one of second, minute, hour and day; spaces
-// around the words do not matter. The empty text is the zero Rule. Any other text, or a
-// rule no algorithm can enforce (see Rule), is an error wrapping ErrInvalidRule that
-// says what is wrong, and leaves the rule as it was.
+// UnmarshalText implements encoding.TextUnmarshaler. It sets the rule from text of the
+// form String writes: "<limit> per <period>", then ", burst <n>" when there is a burst.
+// The period is a Go duration ("1s", "1m0s", "1h30m", "1500ms"). It may also be second,
+// minute, hour or day. Spaces around the words do not matter. The empty text is the zero
+// Rule. Text of any other form is an error wrapping ErrInvalidRule. So is a rule no
+// algorithm can enforce (see Rule). The error says what is wrong, and the rule
+// is left as it was.
 func (r *Rule) UnmarshalText(text []byte) error {
 	s := strings.TrimSpace(string(text))
 	if s == "" {
