@@ -106,6 +106,7 @@ func libraryPackages() ([]string, error) {
 // prose is the paragraphs and list items of go doc's output, each on one line: its doc
 // text (indented four spaces, a list item six, its continuation eight) and the comments
 // of fields in declarations. A line indented eight that continues no list item is code.
+// The package doc, first, is read four spaces further in.
 func prose(doc string) []string {
 	var paras []string
 	var cur strings.Builder
@@ -116,10 +117,23 @@ func prose(doc string) []string {
 		cur.Reset()
 	}
 	inItem := false
+	// the package doc comes first, four spaces less indented than a declaration's: its
+	// text at 0, a list item at 2 and its continuation at 4, its code at 4
+	pkgDoc, first := true, true
 	sc := bufio.NewScanner(strings.NewReader(doc))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
+		if first { // "package x // import ..."
+			first = false
+			continue
+		}
+		if pkgDoc && section(line) {
+			pkgDoc = false
+		}
+		if pkgDoc && strings.TrimSpace(line) != "" {
+			line = "    " + line
+		}
 		trimmed := strings.TrimLeft(line, " ")
 		indent := len(line) - len(trimmed)
 		switch {
@@ -158,6 +172,15 @@ func prose(doc string) []string {
 	}
 	flush()
 	return paras
+}
+
+// section reports whether line is one of go doc -all's headings after the package doc.
+func section(line string) bool {
+	switch line {
+	case "CONSTANTS", "VARIABLES", "FUNCTIONS", "TYPES":
+		return true
+	}
+	return false
 }
 
 func isNumbered(s string) bool {
