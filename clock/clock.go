@@ -1,5 +1,5 @@
-// Package clock is the time source of the in-memory store: the real clock, a fake one
-// for tests, and a coarse one that trades precision for speed.
+// Package clock provides the clocks the stores read. It has the system clock, a
+// monotonic one, a fake one for tests, and a coarse one that trades precision for speed.
 package clock
 
 import (
@@ -19,10 +19,13 @@ type Real struct{}
 // Now returns time.Now().
 func (Real) Now() time.Time { return time.Now() }
 
-// Monotonic is the wall time at its creation plus the monotonic time elapsed since. It
-// does not follow steps of the system clock (an administrator or NTP setting the time),
-// only its rate, so it never jumps; and it reads one clock where time.Now reads two. It is
-// safe for concurrent use. The zero value is not usable: call NewMonotonic.
+// Monotonic is the wall time at its creation plus the monotonic time elapsed since.
+// It never jumps. It does not follow steps of the system clock, such as an administrator
+// or NTP setting the time. It follows only the clock's rate. It reads one clock where
+// time.Now reads two.
+//
+// A Monotonic is safe for concurrent use. The zero value is not usable: call
+// NewMonotonic.
 type Monotonic struct {
 	base     time.Time // with its monotonic reading, which time.Since uses
 	baseNano int64
@@ -37,14 +40,14 @@ func NewMonotonic() Monotonic {
 // Now returns the wall time at creation plus the monotonic time since.
 func (m Monotonic) Now() time.Time { return m.base.Add(time.Since(m.base)) }
 
-// Start is the instant the clock started at, with its monotonic reading: Now() is
-// Start().Add(time.Since(Start())).
+// Start is the instant the clock started at, with its monotonic reading.
+// Now() is Start().Add(time.Since(Start())).
 func (m Monotonic) Start() time.Time { return m.base }
 
 // UnixNano is Now().UnixNano(), without building a time.Time.
 func (m Monotonic) UnixNano() int64 { return m.baseNano + int64(time.Since(m.base)) }
 
-// UnixNano is c.Now().UnixNano(), read the cheap way from a Monotonic or a Coarse clock.
+// UnixNano is c.Now().UnixNano(). It is cheaper for a Monotonic or a Coarse clock.
 func UnixNano(c Clock) int64 {
 	switch c := c.(type) {
 	case Monotonic:
@@ -55,8 +58,8 @@ func UnixNano(c Clock) int64 {
 	return c.Now().UnixNano()
 }
 
-// Fake is a clock that moves only when told to. It is safe for concurrent use; the zero
-// value stands at the zero time.Time.
+// Fake is a clock that moves only when told to. It is safe for concurrent use.
+// The zero value stands at the zero time.Time.
 type Fake struct {
 	mu  sync.Mutex
 	now time.Time
@@ -86,20 +89,23 @@ func (f *Fake) Set(t time.Time) {
 	f.now = t
 }
 
-// Coarse reads the system clock once per resolution in one goroutine, so that Now costs
-// an atomic load instead of a system clock read (a few nanoseconds against tens for
-// Monotonic and time.Now: go test -run '^$' -bench Read ./clock).
-// Now lags real time by up to resolution, and so do decisions made on it: a client that
-// waits exactly RetryAfter may be denied once more, up to resolution later. Stop ends the
-// goroutine; after Stop, Now keeps returning the last time read.
+// Coarse is a clock that reads the system clock once per resolution, in a goroutine of
+// its own. Its Now takes a few nanoseconds, against tens for Monotonic and time.Now.
+//
+// Now lags real time by up to resolution, and so do the decisions made on it. A client
+// that waits exactly RetryAfter may be denied once more, up to resolution later.
+//
+// Stop ends the goroutine. After Stop, Now keeps returning the last time read.
 type Coarse struct {
+	// nanos is the time of the last tick. Now is one atomic load of it, where a read of
+	// the system clock costs tens of nanoseconds: go test -run '^$' -bench Read ./clock.
 	nanos atomic.Int64
 	stop  chan struct{}
 	once  sync.Once
 }
 
-// NewCoarse starts a Coarse clock that ticks every resolution (at least 100µs; a
-// millisecond is a good choice) and returns it.
+// NewCoarse starts a Coarse clock that ticks every resolution, and returns it.
+// A resolution under 100µs counts as 100µs. A millisecond is a good choice.
 func NewCoarse(resolution time.Duration) *Coarse {
 	resolution = max(resolution, 100*time.Microsecond)
 	c := &Coarse{stop: make(chan struct{})}
