@@ -1,5 +1,5 @@
-// Package members counts the live instances of a fleet through Redis (see Members), for
-// a fallback.Store that divides its rules among them while Redis is down.
+// Package members counts the live instances of a fleet through Redis (see Members).
+// A fallback.Store divides its rules among them while Redis is down.
 package members
 
 import (
@@ -20,25 +20,26 @@ import (
 	"github.com/ratelimit-go/ratelimit/redisstore"
 )
 
-// Members counts the live instances of a group (the gateways of one fleet, say) through
-// Redis, so that a fallback.Store divides its rules by the number of instances actually
-// running instead of a number someone must keep true by hand:
+// Members counts the live instances of a group, such as the gateways of one fleet,
+// through Redis. A fallback.Store then divides its rules by the number of instances
+// actually running. Nobody has to keep that number true by hand.
 //
 //	fleet := members.New(client, "gateway")
 //	go fleet.Run(ctx)
 //	store := fallback.New(redisstore.New(client), localstore.New(),
 //		fallback.WithInstanceCount(fleet.Count))
 //
-// Each instance beats every interval (WithBeat, 2s by default): one script adds it to a
-// sorted set with the instant its membership expires (three intervals later), drops the
-// members whose instant has passed, gives the set a TTL and returns how many are left.
-// Count is the last number learned, at least 1; while Redis cannot be reached it stays
-// what it was, so a fallback deciding during an outage divides by the fleet as it was
-// just before. An instance that stops beating (it crashed, or was scaled away) leaves
-// the count within three intervals.
+// Each instance beats once every interval (WithBeat, 2s by default). A beat renews the
+// instance's membership for three intervals, and learns how many members are live.
+// An instance that stops beating leaves the count within three intervals. It may have
+// crashed, or been scaled away.
 //
-// The set is one Redis key, "<prefix>:members:{<group>}" (prefix "rl" unless
-// WithPrefix says otherwise).
+// Count is the last number learned, at least 1. While Redis cannot be reached, it stays
+// what it was. A fallback that decides during an outage so divides by the fleet as it
+// was just before.
+//
+// The members are a sorted set in one Redis key, "<prefix>:members:{<group>}". The
+// prefix is "rl" unless WithPrefix says otherwise. The key has a TTL.
 type Members struct {
 	client  redis.Scripter
 	key     string
@@ -56,8 +57,8 @@ type optionFunc func(*Members)
 
 func (f optionFunc) apply(m *Members) { f(m) }
 
-// WithBeat sets how often an instance announces itself (2s by default); a member that
-// has not for three of them is gone. 0 or less means the default.
+// WithBeat sets how often an instance announces itself, 2s by default. A member that
+// has not announced itself for three intervals is gone. 0 or less means the default.
 func WithBeat(d time.Duration) Option {
 	return optionFunc(func(m *Members) {
 		if d > 0 {
@@ -66,8 +67,8 @@ func WithBeat(d time.Duration) Option {
 	})
 }
 
-// WithID names this instance in the set (a random 16 hex digits by default). Two
-// instances with one name count as one.
+// WithID names this instance in the set. The default is 16 random hex digits.
+// Two instances with one name count as one.
 func WithID(id string) Option {
 	return optionFunc(func(m *Members) {
 		if id != "" {
@@ -76,14 +77,14 @@ func WithID(id string) Option {
 	})
 }
 
-// WithOnError has f called with each error of a beat of Run, for logs and metrics; Run
-// goes on whatever f does. Nil means none.
+// WithOnError has f called with each error of a beat of Run, for logs and metrics.
+// Run goes on whatever f does. Nil means none.
 func WithOnError(f func(error)) Option {
 	return optionFunc(func(m *Members) { m.onError = f })
 }
 
-// WithClock sends c's time instead of using Redis TIME, for tests (nil means
-// Redis TIME).
+// WithClock sends c's time instead of using Redis TIME, for tests. Nil means Redis
+// TIME.
 func WithClock(c clock.Clock) Option {
 	return optionFunc(func(m *Members) { m.clock = c })
 }
@@ -117,7 +118,10 @@ func New(client redis.Scripter, group string, opts ...Option) *Members {
 	return m
 }
 
-// The scripts of members (its client runs scripts only: redis.Scripter).
+// The scripts of members (its client runs scripts only: redis.Scripter). A beat is one
+// script: it adds the instance to the sorted set, scored by the instant its membership
+// expires (three intervals later). It drops the members whose instant has passed, gives
+// the set a TTL and returns how many are left.
 var (
 	//go:embed beat.lua
 	beatSource string
@@ -145,9 +149,9 @@ func (m *Members) Beat(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
-// Run beats every interval until ctx ends, and returns ctx's error. An error of a beat
-// (Redis down) leaves the count as it was, goes to WithOnError's function, and the next
-// beat tries again.
+// Run beats every interval until ctx ends, and returns ctx's error. A beat may fail,
+// as when Redis is down. The count then stays as it was, and the error goes to
+// WithOnError's function. The next beat tries again.
 func (m *Members) Run(ctx context.Context) error {
 	t := time.NewTicker(m.every)
 	defer t.Stop()
@@ -165,8 +169,8 @@ func (m *Members) Run(ctx context.Context) error {
 	}
 }
 
-// Leave takes this instance out of the set at once (on a clean shutdown), so that the
-// others count without it before its membership expires.
+// Leave takes this instance out of the set at once. Call it on a clean shutdown.
+// The others then count without it before its membership expires.
 func (m *Members) Leave(ctx context.Context) error {
 	err := leaveScript.Run(ctx, m.client, []string{m.key}, m.id).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
