@@ -1,16 +1,18 @@
-// Package fleet builds the store that the instances of a fleet (gateways behind one load
-// balancer, say) share: Redis, behind a fallback.Store that divides every rule among
-// them while Redis is down, with busy keys decided from hotkey.Leases.
+// Package fleet builds the store that the instances of a fleet share, such as the
+// gateways behind one load balancer. The store is Redis, behind a fallback.Store that
+// divides every rule among the instances while Redis is down. Busy keys are decided
+// from hotkey.Leases.
 //
 //	f, err := fleet.New(ctx, client, fleet.Config{Instances: 20})
 //	if err != nil { ... }
 //	defer f.Close(context.Background())
 //	limiter, err := tokenbucket.New(f.Store(), rule, ratelimit.WithNamespace("api"))
 //
-// Together the instances admit a key what its rule allows, plus at most WithTrust's one
-// event per instance per key at a time, and nothing they admit is lost (see
-// hotkey.Leases). While Redis is down or slower than the fallback's timeout, each
-// instance decides on its share of every rule (see fallback.Store).
+// Together the instances admit a key what its rule allows. Beyond it, each instance
+// admits on trust at most one event per key at a time, unless hotkey.WithTrust says
+// otherwise. Nothing they admit is lost (see hotkey.Leases). While Redis is down or
+// slower than the fallback's timeout, each instance decides on its share of every rule
+// (see fallback.Store).
 package fleet
 
 import (
@@ -34,35 +36,35 @@ import (
 
 // Config says how one instance takes part in its fleet.
 type Config struct {
-	// Instances is how many instances share the limits; it is required. With Learn, it
+	// Instances is how many instances share the limits. It is required. With Learn, it
 	// is the count assumed until Redis first answers a beat.
 	Instances int
-	// Learn counts the live instances through Redis instead (redisstore/members): each
-	// instance beats under Group every 2s, and one that stops leaves the count within 6s.
+	// Learn counts the live instances through Redis instead (see redisstore/members).
+	// Each instance beats under Group every 2s. One that stops leaves the count within 6s.
 	Learn bool
-	// Group names the fleet whose instances Learn counts: "ratelimit" when empty.
+	// Group names the fleet whose instances Learn counts. It is "ratelimit" when empty.
 	Group string
-	// Exact decides every request on Redis, without leases: each decision then waits for
-	// a round trip, and the rule holds with nothing admitted on trust.
+	// Exact decides every request on Redis, without leases. Each decision then waits for
+	// a round trip. The rule holds with nothing admitted on trust.
 	Exact bool
 
-	// Redis, Fallback and Leases are options of the stores, after the fleet's own:
-	// a prefix, the fallback's timeout or hooks, WithTrust.
+	// Redis, Fallback and Leases are options of the stores, applied after the fleet's
+	// own. Use them for a prefix, the fallback's timeout or hooks, or WithTrust.
 	Redis    []redisstore.Option
 	Fallback []fallback.Option
 	Leases   []hotkey.LeasesOption
-	// Local is the store of the instance's shares: localstore.New() when nil.
+	// Local is the store of the instance's shares. It is localstore.New() when nil.
 	Local *localstore.Store
-	// Algorithms are those whose scripts New loads into Redis: every algorithm of this
-	// module when empty (see redisstore.Store.LoadScripts).
+	// Algorithms are those whose scripts New loads into Redis. When empty, New loads
+	// every algorithm of this module (see redisstore.Store.LoadScripts).
 	Algorithms []*ratelimit.Algorithm
 }
 
 // beat is how often an instance announces itself when it learns the count.
 const beat = 2 * time.Second
 
-// Fleet is one instance's part of a fleet: the store its limiters decide on, and the
-// count of instances it divides the rules by. Close it on shutdown.
+// Fleet is one instance's part of a fleet. It holds the store the instance's limiters
+// decide on, and the count of instances it divides the rules by. Close it on shutdown.
 type Fleet struct {
 	store    ratelimit.Store
 	fallback *fallback.Store
@@ -77,9 +79,10 @@ type Fleet struct {
 }
 
 // New opens this instance's part of the fleet on client. Within ctx, it loads the
-// scripts and, with Learn, beats once, so that the first requests do not wait for them.
-// A Redis that does not answer is not an error: the instance decides on its share, and
-// counts Instances, until it does. New returns an error for an Instances below 1.
+// scripts, and with Learn it beats once. The first requests then do not wait for them.
+// A Redis that does not answer is not an error. Until it answers, the instance decides
+// on its share, and counts Instances. New returns an error for a nil client or option,
+// or an Instances below 1.
 func New(ctx context.Context, client redis.Scripter, cfg Config) (*Fleet, error) {
 	if core.IsNil(client) {
 		return nil, errors.New("fleet: New with a nil client")
@@ -152,15 +155,15 @@ func (f *Fleet) run(ctx context.Context) {
 // Store is what this instance's limiters decide on.
 func (f *Fleet) Store() ratelimit.Store { return f.store }
 
-// Fallback is the fallback store under the leases: its Source and breaker say whether
+// Fallback is the fallback store under the leases. Its Source and breaker say whether
 // Redis is deciding.
 func (f *Fleet) Fallback() *fallback.Store { return f.fallback }
 
-// Leases is the leases the store decides busy keys from, nil with Exact.
+// Leases is the leases the store decides busy keys from. It is nil with Exact.
 func (f *Fleet) Leases() *hotkey.Leases { return f.leases }
 
-// Count is how many instances share the limits: Instances, or with Learn the count last
-// learned (Instances until Redis first answered).
+// Count is how many instances share the limits. Without Learn, it is Instances. With
+// Learn, it is the count last learned, or Instances until Redis first answers.
 func (f *Fleet) Count() int {
 	if f.members != nil && f.learned.Load() {
 		return f.members.Count()
@@ -168,9 +171,10 @@ func (f *Fleet) Count() int {
 	return f.assumed
 }
 
-// Close gives back what the leases hold and charges what they admitted on trust, then
-// stops beating and takes this instance out of the count, within ctx. It is safe to call
-// more than once; the store takes the exact path after.
+// Close gives back what the leases hold, and charges what they admitted on trust.
+// It then stops beating and takes this instance out of the count, within ctx. Close is
+// safe to call more than once. After Close, the store decides every request without
+// leases, as with Exact.
 func (f *Fleet) Close(ctx context.Context) error {
 	if f == nil {
 		return nil
