@@ -8,15 +8,16 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/core"
 )
 
-// Apply decides req against the key's state in memory: it takes, peeks, refunds, resets
-// or extends (req.Op). A take of an existing key finds it without the shard's lock and
-// decides holding only the key's; a new key, or a sweep due, takes the shard's lock. The
-// step gets the caller's now, and the key's own latest instant in its state: a clock
-// that stepped back is held per key, and durations count from the caller's clock.
+// Apply decides req against the key's state in memory. It takes, peeks, refunds, resets
+// or extends, as req.Op says.
 //
-// It returns ctx.Err() if ctx has ended, and the error of req.Algorithm.Prepare for an
-// invalid rule or n.
+// It returns ctx.Err() if ctx has ended. It returns the error of req.Algorithm.Prepare
+// for an invalid rule or n.
 func (s *Store) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
+	// A take of an existing key finds it without the shard's lock, and decides holding
+	// only the key's. A new key, or a sweep due, takes the shard's lock. The step gets the
+	// caller's now, and the key's own latest instant in its state. A clock that stepped
+	// back is so held per key, and durations count from the caller's clock.
 	if err := ctx.Err(); err != nil {
 		return core.Outcome{}, err
 	}

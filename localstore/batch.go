@@ -10,12 +10,13 @@ import (
 
 var _ core.BatchStore = (*Store)(nil)
 
-// ApplyAll takes every request or none, atomically: it locks the shards of all the keys
-// in ascending order (so that two batches never wait on each other in a cycle), then the
-// keys (a new key locked before it enters its table), decides each request on a copy of
-// its key's state, and writes the copies back only if every request is allowed. Errors
-// as Apply's; a key named twice is an error wrapping ratelimit.ErrDuplicateKey.
+// ApplyAll takes every request or none, atomically. It decides each request on a copy of
+// its key's state, and writes the copies back only if every request is allowed. Its
+// errors are Apply's. A key named twice is an error wrapping ratelimit.ErrDuplicateKey.
 func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
+	// It locks the shards of all the keys in ascending order, so that two batches never
+	// wait on each other in a cycle. It then locks the keys, a new key before it enters
+	// its table.
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

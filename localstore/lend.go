@@ -9,14 +9,16 @@ import (
 
 var _ core.Lender = (*Store)(nil)
 
-// Lend decides each loan in turn, atomically on its key: under the key's lock, found (or
-// added) under its shard's, as a take is. A key's record of loans is kept in its shard
-// apart from its state (the keys never lent carry nothing for it), as Redis keeps it in
-// a key of its own: until its last loan ends, whatever the state's expiry, a reset or an
-// eviction. Errors: ctx.Err() if ctx
-// has ended, and for an invalid loan (an algorithm that does not lend, no holder, an
-// invalid rule), before anything is lent.
+// Lend decides each loan in turn, atomically on its key, as a take is. A key's record of
+// loans is kept apart from its state, as on Redis. It lasts until the key's last loan
+// ends, whatever the state's expiry, a reset or an eviction.
+//
+// It returns ctx.Err() if ctx has ended. An invalid loan is an error, before anything is
+// lent: an algorithm that does not lend, no holder, or an invalid rule.
 func (s *Store) Lend(ctx context.Context, loans []core.Loan) ([]core.Lent, error) {
+	// Each loan is decided under its key's lock, the key found (or added) under its
+	// shard's lock, as a take is. The records of loans sit in the shard, apart from the
+	// entries, so that the keys never lent carry nothing for them.
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -1,33 +1,32 @@
-// Package localstore is the in-memory ratelimit.Store: the state of every key in one
-// process, for limits that need not be shared across instances, for tests, and as the
-// fallback when Redis is down.
+// Package localstore is the in-memory ratelimit.Store. It keeps the state of every key
+// in one process. Use it for limits that need not be shared across instances, for
+// tests, and as the fallback when Redis is down.
 //
-// Keys live in shards, and each key's state behind its own mutex: a decision on an
-// existing key finds it without its shard's lock (the shard's table is read with atomic
-// loads) and holds only the key's lock, so that cores deciding on different keys write
-// no line in common, and it allocates nothing. Adding, removing and sweeping keys take
-// the shard's lock. A key is hashed once: the hash chooses its shard and finds it in the
-// shard's own open-addressing table. Memory is bounded twice over:
+// A decision on a key the store already holds takes only that key's lock, and
+// allocates nothing. Adding, removing and sweeping keys lock the keys' shard.
 //
-//   - Idle keys expire. A key whose state is back to its full allowance (its last
-//     Decision's ResetAfter has passed) is worth nothing, and each shard drops such keys
-//     in a sweep at most once per sweep interval (WithSweepInterval), run by whichever
-//     decision finds the interval passed. No goroutine runs in the background.
+// Memory is bounded twice over:
+//
+//   - Idle keys expire. A key is back to its full allowance once its last Decision's
+//     ResetAfter has passed, and is then worth nothing. Each shard drops such keys in a
+//     sweep, at most once per sweep interval (WithSweepInterval). The decision that
+//     finds the interval passed runs the sweep. No goroutine runs in the background.
 //   - The number of keys is capped (WithMaxKeys), and so is their memory in bytes
-//     (WithMaxBytes), long keys counting for more. A new key that finds its shard full
-//     evicts the key closest to full among a few sampled, expired keys first. An evicted
-//     key starts over with its full allowance, so under an attack that rotates keys the
-//     cap costs accuracy for the evicted keys, never memory.
+//     (WithMaxBytes). Long keys count for more. A new key that finds its shard full
+//     evicts another. Among a few sampled keys, it evicts an expired one, or else the
+//     one closest to full. An evicted key starts over with its full allowance. Under an
+//     attack that rotates keys, the cap so costs accuracy, never memory.
 //
-// A key of 16 bytes costs about 128 bytes in all (its string, its entry, its slot), and
-// WithMaxBytes counts each key as 128 bytes plus its length, more than it takes.
+// A key of 16 bytes costs about 128 bytes in all. WithMaxBytes counts each key as 128
+// bytes plus its length, which is more than it takes.
 //
-// Time comes from a clock.Clock (WithClock; by default clock.NewMonotonic(), the wall
-// clock at New plus the monotonic time since, which never steps back). A key asked at an
-// instant before the latest it has seen, by less than its period, is decided at that
-// latest instant; by more (a clock set back), its state moves back by whole periods to
-// within one (see the package doc of ratelimit, "Time"). The durations of its Decision
-// count from the caller's clock, exactly as redisstore does.
+// Time comes from a clock.Clock, set by WithClock. The default is clock.NewMonotonic():
+// the wall clock at New plus the monotonic time since, which never steps back. A key
+// may be asked at an instant before the latest it has seen. If it is earlier by less
+// than the key's period, the key is decided at that latest instant. If it is earlier by
+// more, as when a clock is set back, the key's state moves back by whole periods to
+// within one. See the package doc of ratelimit, "Time". The durations of a Decision
+// count from the caller's clock, as in redisstore.
 package localstore
 
 import (
@@ -54,8 +53,8 @@ const (
 	minShardBytes = 64 << 10
 )
 
-// Store is an in-memory ratelimit.Store. It is safe for concurrent use; the zero value is
-// not usable, call New.
+// Store is an in-memory ratelimit.Store. It is safe for concurrent use. The zero value is
+// not usable: call New.
 type Store struct {
 	clock clock.Clock
 	// the clock when it is a Monotonic (the sum of Monotonic.UnixNano) or a Coarse, read
@@ -65,6 +64,12 @@ type Store struct {
 	monoNano  int64
 	coarse    *clock.Coarse
 
+	// Keys live in shards, each key's state behind its own mutex. A key is hashed once:
+	// the hash chooses its shard and finds it in the shard's own open-addressing table.
+	// A decision on an existing key reads that table with atomic loads, without the
+	// shard's lock, and holds only the key's lock. Cores deciding on different keys so
+	// write no cache line in common. Adding, removing and sweeping keys take the shard's
+	// lock.
 	hash       hasher
 	shards     []shard
 	mask       uint64
@@ -85,8 +90,8 @@ type optionFunc func(*Store)
 
 func (f optionFunc) apply(s *Store) { f(s) }
 
-// WithClock sets the clock decisions are made by; clock.NewMonotonic() by default. Nil
-// means the default.
+// WithClock sets the clock decisions are made by. The default is clock.NewMonotonic().
+// Nil means the default.
 func WithClock(c clock.Clock) Option {
 	return optionFunc(func(s *Store) {
 		if c != nil {
@@ -95,8 +100,8 @@ func WithClock(c clock.Clock) Option {
 	})
 }
 
-// WithMaxKeys caps the number of keys the store holds (DefaultMaxKeys by default; less
-// than 1 means the default). One key is one (algorithm, namespace, key).
+// WithMaxKeys caps the number of keys the store holds, DefaultMaxKeys by default. Less
+// than 1 means the default. One key is one (algorithm, namespace, key).
 func WithMaxKeys(n int) Option {
 	return optionFunc(func(s *Store) {
 		if n >= 1 {
@@ -105,13 +110,14 @@ func WithMaxKeys(n int) Option {
 	})
 }
 
-// WithMaxBytes caps the memory the keys take, in bytes (DefaultMaxBytes by default; less
-// than 1 means the default): each key counts its length plus 128 bytes (its entry, its
-// slot in the map, its string's header), which is more than it takes (see the package
-// doc). Past it, a new key evicts others as WithMaxKeys does, so long keys
-// cost memory only up to the cap, however many come. The cap is divided among the
-// shards (at least 64 KiB each); a key longer than its shard's part is still held, alone,
-// so the bound is n plus one such key per shard.
+// WithMaxBytes caps the memory the keys take, in bytes, DefaultMaxBytes by default.
+// Less than 1 means the default. Each key counts as its length plus 128 bytes, which is
+// more than it takes (see the package doc).
+//
+// Past the cap, a new key evicts others, as with WithMaxKeys. Long keys so cost memory
+// only up to the cap, however many come. The cap is divided among the shards, at least
+// 64 KiB each. A key longer than its shard's part is still held, alone. The bound is
+// so n plus one such key per shard.
 func WithMaxBytes(n int64) Option {
 	return optionFunc(func(s *Store) {
 		if n >= 1 {
@@ -120,9 +126,9 @@ func WithMaxBytes(n int64) Option {
 	})
 }
 
-// WithSweepInterval sets how often each shard drops keys that are back to full
-// (DefaultSweepInterval by default; 0 or less means the default). A sweep visits every
-// key of one shard, inside that shard's lock.
+// WithSweepInterval sets how often each shard drops the keys that are back to full,
+// DefaultSweepInterval by default. 0 or less means the default. A sweep visits every key
+// of one shard, inside that shard's lock.
 func WithSweepInterval(d time.Duration) Option {
 	return optionFunc(func(s *Store) {
 		if d > 0 {
