@@ -1,30 +1,34 @@
-// Package fixedwindow is the fixed window counter: time is cut into windows of Period,
-// aligned to multiples of Period since the Unix epoch, and each window admits at most
-// Limit events. It is the cheapest algorithm (one counter per key) and the easiest to
-// explain to clients ("1000 per hour, reset on the hour"). Burst is ignored.
+// Package fixedwindow is the fixed window counter. Time is cut into windows of Period,
+// aligned to multiples of Period since the Unix epoch. Each window admits at most Limit
+// events. It is the cheapest algorithm, with one counter per key. It is also the easiest
+// to explain to clients: "1000 per hour, reset on the hour". Burst is ignored.
 //
-// A client may get up to 2x Limit across a window boundary (Limit at the end of one window
-// and Limit at the start of the next): that is inherent to the algorithm. Choose the
-// sliding window or sliding log where that matters.
+// A client may get up to 2x Limit across a window boundary. It may get Limit at the end
+// of one window, and Limit at the start of the next. That is inherent to the algorithm.
+// Choose the sliding window or sliding log where that matters.
 //
-// Decision: Limit is the window's limit; Remaining is what is left of it; RetryAfter and
-// ResetAfter are the time until the window ends.
+// In a Decision, Limit is the window's limit, and Remaining is what is left of it.
+// RetryAfter and ResetAfter are the time until the window ends.
 //
-// A refund (of a take with its Receipt: AlgorithmLimiter.Charge) takes the take's events
-// off the count when the take was of the current window: 100 a minute, 100 admitted at
-// 0:59 on an estimate and refunded at 1:10, give nothing back (they counted in a window
-// that is over), and minute 1 admits its 100, no more. A debit (a cost known after the
-// answer: AlgorithmLimiter.Debit) counts events whatever the window holds, even past its
-// limit: the key denies until the window ends, and the next window starts at 0.
+// A refund gives back a take's events, with the take's Receipt (AlgorithmLimiter.Charge).
+// It takes them off the count only if the take was of the current window. Say the rule
+// is 100 a minute, and 100 events admitted at 0:59 on an estimate are refunded at 1:10.
+// They give nothing back, since they counted in a window that is over. Minute 1 admits
+// its 100, no more.
 //
-// State: Level is the events counted in the window that contains Time, kept (with Time)
-// while the window lasts. A reset leaves a floor in Log until the window ends: the
-// receipts of the takes before it give nothing back.
+// A debit counts a cost known after the answer (AlgorithmLimiter.Debit). It counts the
+// events whatever the window holds, even past its limit. The key then denies until the
+// window ends, and the next window starts at 0.
 //
-// Quotas (Quota, NewQuota) are fixed windows of the calendar instead: a day, an ISO week,
-// a month or a year of a time zone ("10000 per month in America/New_York", from the 1st
-// at 00:00 there), 23 to 25 hours for a day with a change of summer time, 28 to 31 days
-// for a month. Their state's Aux is the end of the window its Level counts.
+// State: Level is the events counted in the window that contains Time. Both are kept
+// while the window lasts. A reset leaves a floor in Log until the window ends. The
+// receipts of the takes before the reset then give nothing back.
+//
+// Quotas (Quota, NewQuota) are fixed windows of the calendar instead. A window is a day,
+// an ISO week, a month or a year of a time zone. "10000 per month in America/New_York"
+// counts from the 1st at 00:00 there. A day lasts 23 to 25 hours when summer time
+// changes, and a month 28 to 31 days. In a quota's state, Aux is the end of the window
+// its Level counts.
 package fixedwindow
 
 import (
@@ -35,14 +39,14 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/mathx"
 )
 
-// Limiter is a fixed window limiter over a Store: one counter per key, all under
-// one Rule. Its methods are ratelimit.AlgorithmLimiter's, which every algorithm's
-// limiter is. It is safe for concurrent use.
+// Limiter is a fixed window limiter over a Store. It keeps one counter per key, all
+// under one Rule. Its methods are ratelimit.AlgorithmLimiter's, as for every algorithm.
+// It is safe for concurrent use.
 type Limiter = ratelimit.AlgorithmLimiter
 
 // New returns a fixedwindow limiter with rule over store. It returns an error wrapping
-// ratelimit.ErrInvalidRule for a rule it cannot enforce, and an error for a nil store.
-// Its keys are in the rule's namespace unless ratelimit.WithNamespace names one.
+// ratelimit.ErrInvalidRule for a rule it cannot enforce. It returns an error for a nil
+// store. Its keys are in the rule's namespace, unless ratelimit.WithNamespace names one.
 func New(store ratelimit.Store, rule ratelimit.Rule, opts ...ratelimit.Option) (*Limiter, error) {
 	return ratelimit.NewAlgorithmLimiter(store, algorithm, rule, opts...)
 }

@@ -17,9 +17,12 @@ import (
 // Calendar is the length of a quota's windows as a time zone's calendar counts them.
 type Calendar uint8
 
-// The calendar windows: a day from midnight to midnight (23 or 25 hours on the days
-// summer time starts or ends), an ISO week from Monday 00:00, a month from the 1st at
-// 00:00 (28 to 31 days), a year from January 1st.
+// The calendar windows:
+//   - Day: from midnight to midnight. It lasts 23 or 25 hours on the days summer time
+//     starts or ends.
+//   - Week: an ISO week, from Monday 00:00.
+//   - Month: from the 1st at 00:00, 28 to 31 days.
+//   - Year: from January 1st.
 const (
 	Day Calendar = iota + 1
 	Week
@@ -37,25 +40,27 @@ func (c Calendar) String() string {
 	return "calendar(" + strconv.Itoa(int(c)) + ")"
 }
 
-// Quota is at most Limit events per calendar window of a time zone: an API plan's
-// "10,000 calls a month", the month being the customer's, from the 1st at 00:00 in their
-// zone. Its zero value is invalid: Limit and Per are required.
+// Quota is at most Limit events per calendar window of a time zone. An API plan's
+// "10,000 calls a month" is one. The month is the customer's, from the 1st at 00:00 in
+// their zone. Its zero value is invalid: Limit and Per are required.
 //
 // A quota is only as durable as its store. localstore forgets it when the process
-// exits. On Redis, a month's count lives in Redis's memory: a Redis without persistence
-// that restarts (or a replica promoted before it had the latest writes) starts every
-// key's month afresh, and admits up to a whole quota again. Keep a quota's Redis with
-// its writes on disk: appendonly yes with appendfsync everysec (a second of counts at
-// risk) or always, or RDB snapshots (save 60 1000: up to the snapshot's age at risk).
-// Replication is asynchronous: a replica promoted after a failover may lack the master's
-// last writes, and those counts are lost with them.
+// exits. On Redis, a month's count lives in Redis's memory. A Redis without persistence
+// that restarts starts every key's month afresh. It then admits up to a whole quota
+// again. Keep a quota's Redis with its writes on disk, in one of these ways:
+//   - appendonly yes with appendfsync everysec, with a second of counts at risk.
+//   - appendonly yes with appendfsync always.
+//   - RDB snapshots, such as save 60 1000, with up to the snapshot's age at risk.
+//
+// Replication is asynchronous. A replica promoted after a failover may lack the
+// master's last writes, and those counts are lost with them.
 type Quota struct {
 	Limit int64
 	Per   Calendar
-	// In is the time zone of the calendar: nil means UTC. Quotas tell zones apart by
-	// their IANA name (time.LoadLocation's), and zones of one fixed offset
-	// (time.FixedZone) by that offset, named "UTC+01:00"; time.Local, which names a
-	// different zone on each host, is refused.
+	// In is the time zone of the calendar. Nil means UTC. Quotas tell zones apart by
+	// their IANA name (time.LoadLocation's). They tell zones of one fixed offset
+	// (time.FixedZone) apart by that offset, named "UTC+01:00". A quota refuses
+	// time.Local, since it names a different zone on each host.
 	In *time.Location
 }
 
@@ -66,8 +71,8 @@ func (q Quota) location() *time.Location {
 	return q.In
 }
 
-// String is the quota as text: "10000 per month in America/New_York" ("in UTC" for a
-// nil In), the form UnmarshalText reads.
+// String is the quota as text, in the form UnmarshalText reads:
+// "10000 per month in America/New_York". A nil In is "in UTC".
 func (q Quota) String() string {
 	zone, err := zoneName(q.location())
 	if err != nil {
@@ -84,10 +89,13 @@ func (q Quota) MarshalText() ([]byte, error) {
 	return []byte(q.String()), nil
 }
 
-// UnmarshalText reads "<limit> per <day|week|month|year>", and optionally " in <zone>"
-// with a zone of the IANA time zone database (time.LoadLocation: "Europe/Madrid", "UTC",
-// "Local"); without one the zone is UTC. Bad text is an error wrapping
-// ratelimit.ErrInvalidRule that names the wrong part, and leaves q as it was.
+// UnmarshalText reads "<limit> per <day|week|month|year>", optionally followed by
+// " in <zone>". The zone is a name of the IANA time zone database, as time.LoadLocation
+// reads it: "Europe/Madrid" or "UTC", say. It may also be a fixed offset as String
+// writes it, such as "UTC+01:00". "Local" is refused. Without a zone, the zone is UTC.
+//
+// Bad text is an error wrapping ratelimit.ErrInvalidRule that names the wrong part.
+// It leaves q as it was.
 func (q *Quota) UnmarshalText(text []byte) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("fixedwindow: quota %q: %w: %s", text, ratelimit.ErrInvalidRule, fmt.Sprintf(format, args...))
@@ -139,9 +147,10 @@ func (q Quota) validate() error {
 	return core.CheckRule(core.Rule(q.Rule()))
 }
 
-// Rule is the quota as a Rule, for what reads one (the middleware's RateLimit-Policy
-// header, whose window it gives): Limit, and the usual length of a window (24 hours, 7
-// days, 30 days, 365 days). Decisions follow the calendar, not this Period.
+// Rule is the quota as a Rule, for what reads one, such as the middleware's
+// RateLimit-Policy header. Its Limit is the quota's. Its Period is the usual length of a
+// window: 24 hours, 7 days, 30 days or 365 days. The header gives that as the window.
+// Decisions follow the calendar, not this Period.
 func (q Quota) Rule() ratelimit.Rule {
 	periods := []time.Duration{Day: 24 * time.Hour, Week: 7 * 24 * time.Hour, Month: 30 * 24 * time.Hour, Year: 365 * 24 * time.Hour}
 	if q.Per < Day || q.Per > Year {
@@ -158,8 +167,8 @@ func (q Quota) Window(t time.Time) core.Window {
 	return window(q.Per, q.location(), t)
 }
 
-// Algorithm is the quota's algorithm as stores see it, named "quota": one per calendar
-// and time zone, which places each decision's window (core.Algorithm.Window).
+// Algorithm is the quota's algorithm as stores see it, named "quota". There is one per
+// calendar and time zone. It places each decision's window (core.Algorithm.Window).
 func (q Quota) Algorithm() (*core.Algorithm, error) {
 	if err := q.validate(); err != nil {
 		return nil, err
@@ -300,25 +309,30 @@ func debitQuota(st *core.State, now int64, a core.Args, w core.Window) int64 {
 }
 
 // QuotaLimiter limits each key to a Quota: at most Limit events per calendar window of
-// its zone, on any Store (on Redis, the server's clock decides which window a decision
-// falls in, from the bounds the store's clock places: a few minutes of disagreement
-// across a window's start decide as the server says; clocks more than a window apart
-// would count in windows as long as the next, from its end). Allow, AllowN and the rest are
-// ratelimit.AlgorithmLimiter's; RetryAfter and ResetAfter are the time until the next
-// window starts in the zone, and a key's state expires then. It joins AllowAll with the
-// limiters of the rate algorithms ("10,000 a month and 10 a second", all or none). Behind
-// a fallback.Store whose primary is down, each of N instances counts Limit/N a window (at
-// least 1). It is safe for concurrent use.
+// its zone. It works on any Store. It is safe for concurrent use.
+//
+// Allow, AllowN and the rest are ratelimit.AlgorithmLimiter's. RetryAfter and ResetAfter
+// are the time until the next window starts in the zone. A key's state expires then.
+//
+// A QuotaLimiter joins AllowAll with the limiters of the rate algorithms: "10,000 a month
+// and 10 a second", all or none. Behind a fallback.Store whose primary is down, each of
+// N instances counts Limit/N a window, at least 1.
+//
+// On Redis, the store's clock places the bounds of the windows. The server's clock then
+// decides which window a decision falls in. A few minutes of disagreement across a
+// window's start decide as the server says. Clocks more than a window apart would count
+// in windows as long as the next, from its end.
 type QuotaLimiter struct {
 	ratelimit.AlgorithmLimiter
 	quota Quota
 }
 
 // NewQuota returns a QuotaLimiter of q over store. It returns an error wrapping
-// ratelimit.ErrInvalidRule for an invalid quota, and an error for a nil store. Its keys
-// are in the namespace q.String() ("10000 per month in America/New_York") unless
-// ratelimit.WithNamespace names one: quotas of different calendars or zones must not
-// share a namespace.
+// ratelimit.ErrInvalidRule for an invalid quota, and an error for a nil store.
+//
+// Its keys are in the namespace q.String(), such as "10000 per month in
+// America/New_York". ratelimit.WithNamespace may name another. Quotas of different
+// calendars or zones must not share a namespace.
 func NewQuota(store ratelimit.Store, q Quota, opts ...ratelimit.Option) (*QuotaLimiter, error) {
 	alg, err := q.Algorithm()
 	if err != nil {
