@@ -20,18 +20,22 @@ import (
 
 var _ core.BatchStore = (*Store)(nil)
 
-// MaxApplyAll is the most requests ApplyAll decides in one script: a script runs alone on
-// its server, and one over thousands of keys would hold every other client of Redis for
-// the time it takes (5,000 took 400ms). ApplyAll of more returns an error matching
-// errors.ErrUnsupported, and ratelimit.AllowAll then takes them one by one.
+// MaxApplyAll is the most requests ApplyAll decides in one script. A script runs alone on
+// its server, and holds every other client of Redis while it runs. A script over 5,000
+// keys took 400ms. ApplyAll of more requests returns an error matching
+// errors.ErrUnsupported. ratelimit.AllowAll then takes them one by one.
 const MaxApplyAll = 100
 
-// ApplyAll takes every request or none. When all the keys share one hash tag (the same
-// limiter key, or keys of one redisstore.TaggedKey tag), or the client is a single
-// *redis.Client, it is one script, atomic, in one round trip. Otherwise (keys on a Redis
-// Cluster that may sit on different nodes) it counts nothing and returns an error
-// matching errors.ErrUnsupported, and ratelimit.AllowAll takes them one by one: never a
-// CROSSSLOT error.
+// ApplyAll takes every request or none. It is one atomic script, in one round trip, in
+// two cases. Either the client is a single *redis.Client, or all the keys share one hash
+// tag. They do when they are one limiter key, or keys of one TaggedKey tag.
+//
+// Otherwise, as for keys on a Redis Cluster that may sit on different nodes, ApplyAll
+// counts nothing. It returns an error matching errors.ErrUnsupported, never a CROSSSLOT
+// error. ratelimit.AllowAll then takes the requests one by one.
+//
+// Its other errors are Apply's. A key named twice is an error wrapping
+// ratelimit.ErrDuplicateKey.
 func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

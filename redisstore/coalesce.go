@@ -17,7 +17,8 @@ import (
 	"github.com/ratelimit-go/ratelimit/internal/script"
 )
 
-// DefaultMaxBatch is how many decisions one call of the batch script decides at most.
+// DefaultMaxBatch is how many decisions one call of the batch script decides at most,
+// unless WithMaxBatch says otherwise.
 const DefaultMaxBatch = 128
 
 // maxFlights is how many calls one store keeps in flight at once to a server whose
@@ -40,14 +41,15 @@ const maxFlightsFar = 16
 // calls in flight.
 const maxWait = 500 * time.Microsecond
 
-// MaxBatch is the most WithMaxBatch allows: a batch script unpacks its calls' keys and
-// its reply's values onto Lua's stack, which holds 8000 values at most.
+// MaxBatch is the most decisions WithMaxBatch allows in one call.
 const MaxBatch = 1000
 
-// WithMaxBatch sets how many waiting decisions one script call decides at most
-// (DefaultMaxBatch by default, MaxBatch at most); 1 turns coalescing off: one call per
-// decision.
+// WithMaxBatch sets how many waiting decisions one script call decides at most. It is
+// DefaultMaxBatch by default, and MaxBatch at most. Less than 1 means the default. 1
+// turns coalescing off: one call per decision.
 func WithMaxBatch(n int) Option {
+	// MaxBatch bounds it because a batch script unpacks its calls' keys and its reply's
+	// values onto Lua's stack, which holds 8000 values at most.
 	return optionFunc(func(s *Store) {
 		if n >= 1 {
 			s.maxBatch = min(n, MaxBatch)
@@ -100,7 +102,9 @@ var errAlone = errors.New("redisstore: decide alone")
 var errGaveUp = errors.New("redisstore: the caller gave up")
 
 // node is the coalescing queue of one Redis server (the store's client, or one master
-// of a cluster; see Store, "Coalescing"). A decision that finds its node idle (no call in
+// of a cluster; see Store, "Coalescing"). A batch saves Redis its cost per command
+// (parsing, the script's lookup, the reply), and go-redis its pool and round trip, once
+// for each decision but one. A decision that finds its node idle (no call in
 // flight) goes out alone; the others wait in the node's queue. The first to wait while a
 // flight is free (mayFly) yields once, so that the callers on their way join it, and
 // sends the batch; when a call lands with decisions waiting, the next batch goes out, and

@@ -15,19 +15,20 @@ import (
 )
 
 // Recommended sets in o the go-redis settings of a client that decides rate limits, and
-// returns o (a new Options when nil):
+// returns o. A nil o gets a new Options.
 //
 //	client := redis.NewClient(redisstore.Recommended(&redis.Options{Addr: addr}))
 //
-// The settings make a decision's timeout (fallback.WithTimeout) stop the work as well as
-// the wait, so that an outage piles up neither connections nor goroutines:
-//   - ContextTimeoutEnabled: stop waiting for a connection at the decision's deadline;
-//   - a DialTimeout of 100ms and one DialerRetries: reconnections fail fast;
-//   - Read and WriteTimeout of 1s: how long a late reply is waited for;
-//   - a PoolTimeout of 10ms: a saturated pool fails fast;
-//   - no MaxRetries: a take resent after a lost reply would count twice.
+// With these settings, a decision's timeout (fallback.WithTimeout) stops the work as well
+// as the wait. An outage then piles up neither connections nor goroutines. The settings
+// are these:
+//   - ContextTimeoutEnabled: stop waiting for a connection at the decision's deadline.
+//   - A DialTimeout of 100ms and one DialerRetries: reconnections fail fast.
+//   - ReadTimeout and WriteTimeout of 1s: how long a late reply is waited for.
+//   - A PoolTimeout of 10ms: a saturated pool fails fast.
+//   - No MaxRetries: a take resent after a lost reply would count twice.
 //
-// Everything else of o (the address, credentials, TLS, the pool's size) is kept.
+// Recommended keeps everything else of o: the address, credentials, TLS, the pool's size.
 func Recommended(o *redis.Options) *redis.Options {
 	if o == nil {
 		o = &redis.Options{}
@@ -40,10 +41,10 @@ func Recommended(o *redis.Options) *redis.Options {
 	return o
 }
 
-// RecommendedCluster is Recommended for a Redis Cluster: the same settings, and the
-// cluster's map of slots reloaded every 5s (ClusterStateReloadInterval), since a slot
-// that moves announces itself by no error to a client that does not retry; the store
-// reloads it at once when a master fails (see "Redis Cluster" in the package doc).
+// RecommendedCluster is Recommended for a Redis Cluster. It sets the same settings, and
+// has the client reload the cluster's map of slots every 5s (ClusterStateReloadInterval).
+// A slot that moves announces itself by no error to a client that does not retry.
+// The store also reloads the map at once when a master fails (see New, "Redis Cluster").
 func RecommendedCluster(o *redis.ClusterOptions) *redis.ClusterOptions {
 	if o == nil {
 		o = &redis.ClusterOptions{}

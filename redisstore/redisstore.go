@@ -1,21 +1,25 @@
-// Package redisstore is the ratelimit.Store on Redis: one limit shared by every instance
-// of an application, with one atomic round trip per decision.
+// Package redisstore is the ratelimit.Store on Redis. Every instance of an application
+// shares one limit, with one atomic round trip per decision.
 //
 //	client := redis.NewClient(redisstore.Recommended(&redis.Options{Addr: "localhost:6379"}))
 //	store := redisstore.New(client)
 //	err := store.LoadScripts(ctx) // optional: the scripts loaded, connections warm
 //	limiter, err := tokenbucket.New(store, ratelimit.PerSecond(100), ratelimit.WithNamespace("api"))
 //
-// A decision is one EVALSHA of the algorithm's Lua script, which reads the key's state,
-// decides exactly as the in-memory step does, writes the state back and sets its TTL,
-// all atomically; peeks, refunds, resets, the leases of an in-flight limit and a
-// decision under several limits (ratelimit.AllowAll, when the keys share a hash tag: see
-// TaggedKey) are one script each too. Time is the Redis server's (TIME), so instances
-// whose clocks disagree still agree on every decision; WithClock sends the caller's clock
-// instead. Decisions that arrive while calls to the same server are in flight ride the
-// next call together, and a decision whose reply is lost is never counted twice (see
-// Store). It runs on a single server, behind Sentinel, on Redis Cluster, behind a Ring
-// or an AutoPipeliner (see New for what each gives); every key has a TTL and one hash
+// A decision is one EVALSHA of the algorithm's Lua script. The script reads the key's
+// state, decides exactly as the in-memory step does, writes the state back and sets its
+// TTL, all atomically. Peeks, refunds, resets and the leases of an in-flight limit are
+// one script each too. So is a decision under several limits (ratelimit.AllowAll), when
+// the keys share a hash tag (see TaggedKey).
+//
+// Time is the Redis server's (TIME). Instances whose clocks disagree so still agree on
+// every decision. WithClock sends the caller's clock instead.
+//
+// Decisions that arrive while calls to the same server are in flight ride the next call
+// together. A decision whose reply is lost is never counted twice (see Store).
+//
+// The store runs on a single server, behind Sentinel, on Redis Cluster, behind a Ring or
+// behind an AutoPipeliner. See New for what each gives. Every key has a TTL and one hash
 // slot (see WithPrefix).
 package redisstore
 
@@ -40,73 +44,78 @@ import (
 // DefaultPrefix starts every key's name, unless WithPrefix says otherwise.
 const DefaultPrefix = redisx.DefaultPrefix
 
-// ErrUnexpectedReply: the server answered a script with something it does not return, as
-// a server that is not Redis, or a different script under the same SHA, might.
+// ErrUnexpectedReply means the server answered a script with a reply the script does not
+// return. A server that is not Redis might do that, or a different script under the
+// same SHA.
 var ErrUnexpectedReply = errors.New("redisstore: unexpected reply")
 
 // Store is a ratelimit.Store on Redis. It is safe for concurrent use.
 //
 // # Never counted twice
 //
-// go-redis retries a command whose reply timed out (MaxRetries, 3 by default), and a
-// script that ran but whose reply was lost would then count twice. This store sends its
-// scripts as commands that go-redis never retries, whatever the client's options: a
-// decision whose reply is lost is an error (at most one count), never two counts. That
-// holds for clients with a Process method (*redis.Client, *redis.ClusterClient,
-// *redis.Ring, *redis.AutoPipeliner); any other Scripter is called through
+// go-redis retries a command whose reply timed out (MaxRetries, 3 by default). A script
+// that ran but whose reply was lost would then count twice. This store sends its scripts
+// as commands that go-redis never retries, whatever the client's options. A decision
+// whose reply is lost is an error, and counts once at most.
+//
+// That holds for the clients with a Process method: *redis.Client, *redis.ClusterClient,
+// *redis.Ring and *redis.AutoPipeliner. Any other Scripter is called through
 // redis.Script.Run, and its own retry policy applies.
 //
 // # Coalescing
 //
-// A decision that finds no call in flight to its server goes out at once, alone: no
+// A decision that finds no call in flight to its server goes out at once, alone. No
 // latency is added when the store is idle. Decisions that arrive while calls are in
-// flight wait for the next one, which decides up to WithMaxBatch (128) of them in one
-// script: as soon as one of the calls a store keeps in flight (two, more to a server far
-// away: see Deadlines) is free (the first to wait yields once, for the callers on their
-// way to join it), or when one lands. Each
-// decision of a batch is decided independently and in order, with its own algorithm,
-// rule, n and op, exactly as alone. Redis then pays its per-command cost
-// (parsing, the script's lookup, the reply) and go-redis its pool and round trip once per
-// batch instead of once per decision. Each caller waits no longer than its context
-// allows; one that gives up before its batch goes out is left out of it; a batch whose
-// reply is lost is an error for each of its decisions, never sent again. On Redis
-// Cluster the batches are per master (Redis 7's allow-cross-slot-keys script flag), and
-// the masters share the two calls in flight, each with one at least; a key that moved
-// fails its batch before anything is written, and its decisions are retried alone.
-// *redis.Client and *redis.ClusterClient coalesce; a Ring, an AutoPipeliner (which
+// flight wait for the next call. That call decides up to WithMaxBatch (128) of them in
+// one script. Each decision of a batch is decided independently and in order, exactly
+// as alone, with its own algorithm, rule, n and op. Redis and go-redis then pay their
+// cost per command once per batch, not once per decision.
+//
+// Each caller waits no longer than its context allows. A caller that gives up before its
+// batch goes out is left out of it. A batch whose reply is lost is an error for each of
+// its decisions, and is never sent again.
+//
+// *redis.Client and *redis.ClusterClient coalesce. A Ring, an AutoPipeliner (which
 // pipelines by itself) or another Scripter sends one call per decision. WithMaxBatch(1)
-// turns it off.
+// turns coalescing off.
+//
+// On Redis Cluster, the batches are per master. They need Redis 7's allow-cross-slot-keys
+// script flag: on a server without script flags, the store decides one by one. A key
+// that moved fails its batch before anything is written. Its decisions are then retried
+// alone.
+//
+// The store keeps two calls in flight to a server. The masters of a cluster share those
+// two, each with one at least. The store keeps more while none of those in flight is
+// expected to land within half a millisecond, by the round trip it measures. It then
+// keeps up to 16, and no more than half of the client's pool. Near, decisions ride
+// together in the next batch. Far, decisions that arrive together go out at once, not a
+// round trip later.
+//
+// A first decision warms the connections its calls will use, with PINGs in the
+// background. LoadScripts does it before it returns. A decision so never pays for a new
+// connection's handshake while other connections are warm.
 //
 // # Deadlines
 //
-// A call returns by the end of its context, whatever the client's options: the caller
-// waits for its reply only that long. (One exception spares a lone decision two goroutine
-// switches: a call that goes out alone, with a context that has no deadline, is sent on
-// its caller's goroutine, and a cancellation then ends its wait when the reply comes,
-// within the client's ReadTimeout, as go-redis's own calls do.) The command itself is
-// sent on the caller's context without its deadline, from a goroutine of the store's:
-// go-redis waits for a connection (and dials one) only until the context ends, but then
-// reads the reply whenever it comes, within its own ReadTimeout, and keeps the
-// connection. A client with ContextTimeoutEnabled would otherwise close every connection
-// whose reply came after a caller's deadline, and the next decision would pay a new dial
-// and a handshake of several round trips inside its own deadline: on a Redis a few
-// milliseconds away, with a fallback's timeout of 5ms, every decision would time out
-// from then on. The client's ReadTimeout is then how long a late reply is waited for (3s
-// by default; the fallback package suggests a second).
+// A call returns by the end of its context, whatever the client's options. The caller
+// waits for its reply only that long. A script whose caller has given up before it is
+// handed to the client is not sent. A script already on its way when the caller gives
+// up runs, and counts once.
 //
-// A script whose caller has given up before it is handed to the client is not sent:
-// the store checks the context before it hands the command over, and go-redis waits
-// for a connection only as long as the context allows. A script already on its way when
-// the caller gives up runs, and counts once.
+// A call that goes out alone, with a context that has no deadline, is the one exception.
+// It is sent on its caller's goroutine. A cancellation then ends its wait only when the
+// reply comes, within the client's ReadTimeout, as go-redis's own calls do.
 //
-// The store keeps two calls in flight to a server. It keeps more (up to 16, and half of
-// the client's pool) while none of those in flight is expected to land within half a
-// millisecond, by the round trip it measures. Near, decisions ride together in the next
-// batch; far, decisions that arrive together go out at once, not a round trip later. A
-// first decision warms the connections its flights will use, in the background, with
-// PINGs; LoadScripts does it before it returns. A decision so never pays for a new
-// connection's handshake while other connections are warm.
+// The store still reads a late reply, within the client's ReadTimeout, and keeps its
+// connection. ReadTimeout is 3s by default, and the fallback package suggests a second.
+// With ContextTimeoutEnabled, go-redis would otherwise close the connection. The next
+// decision would then pay a new dial and handshake inside its own deadline.
 type Store struct {
+	// A call goes out on the caller's context without its deadline, from a goroutine of
+	// the store's (see noDeadline and await). A lone call of a context without a deadline
+	// goes out on its caller's goroutine instead, which spares it two goroutine switches
+	// (see patient and flyHere). How batches are formed and how many calls fly at once is
+	// the node's, mayFly's and maxFlights' to tell.
 	client  redis.Scripter
 	process processor // the client's Process, nil if it has none
 	prefix  string
@@ -140,9 +149,9 @@ type optionFunc func(*Store)
 
 func (f optionFunc) apply(s *Store) { f(s) }
 
-// WithPrefix starts every key's name with prefix and a colon (DefaultPrefix by default; an
-// empty prefix means the default). Braces in prefix would pin every key to one hash slot,
-// so they are replaced with parentheses.
+// WithPrefix starts every key's name with prefix and a colon. The default is
+// DefaultPrefix, and an empty prefix means the default. Braces in prefix would pin every
+// key to one hash slot, so they are replaced with parentheses.
 //
 // # Keys
 //
@@ -151,35 +160,44 @@ func (f optionFunc) apply(s *Store) { f(s) }
 //
 //	<prefix>:<algorithm>:<part>:<namespace>:<form of k>
 //
-// where prefix is "rl" by default (WithPrefix), algorithm is its Name ("tokenbucket"),
-// part names one of its keys ("state", "log" for the sliding log, "leases" for the
-// in-flight limit, "loans" for a key's record of loans), and namespace is
-// the limiter's (its rule's, "100/1s", unless ratelimit.WithNamespace names it), with "%",
-// ":", "{" and "}" escaped as in ratelimit.Key. The form of k keeps every key distinct and
-// all parts of one key in one Redis Cluster hash slot, whatever the namespace:
+// The parts of a name are these:
+//   - prefix is "rl" by default (WithPrefix).
+//   - algorithm is the algorithm's Name, such as "tokenbucket".
+//   - part names one of its keys. It is "state", "log" for the sliding log, "leases" for
+//     the in-flight limit, or "loans" for a key's record of loans.
+//   - namespace is the limiter's. It is its rule's, such as "100/1s", unless
+//     ratelimit.WithNamespace names it. It escapes "%", ":", "{" and "}" as
+//     ratelimit.Key does.
+//   - The form of k keeps every key distinct. It keeps all parts of one key in one Redis
+//     Cluster hash slot, whatever the namespace.
 //
-//   - k carries a hash tag (a "{...}" with something inside, by Redis's own rule): the
-//     form is "t:" + k, and the tag is kept. Put a tenant's keys on one node on purpose
-//     with keys like "{shop-a}:create-order".
-//   - k is not empty and has no braces: the form is "{" + k + "}", so each key hashes on
+// The form of k depends on k:
+//   - k carries a hash tag: the form is "t:" + k, and the tag is kept. A hash tag is a
+//     "{...}" with something inside, by Redis's own rule. Put a tenant's keys on one
+//     node on purpose with keys like "{shop-a}:create-order".
+//   - k is not empty and has no braces: the form is "{" + k + "}". Each key so hashes on
 //     its own: "rl:tokenbucket:state:100/1s:{tenant-42}".
-//   - otherwise (empty, or stray braces): the form is "{" + 16 hex digits of k's 64-bit
-//     FNV-1a hash + "}:" + k, so no brace a user puts in a key can steer its slot.
+//   - k is empty, or has stray braces: the form is "{" + 16 hex digits of k's 64-bit
+//     FNV-1a hash + "}:" + k. No brace a user puts in a key can so steer its slot.
 //
 // Build keys from untrusted input with care: a key that carries a hash tag keeps it.
 //
-// A key's state is a string "T:L:A" in decimal: the latest instant the key has seen (in
-// microseconds since the Unix epoch), and the algorithm's Level and Aux (see each
-// algorithm's package doc); the sliding log keeps its events in a list beside it, as
-// pairs (instant, count), oldest first. An in-flight limit's key is a sorted set alone:
-// each lease's id, scored by its expiry in microseconds, with the TTL of the latest. A
-// key's record of loans (Store.Lend) is a hash beside its state: each holder's id ->
-// "out:until:limit:period" (events lent and not given back, when the loan ends in
-// microseconds, and the Limit and Period of its rule), with the TTL of the latest.
+// A key's state is a string "T:L:A" in decimal. T is the latest instant the key has
+// seen, in microseconds since the Unix epoch. L and A are the algorithm's Level and Aux
+// (see each algorithm's package doc). The sliding log keeps its events in a list beside
+// the state, as pairs (instant, count), oldest first.
 //
-// Every write sets a TTL: the time until the key is back to its full allowance, rounded
-// up to a whole millisecond and never 0. Idle keys vanish and come back full, and a key
-// found without a TTL gets one on its next decision.
+// An in-flight limit's key is a sorted set alone. It holds each lease's id, scored by
+// its expiry in microseconds, with the TTL of the latest lease.
+//
+// A key's record of loans (Store.Lend) is a hash beside its state. It maps each holder's
+// id to "out:until:limit:period". The first field is the events lent and not given back.
+// The second is when the loan ends, in microseconds. The last two are the Limit and
+// Period of the loan's rule. The hash has the TTL of the latest loan.
+//
+// Every write sets a TTL: the time until the key is back to its full allowance. The TTL
+// is rounded up to a whole millisecond, and is never 0. Idle keys vanish and come back
+// full. A key found without a TTL gets one on its next decision.
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(s *Store) {
 		if prefix != "" {
@@ -188,62 +206,66 @@ func WithPrefix(prefix string) Option {
 	})
 }
 
-// WithClock makes decisions on c's time instead of the Redis server's, for tests, or for
-// applications whose clocks are known to agree. Nil means the server's time.
+// WithClock makes decisions on c's time instead of the Redis server's. Use it for tests,
+// or for applications whose clocks are known to agree. Nil means the server's time.
 func WithClock(c clock.Clock) Option {
 	return optionFunc(func(s *Store) { s.clock = c })
 }
 
-// WithCalendarClock sets the application's clock, which places the calendar windows of a
-// quota (fixedwindow.Quota) around its time before the server's time chooses among them:
-// by default WithClock's clock, else time.Now. For a test that drives the server's TIME
-// with a fake clock (miniredis), give it the same clock.
+// WithCalendarClock sets the application's clock. It places the calendar windows of a
+// quota (fixedwindow.Quota) around its time. The server's time then chooses among them.
+// The default is WithClock's clock, else time.Now. A test that drives the server's TIME
+// with a fake clock (miniredis) should give it the same clock.
 func WithCalendarClock(c clock.Clock) Option {
 	return optionFunc(func(s *Store) { s.places = c })
 }
 
 // New returns a Store on client: a *redis.Client, *redis.ClusterClient, *redis.Ring,
-// *redis.AutoPipeliner, or any redis.Scripter. It makes no call to Redis. It panics with
-// a message that says so for a nil client or a nil option, as net/http does for a nil
-// handler: a store without Redis would fail every decision, and only once traffic came.
+// *redis.AutoPipeliner, or any redis.Scripter. It makes no call to Redis.
+//
+// New panics for a nil client or a nil option, with a message that says so, as net/http
+// does for a nil handler. A store without Redis would fail every decision, and only once
+// traffic came.
 //
 // # What each client gives
 //
-//   - *redis.Client, one server: decisions coalesce, and ApplyAll (AllowAll) is one
-//     atomic script whatever its keys.
+//   - *redis.Client, one server: decisions coalesce. ApplyAll (AllowAll) is one atomic
+//     script, whatever its keys.
 //   - Sentinel (redis.NewFailoverClient, a *redis.Client to the master the sentinels
-//     name): the same. When the master dies, decisions fail with ErrUnavailable (a
-//     fallback.Store decides them meanwhile) until the sentinels promote a replica, then
-//     go to it: about 3s after a kill with down-after-milliseconds 1000 (BENCHMARKS.md).
-//     Replication is asynchronous: what the old master counted and had not yet sent is
-//     lost, so a key may admit a little more right after.
-//   - *redis.ClusterClient: decisions coalesce per master, and ApplyAll is one script
-//     when its keys share a hash tag (see below).
-//   - *redis.Ring (keys sharded by their hash tag): one call per decision, no
-//     coalescing; ApplyAll is one script when its keys share a hash tag, and otherwise
-//     returns errors.ErrUnsupported, so AllowAll takes them one by one with refunds (all
-//     or none in the end, not atomic). A shard that goes down fails its keys'
-//     decisions until the ring's heartbeat drops it; its keys then start full on another
-//     shard.
+//     name): the same. When the master dies, decisions fail with ErrUnavailable until
+//     the sentinels promote a replica. A fallback.Store decides them meanwhile.
+//     Decisions then go to the new master, about 3s after a kill with
+//     down-after-milliseconds 1000 (BENCHMARKS.md). Replication is asynchronous. What the old master counted and had
+//     not yet sent is lost, so a key may admit a little more right after.
+//   - *redis.ClusterClient: decisions coalesce per master. ApplyAll is one script when
+//     its keys share a hash tag (see below).
+//   - *redis.Ring, its keys sharded by their hash tag: one call per decision, with no
+//     coalescing. ApplyAll is one script when its keys share a hash tag. Otherwise it
+//     returns errors.ErrUnsupported, and AllowAll takes the keys one by one with refunds.
+//     That is all or none in the end, but not atomic. A shard that goes down fails its
+//     keys' decisions until the ring's heartbeat drops it. Its keys then start full on
+//     another shard.
 //   - *redis.AutoPipeliner: one call per decision, pipelined by go-redis.
 //
 // # Redis Cluster
 //
 // On a *redis.ClusterClient, every key of one decision sits in one hash slot (see
-// WithPrefix), so a decision is one call to one master. When a master fails, its slots'
-// decisions are errors wrapping ratelimit.ErrUnavailable (a fallback.Store decides them
-// meanwhile) until a replica takes over: the cluster's cluster-node-timeout (Redis's
-// default is 15s) and the failover election set how long that takes. Each such error
-// makes the store ask the client to reload its slot map, so decisions move to the new
-// master as soon as it serves the slots, not at go-redis's next periodic reload. Set on
-// the client:
+// WithPrefix). A decision is so one call to one master.
 //
+// When a master fails, its slots' decisions are errors wrapping ratelimit.ErrUnavailable
+// until a replica takes over. A fallback.Store decides them meanwhile. The cluster's
+// cluster-node-timeout (15s by default in Redis) and the failover election set how long
+// that takes. Each such error makes the store ask the client to reload its slot map.
+// Decisions so move to the new master as soon as it serves the slots, not at go-redis's
+// next periodic reload.
+//
+// Set on the client:
 //   - ContextTimeoutEnabled: true, so that the caller's deadline bounds each call at the
-//     socket (see Store, "Deadlines");
-//   - DialTimeout well under a second (5s by default): a call to a dead master's address
-//     waits for the dial;
-//   - ClusterStateReloadInterval of a few seconds (60s by default), for the slot moves that
-//     no error announces.
+//     socket (see Store, "Deadlines").
+//   - DialTimeout well under a second (5s by default). A call to a dead master's address
+//     waits for the dial.
+//   - ClusterStateReloadInterval of a few seconds (60s by default), for the slot moves
+//     that no error announces.
 func New(client redis.Scripter, opts ...Option) *Store {
 	if core.IsNil(client) {
 		panic("redisstore: New with a nil client")
@@ -267,12 +289,17 @@ func New(client redis.Scripter, opts ...Option) *Store {
 	return s
 }
 
-// Apply runs req's algorithm on Redis: it takes, peeks, refunds or resets (req.Op), each
-// in one script. Errors: ctx.Err() if ctx has ended; the error of
-// req.Algorithm.Prepare for an invalid rule or n, before any call to Redis; otherwise the
-// client's error, wrapped, and wrapped with ratelimit.ErrUnavailable when Redis cannot
-// decide now (a timeout, a lost connection, BUSY, OOM, LOADING, a failover); or
-// ErrUnexpectedReply.
+// Apply runs req's algorithm on Redis. It takes, peeks, refunds or resets, as req.Op
+// says, each in one script.
+//
+// Its errors are these:
+//   - ctx.Err() if ctx has ended.
+//   - The error of req.Algorithm.Prepare for an invalid rule or n, before any call to
+//     Redis.
+//   - The client's error, wrapped. It is also wrapped with ratelimit.ErrUnavailable when
+//     Redis cannot decide now: a timeout, a lost connection, BUSY, OOM, LOADING or a
+//     failover.
+//   - ErrUnexpectedReply.
 func (s *Store) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return core.Outcome{}, err
@@ -394,9 +421,10 @@ func decodeVals(vals []any, limit int64) (core.Outcome, error) {
 }
 
 // TaggedKey is ratelimit.Key(parts...) under the Redis hash tag of tag: "{" + escaped
-// tag + "}:" + Key(parts...). All the keys of one tag (a tenant's limits, say) then sit
-// on one Redis Cluster node, where several of them can be decided in one script
-// (ratelimit.AllowAll); and, escaped, no tag or part can close the tag early.
+// tag + "}:" + Key(parts...). All the keys of one tag, such as a tenant's limits, then
+// sit on one Redis Cluster node. Several of them can be decided there in one script
+// (ratelimit.AllowAll). Since tag and parts are escaped, none of them can close the tag
+// early.
 func TaggedKey(tag string, parts ...string) string {
 	return redisx.Tagged(tag, parts...)
 }

@@ -119,14 +119,17 @@ func (s *Store) runOn(ctx context.Context, to processor, sc *luaScript, args []a
 	return cmd.Val(), nil
 }
 
-// LoadScripts loads the scripts of algs into Redis (every master of a cluster) now, or,
-// with none, those of every algorithm of this module (the five, the calendar quotas and
-// the in-flight limit), so that an application can check Redis and warm the store before
-// it serves: the first decisions then cost one round trip each, not a load too. On a *redis.Client it also
-// opens and readies the connections its first flights will take, and times the round
-// trip (see Store, "Coalescing"). It returns the first error, wrapped with
-// ratelimit.ErrUnavailable when Redis cannot be reached. Decisions load what they need
-// without it.
+// LoadScripts loads the scripts of algs into Redis now, on every master of a cluster.
+// With no algs, it loads those of every algorithm of this module. They are the five, the
+// calendar quotas and the in-flight limit.
+//
+// An application can so check Redis and warm the store before it serves. The first
+// decisions then cost one round trip each, not a load too. On a *redis.Client,
+// LoadScripts also opens and readies the connections its first calls will take. It times
+// the round trip too (see Store, "Coalescing").
+//
+// It returns the first error, wrapped with ratelimit.ErrUnavailable when Redis cannot be
+// reached. Decisions load what they need without it.
 func (s *Store) LoadScripts(ctx context.Context, algs ...*ratelimit.Algorithm) error {
 	if len(algs) == 0 {
 		algs = builtIn()
