@@ -1,31 +1,26 @@
-// Package leakybucket is the leaky bucket as a queue: requests join a queue of Burst
-// places (Limit when Burst is 0) that drains at Limit per Period, one request every
-// interval = Period/Limit. An admitted request gets a Delay, its wait in the queue, so a
-// caller that waits it out (ratelimit.Wait does) turns any burst into an evenly paced
-// stream. A request that finds the queue full is denied. Choose it to shape traffic
-// towards a fragile upstream, not merely to cap it.
+// Package leakybucket is the leaky bucket as a queue. Requests join a queue of Burst
+// places, or Limit when Burst is 0. The queue drains at Limit per Period, one request
+// every interval of Period/Limit. An admitted request gets a Delay, its wait in the
+// queue. A caller that waits it out turns any burst into an evenly paced stream
+// (ratelimit.Wait does). A request that finds the queue full is denied. Choose it to
+// shape traffic towards a fragile upstream, not merely to cap it.
 //
-// The k-th request of a burst (k = 0, 1, ...) gets Delay = k * interval, and at most
-// Burst requests are pending at once, the one leaking now included. With Limit 2 per
-// second and Burst 3, five requests at once get Delays 0, 500ms and 1s, and the 4th and
-// 5th are denied with RetryAfter 500ms; 500ms later one more is admitted with Delay 1s.
-// AllowN takes n places at once; its Delay is the wait until the first of them leaks.
+// The k-th request of a burst gets a Delay of k intervals, counting from 0. At most Burst
+// requests are pending at once, the one leaking now included. Take Limit 2 per second
+// and Burst 3. Five requests at once get Delays 0, 500ms and 1s. The 4th and 5th are
+// denied with RetryAfter 500ms. 500ms later, one more is admitted with Delay 1s. AllowN
+// takes n places at once. Its Delay is the wait until the first of them leaks.
 //
-// Decision: Limit is the queue size; Remaining is the free places; RetryAfter is the time
-// until enough places free; ResetAfter is the time until the queue is empty.
+// In a Decision, Limit is the queue size and Remaining the free places. RetryAfter is
+// the time until enough places free. ResetAfter is the time until the queue is empty.
 //
-// A refund (of a take with its Receipt: AlgorithmLimiter.Charge) takes the take's
-// requests out of the queue as far as the queue still holds them: never more than the
-// least work the queue has held since the take (a queue that emptied since holds none of
-// it). It takes no debts: a debit (a cost known after the answer,
-// ratelimit.AlgorithmLimiter.Debit) would queue requests that are already served, so it
-// is refused with errors.ErrUnsupported; charge such costs to a token bucket or a window.
+// A refund takes a take's requests out of the queue (AlgorithmLimiter.Charge). It takes
+// no more than the queue still holds of them. That is never more than the least work the
+// queue has held since the take. A queue that emptied since holds none of it.
 //
-// State: Level is the queued work in units of 1/Unit request, Aux is that Unit. When a
-// rule changes the unit, queued requests are kept whole, at most the new queue size, and
-// no earlier take is refunded. Log, from a take with a Receipt until the queue is next
-// forgotten, is the record of the least work it has held since each instant
-// (internal/core's record of deficits).
+// It takes no debts. A debit would queue requests that are already served. So
+// AlgorithmLimiter.Debit returns an error wrapping errors.ErrUnsupported. Charge such
+// costs to a token bucket or a window.
 package leakybucket
 
 import (
@@ -140,6 +135,12 @@ const name = "leakybucket"
 
 // algorithm is the algorithm of leakybucket as Algorithm returns it: its step in Go above,
 // in Lua in leakybucket.lua (for redisstore).
+//
+// The State of a key: Level is the queued work in units of 1/Unit request, Aux is that Unit. When a
+// rule changes the unit, queued requests are kept whole, at most the new queue size, and
+// no earlier take is refunded. Log, from a take with a Receipt until the queue is next
+// forgotten, is the record of the least work it has held since each instant
+// (internal/core's record of deficits).
 var algorithm = &core.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Void: void}
 
 //go:embed leakybucket.lua

@@ -1,23 +1,18 @@
-// Package slidinglog is the sliding log: it remembers when each admitted event happened
-// and admits n more only if, with them, no more than Limit events fall in the last
-// Period. An event at time e counts while now - e < Period. It is exact (never more than
-// Limit in any interval of length Period) at the cost of memory: O(Limit) per key. Choose
-// it for low limits that must hold exactly, such as login attempts or payments. Denied
+// Package slidinglog is the sliding log. It remembers when each admitted event
+// happened. It admits n more only if no more than Limit events then fall in the last
+// Period. An event at time e counts while now - e < Period. It is exact: never more than
+// Limit in any interval of length Period. The cost is memory, O(Limit) per key. Choose it
+// for low limits that must hold exactly, such as login attempts or payments. Denied
 // requests are not recorded. Burst is ignored.
 //
-// Decision: Limit is the limit; Remaining is Limit minus the events in the log;
-// RetryAfter is the time until enough events age out; ResetAfter the time until the log
-// is empty.
+// In a Decision, Limit is the limit and Remaining is Limit minus the events in the log.
+// RetryAfter is the time until enough events age out. ResetAfter is the time until the
+// log is empty.
 //
-// A refund (of a take with its Receipt: AlgorithmLimiter.Charge) removes the take's own
-// events, those logged at its instant, while they are in the log. It takes no debts: a
-// debit (a cost known after the answer, ratelimit.AlgorithmLimiter.Debit) would put
-// events in the log that never happened, so it is refused with errors.ErrUnsupported;
-// charge such costs to a token bucket or a window.
-//
-// State: Log holds the admitted events, merged per instant; Level is their sum; Time is
-// the latest instant, kept while the state is. Aux is the floor: the receipts of takes
-// at or before it (a reset, a clock stepped back) give nothing back.
+// A refund removes a take's own events while they are in the log
+// (AlgorithmLimiter.Charge). It takes no debts. A debit would log events that never
+// happened. So AlgorithmLimiter.Debit returns an error wrapping errors.ErrUnsupported.
+// Charge such costs to a token bucket or a window.
 package slidinglog
 
 import (
@@ -147,6 +142,10 @@ const name = "slidinglog"
 
 // algorithm is the algorithm of slidinglog as Algorithm returns it: its step in Go above,
 // in Lua in slidinglog.lua (for redisstore).
+//
+// The State of a key: Log holds the admitted events, merged per instant; Level is their sum; Time is
+// the latest instant, kept while the state is. Aux is the floor: the receipts of takes
+// at or before it (a reset, a clock stepped back) give nothing back.
 var algorithm = &core.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state", "log"}, Prepare: prepare, Step: step, Refund: refund, Void: void}
 
 //go:embed slidinglog.lua

@@ -1,33 +1,29 @@
-// Package slidingwindow is the sliding window counter: two fixed windows (aligned to
-// multiples of Period since the Unix epoch), the current one and the previous one, whose
-// count is weighted by how much of it still overlaps the sliding window:
+// Package slidingwindow is the sliding window counter. It keeps two fixed windows,
+// aligned to multiples of Period since the Unix epoch. The previous window's count is
+// weighted by how much of it still overlaps the sliding window:
 //
 //	estimate = previous * (1 - elapsed/Period) + current
 //
-// and n events are allowed when estimate + n <= Limit. It smooths the fixed window's 2x
-// boundary burst away at the cost of one more counter, assuming the previous window's
-// events were spread evenly. With Limit 100 per minute, 80 events in the previous window
-// and 30 in the current one, 15 seconds in: estimate = 80 * 0.75 + 30 = 90, so a request
-// is allowed. Burst is ignored.
+// n events are allowed when estimate + n <= Limit. It smooths away the fixed window's 2x
+// burst at a boundary, at the cost of one more counter. It assumes the previous window's
+// events were spread evenly. Burst is ignored.
 //
-// elapsed is counted in whole milliseconds (whole microseconds when Period is not a whole
-// number of milliseconds), and Limit times Period in those ticks must not exceed
-// mathx.MaxExact: up to about 52 million per day, or 4.5 billion per hour.
+// Take Limit 100 per minute, 80 events in the previous window and 30 in the current one,
+// 15 seconds in. The estimate is 80 * 0.75 + 30 = 90, so a request is allowed.
 //
-// Decision: Limit is the limit; Remaining = Limit - ceil(estimate), at least 0; RetryAfter
-// is the exact time until the estimate has room for n; ResetAfter the time until the
-// estimate is 0.
+// elapsed is counted in whole milliseconds. It is whole microseconds when Period is not a
+// whole number of milliseconds. Limit times Period in those ticks must not exceed 2^52.
+// That allows about 52 million per day, or 4.5 billion per hour.
 //
-// A refund (of a take with its Receipt: AlgorithmLimiter.Charge) takes the take's events
-// off the count of the window it was counted in, the current one or the previous one
-// (whose weight then falls with it); a take two windows old gives nothing back. A debit
-// (a cost known after the answer) counts past what the estimate allows, up to Limit in
-// the current window: the key denies until the estimate has room again.
+// In a Decision, Limit is the limit. Remaining is Limit - ceil(estimate), at least 0.
+// RetryAfter is the exact time until the estimate has room for n. ResetAfter is the time
+// until the estimate is 0.
 //
-// State: Level is the current window's count, Aux the previous window's, Time the latest
-// instant, kept while the state is; counts above a lowered Limit are capped at it. A
-// reset leaves a floor in Log until the next window ends: the receipts of the takes
-// before it give nothing back.
+// A refund takes a take's events off the count they were counted in
+// (AlgorithmLimiter.Charge). That is the current window or the previous one, whose weight
+// then falls with it. A take two windows old gives nothing back. A debit counts past what
+// the estimate allows (AlgorithmLimiter.Debit). The key then denies until the estimate has
+// room again.
 package slidingwindow
 
 import (
@@ -207,6 +203,11 @@ const name = "slidingwindow"
 
 // algorithm is the algorithm of slidingwindow as Algorithm returns it: its step in Go above,
 // in Lua in slidingwindow.lua (for redisstore).
+//
+// The State of a key: Level is the current window's count, Aux the previous window's, Time the latest
+// instant, kept while the state is; counts above a lowered Limit are capped at it. A
+// reset leaves a floor in Log until the next window ends: the receipts of the takes
+// before it give nothing back.
 var algorithm = &core.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Void: void, Lendable: true, Windowed: true}
 
 //go:embed slidingwindow.lua

@@ -1,30 +1,25 @@
-// Package tokenbucket is the token bucket: a bucket of Burst tokens (Limit when Burst is
-// 0), refilled continuously at Limit per Period and full at the start. An event takes a
-// token; AllowN takes n tokens or none. It allows bursts up to the capacity and a long-run
-// rate of Limit per Period, and is the usual choice for APIs.
+// Package tokenbucket is the token bucket. A bucket holds Burst tokens, or Limit when
+// Burst is 0. It refills continuously at Limit per Period, and starts full. An event
+// takes a token, and AllowN takes n tokens or none. The bucket allows bursts up to its
+// capacity and a long-run rate of Limit per Period. It is the usual choice for APIs.
 //
-// The bucket refills lazily from elapsed time (no timers) and keeps fractions of a token.
-// With capacity 10 and 2 tokens per second, 15 requests at once admit 10 and deny 5 (each
-// told to retry after 500ms); 3 seconds later 5 more are all admitted and 1 token is left.
+// Take capacity 10 and 2 tokens per second. 15 requests at once admit 10 and deny 5.
+// Each denied request is told to retry after 500ms. 3 seconds later, 5 more are all
+// admitted and 1 token is left.
 //
-// Decision: Limit is the capacity; Remaining is the whole tokens left;
-// RetryAfter = (n - tokens) / rate; ResetAfter = (capacity - tokens) / rate; Delay is 0.
+// In a Decision, Limit is the capacity and Remaining the whole tokens left. RetryAfter
+// is (n - tokens) / rate, and ResetAfter is (capacity - tokens) / rate. Delay is 0.
 //
-// A refund (of a take with its Receipt: AlgorithmLimiter.Charge) puts the take's tokens
-// back as far as the bucket would still hold them: never above the capacity, and never
-// more than the least the bucket has lacked of full since the take. Capacity 100 at 100
-// a minute, 100 taken at 0:00 and refunded at 1:00: the bucket was full again at 1:00,
-// so nothing comes back, and the 100 it admits then are all it admits. A debit (a cost
-// known after the answer: AlgorithmLimiter.Debit) takes tokens whatever the bucket
-// holds, even below empty: with 10 a second and a debit of 25 on a full bucket of 10,
-// the bucket holds -15, and a request of 1 is told to retry after 1.6s, when it has
+// A refund puts a take's tokens back (AlgorithmLimiter.Charge). It gives back no more
+// than the bucket would still hold. That is never above the capacity, and never more than
+// the least the bucket has lacked of full since the take. Take capacity 100 at 100 a
+// minute, with 100 taken at 0:00 and refunded at 1:00. The bucket was full again at 1:00,
+// so nothing comes back.
+//
+// A debit takes tokens whatever the bucket holds, even below empty
+// (AlgorithmLimiter.Debit). Take 10 a second, and a debit of 25 on a full bucket of 10.
+// The bucket then holds -15. A request of 1 is told to retry after 1.6s, when it has
 // earned 16 back.
-//
-// State: Level is the tokens in units of 1/Unit token (below 0 after a debit), Aux is
-// that Unit. When a rule changes the unit, the whole tokens are kept and the fraction
-// dropped (a debt's rounded up), and no earlier take is refunded. Log, from a take with a
-// Receipt until the bucket is next forgotten, is the record of the least it has lacked of
-// full since each instant (internal/core's record of deficits).
 package tokenbucket
 
 import (
@@ -169,6 +164,12 @@ const name = "tokenbucket"
 
 // algorithm is the algorithm of tokenbucket as Algorithm returns it: its step in Go above,
 // in Lua in tokenbucket.lua (for redisstore).
+//
+// The State of a key: Level is the tokens in units of 1/Unit token (below 0 after a debit), Aux is
+// that Unit. When a rule changes the unit, the whole tokens are kept and the fraction
+// dropped (a debt's rounded up), and no earlier take is refunded. Log, from a take with a
+// Receipt until the bucket is next forgotten, is the record of the least it has lacked of
+// full since each instant (internal/core's record of deficits).
 var algorithm = &core.Algorithm{Name: name, Script: script, ScriptKeys: []string{"state"}, Prepare: prepare, Step: step, Refund: refund, Debit: debit, Void: void, Lendable: true}
 
 //go:embed tokenbucket.lua
