@@ -87,33 +87,8 @@ func BenchmarkKeyIndex(b *testing.B) {
 		sh.mu.RUnlock()
 		return e
 	}
-	for _, c := range []struct {
-		name string
-		find func(int) *entry
-	}{{"own", findOwn}, {"shardedmap", findPlain}} {
-		b.Run(c.name+"/serial", func(b *testing.B) {
-			i := 0
-			for b.Loop() {
-				if c.find(i) == nil {
-					b.Fatal("a key is missing")
-				}
-				i++
-			}
-		})
-		b.Run(c.name+"/parallel", func(b *testing.B) {
-			var worker atomic.Int64
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(worker.Add(1)) * 97
-				for pb.Next() {
-					if c.find(i) == nil {
-						b.Error("a key is missing")
-						return
-					}
-					i++
-				}
-			})
-		})
-	}
+	finds(b, "own", findOwn)
+	finds(b, "shardedmap", findPlain)
 }
 
 func BenchmarkSpecLookup(b *testing.B) {
@@ -139,31 +114,32 @@ func BenchmarkSpecLookup(b *testing.B) {
 		k, _ := m.Load(specs[i&3])
 		return k.(*known)
 	}
-	for _, c := range []struct {
-		name string
-		find func(int) *known
-	}{{"own", findOwn}, {"syncmap", findMap}} {
-		b.Run(c.name+"/serial", func(b *testing.B) {
-			i := 0
-			for b.Loop() {
-				if c.find(i) == nil {
-					b.Fatal("a Spec is not known")
+	finds(b, "own", findOwn)
+	finds(b, "syncmap", findMap)
+}
+
+// finds runs find, which must find something, on one goroutine and on every processor.
+func finds[T any](b *testing.B, name string, find func(int) *T) {
+	b.Run(name+"/serial", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			if find(i) == nil {
+				b.Fatal("not found")
+			}
+			i++
+		}
+	})
+	b.Run(name+"/parallel", func(b *testing.B) {
+		var worker atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(worker.Add(1)) * 97 // each worker from its own place
+			for pb.Next() {
+				if find(i) == nil {
+					b.Error("not found")
+					return
 				}
 				i++
 			}
 		})
-		b.Run(c.name+"/parallel", func(b *testing.B) {
-			var worker atomic.Int64
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(worker.Add(1))
-				for pb.Next() {
-					if c.find(i) == nil {
-						b.Error("a Spec is not known")
-						return
-					}
-					i++
-				}
-			})
-		})
-	}
+	})
 }
