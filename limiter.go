@@ -50,9 +50,9 @@
 //
 // # Stores
 //
-// This module's stores are localstore, redisstore, fallback and hotkey's. The contract
-// between limiters, algorithms and stores is internal. Stores outside this module are not
-// supported.
+// This module's stores are localstore, redisstore and fallback, and hotkey's
+// decorators. The contract between limiters, algorithms and stores is internal. Stores
+// outside this module are not supported.
 package ratelimit
 
 import (
