@@ -200,7 +200,7 @@ func (c *ContextInFlight) Acquire(ctx context.Context) (release func(), err erro
 // DeniedError is the error of a call that a limit denied. Its Decision says when to
 // retry. gRPC's conventions carry that wait in the status details, as
 // google.rpc.RetryInfo's retry_delay. They also carry it in the grpc-retry-pushback-ms
-// trailer (gRFC A6). Clients with a retry policy honour both. RetryAfter is the value for
+// trailer (gRFC A6), which clients with a retry policy honour. RetryAfter is the value for
 // both, and the module's examples/grpcservice sets them. A call refused for want of a key
 // is not denied: its error wraps ErrInvalidKey.
 type DeniedError struct {

@@ -26,8 +26,8 @@ type Part struct {
 //	d, err := ratelimit.AllowAll(ctx, 1, ratelimit.Part{Limiter: plan, Key: tenant},
 //		ratelimit.Part{Limiter: rate, Key: tenant})
 //
-// The parts must share one Store. They must name distinct pairs of limiter namespace and
-// key, or the error wraps ErrDuplicateKey. On localstore, redisstore and fallback, the
+// The parts must share one Store. No two may share an algorithm, a namespace and a key,
+// or the error wraps ErrDuplicateKey. On localstore, redisstore and fallback, the
 // decision is atomic. On Redis Cluster, that holds when the keys share a hash slot: the
 // same key, or keys of one redisstore.TaggedKey tag. Otherwise the parts are taken one
 // by one. When one denies, the ones taken are refunded. They are never counted in the

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/ratelimit-go/ratelimit"
@@ -46,5 +47,19 @@ func TestApplyAll(t *testing.T) {
 	}
 	if _, err := core.ApplyAll(ctx, nil, nil); err == nil {
 		t.Error("ApplyAll on a nil store: no error")
+	}
+}
+
+// TestAllowAllDuplicateKey: two parts of one key are the caller's mistake, said once,
+// with the algorithm, the key and the namespace.
+func TestAllowAllDuplicateKey(t *testing.T) {
+	l, err := tokenbucket.New(localstore.New(), ratelimit.PerSecond(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ratelimit.AllowAll(context.Background(), 1, ratelimit.Part{Limiter: l, Key: "k"}, ratelimit.Part{Limiter: l, Key: "k"})
+	const want = `ratelimit: a key appears twice in one decision: tokenbucket key "k" of namespace "3/1s"`
+	if !errors.Is(err, ratelimit.ErrDuplicateKey) || err.Error() != want {
+		t.Errorf("err = %v; want %q", err, want)
 	}
 }

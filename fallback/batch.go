@@ -24,7 +24,7 @@ func shareCapacity(req core.Request) int64 {
 var _ core.BatchStore = (*Store)(nil)
 
 // ApplyAll decides reqs all or none. It asks the primary within the timeout: atomically
-// when the primary is a core.BatchStore, else one by one with refunds. When the primary
+// when the primary batches, else one by one with refunds. When the primary
 // cannot decide, it decides by the policy on the secondary, with each rule's share, all
 // or none again. Its errors are Apply's.
 func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {

@@ -12,7 +12,7 @@ import (
 
 var _ core.Lender = (*Store)(nil)
 
-// Lend lends from the primary, when the primary is a core.Lender and the breaker lets a
+// Lend lends from the primary, when the primary lends and the breaker lets a
 // call through.
 //
 // Loans to a holder, such as the refills of hotkey.Leases, wait for the primary as long

@@ -168,7 +168,7 @@ func (q Quota) Window(t time.Time) core.Window {
 }
 
 // Algorithm is the quota's algorithm as stores see it, named "quota". There is one per
-// calendar and time zone. It places each decision's window (core.Algorithm.Window).
+// calendar and time zone. It places each decision's window.
 func (q Quota) Algorithm() (*core.Algorithm, error) {
 	if err := q.validate(); err != nil {
 		return nil, err

@@ -88,7 +88,7 @@ func (e *entry) take(alg *core.Algorithm, now int64, args *core.Args, n, lease i
 
 // keep sets when e expires after a decision at now whose Outcome's Reset was reset: then,
 // or, for an algorithm of leases, no sooner than before (the releases it remembers
-// outlive its leases: see ratelimit.InFlightAlgorithm).
+// outlive its leases: see internal/concurrency).
 func (e *entry) keep(alg *core.Algorithm, now int64, reset time.Duration) {
 	until := now + expiry(reset)
 	if alg.Extend != nil {

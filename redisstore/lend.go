@@ -29,7 +29,7 @@ const maxLoans = 20
 // many calls of a loan routed by the client (no server known).
 const lanes, lanesUnrouted = 2, 4
 
-// Lend decides loans (core.Lender) in scripts of up to 20 loans. It sends two calls at a
+// Lend decides loans in scripts of up to 20 loans. It sends two calls at a
 // time per Redis server, a key's loans in one of the two, in order. A refill so holds
 // two connections of the pool per server. No script holds Redis much more than a
 // millisecond.

@@ -19,7 +19,7 @@ import (
 // closed when its caller gave up), and a Redis that resumes runs the commands waiting in
 // its sockets in no order between connections. Either order ends the same: a release of
 // a lease not held is remembered for a lease's duration, and the acquire that runs after
-// it takes nothing (see ratelimit.InFlightAlgorithm).
+// it takes nothing (see internal/concurrency).
 type orphans struct {
 	mu      sync.Mutex
 	pending []orphan

@@ -13,7 +13,7 @@
 //
 // elapsed is counted in whole milliseconds. It is whole microseconds when Period is not a
 // whole number of milliseconds. Limit times Period in those ticks must not exceed 2^52.
-// That allows about 52 million per day, or 4.5 billion per hour.
+// That allows about 52 million per day, or 1.25 billion per hour.
 //
 // In a Decision, Limit is the limit. Remaining is Limit - ceil(estimate), at least 0.
 // RetryAfter is the exact time until the estimate has room for n. ResetAfter is the time

@@ -1,5 +1,5 @@
 -- The in-flight limit, as acquireLease, releaseLease and extendLease in
--- inflight_algorithm.go. KEYS[1]: the key's leases, a sorted set of lease ids scored by
+-- concurrency.go. KEYS[1]: the key's leases, a sorted set of lease ids scored by
 -- their expiry (us since the Unix epoch); its TTL is the latest expiry's. KEYS[2]: the
 -- leases released while not held, scored by when that is forgotten (a lease's duration
 -- after), so that an acquire that runs after its release takes nothing; its TTL is the

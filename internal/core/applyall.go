@@ -24,7 +24,7 @@ func ApplyAll(ctx context.Context, store Store, reqs []Request) ([]Outcome, erro
 			return nil, fmt.Errorf("ratelimit: ApplyAll: request %d is not a take of an algorithm", i)
 		}
 	}
-	if err := CheckDistinct("ratelimit", reqs); err != nil {
+	if err := CheckDistinct("", reqs); err != nil { // ErrDuplicateKey names the module
 		return nil, err
 	}
 	for _, r := range reqs {

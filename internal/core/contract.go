@@ -235,7 +235,7 @@ type Window struct {
 // and keys.
 //
 // The five algorithms of this module each export theirs from their package;
-// InFlightAlgorithm is the in-flight limit's.
+// concurrency.Algorithm is the in-flight limit's.
 type Algorithm struct {
 	// Name is short and stable ("tokenbucket"); stores may use it in their keys.
 	Name string

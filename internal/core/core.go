@@ -134,8 +134,9 @@ func PortionLeases(rule Rule, part, whole int64) Rule {
 	return rule
 }
 
-// CheckDistinct returns an error wrapping ratelimit.ErrDuplicateKey if two requests of a
-// batch name the same algorithm, namespace and key: a batch decides each key once.
+// CheckDistinct returns an error wrapping ErrDuplicateKey if two requests of a batch name
+// the same algorithm, namespace and key: a batch decides each key once. The error starts
+// with store's name, unless that is empty.
 func CheckDistinct(store string, reqs []Request) error {
 	type id struct {
 		alg     *Algorithm
@@ -145,7 +146,11 @@ func CheckDistinct(store string, reqs []Request) error {
 	for _, r := range reqs {
 		k := id{r.Spec.Algorithm, r.Spec.Namespace, r.Key}
 		if seen[k] {
-			return fmt.Errorf("%s: %w: %s key %q of namespace %q", store, ErrDuplicateKey, r.Spec.Algorithm.Name, r.Key, r.Spec.Namespace)
+			err := fmt.Errorf("%w: %s key %q of namespace %q", ErrDuplicateKey, r.Spec.Algorithm.Name, r.Key, r.Spec.Namespace)
+			if store != "" {
+				err = fmt.Errorf("%s: %w", store, err)
+			}
+			return err
 		}
 		seen[k] = true
 	}

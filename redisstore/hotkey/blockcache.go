@@ -19,7 +19,7 @@ import (
 // RetryAfter and ResetAfter left. A request of another n goes to the next store: a
 // larger n would need longer, and a smaller one may fit.
 //
-// Requests that keep a reserve for more important ones (Request.Reserve: priorities)
+// Requests that keep a reserve for more important ones (WithReserves: priorities)
 // are blocked apart. Each is blocked only by a denial that kept the same reserve. A
 // critical request may fit where a sheddable one did not. What it takes makes the others
 // wait longer. So a request admitted through the cache ends the key's blocks, as a
@@ -156,7 +156,7 @@ func (bl *block) unblock() {
 
 var _ core.Lender = (*BlockCache)(nil)
 
-// Lend lends on the next store, a core.Lender. So a limiter over a BlockCache grants
+// Lend lends on the next store, which must lend. So a limiter over a BlockCache grants
 // part of a request (ratelimit.AlgorithmLimiter.AllowAtMost), and Leases lend through
 // it, as without it. Events granted end the key's blocks, as an admission does. A next
 // store that does not lend gives an error wrapping errors.ErrUnsupported.

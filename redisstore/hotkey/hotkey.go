@@ -3,8 +3,9 @@
 // requests a second. That key, and the Redis node that holds it, become the bottleneck.
 // Every request waits for a round trip to it.
 //
-// Leases admits at most one event per instance and key beyond the rule (WithTrust);
-// BlockCache and Shard none, but see Shard for small rules. The three decorators are:
+// Leases admits beyond the rule at most WithTrust's events per instance and key, one by
+// default, and what its doc's bound lists. BlockCache and Shard admit nothing beyond it,
+// but see Shard for small rules. The three decorators are:
 //
 //   - Leases decides a busy key's requests from events this instance holds on loan from
 //     Redis. So those requests make no round trip. It refills its loans in the
@@ -17,7 +18,7 @@
 //     RetryAfter has passed. It works for any algorithm.
 //
 // Each wraps any ratelimit.Store: redisstore, or fallback around it. Leases needs one
-// that lends (a core.Lender). Each handles only the requests ForRequests selects, all by
+// that lends: localstore, redisstore or fallback. Each handles only the requests ForRequests selects, all by
 // default. The others go straight through.
 //
 // Each decorator takes only the options that mean something to it. So a misplaced one,
@@ -60,7 +61,7 @@ type Option interface {
 }
 
 type hotConfig struct {
-	only      func(core.Request) bool
+	only      func(namespace, key string) bool
 	clock     clock.Clock
 	retries   int
 	maxKeys   int
@@ -86,10 +87,10 @@ func (f anyOption) applyBlockCache(c *hotConfig)    { f(c) }
 func (f memoryOption) applyBlockCache(c *hotConfig) { f(c) }
 func (f shardOption) applyShard(c *hotConfig)       { f(c) }
 
-// ForRequests limits a decorator to the requests f selects, such as hot keys or the
-// rules of large tenants. The others go straight to the next store. Nil means every
-// request.
-func ForRequests(f func(core.Request) bool) Option {
+// ForRequests limits a decorator to the requests f selects, by the limiter's namespace
+// and the key: hot keys, or the rules of large tenants. The others go straight to the
+// next store. Nil means every request.
+func ForRequests(f func(namespace, key string) bool) Option {
 	return anyOption(func(c *hotConfig) { c.only = f })
 }
 
@@ -156,8 +157,8 @@ func WithClock(c clock.Clock) MemoryOption {
 }
 
 // WithMaxKeys bounds the keys BlockCache remembers, and the keys Leases leases and
-// watches. The default is 100,000. Past it, BlockCache drops the expired keys, or the
-// oldest half if none has expired. Past it, Leases adds no key until one goes.
+// watches. The default is 100,000. Past it, BlockCache drops the expired keys, then
+// others at random until half are left. Past it, Leases adds no key until one goes.
 func WithMaxKeys(n int) MemoryOption {
 	return memoryOption(func(c *hotConfig) {
 		if n > 0 {
@@ -192,5 +193,5 @@ func newHotConfig[O any](name string, next ratelimit.Store, opts []O, apply func
 // leases of an in-flight limit always pass, as a lease must be released where it was
 // taken, and a release on another instance frees it before any RetryAfter.
 func (c *hotConfig) handles(req core.Request) bool {
-	return req.Spec.Algorithm != nil && !core.OfLeases(req.Spec.Algorithm) && (c.only == nil || c.only(req))
+	return req.Spec.Algorithm != nil && !core.OfLeases(req.Spec.Algorithm) && (c.only == nil || c.only(req.Spec.Namespace, req.Key))
 }

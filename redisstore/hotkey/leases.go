@@ -17,21 +17,22 @@ import (
 )
 
 // Leases decides a key's requests in memory, on every instance, without waiting for the
-// next store. The next store is a core.Lender that every instance shares: redisstore,
-// or fallback around it. Leases starts a goroutine of its own. Close stops it, charges
+// next store. Every instance shares the next store, which lends: redisstore, or
+// fallback around it. Leases starts a goroutine of its own. Close stops it, charges
 // what it admitted on trust, and gives back what it holds.
 //
-// Leases works for the algorithms that are core.Algorithm.Lendable: the token bucket,
-// the fixed window, the sliding window counter and the calendar quotas. Other algorithms
-// and peeks take the exact path, on the next store. So do rules whose Limit is smaller
+// Leases works for the algorithms that lend: the token bucket, the fixed window, the
+// sliding window counter and the calendar quotas. Other algorithms and peeks take the
+// exact path, on the next store. So do rules whose Limit is smaller
 // than the instances, such as 5 a minute on 20 instances. LeasesStats.Exact counts them.
 //
 // # The bound
 //
-// The instances together admit what the rule allows, and at most one event per instance
-// more (WithTrust). Over any interval, they admit beyond the rule only:
+// The instances together admit what the rule allows, and few events more. Over any
+// interval, they admit beyond the rule only:
 //
-//   - the events each instance admits on trust, one per key at a time by default. They
+//   - the events each instance admits on trust, WithTrust's per key at a time (1 by
+//     default). They
 //     are charged to the next store at once, as debits. A key admitted beyond its rule
 //     owes them, and repays them from its next events.
 //   - the events the instances hold on loan at the interval's start. The key counted
@@ -48,7 +49,7 @@ import (
 // Nothing is lost. With nothing failing, what the instances admitted, hold on loan and
 // give back at Close adds up to what the rule allowed. A key asked
 // beyond its rule is admitted its rule. A refill or a give-back whose answer is lost,
-// say to a timeout, loses nothing either. Each loan is numbered (core.Loan.Seq), and the
+// say to a timeout, loses nothing either. Each loan is numbered, and the
 // key's next loan settles it.
 //
 // # How a request is decided
@@ -171,7 +172,7 @@ var (
 const Source = "lease"
 
 // NewLeases returns Leases over next, and starts its refiller. It returns an error for
-// a next that does not lend (a core.Lender). It panics for a nil next or option.
+// a next that does not lend (localstore, redisstore and fallback do). It panics for a nil next or option.
 func NewLeases(next ratelimit.Store, opts ...LeasesOption) (*Leases, error) {
 	cfg := newLeaseConfig(next, opts)
 	lender, ok := next.(core.Lender)
@@ -492,8 +493,8 @@ func (p *Leases) heard(e *entry, o core.Outcome, now int64, what int) {
 // ApplyAll decides several limits at once, all or none. It decides in memory when each
 // can be, from its lease or on trust. Each then answers as it would alone, and when one
 // denies, what the others took goes back. Otherwise it decides on the next store, as
-// atomically as the next store makes it (core.BatchStore). A next store that is not a
-// BatchStore gives an error matching errors.ErrUnsupported. Then ratelimit.AllowAll takes
+// atomically as the next store makes it. A next store that cannot batch gives an error
+// matching errors.ErrUnsupported. Then ratelimit.AllowAll takes
 // the requests one by one.
 func (p *Leases) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outcome, error) {
 	now := clock.UnixNano(p.cfg.clock)

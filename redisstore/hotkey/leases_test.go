@@ -407,8 +407,8 @@ func TestLeasesAllOrNone(t *testing.T) {
 // take the exact path, however busy.
 func TestLeasesForRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		in := newInstance(t, localstore.New(), hotkey.ForRequests(func(r core.Request) bool {
-			return strings.HasPrefix(r.Key, "hot:")
+		in := newInstance(t, localstore.New(), hotkey.ForRequests(func(_, key string) bool {
+			return strings.HasPrefix(key, "hot:")
 		}))
 		for range 2000 {
 			in.allow(t, "hot:a")

@@ -91,7 +91,7 @@ type Regions struct {
 	names   []string // sorted; names[0] leads
 	clients map[string]redis.Scripter
 	prefix  string
-	family  func(core.Request) string
+	family  func(namespace, key string) string
 
 	interval, grace, refresh, flush time.Duration
 	floor, step                     int64
@@ -165,10 +165,11 @@ func WithGrace(d time.Duration) Option {
 	})
 }
 
-// WithFamily sets the family of a request. The weights of a family move together. The
-// default is the request's namespace, so every key of a limiter moves with the others.
+// WithFamily sets the family of a request, from its limiter's namespace and its key. The
+// weights of a family move together. The default is the namespace, so every key of a
+// limiter moves with the others.
 // Keep the families few: each is a field of a hash in every region's Redis.
-func WithFamily(f func(core.Request) string) Option {
+func WithFamily(f func(namespace, key string) string) Option {
 	return optionFunc(func(r *Regions) {
 		if f != nil {
 			r.family = f
@@ -213,7 +214,7 @@ func New(self string, clients map[string]redis.Scripter, opts ...Option) (*Regio
 		return nil, fmt.Errorf("regions: %q is not one of the regions", self)
 	}
 	r := &Regions{self: self, clients: clients, prefix: redisx.DefaultPrefix,
-		family:   func(req core.Request) string { return req.Spec.Namespace },
+		family:   func(namespace, _ string) string { return namespace },
 		interval: 5 * time.Minute, grace: 3 * time.Second, refresh: time.Second, flush: time.Second,
 		floor: 100, step: 100, clock: clock.Real{}}
 	for name, c := range clients {
@@ -257,7 +258,7 @@ type regionStore struct {
 }
 
 func (s *regionStore) Apply(ctx context.Context, req core.Request) (core.Outcome, error) {
-	fam := s.r.family(req)
+	fam := s.r.family(req.Spec.Namespace, req.Key)
 	share, err := s.share(req, fam)
 	if err != nil {
 		return core.Outcome{}, err
@@ -294,7 +295,7 @@ func (s *regionStore) ApplyAll(ctx context.Context, reqs []core.Request) ([]core
 	}
 	scaled := make([]core.Request, len(reqs))
 	for i, req := range reqs {
-		share, err := s.share(req, s.r.family(req))
+		share, err := s.share(req, s.r.family(req.Spec.Namespace, req.Key))
 		if err != nil {
 			return nil, err
 		}
@@ -305,7 +306,7 @@ func (s *regionStore) ApplyAll(ctx context.Context, reqs []core.Request) ([]core
 	if err == nil || !errors.Is(err, errors.ErrUnsupported) {
 		for _, req := range reqs {
 			if req.Spec.Op == core.OpTake && req.N > 0 {
-				s.r.count(s.r.family(req), req.N)
+				s.r.count(s.r.family(req.Spec.Namespace, req.Key), req.N)
 			}
 		}
 	}
