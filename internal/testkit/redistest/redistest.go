@@ -54,7 +54,7 @@ func launch(t testing.TB, n int, args []string) []*Server {
 	}
 	l := CurrentLauncher()
 	var err error
-	for range 5 {
+	for range 10 {
 		var ports []int
 		for len(ports) < n && err == nil {
 			var port int
@@ -114,8 +114,9 @@ func freePort() (int, error) {
 }
 
 // The ports servers are started on, and their cluster buses 10000 above: all below the
-// ephemeral range.
-const minPort, maxPort = 10000, 22700
+// ephemeral range, and the buses apart from the servers, so that no server of another
+// test run takes the bus port of a node this one found free.
+const minPort, maxPort = 10000, 20000
 
 // waitUp polls the server with PING until it answers, or it exits, or StartupTimeout.
 func (s *Server) waitUp() error {
