@@ -225,7 +225,7 @@ func (set *stepSet) of(s *Store, algs []*core.Algorithm, what string, compose fu
 	for i, a := range next.algs {
 		next.index[hash(a)] = i + 1
 	}
-	next.script = newLuaScript(what, compose(next.algs))
+	next.script = s.newLuaScript(what, compose(next.algs))
 	set.cur.Store(next)
 	return next.script, next.index
 }

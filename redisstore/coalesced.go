@@ -284,6 +284,6 @@ func (s *Store) buildBatchScript(algs []*core.Algorithm, cluster bool) (*luaScri
 	if sc, ok := s.batches.Load(key); ok {
 		return sc.(*luaScript), seen
 	}
-	sc, _ := s.batches.LoadOrStore(key, newLuaScript("batch", script.Coalesced(algs, cluster)))
+	sc, _ := s.batches.LoadOrStore(key, s.newLuaScript("batch", script.Coalesced(algs, cluster)))
 	return sc.(*luaScript), seen
 }

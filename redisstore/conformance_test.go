@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -35,7 +36,7 @@ func TestConformanceAutoPipeliner(t *testing.T) {
 			}
 			t.Cleanup(func() { ap.Close() })
 			limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
-				return redisstore.New(ap, redisstore.WithClock(clk), freshPrefix())
+				return redisstore.New(ap, redisstore.WithClock(clk), redisstore.WithMinTTL(time.Hour), freshPrefix())
 			})
 		})
 	}
@@ -45,7 +46,7 @@ func TestConformanceAutoPipeliner(t *testing.T) {
 func TestConformanceScripterOnly(t *testing.T) {
 	client := redistest.Start(t).Client()
 	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
-		return redisstore.New(scripterOnly{client}, redisstore.WithClock(clk), freshPrefix())
+		return redisstore.New(scripterOnly{client}, redisstore.WithClock(clk), redisstore.WithMinTTL(time.Hour), freshPrefix())
 	})
 }
 

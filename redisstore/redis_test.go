@@ -222,6 +222,40 @@ func TestRestart(t *testing.T) {
 }
 
 // TestKeyWithoutTTL: a state written without a TTL gets one on its next decision.
+// TestMinTTL: with WithMinTTL, every key a decision writes lives at least that long,
+// whatever its reset; without, a key lives until it is full again. Both on a fake clock
+// that stands still: the state a key keeps is the same.
+func TestMinTTL(t *testing.T) {
+	client := redistest.Start(t).Client()
+	clk := clock.NewFake(limitertest.Start)
+	ctx := context.Background()
+	for _, c := range []struct {
+		prefix string
+		opts   []redisstore.Option
+		least  time.Duration // the least PTTL of every key
+		most   time.Duration // the most
+	}{
+		{"floor", []redisstore.Option{redisstore.WithMinTTL(time.Hour)}, 59 * time.Minute, time.Hour},
+		{"none", nil, time.Millisecond, 2 * time.Second},
+	} {
+		s := redisstore.New(client, append(c.opts, redisstore.WithClock(clk), redisstore.WithPrefix(c.prefix))...)
+		for _, alg := range []*core.Algorithm{tokenbucket.Algorithm(), slidinglog.Algorithm(), concurrency.Algorithm()} {
+			if _, err := apply(t, s, alg, "k", ratelimit.PerSecond(10), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		keys, err := client.Keys(ctx, c.prefix+":*").Result()
+		if err != nil || len(keys) < 4 { // the buckets' and the log's states, the log, the leases
+			t.Fatalf("%s: keys %v, %v", c.prefix, keys, err)
+		}
+		for _, k := range keys {
+			if ttl := client.PTTL(ctx, k).Val(); ttl < c.least || ttl > c.most {
+				t.Errorf("%s: PTTL(%s) = %v; want %v to %v", c.prefix, k, ttl, c.least, c.most)
+			}
+		}
+	}
+}
+
 func TestKeyWithoutTTL(t *testing.T) {
 	client := redistest.Start(t).Client()
 	s := redisstore.New(client, redisstore.WithPrefix("nottl"))

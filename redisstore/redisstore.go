@@ -30,6 +30,7 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -120,6 +121,7 @@ type Store struct {
 	process processor // the client's Process, nil if it has none
 	prefix  string
 	clock   clock.Clock // nil: Redis TIME
+	minTTL  int64       // the least TTL of a key written, in milliseconds (WithMinTTL); 0: none
 	places  clock.Clock // places calendar windows (WithCalendarClock); nil: clock, else time.Now
 	scripts sync.Map    // *core.Algorithm -> *luaScript
 	sources sync.Map    // a script's name, keys and source -> *luaScript: one for algorithms that share it
@@ -210,6 +212,18 @@ func WithPrefix(prefix string) Option {
 // or for applications whose clocks are known to agree. Nil means the server's time.
 func WithClock(c clock.Clock) Option {
 	return optionFunc(func(s *Store) { s.clock = c })
+}
+
+// WithMinTTL keeps every key the store writes for at least d. Use it in tests whose fake
+// clock (WithClock) stands still. Redis expires keys in its own time, which passes
+// meanwhile, so a key could vanish before the fake clock says it is full again. The
+// default, 0, writes each key's TTL as the time until it is full.
+func WithMinTTL(d time.Duration) Option {
+	return optionFunc(func(s *Store) {
+		if d > 0 {
+			s.minTTL = max(1, d.Milliseconds())
+		}
+	})
 }
 
 // WithCalendarClock sets the application's clock. It places the calendar windows of a

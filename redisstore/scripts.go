@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,8 +51,12 @@ func (sc *luaScript) args(req core.Request, a core.Args) *ruleArgs {
 	return ra
 }
 
-// newLuaScript is what the store keeps of the script src, for errors named what.
-func newLuaScript(what, src string) *luaScript {
+// newLuaScript is what the store keeps of the script src, for errors named what, with
+// the store's least TTL (WithMinTTL) written into the prelude's.
+func (s *Store) newLuaScript(what, src string) *luaScript {
+	if s.minTTL > 0 {
+		src = strings.Replace(src, "local TTLFLOOR = 0\n", "local TTLFLOOR = "+strconv.FormatInt(s.minTTL, 10)+"\n", 1)
+	}
 	rs := redis.NewScript(src)
 	return &luaScript{script: rs, alg: what, source: src, hash: rs.Hash(), src: src}
 }
@@ -61,7 +66,7 @@ func (s *Store) scriptOf(alg *core.Algorithm) *luaScript {
 		return sc.(*luaScript)
 	}
 	src := script.Single(alg)
-	sc := newLuaScript(alg.Name, src)
+	sc := s.newLuaScript(alg.Name, src)
 	for _, part := range alg.ScriptKeys {
 		sc.names = append(sc.names, redisx.Part(s.prefix, alg.Name, part))
 	}

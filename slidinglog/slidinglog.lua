@@ -110,7 +110,7 @@ remaining = max(0, limit - L - keep)
 if newestAt then
   reset = newestAt + period - now
   if not dry then
-    redis.call('PEXPIRE', log, int(max(1, -floor(-reset / 1000))))
+    redis.call('PEXPIRE', log, int(max(1, TTLFLOOR, -floor(-reset / 1000))))
   end
 end
 save(KEYS[1], dry, T, L, A, reset, H)

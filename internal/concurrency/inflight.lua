@@ -51,7 +51,7 @@ if op == REFUND or op == EXTEND then -- then answer as a peek of a new lease
   elseif op == REFUND and tonumber(lease) > 0 and not gone(lease) then -- not held: kept released
     redis.call('ZADD', released, int(until_), lease)
     local last = redis.call('ZREVRANGE', released, 0, 0, 'WITHSCORES')
-    redis.call('PEXPIRE', released, max(1, -floor(-(min(tonumber(last[2]), horizon) - now) / 1000)))
+    redis.call('PEXPIRE', released, max(1, TTLFLOOR, -floor(-(min(tonumber(last[2]), horizon) - now) / 1000)))
   elseif expires then
     extended = 1
     if until_ > expires then
@@ -85,7 +85,7 @@ end
 local last = redis.call('ZREVRANGEBYSCORE', key, '+inf', after, 'WITHSCORES', 'LIMIT', 0, 1)
 local latest = last[2] and min(tonumber(last[2]), horizon) -- the latest expiry written
 if wrote then
-  redis.call('PEXPIRE', key, max(1, -floor(-(latest - now) / 1000)))
+  redis.call('PEXPIRE', key, max(1, TTLFLOOR, -floor(-(latest - now) / 1000)))
 end
 if added then held = held + 1 end
 if added or expires then latest = max(latest or 0, until_) end

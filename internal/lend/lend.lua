@@ -157,7 +157,7 @@ for a = 1, #ARGV, stride do
         e = min(e, windowEnd(now, argv[10], argv[11], argv[12]))
       end
       redis.call('HSET', book, holder, format('%d:%d:%d:%d:%d:%d:%d', mine, e, limit, period, back, since, max(mseq, seq)))
-      local need = -floor(-(e - now) / 1000)
+      local need = max(TTLFLOOR, -floor(-(e - now) / 1000))
       if redis.call('PTTL', book) < need then redis.call('PEXPIRE', book, need) end
       if mine > 0 then ends = e end
     elseif kept then

@@ -17,6 +17,10 @@ local TAKENNOW, DEFICITS, MININSTANT = -1, 8, -4611686018427387904
 -- scripts and Go count alike
 local MAXDEBT = 4503599627370496
 
+-- the least TTL of a key written, in milliseconds: 0, or redisstore.WithMinTTL's, which
+-- the store writes here (for a fake clock, whose time stands still while Redis's passes)
+local TTLFLOOR = 0
+
 -- the steps of the script, and whether each reads the state of its first key (which a
 -- batch may read ahead for it)
 local steps, readsAhead = {}, {}
@@ -79,7 +83,7 @@ local function save(key, dry, T, L, A, reset, H)
   if reset <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, format('%d:%d:%d', T, L, A) .. H .. marks, 'PX', int(-floor(-reset / 1000)))
+    redis.call('SET', key, format('%d:%d:%d', T, L, A) .. H .. marks, 'PX', int(max(TTLFLOOR, -floor(-reset / 1000))))
   end
 end
 
@@ -97,7 +101,7 @@ end
 -- back to full (a debit may take a key never seen); the rest of the step then answers
 -- as a peek of 1, at the request's reserve: it returns the new n and dry.
 local function debited(key, T, L, A, reset, H)
-  redis.call('SET', key, format('%d:%d:%d', T, L, A) .. H .. marks, 'PX', int(max(1, -floor(-reset / 1000))))
+  redis.call('SET', key, format('%d:%d:%d', T, L, A) .. H .. marks, 'PX', int(max(1, TTLFLOOR, -floor(-reset / 1000))))
   return 1, true
 end
 
@@ -105,7 +109,7 @@ end
 -- "t:L:A" and its tail H, for keep microseconds (rounded up to a millisecond).
 local function voided_state(key, t, L, A, H, keep)
   if keep > 0 then
-    redis.call('SET', key, format('%d:%d:%d', t, L, A) .. H .. marks, 'PX', int(max(1, -floor(-keep / 1000))))
+    redis.call('SET', key, format('%d:%d:%d', t, L, A) .. H .. marks, 'PX', int(max(1, TTLFLOOR, -floor(-keep / 1000))))
   end
 end
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-go/ratelimit"
 	"github.com/ratelimit-go/ratelimit/clock"
@@ -65,7 +66,7 @@ func apply(t *testing.T, s ratelimit.Store, alg *core.Algorithm, key string, rul
 func Conformance(t *testing.T) {
 	client := redistest.Start(t).Client()
 	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
-		return redisstore.New(client, redisstore.WithClock(clk), FreshPrefix())
+		return redisstore.New(client, redisstore.WithClock(clk), redisstore.WithMinTTL(time.Hour), FreshPrefix())
 	})
 }
 
@@ -73,7 +74,7 @@ func Conformance(t *testing.T) {
 func ConformanceCluster(t *testing.T) {
 	client := redistest.StartCluster(t, 3).Client(t)
 	limitertest.Run(t, func(t *testing.T, clk *clock.Fake) ratelimit.Store {
-		return redisstore.New(client, redisstore.WithClock(clk), FreshPrefix())
+		return redisstore.New(client, redisstore.WithClock(clk), redisstore.WithMinTTL(time.Hour), FreshPrefix())
 	})
 }
 
