@@ -113,7 +113,7 @@ func LendParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake, ste
 func LendParity(t *testing.T) {
 	client := redistest.Start(t).Client()
 	clk := clock.NewFake(limitertest.Start)
-	LendParityOn(t, redisstore.New(client, redisstore.WithClock(clk), FreshPrefix()), clk, 100*time.Millisecond, 1500)
+	LendParityOn(t, redisstore.New(client, redisstore.WithClock(clk), redisstore.WithMinTTL(time.Hour), FreshPrefix()), clk, 100*time.Millisecond, 1500)
 }
 
 // LendParityCluster runs it on a 3-master Redis Cluster, the loans of a call spread over
@@ -121,5 +121,5 @@ func LendParity(t *testing.T) {
 func LendParityCluster(t *testing.T) {
 	client := redistest.StartCluster(t, 3).Client(t)
 	clk := clock.NewFake(limitertest.Start)
-	LendParityOn(t, redisstore.New(client, redisstore.WithClock(clk), FreshPrefix()), clk, 100*time.Millisecond, 500)
+	LendParityOn(t, redisstore.New(client, redisstore.WithClock(clk), redisstore.WithMinTTL(time.Hour), FreshPrefix()), clk, 100*time.Millisecond, 500)
 }

@@ -145,7 +145,7 @@ func Parity(t *testing.T) {
 		{Limit: 36, Period: time.Hour, Burst: 50},
 	}
 	ParityOn(t, func(clk *clock.Fake) ratelimit.Store {
-		return redisstore.New(client, redisstore.WithClock(clk), FreshPrefix())
+		return redisstore.New(client, redisstore.WithClock(clk), redisstore.WithMinTTL(time.Hour), FreshPrefix())
 	}, rules, false, 100*time.Millisecond, 1500)
 }
 
@@ -185,5 +185,5 @@ func InFlightParityOn(t *testing.T, redisStore ratelimit.Store, clk *clock.Fake,
 func InFlightParity(t *testing.T) {
 	client := redistest.Start(t).Client()
 	clk := clock.NewFake(limitertest.Start)
-	InFlightParityOn(t, redisstore.New(client, redisstore.WithClock(clk), FreshPrefix()), clk, 100*time.Millisecond, 2000)
+	InFlightParityOn(t, redisstore.New(client, redisstore.WithClock(clk), redisstore.WithMinTTL(time.Hour), FreshPrefix()), clk, 100*time.Millisecond, 2000)
 }
