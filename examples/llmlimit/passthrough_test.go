@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -671,11 +672,13 @@ func TestRequestsAsTheUpstreamReadsThem(t *testing.T) {
 // with the upstream's, and the final answer none); the upstream's rate-limit trailers
 // are taken out, and its other headers kept.
 func TestAnswersAsTheUpstreamSentThem(t *testing.T) {
-	release := make(chan struct{})
+	release, arrived := make(chan struct{}), make(chan struct{})
+	var once sync.Once
 	srv, limiter := served(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.ReadAll(r.Body)
 		switch r.Header.Get("User-Agent") {
 		case "leaves":
+			once.Do(func() { close(arrived) })
 			<-release
 		case "hints":
 			w.Header().Set("Link", "</x>; rel=preload")
@@ -693,11 +696,11 @@ func TestAnswersAsTheUpstreamSentThem(t *testing.T) {
 	r, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","max_tokens":10,"messages":[{"content":"a b c"}]}`))
 	r.Header.Set("Authorization", "Bearer k")
 	r.Header.Set("User-Agent", "leaves")
-	go func() { // the client leaves once its estimate was taken (polled, with a deadline)
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			if d, err := limiter.PeekN(context.Background(), LimitKey("k", ""), 1); err == nil && d.Remaining+1 < 4000 {
-				break
-			}
+	go func() { // the client leaves once the upstream has its request: a client that left
+		// before the request went upstream used nothing, and is charged nothing
+		select {
+		case <-arrived:
+		case <-time.After(10 * time.Second):
 		}
 		cancel()
 	}()
