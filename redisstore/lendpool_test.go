@@ -131,16 +131,15 @@ func TestLendDebits(t *testing.T) {
 	calls := &evalCounter{}
 	lc.AddHook(calls)
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
-	lender := redisstore.New(lc, redisstore.WithPrefix("lend"), redisstore.WithClock(clk))
-	applier := redisstore.New(ac, redisstore.WithPrefix("apply"), redisstore.WithClock(clk))
+	// keys kept an hour: Redis expires them in its own time, which passes while the fake
+	// clock stands still, and a key gone between two debits would answer as a fresh one
+	lender := redisstore.New(lc, redisstore.WithPrefix("lend"), redisstore.WithClock(clk), redisstore.WithMinTTL(time.Hour))
+	applier := redisstore.New(ac, redisstore.WithPrefix("apply"), redisstore.WithClock(clk), redisstore.WithMinTTL(time.Hour))
 	ctx := context.Background()
 	algs := map[string]*core.Algorithm{"tokenbucket": tokenbucket.Algorithm(), "fixedwindow": fixedwindow.Algorithm(),
 		"slidingwindow": slidingwindow.Algorithm()}
 	for name, alg := range algs {
-		// a minute's rule: Redis expires a key in its own time, which passes while the fake
-		// clock stands still; a second's rule let a key vanish, full again, between two
-		// debits on a loaded machine
-		debit := &core.Spec{Algorithm: alg, Namespace: name, Rule: core.Rule{Limit: 10, Period: time.Minute, Burst: 10}, Op: core.OpDebit}
+		debit := &core.Spec{Algorithm: alg, Namespace: name, Rule: core.Rule{Limit: 10, Period: time.Second, Burst: 10}, Op: core.OpDebit}
 		loans := make([]core.Loan, 300)
 		for i := range loans {
 			loans[i] = core.Loan{Key: fmt.Sprintf("k%d", i%100), Spec: debit, Want: int64(1 + i%4)}
@@ -162,6 +161,6 @@ func TestLendDebits(t *testing.T) {
 				t.Fatalf("%s: debit %d (%d of %s) lent %+v; want %+v, as Apply's debit", name, i, l.Want, l.Key, lent[i], want)
 			}
 		}
-		clk.Advance(time.Minute)
+		clk.Advance(time.Second)
 	}
 }

@@ -32,8 +32,8 @@ func (r Rule) String() string {
 }
 
 // Store is ratelimit.Store. It keeps the state of every key, and applies an Algorithm to
-// it one atomic decision at a time. A store knows nothing of any particular algorithm: it runs the Algorithm it is
-// handed, in Go (Algorithm.Step, as localstore does) or as a server-side script
+// it one atomic decision at a time. A store knows nothing of any particular algorithm:
+// it runs the Algorithm it is handed, in Go (Algorithm.Step, as localstore does) or as a server-side script
 // (Algorithm.Script, as redisstore does). Because it sees the Rule of every call, a
 // decorator store can change it on the way (fallback divides it across instances), in a
 // Spec of its own: a Spec never changes once sent.

@@ -197,11 +197,7 @@ func newPrioritized(t *testing.T, newStore NewStore, k Kind) (ratelimit.Limiter,
 	t.Helper()
 	clk := clock.NewFake(Start)
 	store := newStore(t, clk)
-	// PriorityRule's Limit over a minute: these cases count and never move the clock, and
-	// Redis expires a key in its own time, which passes while the fake clock stands still
-	// (a second's rule let a key vanish, full again, on a loaded machine)
-	rule := ratelimit.Rule{Limit: PriorityRule.Limit, Period: time.Minute, Burst: PriorityRule.Burst}
-	l, err := k.New(store, rule, ratelimit.WithReserves(Reserves...))
+	l, err := k.New(store, PriorityRule, ratelimit.WithReserves(Reserves...))
 	if err != nil {
 		t.Fatal(err)
 	}
