@@ -17,6 +17,9 @@
 // default). WithTimeout describes the breaker and how to choose the timeout. New gives
 // the go-redis settings that go with it.
 //
+// Some of a decision's work goes on after it returns: a late answer's reconciliation,
+// and what the shares owe the primary. Call Flush on shutdown to wait for it.
+//
 // WithHooks reports decisions by source, the primary's errors and latency, and the
 // breaker's changes of state. Its plain callbacks suit Prometheus or OpenTelemetry.
 // WithLogger logs each opening of the breaker with its cause.
@@ -162,6 +165,7 @@ type Store struct {
 	failedProbes       atomic.Int64          // failed probes not logged yet
 	routes             sync.Map              // *core.Receipt (the share's) -> lateRoute: see late
 	debts              debts                 // what the shares counted while the breaker was open: see owe
+	calls              calls                 // the calls of the primary going on: see Flush
 }
 
 var _ ratelimit.Store = (*Store)(nil)

@@ -37,6 +37,7 @@ type debts struct {
 	// through, or whose call never reached it
 	refunds []core.Request
 	paying  bool          // a payBack is on its way
+	quiet   chan struct{} // closed when paying ends (see Flush)
 	flying  chan struct{} // closed when the debits sent now have landed; nil: none sent
 }
 
@@ -59,8 +60,7 @@ func (s *Store) owe(req core.Request) {
 	owed.Spec.Reserve, owed.Spec.Retry = 0, false
 	s.debts.mu.Lock()
 	s.debts.add(&owed)
-	start := !s.debts.paying
-	s.debts.paying = true
+	start := s.debts.start()
 	s.debts.mu.Unlock()
 	if start {
 		time.AfterFunc(payEvery, s.payBack) // the debts of the next moments ride along
@@ -107,8 +107,7 @@ func (s *Store) oweTake(req core.Request, shared *core.Receipt) {
 	}
 	s.route(shared, l, 0)
 	s.debts.takes = append(s.debts.takes, l)
-	start := !s.debts.paying
-	s.debts.paying = true
+	start := s.debts.start()
 	s.debts.mu.Unlock()
 	if start {
 		time.AfterFunc(payEvery, s.payBack)
@@ -126,8 +125,7 @@ func (s *Store) oweRefund(req core.Request) {
 		return
 	}
 	s.debts.refunds = append(s.debts.refunds, req)
-	start := !s.debts.paying
-	s.debts.paying = true
+	start := s.debts.start()
 	s.debts.mu.Unlock()
 	if start {
 		time.AfterFunc(payEvery, s.payBack)
@@ -143,6 +141,21 @@ func (d *debts) due(answers bool) bool {
 // answers reports whether the primary answers calls: the breaker is closed, or it opened
 // on a slow primary (see slow).
 func (s *Store) answers() bool { return s.BreakerState() == Closed || s.slow() }
+
+// start marks a payBack on its way, and reports whether none was; d.mu is held.
+func (d *debts) start() bool {
+	if d.paying {
+		return false
+	}
+	d.paying, d.quiet = true, make(chan struct{})
+	return true
+}
+
+// stop marks the payBack on its way ended; d.mu is held.
+func (d *debts) stop() {
+	d.paying = false
+	close(d.quiet)
+}
 
 // add adds r, a debit, to what d owes; d.mu is held.
 func (d *debts) add(r *core.Request) {
@@ -172,7 +185,7 @@ func (s *Store) payBack() {
 		refunds, s.debts.refunds = s.debts.refunds, nil
 	}
 	if len(owed)+len(takes)+len(refunds) == 0 {
-		s.debts.paying = false
+		s.debts.stop()
 		s.debts.mu.Unlock()
 		return
 	}
@@ -192,7 +205,7 @@ func (s *Store) payBack() {
 	s.debts.takes = append(takes, s.debts.takes...)
 	s.debts.refunds = append(unsent, s.debts.refunds...)
 	if len(again)+len(takes)+len(unsent) > 0 || !s.debts.due(s.answers()) {
-		s.debts.paying = false
+		s.debts.stop()
 		return
 	}
 	time.AfterFunc(payEvery, s.payBack) // owed meanwhile
@@ -337,8 +350,7 @@ func (s *Store) forgive(ctx context.Context, req core.Request) {
 // payOnClose charges, once the breaker closes, what the primary failed to take before.
 func (s *Store) payOnClose() {
 	s.debts.mu.Lock()
-	start := !s.debts.paying && s.debts.due(true)
-	s.debts.paying = s.debts.paying || start
+	start := s.debts.due(true) && s.debts.start()
 	s.debts.mu.Unlock()
 	if start {
 		time.AfterFunc(payEvery, s.payBack)

@@ -2,6 +2,7 @@ package fallback_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -107,8 +108,9 @@ func TestSharesChargedToASlowPrimary(t *testing.T) {
 				if !opened {
 					t.Fatal("the breaker never opened on a primary answering in 150ms")
 				}
-				time.Sleep(3 * time.Second) // the late answers and the debts land
-				synctest.Wait()
+				if err := s.Flush(t.Context()); err != nil { // the late answers and the debts land
+					t.Fatal(err)
+				}
 				if c := counted(t, p.local, "k", rule); c < admitted || c > admitted+asked {
 					t.Errorf("the primary counted %d events, of %d admitted and %d denied late; want each admitted once, and the denied at most", c, admitted, asked)
 				}
@@ -277,11 +279,16 @@ func TestRefundWaitsOutAnOutage(t *testing.T) {
 		if _, err := s.Apply(t.Context(), fwRefund(take, 4)); err != nil {
 			t.Fatal(err)
 		}
+		start := time.Now()
+		if err := s.Flush(t.Context()); !errors.Is(err, ratelimit.ErrUnavailable) || time.Since(start) != 0 {
+			t.Errorf("Flush with a refund owed through an outage: %v after %v; want ErrUnavailable at once", err, time.Since(start))
+		}
 		time.Sleep(fallback.DefaultOpenFor)
 		p.heal()
 		s.Apply(t.Context(), req("other", rule)) // the probe: closed
-		time.Sleep(time.Second)
-		synctest.Wait()
+		if err := s.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 		if c := fwCounted(t, p.local, "k", rule); c != 1 {
 			t.Errorf("the primary counts %d of the key; want 1, the take less its refund", c)
 		}

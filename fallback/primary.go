@@ -100,6 +100,7 @@ func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int,
 	case late != nil:
 		callFor = max(callFor, lateHorizon)
 	}
+	s.calls.add()
 	go p.call(ctx, s, probe, start, sendBy, unanswered, callFor, call, late)
 	wait := time.NewTimer(waitFor)
 	defer wait.Stop()
@@ -142,6 +143,7 @@ func askPrimary[T any](ctx context.Context, s *Store, probe bool, decisions int,
 // nobody waiting, to late, which undoes what it did.
 func (p *pending[T]) call(ctx context.Context, s *Store, probe bool, start, sendBy time.Time, unanswered, callFor time.Duration,
 	call func(context.Context) (T, error), late func(context.Context, T, error)) {
+	defer s.calls.done() // after late, which may call the primary again
 	pctx, cancel := context.WithTimeout(core.WithSendBy(context.WithoutCancel(ctx), sendBy), callFor)
 	defer cancel()
 	var o outcome[T]

@@ -172,7 +172,8 @@ func (f *Fleet) Count() int {
 }
 
 // Close gives back what the leases hold, and charges what they admitted on trust.
-// It then stops beating and takes this instance out of the count, within ctx. Close is
+// It waits for what the fallback still sends Redis (see fallback.Store.Flush). It then
+// stops beating and takes this instance out of the count, all within ctx. Close is
 // safe to call more than once. After Close, the store decides every request without
 // leases, as with Exact.
 func (f *Fleet) Close(ctx context.Context) error {
@@ -183,6 +184,9 @@ func (f *Fleet) Close(ctx context.Context) error {
 		var errs []error
 		if f.leases != nil {
 			errs = append(errs, f.leases.Close(ctx))
+		}
+		if f.fallback != nil { // what the leases gave back, and what Redis answered late
+			errs = append(errs, f.fallback.Flush(ctx))
 		}
 		if f.members != nil {
 			f.stop()

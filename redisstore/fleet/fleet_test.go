@@ -98,16 +98,22 @@ func waitCount(t *testing.T, fs []*fleet.Fleet, n int) {
 }
 
 // TestFleetKeepsTheRule: four instances in tight loops on one key of 100 an hour admit
-// at most the rule and an event each on trust; after they close, Redis holds what they
-// did not admit: nothing created, nothing lost.
+// at most the rule and an event each on trust, beside what their shares decided while
+// Redis was late; after they close, Redis holds what they did not admit: nothing
+// created, nothing lost.
 func TestFleetKeepsTheRule(t *testing.T) {
 	srv := redistest.Start(t)
 	rule := ratelimit.Rule{Limit: 100, Period: time.Hour, Burst: 100}
-	var admitted atomic.Int64
+	var admitted, shares atomic.Int64 // shares: decisions of the fallback's shares, Redis late
+	hooks := fallback.WithHooks(fallback.Hooks{OnDecision: func(s fallback.Source, _ time.Duration) {
+		if s == fallback.Secondary {
+			shares.Add(1)
+		}
+	}})
 	var wg sync.WaitGroup
 	var fs []*fleet.Fleet
 	for range 4 {
-		f, err := fleet.New(context.Background(), client(t, srv.Addr), fleet.Config{Instances: 4})
+		f, err := fleet.New(context.Background(), client(t, srv.Addr), fleet.Config{Instances: 4, Fallback: []fallback.Option{hooks}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,9 +137,11 @@ func TestFleetKeepsTheRule(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	got := admitted.Load()
-	if got > 104 || got < 96 {
-		t.Errorf("admitted %d of a rule of 100; want 96 to 104 (an event on trust per instance)", got)
+	// A share may admit what Redis, late, would have denied: the fallback's bound, not
+	// the leases'. A loaded machine makes Redis late now and then.
+	got, over := admitted.Load(), shares.Load()
+	if got > 104+over || got < 96 {
+		t.Errorf("admitted %d of a rule of 100; want 96 to %d (an event on trust per instance, and %d decided on the shares)", got, 104+over, over)
 	}
 	l, err := tokenbucket.New(redisstore.New(srv.Client()), rule)
 	if err != nil {
@@ -147,6 +155,6 @@ func TestFleetKeepsTheRule(t *testing.T) {
 	case level >= 1 && (!d.Allowed || d.Remaining != level-1):
 		t.Errorf("after Close, Redis holds %+v; want %d left", d, level)
 	case level < 1 && (d.Allowed || d.RetryAfter > time.Duration(1-level)*per || d.RetryAfter < time.Duration(1-level)*per-5*time.Second):
-		t.Errorf("after Close, Redis holds %+v; want a debt of %d, a RetryAfter of %v", d, -level, time.Duration(1-level)*per)
+		t.Errorf("after Close, Redis holds %+v; want a debt of %d, a RetryAfter of %v (%d decided on the shares)", d, -level, time.Duration(1-level)*per, over)
 	}
 }
