@@ -84,8 +84,8 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request) ([]core.Outco
 			}
 			return ds, err // the primary cannot batch these keys: the caller takes them one by one
 		}
-		if lt != nil && !s.stillLate(ctx, lt, err) { // it failed in time: it counted nothing
-			lt = nil // (written only then: the call's goroutine reads lt once the wait timed out)
+		if lt != nil && !errors.Is(err, errTimedOut) { // it failed in time: it counted nothing
+			lt = nil
 		}
 	}
 	lreqs := core.InnerReceipts(reqs)

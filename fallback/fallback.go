@@ -303,8 +303,8 @@ func (s *Store) decide(ctx context.Context, req core.Request, a core.Args) (core
 			}
 			return d, err
 		}
-		if lt != nil && !s.stillLate(ctx, lt, err) { // it failed in time: it counted nothing
-			lt = nil // (written only then: the call's goroutine reads lt once the wait timed out)
+		if lt != nil && !errors.Is(err, errTimedOut) { // it failed in time: it counted nothing
+			lt = nil
 		}
 	}
 	local := req

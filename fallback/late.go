@@ -2,7 +2,6 @@ package fallback
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -81,22 +80,6 @@ func (s *Store) answered(ctx context.Context, l *late, err error, outs []core.Ou
 	if ready {
 		s.reconcile(ctx, l)
 	}
-}
-
-// stillLate reports whether l, the takes of a call that ended in err within the wait, is
-// still to be reconciled. It is not when the primary failed: they counted nothing, and
-// nothing is owed for them. It is when the call timed out, and l waits for its answer.
-// It is when the call was not sent by the wait's end: a timeout by another name. l is
-// then answered as uncounted, and what the share admits is charged to the primary.
-func (s *Store) stillLate(ctx context.Context, l *late, err error) bool {
-	switch {
-	case errors.Is(err, errTimedOut):
-		return true
-	case errors.Is(err, core.ErrNotSent):
-		s.answered(ctx, l, err, nil, false)
-		return true
-	}
-	return false
 }
 
 // decided is the share's decision of l's takes, admitted or not, or none (the caller

@@ -158,20 +158,6 @@ func TestLateTakeCountedOnce(t *testing.T) {
 		if got := left(p.local, "unsent"); got != 96 {
 			t.Errorf("a charge of 10 the primary never received, settled at 4: %d left on the primary; want 96", got)
 		}
-		// the same, the primary's store saying so before the wait ends (the call waited
-		// for a connection until its send-by time, which the wait's end follows closely)
-		p.once.Store(&notSent)
-		c, d, err = l.Charge(ctx, "unsent-in-time", 10)
-		if err != nil || c == nil || !d.Allowed {
-			t.Fatalf("Charge(10) = %v, %+v, %v", c, d, err)
-		}
-		settle()
-		if _, err := c.Settle(ctx, 4); err != nil {
-			t.Fatal(err)
-		}
-		if got := left(p.local, "unsent-in-time"); got != 96 {
-			t.Errorf("a charge of 10 the primary said at once it never sent, settled at 4: %d left on the primary; want 96", got)
-		}
 
 		// several limits at once
 		reqs := []core.Request{req("all-a", rule), req("all-b", rule)}

@@ -367,7 +367,9 @@ func (s *Store) flyBatch(n *node, batch []*call) {
 		sctx, cancel := sendContext(c.ctx)
 		c.d, c.err = s.safeSingle(sctx, c) // writes c.at
 		cancel()
-		c.err = notSent(c.ctx, c.err) // it waited for a connection until its send-by time
+		if errors.Is(c.err, context.Canceled) && c.ctx.Err() == nil && core.Unsendable(c.ctx, time.Now()) {
+			c.err = fmt.Errorf("redisstore: %w", core.ErrNotSent) // it waited for a connection until its send-by time
+		}
 		if c.err == nil {
 			s.timed(time.Since(start))
 		}

@@ -355,42 +355,6 @@ func TestCoalescedCancel(t *testing.T) {
 	}
 }
 
-// TestNotSentBySendByTime: a decision still waiting for a connection at its send-by time
-// (core.WithSendBy) fails with ErrNotSent, and counts nothing. A fallback store then
-// charges what its share admitted to Redis. Before, the wait's end came back as a
-// deadline error, which says Redis may have counted it, and the share's admission was
-// charged nowhere.
-func TestNotSentBySendByTime(t *testing.T) {
-	srv := redistest.Start(t)
-	p := redistest.StartProxy(t, srv.Addr)
-	client := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 1, PoolTimeout: time.Minute})
-	t.Cleanup(func() { client.Close() })
-	s := redisstore.New(client, redisstore.WithPrefix("sendby"))
-	rule := ratelimit.PerHour(1000)
-	take := func(ctx context.Context, key string) (core.Outcome, error) {
-		return s.Apply(ctx, core.Request{Key: key, N: 1, Spec: &core.Spec{Algorithm: tokenbucket.Algorithm(), Rule: core.Rule(rule)}})
-	}
-	if err := s.LoadScripts(context.Background(), tokenbucket.Algorithm()); err != nil {
-		t.Fatal(err)
-	}
-	p.HoldNext(1, 500*time.Millisecond) // the pool's one connection is busy for 500ms
-	held := make(chan error, 1)
-	go func() { _, err := take(context.Background(), "held"); held <- err }()
-	redistest.Eventually(t, "the reply held", func() bool { return p.Held() == 0 })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := take(core.WithSendBy(ctx, time.Now().Add(20*time.Millisecond)), "late")
-	if !errors.Is(err, core.ErrNotSent) {
-		t.Errorf("a decision waiting for the busy connection past its send-by time: %v; want ErrNotSent", err)
-	}
-	if err := <-held; err != nil {
-		t.Fatal(err)
-	}
-	if d, err := take(context.Background(), "late"); err != nil || d.Remaining != 999 {
-		t.Errorf("the key of the call not sent, taken once: %+v, %v; want 999 left (never counted before)", d, err)
-	}
-}
-
 // TestCoalescedLoneCaller: a decision that finds its server idle, whose caller has no
 // deadline, goes out on the caller's own goroutine: a cancellation while its reply is
 // held does not end its wait, and it gets the decision that Redis made (a caller with a

@@ -85,12 +85,9 @@ func sendContext(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // notSent is err, or ErrNotSent when err is the end of ctx's send-by time: the command
-// never left. Sent on sendContext, a command sees a context's end only while it waits
-// for a connection or dials one, never once it is written. So a context error while ctx
-// itself lives, past its send-by time, is a command that never left.
+// never left.
 func notSent(ctx context.Context, err error) error {
-	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) &&
-		ctx.Err() == nil && core.Unsendable(ctx, time.Now()) {
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil && core.Unsendable(ctx, time.Now()) {
 		return fmt.Errorf("redisstore: %w", core.ErrNotSent)
 	}
 	return err
